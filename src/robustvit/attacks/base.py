@@ -1,0 +1,161 @@
+"""The attack base class and registry (one attack per module, torchattacks-style).
+
+Every attack maps a batch of images ``x`` (float (N, 3, H, W) in [0, 1]) and labels ``y`` (N,) — or
+target classes when ``targeted=True`` — to adversarial images of the same shape, dtype and device.
+The base class does everything that is not the algorithm:
+
+* puts the model in eval mode for the attack and restores its mode afterwards;
+* checks inputs, parses ε (``4/255`` as float or string), seeds a generator per call;
+* clips the result to [0, 1] and projects it onto the ε-ball (``bounded`` attacks), so
+  ``‖x_adv − x‖ ≤ ε`` holds for every output;
+* never leaves gradients on the model's parameters.
+
+A subclass sets ``name`` and writes ``perturb(x, y)``. Example::
+
+    atk = create_attack("pgd", model, eps="4/255", steps=10)
+    x_adv = atk(x, y)
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robustvit.errors import RobustvitError, unknown_name
+from robustvit.utils import check_images, make_generator, parse_eps
+
+NORMS = ("linf", "l2")
+
+
+class Attack:
+    """Base class. Common keywords: ``eps``, ``norm`` ("linf"/"l2"), ``targeted``, ``seed``."""
+
+    name: ClassVar[str] = ""
+    #: Whether the output is projected onto the ε-ball around x (False for e.g. spatial attacks).
+    bounded: ClassVar[bool] = True
+    #: Norms the attack supports.
+    norms: ClassVar[tuple[str, ...]] = NORMS
+
+    def __init__(self, model: nn.Module, *, eps: float | str = 8 / 255, norm: str = "linf",
+                 targeted: bool = False, seed: int = 0) -> None:
+        self.model = model
+        self.eps = parse_eps(eps)
+        norm = str(norm).lower().replace("inf", "inf")
+        norm = {"l_inf": "linf", "linf": "linf", "inf": "linf", "l2": "l2", "2": "l2"}.get(norm, norm)
+        if norm not in self.norms:
+            raise RobustvitError(f"attack {self.name!r} does not support norm {norm!r}; use one of {', '.join(self.norms)}")
+        self.norm = norm
+        self.targeted = bool(targeted)
+        self.seed = int(seed)
+        self._calls = 0
+
+    # ---- public API -------------------------------------------------------------------------
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        check_images(x, name="attack input")
+        if y.shape != (x.shape[0],):
+            raise RobustvitError(f"labels must have shape ({x.shape[0]},), got {tuple(y.shape)}")
+        x = x.detach()
+        y = y.detach().to(x.device).long()
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.enable_grad():
+                x_adv = self.perturb(x, y)
+        finally:
+            self.model.train(was_training)
+        self._calls += 1
+        return self.project(x, x_adv.detach()) if self.bounded else x_adv.detach().clamp(0, 1)
+
+    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The algorithm: return adversarial images for clean ``x`` (model already in eval mode)."""
+        raise NotImplementedError
+
+    # ---- helpers for subclasses -------------------------------------------------------------
+    def generator(self, device: torch.device) -> torch.Generator:
+        """A generator seeded from ``seed`` and the call count: repeated calls draw new numbers,
+        a fresh attack object with the same seed replays them exactly."""
+        return make_generator(self.seed * 1_000_003 + self._calls, device)
+
+    def project(self, x: torch.Tensor, x_adv: torch.Tensor, eps: float | torch.Tensor | None = None) -> torch.Tensor:
+        """Project ``x_adv`` onto the ε-ball around ``x`` (in ``self.norm``) and onto [0, 1]."""
+        eps = self.eps if eps is None else eps
+        delta = x_adv - x
+        if self.norm == "linf":
+            if isinstance(eps, torch.Tensor):
+                eps = eps.view(-1, 1, 1, 1)
+                delta = torch.maximum(torch.minimum(delta, eps), -eps)
+            else:
+                delta = delta.clamp(-eps, eps)
+        else:
+            norms = delta.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
+            e = eps.view(-1, 1, 1, 1) if isinstance(eps, torch.Tensor) else eps
+            delta = delta * torch.clamp(e / norms, max=1.0)
+        return (x + delta).clamp(0, 1)
+
+    def random_start(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """A uniform random point of the ε-ball around x (L∞: U(−ε, ε); L2: uniform in the ball)."""
+        if self.norm == "linf":
+            delta = (torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype) * 2 - 1) * self.eps
+        else:
+            d = torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+            d = d / d.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
+            r = torch.rand((x.shape[0], 1, 1, 1), generator=gen, device=x.device, dtype=x.dtype) ** (1.0 / x[0].numel())
+            delta = d * r * self.eps
+        return (x + delta).clamp(0, 1)
+
+    def loss_and_grad(self, x_adv: torch.Tensor, y: torch.Tensor,
+                      loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-sample loss (N,), its gradient w.r.t. ``x_adv`` and the logits.
+
+        The loss is *maximised* by untargeted attacks; for targeted ones the sign is flipped here so
+        that subclasses always ascend.
+        """
+        x_adv = x_adv.detach().requires_grad_(True)
+        logits = self.model(x_adv)
+        fn = loss_fn or (lambda z, t: F.cross_entropy(z, t, reduction="none"))
+        loss = fn(logits, y)
+        if self.targeted:
+            loss = -loss
+        grad, = torch.autograd.grad(loss.sum(), x_adv)
+        return loss.detach(), grad.detach(), logits.detach()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(eps={self.eps:.6g}, norm={self.norm!r}, targeted={self.targeted}, seed={self.seed})"
+
+
+_ATTACKS: dict[str, type[Attack]] = {}
+
+
+def register_attack(cls: type[Attack]) -> type[Attack]:
+    """Class decorator adding an attack to the registry under ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    _ATTACKS[cls.name] = cls
+    return cls
+
+
+def list_attacks(pattern: str | None = None) -> list[str]:
+    """Registered attack names, optionally filtered by a shell-style pattern such as ``"apgd*"``."""
+    _load_builtin()
+    return sorted(n for n in _ATTACKS if pattern is None or fnmatch.fnmatch(n, pattern))
+
+
+def create_attack(name: str, model: nn.Module, **kwargs: Any) -> Attack:
+    """Build a registered attack: ``create_attack("pgd", model, eps="4/255", steps=10)``."""
+    _load_builtin()
+    if name not in _ATTACKS:
+        raise unknown_name("attack", name, _ATTACKS)
+    try:
+        return _ATTACKS[name](model, **kwargs)
+    except TypeError as e:  # unknown keyword
+        raise RobustvitError(f"attack {name!r}: {e}") from None
+
+
+def _load_builtin() -> None:
+    import robustvit.attacks  # noqa: F401  (importing the package registers the built-in attacks)

@@ -1,0 +1,212 @@
+"""The ``robustvit`` command line: ``demo | train | eval | report | list`` (more commands register
+themselves via ``COMMANDS``). Errors caused by the input print one line and exit with status 2;
+``--debug`` shows the traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from robustvit.errors import RobustvitError
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="train a small ViT and ResNet on synthshapes, evaluate and report (the main job)")
+    p.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
+    p.add_argument("--quick", action="store_true", help="a ~2-minute version (fewer images, epochs and suites' samples)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from robustvit.demo import run_demo
+
+    run_demo(out=a.out, quick=a.quick, device=a.device, seed=a.seed)
+    return 0
+
+
+def add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a model (AdamW, warm-up + cosine, checkpoints, --resume)")
+    p.add_argument("--config", help="YAML TrainConfig; command-line flags override it")
+    p.add_argument("--model", help="timm name, robustvit architecture, or checkpoint folder (fine-tuning)")
+    p.add_argument("--data", help="data spec, e.g. synthshapes:train or folder:/path/train")
+    p.add_argument("--out", help="output folder")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--warmup-epochs", type=float)
+    p.add_argument("--label-smoothing", type=float)
+    p.add_argument("--loss", help="training loss (default ce)")
+    p.add_argument("--val-data", help="data spec evaluated after every epoch")
+    p.add_argument("--model-kwargs", help='JSON dict passed to the architecture, e.g. \'{"depth": 4}\'')
+    p.add_argument("--seed", type=int)
+    p.add_argument("--device")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(a: argparse.Namespace) -> int:
+    from robustvit.training import TrainConfig, train
+
+    fields = ("model", "data", "out", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs",
+              "label_smoothing", "loss", "val_data", "seed", "device", "workers")
+    overrides: dict[str, Any] = {k: getattr(a, k) for k in fields if getattr(a, k) is not None}
+    if a.model_kwargs:
+        try:
+            overrides["model_kwargs"] = json.loads(a.model_kwargs)
+        except json.JSONDecodeError as e:
+            raise RobustvitError(f"--model-kwargs is not valid JSON ({e})") from None
+    if a.config:
+        cfg = TrainConfig.load(a.config, **overrides)
+    else:
+        missing = [f"--{k}" for k in ("model", "data", "out") if k not in overrides]
+        if missing:
+            raise RobustvitError(f"train needs {', '.join(missing)} (or --config FILE)")
+        cfg = TrainConfig(**overrides)
+    path = train(cfg, resume=a.resume)
+    print(f"saved {path}")
+    return 0
+
+
+def add_eval(sub: argparse._SubParsersAction) -> None:
+    from robustvit.evaluate.suites import list_suites
+
+    p = sub.add_parser("eval", help="evaluate models with suites; resumable; writes results.json")
+    p.add_argument("--model", required=True, help="model name(s) or checkpoint folder(s), comma-separated")
+    p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
+    p.add_argument("--suite", default="clean", help=f"comma-separated suites (name[:key=value…]); available: {', '.join(list_suites())}")
+    p.add_argument("--out", required=True, help="output folder (re-running resumes)")
+    p.add_argument("--limit", type=int, help="evaluate only the first N images")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=0, help="data-loading worker processes")
+    p.add_argument("--strict", action="store_true", help="fail on unreadable image files instead of counting them")
+    p.add_argument("--eps", help="attack budget for attack suites, e.g. 4/255")
+    p.add_argument("--norm", choices=["linf", "l2"], help="attack norm")
+    p.add_argument("--steps", type=int, help="attack iterations")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(a: argparse.Namespace) -> int:
+    from robustvit.evaluate.runner import EvalConfig, run_eval
+
+    cfg = EvalConfig(models=_csv(a.model), data=a.data, suites=_csv(a.suite), out=a.out, limit=a.limit,
+                     batch_size=a.batch_size, device=a.device, seed=a.seed, strict=a.strict, workers=a.workers,
+                     options={"eps": a.eps, "norm": a.norm, "steps": a.steps}, progress=not a.no_progress,
+                     command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
+    results = run_eval(cfg)
+    for name, res in results.items():
+        summary = ", ".join(f"{k}: " + ", ".join(f"{m}={v:.4f}" for m, v in r.items() if isinstance(v, float))[:120]
+                            for k, r in res["suites"].items())
+        print(f"{name}: {summary}")
+    return 0
+
+
+def add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="side-by-side Markdown + HTML report of result folders")
+    p.add_argument("results", nargs="+", help="folders holding results.json (or the files)")
+    p.add_argument("--out", required=True, help="output folder for report.md / report.html")
+    p.add_argument("--title", default="robustvit report")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from robustvit.report import load_results, write_report
+
+    md, html = write_report(load_results(a.results), Path(a.out), title=a.title)
+    print(f"wrote {md} and {html}")
+    return 0
+
+
+def add_list(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("list", help="list models, suites, attacks, corruptions, data sources or losses")
+    p.add_argument("what", choices=["models", "suites", "attacks", "corruptions", "data", "losses"])
+    p.add_argument("pattern", nargs="?", help="shell-style filter, e.g. 'vit_*'")
+    p.set_defaults(func=cmd_list)
+
+
+def cmd_list(a: argparse.Namespace) -> int:
+    if a.what == "models":
+        from robustvit.models import list_models as fn
+    elif a.what == "suites":
+        from robustvit.evaluate.suites import list_suites as fn
+    elif a.what == "attacks":
+        from robustvit.attacks import list_attacks as fn
+    elif a.what == "corruptions":
+        from robustvit.corruptions import list_corruptions
+
+        def fn(pattern: str | None = None) -> list[str]:
+            import fnmatch
+            return [n for n in list_corruptions() if pattern is None or fnmatch.fnmatch(n, pattern)]
+    elif a.what == "losses":
+        from robustvit.training import list_losses as fn
+    else:
+        from robustvit.data import list_sources
+
+        def fn(pattern: str | None = None) -> list[str]:
+            return list_sources()
+    print("\n".join(fn(a.pattern)))
+    return 0
+
+
+#: Every sub-command: a function adding its parser (with ``func`` set). Feature modules append here.
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_demo, add_train, add_eval, add_report, add_list]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="robustvit", description="Evaluate, explain and harden the robustness of "
+                                "Vision Transformers (and CNN baselines).")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version", version=_version())
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMANDS:
+        add(sub)
+    return p
+
+
+def _version() -> str:
+    import robustvit
+
+    return f"robustvit {robustvit.__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        args.argv = argv
+        return int(args.func(args) or 0)
+    except RobustvitError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"robustvit: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("robustvit: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
+    except Exception as e:  # an unexpected failure: still one line unless --debug
+        if debug:
+            raise
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"robustvit: error: {type(e).__name__}: {first} (run with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""robustvit.corruptions"""

@@ -1,0 +1,193 @@
+"""``synthshapes``: the embedded, procedurally generated data set (no download, no files).
+
+Each image shows one shape (the class: circle, square, triangle, …) filled with a texture (stripes,
+checkerboard, dots, …) over a textured, shaded background, at a random position, scale, rotation and
+colour, with mild pixel noise. With probability ``texture_correlation`` the texture is the one tied to the
+class (texture k ↔ class k), otherwise it is random, so a model can partly solve the task from texture —
+which makes the **cue-conflict** variant (shape of one class, texture of another; Geirhos et al. 2019,
+arXiv:1811.12231) a test of shape vs texture bias.
+
+Generation is batched tensor code, deterministic given (seed, size, classes, texture_correlation,
+variant): image i is the same whatever ``count`` is asked for. Images are returned as uint8 (N, 3, H, W).
+
+>>> x, y, t = render_synthshapes(count=20, size=32, seed=0)
+>>> x.shape, x.dtype, y[:10].bincount().tolist() == [1] * 10
+(torch.Size([20, 3, 32, 32]), torch.uint8, True)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from robustvit.errors import RobustvitError
+from robustvit.utils import derive_seed
+
+SHAPES = ("circle", "square", "triangle", "plus", "ring", "star", "hexagon", "crescent", "bar",
+          "half_disc", "ell", "x_cross")
+TEXTURES = ("stripes_0", "stripes_90", "stripes_45", "stripes_135", "checker", "dots", "rings", "grid",
+            "waves", "solid", "blotches", "zigzag")
+MAX_CLASSES = len(SHAPES)
+SPLITS = {"train": (10_000, 0), "test": (2_000, 1), "cue_conflict": (1_000, 2)}  # default count, seed
+_CHUNK_TARGET = 500
+
+
+def _box(px: torch.Tensor, py: torch.Tensor, bx: float, by: float) -> torch.Tensor:
+    qx, qy = px.abs() - bx, py.abs() - by
+    outside = torch.sqrt(qx.clamp_min(0) ** 2 + qy.clamp_min(0) ** 2)
+    return outside + torch.maximum(qx, qy).clamp_max(0)
+
+
+def shape_sdf(k: int, px: torch.Tensor, py: torch.Tensor) -> torch.Tensor:
+    """(Approximate) signed distance to shape ``k`` of unit size in local coordinates; < 0 inside."""
+    r = torch.sqrt(px * px + py * py)
+    name = SHAPES[k]
+    if name == "circle":
+        return r - 0.9
+    if name == "square":
+        return _box(px, py, 0.75, 0.75)
+    if name == "triangle":  # equilateral, circumradius 1
+        k3 = math.sqrt(3.0)
+        return torch.maximum(py * -1 - 0.5, (k3 * px.abs() + py) / 2 - 0.5)
+    if name == "plus":
+        return torch.minimum(_box(px, py, 0.95, 0.3), _box(px, py, 0.3, 0.95))
+    if name == "x_cross":
+        u, v = (px + py) / math.sqrt(2), (px - py) / math.sqrt(2)
+        return torch.minimum(_box(u, v, 0.95, 0.28), _box(u, v, 0.28, 0.95))
+    if name == "ring":
+        return (r - 0.7).abs() - 0.25
+    if name == "star":
+        a = torch.atan2(py, px)
+        return (r - (0.5 + 0.45 * torch.cos(5 * a).clamp_min(0) ** 0.7)) * 0.6
+    if name == "hexagon":
+        return torch.maximum(px.abs() * math.cos(math.pi / 6) + py.abs() * 0.5, py.abs()) - 0.8
+    if name == "crescent":
+        r2 = torch.sqrt((px - 0.45) ** 2 + py ** 2)
+        return torch.maximum(r - 0.95, 0.75 - r2)
+    if name == "bar":
+        return _box(px, py, 0.95, 0.35)
+    if name == "half_disc":
+        return torch.maximum(r - 0.95, py - 0.1)
+    if name == "ell":
+        return torch.minimum(_box(px + 0.55, py, 0.35, 0.9), _box(px, py - 0.55, 0.9, 0.35))
+    raise AssertionError(name)
+
+
+def texture(k: int, x: torch.Tensor, y: torch.Tensor, freq: torch.Tensor, phase: torch.Tensor,
+            noise: torch.Tensor) -> torch.Tensor:
+    """Texture ``k`` in [0, 1] at world coordinates (x, y) (n, H, W); freq/phase (n, 1, 1)."""
+    name = TEXTURES[k]
+    s = lambda t: 0.5 + 0.5 * torch.sin(t)  # noqa: E731
+    if name.startswith("stripes_"):
+        a = math.radians(float(name.split("_")[1]))
+        return (s(freq * (x * math.cos(a) + y * math.sin(a)) + phase) > 0.5).float()
+    if name == "checker":
+        return ((torch.sin(freq * x + phase) * torch.sin(freq * y + phase)) > 0).float()
+    if name == "dots":
+        return (s(freq * x + phase) * s(freq * y + phase) > 0.45).float()
+    if name == "rings":
+        return (s(1.2 * freq * torch.sqrt(x * x + y * y) + phase) > 0.5).float()
+    if name == "grid":
+        return ((s(freq * x + phase) > 0.8) | (s(freq * y + phase) > 0.8)).float()
+    if name == "waves":
+        return s(freq * y + 2.0 * torch.sin(0.5 * freq * x) + phase)
+    if name == "solid":
+        return torch.full_like(x, 0.5)
+    if name == "blotches":
+        return noise
+    if name == "zigzag":
+        tri = torch.abs(torch.remainder(0.5 * freq * x / math.pi + phase, 2.0) - 1.0)
+        return (s(freq * y + 3.0 * tri) > 0.5).float()
+    raise AssertionError(name)
+
+
+def _value_noise(n: int, size: int, gen: torch.Generator) -> torch.Tensor:
+    low = torch.rand((n, 1, 6, 6), generator=gen)
+    up = torch.nn.functional.interpolate(low, size=(size, size), mode="bicubic", align_corners=False)
+    return (up[:, 0] > 0.5).float()
+
+
+def _render_chunk(labels: torch.Tensor, tex: torch.Tensor, size: int, gen: torch.Generator) -> torch.Tensor:
+    n = labels.numel()
+    rnd = lambda *shape: torch.rand(shape, generator=gen)  # noqa: E731
+    lin = (torch.arange(size, dtype=torch.float32) + 0.5) / size * 2 - 1
+    yy, xx = torch.meshgrid(lin, lin, indexing="ij")
+    xx, yy = xx.expand(n, size, size), yy.expand(n, size, size)
+    # geometry: centre, radius, rotation (±20°, so that plus/x_cross and square/hexagon stay apart)
+    cx, cy = (rnd(n, 1, 1) - 0.5) * 0.5, (rnd(n, 1, 1) - 0.5) * 0.5
+    scale = 0.55 + rnd(n, 1, 1) * 0.25
+    theta = (rnd(n, 1, 1) - 0.5) * math.radians(40)
+    dx, dy = xx - cx, yy - cy
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    px, py = (cos * dx + sin * dy) / scale, (-sin * dx + cos * dy) / scale
+    # textures: foreground (class-tied or random) and background (random, low contrast)
+    freq = 15 + rnd(n, 1, 1) * 8
+    phase = rnd(n, 1, 1) * 2 * math.pi
+    noise = _value_noise(n, size, gen)
+    bg_tex = torch.randint(len(TEXTURES), (n,), generator=gen)
+    bg_freq, bg_phase = 10 + rnd(n, 1, 1) * 12, rnd(n, 1, 1) * 2 * math.pi
+    sdf = torch.empty(n, size, size)
+    fg_p = torch.empty(n, size, size)
+    bg_p = torch.empty(n, size, size)
+    for k in labels.unique().tolist():
+        m = labels == k
+        sdf[m] = shape_sdf(k, px[m], py[m])
+    for k in range(len(TEXTURES)):
+        m = tex == k
+        if m.any():
+            fg_p[m] = texture(k, xx[m], yy[m], freq[m], phase[m], noise[m])
+        m = bg_tex == k
+        if m.any():
+            bg_p[m] = texture(k, xx[m], yy[m], bg_freq[m], bg_phase[m], noise[m].flip(-1))
+    pixel = 2.0 / size
+    alpha = (0.5 - sdf * scale / pixel).clamp(0, 1)[:, None]
+    # colours: a dark/bright polarity per image keeps the shape visible against its background
+    polarity = (rnd(n, 1, 1, 1) < 0.5).float()
+    lo, hi = rnd(n, 3, 1, 1) * 0.45, 0.55 + rnd(n, 3, 1, 1) * 0.45
+    c1 = polarity * hi + (1 - polarity) * lo
+    c2 = polarity * (0.35 + rnd(n, 3, 1, 1) * 0.65) + (1 - polarity) * rnd(n, 3, 1, 1) * 0.65
+    fg = c1 * fg_p[:, None] + c2 * (1 - fg_p[:, None])
+    b1 = polarity * lo.flip(1) + (1 - polarity) * hi.flip(1)
+    b2 = (b1 + (rnd(n, 3, 1, 1) - 0.5) * 0.3).clamp(0, 1)
+    ga = rnd(n, 1, 1) * 2 * math.pi
+    gw = (0.5 + 0.5 * (xx * torch.cos(ga) + yy * torch.sin(ga)) / math.sqrt(2))[:, None]
+    bg = b1 * gw + b2 * (1 - gw) + 0.12 * (bg_p[:, None] - 0.5)
+    img = alpha * fg + (1 - alpha) * bg
+    img = img + 0.03 * torch.randn(img.shape, generator=gen)
+    return (img.clamp(0, 1) * 255 + 0.5).to(torch.uint8)
+
+
+def render_synthshapes(count: int, size: int = 32, seed: int = 0, classes: int = 10,
+                       texture_correlation: float = 0.5, cue_conflict: bool = False
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Render ``count`` images → (uint8 images (N, 3, size, size), shape labels (N,), texture labels (N,)).
+
+    Classes are exactly balanced within every block of ``K·⌈500/K⌉`` images. In the cue-conflict variant
+    the texture is always another class's texture.
+    """
+    if not 2 <= classes <= MAX_CLASSES:
+        raise RobustvitError(f"synthshapes supports 2 to {MAX_CLASSES} classes, got {classes}")
+    if not 8 <= size <= 224:
+        raise RobustvitError(f"synthshapes image size must be between 8 and 224, got {size}")
+    if not 0.0 <= texture_correlation <= 1.0:
+        raise RobustvitError(f"texture_correlation must be in [0, 1], got {texture_correlation}")
+    if count < 1:
+        raise RobustvitError(f"count must be >= 1, got {count}")
+    chunk = classes * math.ceil(_CHUNK_TARGET / classes)
+    xs, ys, ts = [], [], []
+    for c in range(math.ceil(count / chunk)):
+        gen = torch.Generator().manual_seed(derive_seed(seed, "synthshapes", c, size, classes,
+                                                        texture_correlation, cue_conflict))
+        labels = (torch.arange(chunk) % classes)[torch.randperm(chunk, generator=gen)]
+        rand_tex = torch.randint(classes, (chunk,), generator=gen)
+        if cue_conflict:
+            shift = torch.randint(1, classes, (chunk,), generator=gen)
+            tex = (labels + shift) % classes
+        else:
+            tied = torch.rand(chunk, generator=gen) < texture_correlation
+            tex = torch.where(tied, labels, rand_tex)
+        n = min(chunk, count - c * chunk)
+        img = _render_chunk(labels, tex, size, gen)  # whole chunk, so image i never depends on count
+        xs.append(img[:n]), ys.append(labels[:n]), ts.append(tex[:n])
+    return torch.cat(xs), torch.cat(ys), torch.cat(ts)

@@ -1,0 +1,1 @@
+"""Evaluation: suites (registry) and the resumable runner."""

@@ -1,0 +1,158 @@
+"""The evaluation-suite interface and registry.
+
+A suite turns a model and a data set into a JSON-able result. The runner (``robustvit.evaluate.runner``)
+splits the work into *units* — (suite, part, chunk of images) — and stores each unit's statistics in
+SQLite as soon as it finishes, so an interrupted run resumes where it stopped.
+
+A suite therefore only writes three things:
+
+* ``parts(ctx)``: the independent pieces of work per chunk (e.g. one per corruption × severity);
+* ``run(ctx, part, batch)``: statistics for one chunk, as a nested dict of numbers or lists of numbers
+  that are **additive** across chunks (counts, sums — not means);
+* ``finalize(ctx, stats)``: turn the summed statistics of every part into the suite's JSON result.
+
+Example::
+
+    @register_suite
+    class Clean(Suite):
+        name = "clean"
+        def run(self, ctx, part, batch):
+            logits = ctx.model(batch.x)
+            return {"n": len(batch.y), "correct": int((logits.argmax(1) == batch.y).sum())}
+        def finalize(self, ctx, stats):
+            s = stats["all"]
+            return {"top1": s["correct"] / s["n"]}
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from robustvit.errors import RobustvitError, unknown_name
+
+
+@dataclass
+class Batch:
+    """One chunk of evaluation data, already on the device."""
+
+    x: torch.Tensor            # float (N, 3, H, W) in [0, 1]
+    y: torch.Tensor            # long (N,)
+    index: torch.Tensor        # long (N,): positions of these images in the data set
+    generator: torch.Generator  # seeded from (run seed, suite key, part, chunk): replayable
+
+
+@dataclass
+class EvalContext:
+    """What a suite may look at. ``model`` is the model under test (a ``Normalized`` wrapper with
+    ``.spec``); ``models`` holds every model of the run by name (for transfer-style suites)."""
+
+    model: nn.Module
+    model_name: str
+    models: dict[str, nn.Module]
+    data_spec: str
+    dataset: Any
+    num_classes: int
+    device: torch.device
+    seed: int
+    options: dict[str, Any] = field(default_factory=dict)   # global CLI options (--eps, --norm, --steps …)
+    out_dir: Path | None = None
+
+
+class Suite:
+    """Base class of evaluation suites. Subclasses set ``name`` and implement ``run``/``finalize``.
+
+    Constructor keyword options come from the suite spec (``pgd:eps=1/255:steps=20``); unknown options
+    are rejected. ``max_images`` (option ``limit``) caps the images this suite sees.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    option_names: ClassVar[tuple[str, ...]] = ()
+    #: How ``robustvit demo`` runs this suite: suite specs (default: the bare name), or ``()`` to skip
+    #: it, with ``demo_skip_reason`` saying why (e.g. it needs ImageNet data).
+    demo_specs: ClassVar[tuple[str, ...] | None] = None
+    quick_specs: ClassVar[tuple[str, ...] | None] = None   # the same for ``demo --quick`` (default: demo_specs)
+    demo_skip_reason: ClassVar[str] = ""
+
+    def __init__(self, limit: int | None = None, **options: Any) -> None:
+        unknown = set(options) - set(self.option_names)
+        if unknown:
+            raise RobustvitError(
+                f"suite {self.name!r} has no option {sorted(unknown)[0]!r}"
+                + (f"; options: {', '.join(self.option_names)}" if self.option_names else "; it takes no options"))
+        self.max_images = None if limit is None else int(limit)
+        self.options = options
+
+    def option(self, ctx: EvalContext, key: str, default: Any = None) -> Any:
+        """A suite option, else the run's global option of that name, else ``default``."""
+        if key in self.options:
+            return self.options[key]
+        value = ctx.options.get(key)
+        return default if value is None else value
+
+    def parts(self, ctx: EvalContext) -> list[str]:
+        return ["all"]
+
+    def dataset(self, ctx: EvalContext) -> Any | None:
+        """A data set of the suite's own (e.g. ImageNet-R) instead of the run's; None = the run's."""
+        return None
+
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+_SUITES: dict[str, type[Suite]] = {}
+
+
+def register_suite(cls: type[Suite]) -> type[Suite]:
+    """Class decorator adding a suite to the registry under ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    _SUITES[cls.name] = cls
+    return cls
+
+
+def list_suites(pattern: str | None = None) -> list[str]:
+    """Registered suite names, optionally filtered by a shell-style pattern."""
+    _load_builtin_suites()
+    names = sorted(_SUITES)
+    return [n for n in names if pattern is None or fnmatch.fnmatch(n, pattern)]
+
+
+def get_suite_class(name: str) -> type[Suite]:
+    _load_builtin_suites()
+    if name not in _SUITES:
+        raise unknown_name("suite", name, _SUITES)
+    return _SUITES[name]
+
+
+def parse_suite_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``"pgd:eps=1/255:steps=20"`` → ``("pgd", {"eps": "1/255", "steps": "20"})``."""
+    name, *opts = spec.strip().split(":")
+    options: dict[str, str] = {}
+    for opt in opts:
+        if "=" not in opt:
+            raise RobustvitError(f"suite option {opt!r} in {spec!r} must look like key=value")
+        k, v = opt.split("=", 1)
+        options[k.strip().replace("-", "_")] = v.strip()
+    return name, options
+
+
+def create_suite(spec: str) -> Suite:
+    """Build a suite from its spec string; the result key in results.json is the spec as written."""
+    name, options = parse_suite_spec(spec)
+    return get_suite_class(name)(**options)
+
+
+def _load_builtin_suites() -> None:
+    # Importing the package registers the built-in suites.
+    import robustvit.evaluate.suites  # noqa: F401

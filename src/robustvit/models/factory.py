@@ -1,0 +1,198 @@
+"""``create_model``, ``list_models`` and the checkpoint folder format.
+
+A checkpoint is a folder with ``model.safetensors`` (the network's weights) and ``spec.json`` (the
+``ModelSpec``: architecture name, constructor kwargs, normalisation, classes). Loading rebuilds the
+architecture from the registry and loads tensors only — no code from the file is ever executed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+import robustvit
+from robustvit.errors import RobustvitError, unknown_name
+from robustvit.models import cifar as _cifar  # noqa: F401  (registers robustvit's architectures with timm)
+from robustvit.models.spec import ModelSpec
+from robustvit.models.wrapper import Normalized
+
+OWN_MODELS = ("vit_cifar_micro", "vit_cifar_tiny", "vit_cifar_small", "resnet_cifar18")
+WEIGHTS_FILE, SPEC_FILE = "model.safetensors", "spec.json"
+
+
+def list_models(pattern: str | None = None, pretrained: bool = False) -> list[str]:
+    """Model names accepted by ``create_model``: timm's registry (incl. robustvit's own architectures)."""
+    names = set(timm.list_models(pattern or "*", pretrained=pretrained)) if pattern else set(timm.list_models(pretrained=pretrained))
+    names |= {n for n in OWN_MODELS if pattern is None or fnmatch.fnmatch(n, pattern)}
+    return sorted(names)
+
+
+def is_checkpoint_dir(path: str | Path) -> bool:
+    p = Path(path)
+    return p.is_dir() and (p / SPEC_FILE).is_file()
+
+
+def create_model(name: str | None = None, *, pretrained: bool = False, num_classes: int | None = None,
+                 img_size: int | None = None, checkpoint: str | Path | None = None, **kwargs: Any) -> Normalized:
+    """Build a model that takes [0, 1] images and returns logits, with its normalisation inside.
+
+    ``name``: a timm model name (``vit_small_patch16_224``, ``resnet50``, …), one of robustvit's own
+    (``vit_cifar_tiny``, ``resnet_cifar18``, …), or a checkpoint folder. ``checkpoint``: a checkpoint
+    folder, or a ``.safetensors``/``.pth`` state-dict file for the named architecture.
+    ``pretrained=True`` downloads weights through timm / the Hugging Face hub.
+
+    >>> m = create_model("vit_cifar_tiny", num_classes=10)
+    >>> m(torch.rand(2, 3, 32, 32)).shape
+    torch.Size([2, 10])
+    """
+    if name is not None and is_checkpoint_dir(name):
+        name, checkpoint = None, name
+    if checkpoint is not None and is_checkpoint_dir(checkpoint):
+        return load_checkpoint(checkpoint, expect_architecture=name)
+    if checkpoint is not None and not Path(checkpoint).exists():
+        raise RobustvitError(f"checkpoint {checkpoint} does not exist; pass a folder written by `robustvit train` "
+                             "(model.safetensors + spec.json) or a state-dict file")
+    if name is None:
+        raise RobustvitError("give a model name or a checkpoint folder")
+    if name not in timm.list_models() and not timm.is_model(name):
+        hint = "a timm model name or a checkpoint folder"
+        if Path(name).exists():
+            hint = f"{name} exists but holds no {SPEC_FILE}; it is not a robustvit checkpoint folder"
+        raise unknown_name("model", name, list_models(), hint)
+    build_kwargs = dict(kwargs)
+    if num_classes is not None:
+        build_kwargs["num_classes"] = int(num_classes)
+    if img_size is not None:
+        build_kwargs["img_size"] = int(img_size)
+    net = _build(name, pretrained, build_kwargs)
+    spec = spec_from_timm(name, net, build_kwargs)
+    if checkpoint is not None:
+        load_state_dict_file(net, checkpoint, name)
+    return Normalized(net, spec)
+
+
+def _build(name: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
+    try:
+        return timm.create_model(name, pretrained=pretrained, **kwargs)
+    except TypeError as e:
+        raise RobustvitError(f"model {name!r} does not accept these options ({e}); remove them") from None
+    except RuntimeError as e:
+        if "pretrained" in str(e):
+            raise RobustvitError(str(e)) from None
+        raise
+
+
+def model_family(name: str, net: nn.Module) -> str:
+    """A coarse family label used by analyses: vit, deit, cait, xcit, swin, fan, resnet, convnext, other."""
+    cls = type(net).__name__.lower()
+    for fam in ("deit", "cait", "xcit", "swin", "fan", "convnext", "beit", "eva"):
+        if name.startswith(fam) or fam in cls:
+            return fam
+    if "visiontransformer" in cls or name.startswith("vit"):
+        return "vit"
+    if "resnet" in cls or name.startswith(("resnet", "wide_resnet", "resnext")):
+        return "resnet"
+    return "other"
+
+
+def spec_from_timm(name: str, net: nn.Module, kwargs: dict[str, Any]) -> ModelSpec:
+    cfg = getattr(net, "pretrained_cfg", None) or {}
+    input_size = tuple(cfg.get("input_size", (3, 224, 224)))
+    if "img_size" in kwargs:
+        s = kwargs["img_size"]
+        input_size = (3, *s) if isinstance(s, (tuple, list)) else (3, s, s)
+    patch = None
+    pe = getattr(net, "patch_embed", None)
+    if pe is not None and hasattr(pe, "patch_size"):
+        ps = pe.patch_size
+        patch = int(ps[0] if isinstance(ps, (tuple, list)) else ps)
+    num_classes = int(getattr(net, "num_classes", kwargs.get("num_classes", cfg.get("num_classes", 1000))))
+    return ModelSpec(architecture=name, num_classes=num_classes, input_size=tuple(int(v) for v in input_size),
+                     mean=tuple(float(v) for v in cfg.get("mean", (0.485, 0.456, 0.406))),
+                     std=tuple(float(v) for v in cfg.get("std", (0.229, 0.224, 0.225))),
+                     family=model_family(name, net), patch_size=patch,
+                     kwargs={k: v for k, v in kwargs.items() if _jsonable(v)})
+
+
+def _jsonable(v: Any) -> bool:
+    try:
+        json.dumps(v)
+        return True
+    except TypeError:
+        return False
+
+
+def save_checkpoint(model: Normalized, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    """Write ``directory/model.safetensors`` + ``directory/spec.json`` (atomic per file)."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.net.state_dict().items()}
+    tmp = d / (WEIGHTS_FILE + ".tmp")
+    save_file(state, str(tmp))
+    tmp.replace(d / WEIGHTS_FILE)
+    meta = {"format": "robustvit-checkpoint", "version": 1, "robustvit": robustvit.__version__,
+            "spec": model.spec.to_dict(), **(extra or {})}
+    tmp = d / (SPEC_FILE + ".tmp")
+    tmp.write_text(json.dumps(meta, indent=2))
+    tmp.replace(d / SPEC_FILE)
+    return d
+
+
+def load_checkpoint(directory: str | Path, expect_architecture: str | None = None,
+                    map_location: str | torch.device = "cpu") -> Normalized:
+    """Rebuild a model from a checkpoint folder written by ``save_checkpoint``."""
+    d = Path(directory)
+    try:
+        meta = json.loads((d / SPEC_FILE).read_text())
+        spec = ModelSpec.from_dict(meta["spec"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise RobustvitError(f"{d / SPEC_FILE} is not a valid robustvit spec file ({e})") from None
+    if expect_architecture and expect_architecture != spec.architecture:
+        raise RobustvitError(f"checkpoint {d} holds a {spec.architecture!r} model, not {expect_architecture!r}; "
+                             f"pass --model {d} alone or the matching architecture")
+    if spec.architecture not in list_models() and not timm.is_model(spec.architecture):
+        raise RobustvitError(f"checkpoint {d} needs architecture {spec.architecture!r}, which this install does not know")
+    net = _build(spec.architecture, False, dict(spec.kwargs))
+    if not (d / WEIGHTS_FILE).is_file():
+        raise RobustvitError(f"checkpoint {d} has no {WEIGHTS_FILE}")
+    load_state_dict_file(net, d / WEIGHTS_FILE, spec.architecture, map_location)
+    return Normalized(net, spec)
+
+
+def load_state_dict_file(net: nn.Module, path: str | Path, architecture: str,
+                         map_location: str | torch.device = "cpu") -> None:
+    """Load weights safely (safetensors, or ``torch.load(weights_only=True)``) with a clear mismatch error."""
+    path = Path(path)
+    try:
+        if path.suffix == ".safetensors":
+            state = load_file(str(path), device=str(map_location))
+        else:
+            state = torch.load(path, map_location=map_location, weights_only=True)
+            if isinstance(state, dict):
+                for key in ("state_dict", "model", "model_state"):
+                    if key in state and isinstance(state[key], dict):
+                        state = state[key]
+                        break
+    except Exception as e:  # corrupt file, pickle with code, …
+        raise RobustvitError(f"cannot read weights from {path} ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+    if not isinstance(state, dict):
+        raise RobustvitError(f"{path} does not hold a state dict")
+    state = {k.removeprefix("module.").removeprefix("model."): v for k, v in state.items()}
+    own = net.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    wrong = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    if missing or unexpected or wrong:
+        detail = (f"{len(missing)} missing, {len(unexpected)} unexpected, {len(wrong)} wrong-shaped tensors"
+                  + (f", e.g. {wrong[0]} {tuple(state[wrong[0]].shape)} vs {tuple(own[wrong[0]].shape)}" if wrong else
+                     f", e.g. {(missing or unexpected)[0]}"))
+        raise RobustvitError(f"weights in {path} do not fit architecture {architecture!r} ({detail}); "
+                             "is the checkpoint for another model or class count?")
+    net.load_state_dict(state, strict=True)

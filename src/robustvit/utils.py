@@ -1,0 +1,75 @@
+"""Small shared helpers: seeds and generators, ε parsing, devices, image-batch checks."""
+
+from __future__ import annotations
+
+import hashlib
+from fractions import Fraction
+
+import torch
+
+from robustvit.errors import RobustvitError
+
+
+def derive_seed(seed: int, *keys: object) -> int:
+    """A 63-bit seed derived deterministically from ``seed`` and any keys (order matters).
+
+    Used so that a unit of work gets the same random numbers whatever order units run in.
+    """
+    text = "\x1f".join([str(int(seed))] + [str(k) for k in keys])
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+def make_generator(seed: int | None = None, device: torch.device | str = "cpu",
+                   generator: torch.Generator | None = None) -> torch.Generator:
+    """Return ``generator`` if given, else a new generator on ``device`` seeded with ``seed`` (0 if None)."""
+    if generator is not None:
+        return generator
+    g = torch.Generator(device=torch.device(device))
+    g.manual_seed(0 if seed is None else int(seed))
+    return g
+
+
+def parse_eps(eps: float | int | str) -> float:
+    """Parse an ε given as a number or a string such as ``"4/255"`` or ``"0.5"``."""
+    if isinstance(eps, (int, float)):
+        value = float(eps)
+    else:
+        try:
+            value = float(Fraction(str(eps).strip()))
+        except (ValueError, ZeroDivisionError):
+            raise RobustvitError(f"cannot read eps {eps!r}; write a number such as 0.0157 or a fraction such as 4/255") from None
+    if value < 0:
+        raise RobustvitError(f"eps must be >= 0, got {eps!r}")
+    return value
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """``None``/"auto" → CUDA if available, else CPU; otherwise the named device (checked)."""
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise RobustvitError(f"unknown device {device!r}; use cpu, cuda, cuda:N or auto") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RobustvitError(f"device {device!r} requested but CUDA is not available; use --device cpu")
+    return dev
+
+
+def check_images(x: torch.Tensor, *, name: str = "images", check_range: bool = True) -> None:
+    """Raise a one-line error unless ``x`` is a float batch (N, 3, H, W) with values in [0, 1].
+
+    The range check synchronises with the device; hot paths call it once per batch at most.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise RobustvitError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise RobustvitError(f"{name} must be float in [0, 1], got dtype {x.dtype}; convert uint8 with x.float() / 255")
+    if x.ndim != 4 or x.shape[1] != 3:
+        raise RobustvitError(f"{name} must have shape (N, 3, H, W), got {tuple(x.shape)}")
+    if check_range and x.numel():
+        lo, hi = torch.aminmax(x)
+        if lo.item() < -1e-6 or hi.item() > 1 + 1e-6:
+            raise RobustvitError(
+                f"{name} must lie in [0, 1], got values in [{lo.item():.3g}, {hi.item():.3g}]; "
+                "pass unnormalised images (robustvit models normalise inside)")

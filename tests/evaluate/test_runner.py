@@ -1,0 +1,121 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from robustvit.errors import RobustvitError
+from robustvit.evaluate.runner import EvalConfig, run_eval
+from robustvit.evaluate.store import add_stats
+from robustvit.evaluate.suites import Suite, create_suite, list_suites, register_suite
+from robustvit.evaluate.suites.clean import Clean
+from robustvit.models import create_model, save_checkpoint
+
+DATA = "synthshapes:test,count=50,size=16"
+
+
+@pytest.fixture
+def ckpt(tmp_path, tiny_resnet):
+    tiny_resnet.spec.num_classes = 5
+    m = create_model("resnet_cifar18", width_mult=0.0625, num_classes=10).eval()
+    return str(save_checkpoint(m, tmp_path / "ck"))
+
+
+def _manual_accuracy(ck, n=50):
+    from robustvit.data import create_dataset
+
+    m = create_model(ck).eval()
+    ds = create_dataset(DATA)
+    x, y = ds.get_batch(torch.arange(n))
+    with torch.no_grad():
+        logits = m(x)
+    top5 = logits.topk(5, 1).indices.eq(y[:, None]).any(1).float().mean().item()
+    return (logits.argmax(1) == y).float().mean().item(), top5
+
+
+def test_clean_suite_matches_manual_accuracy(tmp_path, ckpt):
+    res = run_eval(EvalConfig(models=[ckpt], data=DATA, out=str(tmp_path / "e"), batch_size=16, device="cpu", progress=False))
+    r = json.loads((tmp_path / "e" / "results.json").read_text())
+    top1, top5 = _manual_accuracy(ckpt)
+    assert r["suites"]["clean"]["top1"] == pytest.approx(top1) and r["suites"]["clean"]["top5"] == pytest.approx(top5)
+    assert r["schema"] == 1 and r["data"]["num_images"] == 50 and r["model"]["spec"]["architecture"] == "resnet_cifar18"
+    assert set(r["run"]) >= {"robustvit", "torch", "device", "seed", "started", "finished", "command"}
+    assert r["model"]["params"] > 0 and list(res) == ["resnet_cifar18"]
+
+
+class Boom(Exception):
+    pass
+
+
+@register_suite
+class _Flaky(Suite):
+    """A test suite that dies after a number of units (simulating a kill)."""
+    name = "_flaky_test"
+    demo_specs = ()
+    fail_after: int | None = None
+    calls = 0
+
+    def parts(self, ctx):
+        return ["a", "b"]
+
+    def run(self, ctx, part, batch):
+        type(self).calls += 1
+        if self.fail_after is not None and type(self).calls > self.fail_after:
+            raise Boom()
+        noise = torch.rand(len(batch.y), generator=batch.generator, device=batch.y.device)
+        return {"n": len(batch.y), "sum": float(noise.sum()), "hist": [int((batch.y == k).sum()) for k in range(10)]}
+
+    def finalize(self, ctx, stats):
+        return {p: s["sum"] / s["n"] for p, s in stats.items()} | {"hist": stats["a"]["hist"]}
+
+
+def test_resume_after_interruption_gives_the_same_result(tmp_path, ckpt):
+    cfg = dict(models=[ckpt], data=DATA, suites=["_flaky_test", "clean"], batch_size=8, device="cpu", progress=False)
+    _Flaky.fail_after, _Flaky.calls = None, 0
+    ref = run_eval(EvalConfig(out=str(tmp_path / "ref"), **cfg))["resnet_cifar18"]
+    _Flaky.fail_after, _Flaky.calls = 5, 0
+    with pytest.raises(Boom):
+        run_eval(EvalConfig(out=str(tmp_path / "run"), **cfg))
+    assert not (tmp_path / "run" / "results.json").exists()
+    _Flaky.fail_after, _Flaky.calls = None, 0
+    res = run_eval(EvalConfig(out=str(tmp_path / "run"), **cfg))["resnet_cifar18"]
+    assert _Flaky.calls == 14 - 5  # 7 chunks × 2 parts, 5 already stored
+    assert res["suites"] == {k: {**v, "seconds": res["suites"][k]["seconds"]} for k, v in ref["suites"].items()}
+    assert sum(res["suites"]["_flaky_test"]["hist"]) == 50
+
+
+def test_settings_mismatch_and_bad_input(tmp_path, ckpt):
+    run_eval(EvalConfig(models=[ckpt], data=DATA, out=str(tmp_path / "e"), batch_size=16, device="cpu", progress=False, limit=20))
+    with pytest.raises(RobustvitError, match="other settings.*limit"):
+        run_eval(EvalConfig(models=[ckpt], data=DATA, out=str(tmp_path / "e"), batch_size=16, device="cpu", progress=False, limit=30))
+    with pytest.raises(RobustvitError, match="larger than the data set"):
+        run_eval(EvalConfig(models=[ckpt], data=DATA, out=str(tmp_path / "f"), limit=51, device="cpu", progress=False))
+    with pytest.raises(RobustvitError, match=">= 1"):
+        run_eval(EvalConfig(models=[ckpt], data=DATA, out=str(tmp_path / "f"), limit=0, device="cpu", progress=False))
+    with pytest.raises(RobustvitError, match="unknown suite 'clen'; did you mean clean"):
+        run_eval(EvalConfig(models=[ckpt], data=DATA, suites=["clen"], out=str(tmp_path / "f"), device="cpu"))
+    with pytest.raises(RobustvitError, match="no option 'eps'"):
+        create_suite("clean:eps=1")
+
+
+def test_registry_and_stats():
+    assert "clean" in list_suites() and "clean" in list_suites("cl*")
+    assert add_stats({"a": 1, "b": [1, 2], "c": {"d": 2.5}}, {"a": 2, "b": [3, 4], "c": {"d": 1}}) == {"a": 3, "b": [4, 6], "c": {"d": 3.5}}
+    assert isinstance(create_suite("clean"), Clean)
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_match_single(tmp_path, ckpt):
+    single = run_eval(EvalConfig(models=[ckpt], data=DATA, out=str(tmp_path / "one"), batch_size=8, device="cpu", progress=False))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533", "-m", "robustvit.cli",
+           "eval", "--model", ckpt, "--data", DATA, "--out", str(tmp_path / "two"), "--batch-size", "8", "--device", "cpu",
+           "--no-progress"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    two = json.loads((tmp_path / "two" / "results.json").read_text())
+    assert two["run"]["world_size"] == 2
+    assert two["suites"]["clean"]["top1"] == pytest.approx(single["resnet_cifar18"]["suites"]["clean"]["top1"])
+    assert two["data"]["num_images"] == 50

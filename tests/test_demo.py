@@ -1,0 +1,25 @@
+import json
+
+import pytest
+
+from robustvit.demo import DEMO_MODELS, run_demo
+
+
+@pytest.mark.slow
+def test_quick_demo_end_to_end(tmp_path):
+    results = run_demo(out=tmp_path, quick=True, device="cpu", progress=False)
+    assert set(results) == set(DEMO_MODELS)
+    for name, (family, _) in DEMO_MODELS.items():
+        res = json.loads((tmp_path / name / "results.json").read_text())
+        assert res["model"]["spec"]["family"] == family
+        assert (tmp_path / name / "checkpoint" / "model.safetensors").is_file()
+        assert 0.0 <= res["suites"]["clean"]["top1"] <= 1.0
+    # the quick plan is too short for the ViT to take off (ViTs start slowly from scratch); the CNN learns
+    assert results["resnet_cifar18"]["suites"]["clean"]["top1"] > 0.3
+    html = (tmp_path / "report.html").read_text()
+    assert all(name in html for name in DEMO_MODELS) and "data:image/png;base64" in html
+    assert (tmp_path / "report.md").read_text().startswith("# robustvit demo")
+    # re-running resumes: nothing is trained or evaluated again, the results are the same
+    again = run_demo(out=tmp_path, quick=True, device="cpu", progress=False)
+    for name in DEMO_MODELS:
+        assert again[name]["suites"]["clean"] == results[name]["suites"]["clean"]

@@ -1,0 +1,91 @@
+import json
+
+import pytest
+import torch
+
+from robustvit.errors import RobustvitError
+from robustvit.models import create_model
+from robustvit.training import TrainConfig, register_loss, train
+from robustvit.training.losses import CrossEntropy
+from robustvit.training.augment import random_crop_flip
+from robustvit.training.trainer import lr_at
+
+
+def test_lr_schedule():
+    assert lr_at(0, 100, 10, 1.0, 0.0) == pytest.approx(0.1)
+    assert lr_at(9, 100, 10, 1.0, 0.0) == pytest.approx(1.0)
+    assert lr_at(10, 100, 10, 1.0, 0.0) == pytest.approx(1.0)
+    assert lr_at(55, 100, 10, 1.0, 0.0) == pytest.approx(0.5)
+    assert lr_at(100, 100, 10, 1.0, 0.1) == pytest.approx(0.1)
+
+
+def test_crop_flip_is_a_shifted_copy():
+    x = torch.arange(2 * 3 * 6 * 6, dtype=torch.float32).view(2, 3, 6, 6)
+    g = torch.Generator().manual_seed(0)
+    y = random_crop_flip(x, g, padding=0, flip=False)
+    assert torch.equal(x, y)
+    y = random_crop_flip(x, torch.Generator().manual_seed(1), padding=2, flip=True)
+    assert y.shape == x.shape
+    for i in range(2):  # every non-zero value comes from the same image, in order along rows (or reversed)
+        vals = y[i][y[i] > 0]
+        assert set(vals.tolist()) <= set(x[i].flatten().tolist())
+
+
+def _cfg(tmp_path, epochs=2):
+    return TrainConfig(model="resnet_cifar18", data="synthshapes:train,count=64,size=16", out=str(tmp_path / "run"),
+                       epochs=epochs, batch_size=32, lr=1e-3, model_kwargs={"width_mult": 0.0625},
+                       val_data="synthshapes:test,count=32,size=16", device="cpu")
+
+
+class Interrupt(Exception):
+    pass
+
+
+@register_loss("_interrupt_at_epoch_2")
+class _InterruptingCE(CrossEntropy):
+    def forward(self, model, x, y, epoch):
+        if epoch == 2:
+            raise Interrupt()
+        return super().forward(model, x, y, epoch)
+
+
+def test_train_checkpoint_and_resume(tmp_path):
+    cfg = _cfg(tmp_path)
+    ck = train(cfg, progress=False)
+    lines = [json.loads(s) for s in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in lines] == [1, 2] and all("val_acc" in r for r in lines)
+    model = create_model(str(ck))
+    assert model.spec.class_names[0] == "circle" and model.spec.num_classes == 10
+    with pytest.raises(RobustvitError, match="--resume"):
+        train(cfg, progress=False)
+
+
+def test_interrupted_run_resumes_to_the_same_model(tmp_path):
+    straight = _cfg(tmp_path / "a", epochs=3)
+    train(straight, progress=False)
+    broken = _cfg(tmp_path / "b", epochs=3)
+    broken.loss, broken.loss_options = "_interrupt_at_epoch_2", {"label_smoothing": 0.1}
+    with pytest.raises(Interrupt):
+        train(broken, progress=False)
+    assert not (tmp_path / "b" / "run" / "checkpoint").exists()
+    train(_cfg(tmp_path / "b", epochs=3), resume=True, progress=False)
+    lines = [json.loads(s) for s in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in lines] == [1, 2, 3]
+    a = create_model(str(tmp_path / "a" / "run" / "checkpoint")).eval()
+    b = create_model(str(tmp_path / "b" / "run" / "checkpoint")).eval()
+    x = torch.rand(4, 3, 16, 16)
+    assert torch.allclose(a(x), b(x), atol=1e-5)
+
+
+def test_training_learns(tmp_path):
+    cfg = TrainConfig(model="resnet_cifar18", data="synthshapes:train,count=512,size=16,classes=2",
+                      out=str(tmp_path / "r"), epochs=8, batch_size=32, lr=3e-3, model_kwargs={"width_mult": 0.125},
+                      val_data="synthshapes:test,count=200,size=16,classes=2", device="cpu", warmup_epochs=0.5)
+    train(cfg, progress=False)
+    last = json.loads((tmp_path / "r" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["val_acc"] > 0.7
+
+
+def test_resume_without_state(tmp_path):
+    with pytest.raises(RobustvitError, match="nothing to resume"):
+        train(_cfg(tmp_path), resume=True, progress=False)
