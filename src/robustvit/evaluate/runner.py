@@ -64,8 +64,8 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     keys = [s.strip() for s in cfg.suites]
     if len(set(keys)) != len(keys):
         raise RobustvitError("a suite is listed twice in --suite")
-    rank, world = _init_distributed()
     device = resolve_device(cfg.device)
+    rank, world = _init_distributed(device)
     if world > 1 and device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
     models: dict[str, Normalized] = {}
@@ -115,11 +115,10 @@ def _checkpoint_id(name: str) -> str:
     return f"{p.stat().st_size}:{int(p.stat().st_mtime)}" if p.is_file() else name
 
 
-def _init_distributed() -> tuple[int, int]:
+def _init_distributed(device: torch.device) -> tuple[int, int]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
