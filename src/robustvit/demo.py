@@ -31,11 +31,11 @@ class DemoPlan:
     test_count: int
     epochs: dict[str, int]
     batch_size: int
-    eval_limit: int
+    eval_limit: int | None   # None: the whole test split (so `robustvit eval ... --data synthshapes:test` reproduces it)
 
 
 PLANS = {
-    "default": DemoPlan(train_count=10_000, test_count=2_000, epochs={"vit": 6, "resnet": 2}, batch_size=64, eval_limit=1000),
+    "default": DemoPlan(train_count=10_000, test_count=2_000, epochs={"vit": 6, "resnet": 2}, batch_size=64, eval_limit=None),
     "quick": DemoPlan(train_count=3_000, test_count=500, epochs={"vit": 4, "resnet": 2}, batch_size=64, eval_limit=200),
 }
 
@@ -65,7 +65,7 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
     plan = PLANS["quick" if quick else "default"]
     out = Path(out)
     train_spec = f"synthshapes:train,count={plan.train_count}"
-    test_spec = f"synthshapes:test,count={plan.test_count}"
+    test_spec = "synthshapes:test" if plan.eval_limit is None else f"synthshapes:test,count={plan.test_count}"
     suites, skipped = demo_suites(quick)
     results: dict[str, dict[str, Any]] = {}
     t_start = time.time()
@@ -81,12 +81,12 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
             train(cfg, resume=(mdir / "last" / "train_state.pt").is_file(), progress=progress)
         print(f"[demo] evaluating {name}: {', '.join(suites)}", flush=True)
         ecfg = EvalConfig(models=[str(ckpt)], data=test_spec, suites=suites, out=str(mdir),
-                          limit=min(plan.eval_limit, plan.test_count), batch_size=100, device=device, seed=seed,
+                          limit=plan.eval_limit, batch_size=100, device=device, seed=seed,
                           progress=progress, command=f"robustvit demo --out {out}" + (" --quick" if quick else ""))
         res = run_eval(ecfg)
         results[name] = next(iter(res.values()))
     notes = [f"Models trained on {train_spec} ({'quick' if quick else 'default'} plan) and evaluated on {test_spec} "
-             f"(first {min(plan.eval_limit, plan.test_count)} images); total {time.time() - t_start:.0f} s on "
+             f"({plan.eval_limit or plan.test_count} images); total {time.time() - t_start:.0f} s on "
              f"{'CUDA' if torch.cuda.is_available() and device != 'cpu' else 'CPU'}.",
              "ResNet: resnet_cifar18 with width_mult=0.25 (a quarter of the channels) so that it trains on a CPU in minutes."]
     notes += [f"Not run by the demo — {s}" for s in skipped]
