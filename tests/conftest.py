@@ -9,6 +9,12 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture
+def shared_data() -> Path:
+    """``../shared/data`` (real images for development; absent on most machines: tests skip)."""
+    return SHARED_DATA
+
+
 def pytest_collection_modifyitems(config, items):
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA device")

@@ -66,9 +66,8 @@ def test_missing_paths(tmp_path):
         create_dataset(f"npz:{tmp_path / 'nope.npz'}")
 
 
-def test_shared_cifar_folder_if_present():
-    from conftest import SHARED_DATA
-
+def test_shared_cifar_folder_if_present(shared_data):
+    SHARED_DATA = shared_data
     if not (SHARED_DATA / "cifar10-jpg.tar.gz").is_file():
         pytest.skip("../shared/data/cifar10-jpg.tar.gz is absent (development data only)")
     import tarfile, tempfile  # noqa: E401

@@ -19,6 +19,7 @@ A subclass sets ``name`` and writes ``perturb(x, y)``. Example::
 from __future__ import annotations
 
 import fnmatch
+import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -97,6 +98,11 @@ class Attack:
             delta = delta * torch.clamp(e / norms, max=1.0)
         return (x + delta).clamp(0, 1)
 
+    def linf_box(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-pixel bounds (lo, hi) of the L∞ ball ∩ [0, 1]: ``x_adv.clamp(lo, hi)`` projects in one
+        kernel (computed once per attack; used by the iterative L∞ attacks' hot loops)."""
+        return (x - self.eps).clamp_(min=0), (x + self.eps).clamp_(max=1)
+
     def random_start(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """A uniform random point of the ε-ball around x (L∞: U(−ε, ε); L2: uniform in the ball)."""
         if self.norm == "linf":
@@ -124,6 +130,16 @@ class Attack:
             loss = -loss
         grad, = torch.autograd.grad(loss.sum(), x_adv)
         return loss.detach(), grad.detach(), logits.detach()
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of the model for ``x`` without building a graph."""
+        return self.model(x)
+
+    def success(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Boolean (N,): misclassified (untargeted) or classified as the target ``y`` (targeted)."""
+        pred = logits.argmax(1)
+        return pred == y if self.targeted else pred != y
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(eps={self.eps:.6g}, norm={self.norm!r}, targeted={self.targeted}, seed={self.seed})"
@@ -155,6 +171,29 @@ def create_attack(name: str, model: nn.Module, **kwargs: Any) -> Attack:
         return _ATTACKS[name](model, **kwargs)
     except TypeError as e:  # unknown keyword
         raise RobustvitError(f"attack {name!r}: {e}") from None
+
+
+def get_attack_class(name: str) -> type[Attack]:
+    """The class registered under ``name`` (raises the usual unknown-name error)."""
+    _load_builtin()
+    if name not in _ATTACKS:
+        raise unknown_name("attack", name, _ATTACKS)
+    return _ATTACKS[name]
+
+
+def attack_keywords(name_or_cls: str | type[Attack]) -> set[str]:
+    """The keyword arguments an attack's constructor accepts (following ``**kwargs`` up the MRO)."""
+    cls = get_attack_class(name_or_cls) if isinstance(name_or_cls, str) else name_or_cls
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]
+        names.update(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "model")
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
 
 
 def _load_builtin() -> None:

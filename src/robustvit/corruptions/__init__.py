@@ -1,1 +1,41 @@
-"""robustvit.corruptions"""
+"""robustvit.corruptions — common corruptions (ImageNet-C / CIFAR-10-C), batched in PyTorch.
+
+The 15 benchmark corruptions and 4 extra ones of Hendrycks & Dietterich, "Benchmarking Neural Network
+Robustness to Common Corruptions and Perturbations", ICLR 2019 (arXiv:1903.12261), at severities 1–5, on
+batches (N, 3, H, W) in [0, 1] on any device. See ``docs/corruptions.md``.
+
+>>> import torch
+>>> from robustvit.corruptions import corrupt, list_corruptions
+>>> x = torch.rand(8, 3, 224, 224)
+>>> y = corrupt(x, "motion_blur", 3, seed=0)          # preset "imagenet" from the size
+
+Building blocks (stable names, reused by the ImageNet-P sequences): :func:`gaussian_blur`,
+:func:`motion_blur`, :func:`clipped_zoom`, :func:`plasma_fractal`, :func:`snow_layer`, :func:`frost_texture`,
+:func:`disk_kernel`, :func:`defocus`, :func:`gaussian_filter`, :func:`glass_shuffle`, :func:`jpeg_roundtrip`,
+:func:`rgb_to_hsv` / :func:`hsv_to_rgb`, :func:`warp_bilinear`.
+"""
+
+from robustvit.corruptions.color import hsv_to_rgb, rgb_to_gray, rgb_to_hsv
+from robustvit.corruptions.compat import corrupt_image, get_corruption_names
+from robustvit.corruptions.engine import corrupt, is_random, list_corruptions
+from robustvit.corruptions.filters import defocus, disk_kernel, filter2d, gaussian_blur, gaussian_filter, pad
+from robustvit.corruptions.fractal import plasma_fractal
+from robustvit.corruptions.frost import frost_texture
+from robustvit.corruptions.functional import FUNCTIONS, snow_layer
+from robustvit.corruptions.geometry import clipped_zoom, motion_blur, motion_kernel, warp_bilinear
+from robustvit.corruptions.glass import glass_shuffle
+from robustvit.corruptions.jpeg import jpeg_roundtrip, to_uint8
+from robustvit.corruptions.params import (BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, EXTRA_CORRUPTIONS, PRESET_SIZES,
+                                          CorruptionParams, corruption_params, resolve_preset, zoom_factors)
+
+__all__ = [
+    # engine
+    "corrupt", "list_corruptions", "is_random", "corruption_params", "CorruptionParams", "resolve_preset",
+    "BENCHMARK_CORRUPTIONS", "EXTRA_CORRUPTIONS", "CORRUPTION_GROUPS", "PRESET_SIZES", "FUNCTIONS",
+    # imagecorruptions drop-in
+    "corrupt_image", "get_corruption_names",
+    # building blocks
+    "gaussian_blur", "gaussian_filter", "motion_blur", "motion_kernel", "clipped_zoom", "plasma_fractal",
+    "snow_layer", "frost_texture", "disk_kernel", "defocus", "filter2d", "pad", "glass_shuffle",
+    "jpeg_roundtrip", "to_uint8", "rgb_to_hsv", "hsv_to_rgb", "rgb_to_gray", "warp_bilinear", "zoom_factors",
+]

@@ -1,4 +1,4 @@
-"""Built-in report sections for suites with a dedicated view (registered with ``register_section``)."""
+"""Report section of the ``clean`` suite."""
 
 from __future__ import annotations
 

@@ -1,0 +1,145 @@
+"""Helper run inside the *reference* environment (imagecorruptions 1.1.2, numpy 1.26, scikit-image 0.19).
+
+Never imported by robustvit. The benchmarks call it in a subprocess and exchange .npy/.json files:
+
+    python _ref_corruptions.py images --out photos.npy            # scikit-image sample photos, 224 px
+    python _ref_corruptions.py corrupt --images x.npy --names fog,snow --repeats 2 --seed 0 --out y.npz
+    python _ref_corruptions.py time --images x.npy --names fog --n 2 --out t.json
+
+Make the environment outside the repository:
+    python3 -m venv /tmp/ref && /tmp/ref/bin/pip install numpy==1.26.0 scikit-image==0.19.3 "setuptools<80" imagecorruptions
+
+``elastic_transform@imagenet-c`` is the elastic transform that made the released ImageNet-C (random affine +
+displacement field, parameters in multiples of 244; Hendrycks & Dietterich 2019, arXiv:1903.12261),
+written here from its description because imagecorruptions 1.1.2 replaced it with a different one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+
+def _photos(size: int = 224) -> np.ndarray:
+    from PIL import Image
+    from skimage import data
+
+    names = ["astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry"]
+    out = []
+    for name in names:
+        try:
+            img = getattr(data, name)()
+        except Exception:  # noqa: BLE001 - not bundled in this version: skip
+            continue
+        pil = Image.fromarray(img[..., :3]).convert("RGB")
+        s = 256 * size // 224
+        w, h = pil.size
+        pil = pil.resize((round(w * s / min(w, h)), round(h * s / min(w, h))), Image.BILINEAR)
+        w, h = pil.size
+        left, top = (w - size) // 2, (h - size) // 2
+        out.append(np.asarray(pil.crop((left, top, left + size, top + size))))
+    return np.stack(out)
+
+
+def _elastic_imagenet_c(img: np.ndarray, severity: int) -> np.ndarray:
+    import cv2
+    from scipy.ndimage import gaussian_filter, map_coordinates
+
+    alpha, sigma, jitter = [(488, 170.8, 24.4), (488, 19.52, 48.8), (12.2, 2.44, 4.88),
+                            (17.08, 2.44, 4.88), (29.28, 2.44, 4.88)][severity - 1]
+    x = img.astype(np.float32) / 255.0
+    h, w = x.shape[:2]
+    cy, cx = h // 2, w // 2
+    s = min(h, w) // 3
+    src = np.float32([[cx + s, cy + s], [cx + s, cy - s], [cx - s, cy - s]])
+    dst = (src + np.random.uniform(-jitter, jitter, size=src.shape)).astype(np.float32)
+    warped = cv2.warpAffine(x, cv2.getAffineTransform(src, dst), (w, h), borderMode=cv2.BORDER_REFLECT_101)
+    fields = [gaussian_filter(np.random.uniform(-1, 1, size=(h, w)), sigma, mode="reflect", truncate=3) * alpha
+              for _ in range(2)]
+    yy, xx = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    out = np.stack([map_coordinates(warped[..., c], [yy + fields[1], xx + fields[0]], order=1, mode="reflect")
+                    for c in range(3)], -1)
+    return np.uint8(np.clip(out, 0, 1) * 255)
+
+
+def _apply(img: np.ndarray, name: str, severity: int) -> np.ndarray:
+    if name == "elastic_transform@imagenet-c":
+        return _elastic_imagenet_c(img, severity)
+    from imagecorruptions import corrupt
+
+    return corrupt(img, corruption_name=name, severity=severity)
+
+
+def cmd_corrupt(a: argparse.Namespace) -> None:
+    imgs = np.load(a.images)
+    np.random.seed(a.seed)
+    out = {}
+    for name in a.names.split(","):
+        for sev in range(1, 6):
+            reps = [np.stack([_apply(im, name, sev) for im in imgs]) for _ in range(a.repeats)]
+            out[f"{name}/{sev}"] = np.stack(reps)          # (repeats, N, H, W, 3) uint8
+    np.savez_compressed(a.out, **out)
+
+
+def cmd_time(a: argparse.Namespace) -> None:
+    imgs = np.load(a.images)[: a.n]
+    np.random.seed(0)
+    res = {}
+    for name in a.names.split(","):
+        _apply(imgs[0], name, 1)                            # warm caches (frost files, imports)
+        t0 = time.perf_counter()
+        for sev in range(1, 6):
+            for im in imgs:
+                _apply(im, name, sev)
+        res[name] = (time.perf_counter() - t0) / (5 * len(imgs))
+    with open(a.out, "w") as f:
+        json.dump(res, f)
+
+
+def cmd_images(a: argparse.Namespace) -> None:
+    np.save(a.out, _photos(a.size))
+
+
+def cmd_versions(a: argparse.Namespace) -> None:
+    import importlib.metadata as md
+
+    out = {}
+    for pkg in ("imagecorruptions", "numpy", "scikit-image", "scipy", "opencv-python", "Pillow"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    print(json.dumps(out))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("corrupt")
+    c.add_argument("--images", required=True)
+    c.add_argument("--names", required=True)
+    c.add_argument("--repeats", type=int, default=1)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--out", required=True)
+    c.set_defaults(func=cmd_corrupt)
+    t = sub.add_parser("time")
+    t.add_argument("--images", required=True)
+    t.add_argument("--names", required=True)
+    t.add_argument("--n", type=int, default=2)
+    t.add_argument("--out", required=True)
+    t.set_defaults(func=cmd_time)
+    i = sub.add_parser("images")
+    i.add_argument("--size", type=int, default=224)
+    i.add_argument("--out", required=True)
+    i.set_defaults(func=cmd_images)
+    v = sub.add_parser("versions")
+    v.set_defaults(func=cmd_versions)
+    a = p.parse_args()
+    a.func(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""Fidelity of robustvit's corruptions against the reference package ``imagecorruptions`` 1.1.2.
+
+Real photos: scikit-image's bundled sample photos (astronaut, coffee, chelsea, …; Resize 256 + CenterCrop 224,
+as ImageNet-C) and CIFAR-10 test images (32 px) taken from a CIFAR-10 JPEG tarball extracted to a temporary
+folder. imagecorruptions always applies its ImageNet parameters; robustvit is therefore run with
+``preset="imagenet", size_scaling=False`` here, i.e. the same parameters at both sizes.
+
+- deterministic corruptions: mean absolute difference (MAD) in grey levels after converting robustvit's output
+  to uint8 the way the reference does (truncation; rounding for pixelate, whose reference goes through PIL).
+  Target ≤ 1 grey level at 224 px.
+- random corruptions: mean and standard deviation of |corrupted − clean| (grey levels) over all pixels,
+  images and repeats, for both; relative differences. Target: both within 10 %.
+
+The reference runs in its own (old-library) environment, in a subprocess; make it outside the repository:
+
+    python3 -m venv /tmp/ref && /tmp/ref/bin/pip install numpy==1.26.0 scikit-image==0.19.3 "setuptools<80" imagecorruptions
+
+Usage (from the repository root):
+
+    python benchmarks/corruption_fidelity.py --ref-python /tmp/ref/bin/python \\
+        --cifar ../shared/data/cifar10-jpg.tar.gz --out /tmp/fidelity.json [--grid docs/img/corruptions_grid.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from robustvit.corruptions import corrupt, is_random, list_corruptions, to_uint8
+
+HERE = Path(__file__).resolve().parent
+REF = HERE / "_ref_corruptions.py"
+ROUNDED = {"pixelate"}
+ELASTIC_IC = "elastic_transform@imagenet-c"
+
+
+def ref_call(py: str, *args: str) -> str:
+    res = subprocess.run([py, str(REF), *args], capture_output=True, text=True)
+    if res.returncode:
+        raise SystemExit(f"reference helper failed: {res.stderr.strip()[-2000:]}")
+    return res.stdout
+
+
+def cifar_images(tarball: Path, per_class: int = 4) -> np.ndarray:
+    """The first ``per_class`` test images of each class, read from the tarball (extracted to a temp dir)."""
+    from PIL import Image
+
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(tarball) as tf:
+        picked: dict[str, list[tarfile.TarInfo]] = {}
+        for m in tf:
+            parts = Path(m.name).parts
+            if m.isfile() and len(parts) >= 3 and parts[-3] == "test" and m.name.endswith(".jpg"):
+                lst = picked.setdefault(parts[-2], [])
+                if len(lst) < per_class:
+                    lst.append(m)
+                    tf.extract(m, tmp)
+        files = sorted(Path(tmp) / m.name for lst in picked.values() for m in lst)
+        return np.stack([np.asarray(Image.open(f).convert("RGB")) for f in files])
+
+
+def ours(imgs: np.ndarray, name: str, severity: int, repeats: int, seed: int) -> np.ndarray:
+    x = torch.from_numpy(imgs).permute(0, 3, 1, 2).float() / 255
+    rounding = "round" if name in ROUNDED else "floor"
+    outs = []
+    for r in range(repeats):
+        y = corrupt(x, name, severity, seed=seed + r, preset="imagenet", size_scaling=False)
+        outs.append(to_uint8(y, rounding).permute(0, 2, 3, 1).numpy())
+    return np.stack(outs)
+
+
+def compare(clean: np.ndarray, mine: np.ndarray, ref: np.ndarray, random: bool) -> dict:
+    c = clean.astype(np.float64)[None]
+    dm, dr = np.abs(mine - c), np.abs(ref - c)
+    row = {"ours_mean": dm.mean(), "ref_mean": dr.mean(), "ours_std": dm.std(), "ref_std": dr.std()}
+    row["rel_mean"] = row["ours_mean"] / max(row["ref_mean"], 1e-9) - 1
+    row["rel_std"] = row["ours_std"] / max(row["ref_std"], 1e-9) - 1
+    if not random:
+        row["mad"] = np.abs(mine.astype(np.float64) - ref).mean()
+    return {k: float(v) for k, v in row.items()}
+
+
+def run_set(label: str, imgs: np.ndarray, names: list[str], py: str, repeats: int, seed: int,
+            tmp: Path) -> list[dict]:
+    np.save(tmp / f"{label}.npy", imgs)
+    rows = []
+    for name in names:
+        random = name == ELASTIC_IC or is_random(name)
+        reps = 1 if not random else (1 if name == "glass_blur" and label == "224" else repeats)
+        t0 = time.perf_counter()
+        ref_call(py, "corrupt", "--images", str(tmp / f"{label}.npy"), "--names", name, "--repeats", str(reps),
+                 "--seed", str(seed), "--out", str(tmp / "ref.npz"))
+        ref = np.load(tmp / "ref.npz")
+        for sev in range(1, 6):
+            mine = ours(imgs, "elastic_transform" if name == ELASTIC_IC else name, sev, reps, seed)
+            row = compare(imgs, mine, ref[f"{name}/{sev}"].astype(np.float64), random)
+            row.update(set=label, name=name, severity=sev, random=random, n=int(len(imgs) * reps))
+            rows.append(row)
+        print(f"[{label}] {name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+    return rows
+
+
+def verdict(row: dict) -> bool:
+    if not row["random"]:
+        return row["mad"] <= 1.0
+    return abs(row["rel_mean"]) <= 0.10 and abs(row["rel_std"]) <= 0.10
+
+
+def markdown(rows: list[dict], label: str) -> str:
+    lines = [f"| corruption | kind | s1 | s2 | s3 | s4 | s5 | within target |", "|---|---|---|---|---|---|---|---|"]
+    names = list(dict.fromkeys(r["name"] for r in rows if r["set"] == label))
+    for name in names:
+        rs = [r for r in rows if r["set"] == label and r["name"] == name]
+        if rs[0]["random"]:
+            cells = [f"{100 * r['rel_mean']:+.0f}% / {100 * r['rel_std']:+.0f}%" for r in rs]
+            kind = "random: Δmean / Δstd"
+        else:
+            cells = [f"{r['mad']:.2f}" for r in rs]
+            kind = "MAD (grey levels)"
+        ok = sum(verdict(r) for r in rs)
+        lines.append(f"| {name} | {kind} | " + " | ".join(cells) + f" | {ok}/5 |")
+    return "\n".join(lines)
+
+
+def grid(path: Path, size: int = 112) -> None:
+    """A picture of every corruption (rows) at severities 1–5 (columns) on one photo-like image."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    base = _grid_image(size)
+    x = torch.from_numpy(base).permute(2, 0, 1)[None].float() / 255
+    names = list_corruptions()
+    fig, axes = plt.subplots(len(names), 6, figsize=(6 * 1.3, len(names) * 1.3))
+    for i, name in enumerate(names):
+        for j in range(6):
+            ax = axes[i, j]
+            img = x if j == 0 else corrupt(x, name, j, seed=0, preset="imagenet")
+            ax.imshow(img[0].permute(1, 2, 0).numpy())
+            ax.set_xticks([]), ax.set_yticks([])
+            if i == 0:
+                ax.set_title("clean" if j == 0 else f"severity {j}", fontsize=8)
+            if j == 0:
+                ax.set_ylabel(name, fontsize=7, rotation=0, ha="right", va="center")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    Image.open(path).convert("RGB").save(path, optimize=True)
+
+
+def _grid_image(size: int) -> np.ndarray:
+    """A synthetic scene (sky, sun, hills, a house) so the grid needs no data files."""
+    yy, xx = np.mgrid[0:size, 0:size] / size
+    img = np.zeros((size, size, 3))
+    img[:] = np.stack([0.45 + 0.3 * yy, 0.65 + 0.2 * yy, 0.95 - 0.1 * yy], -1)
+    hill = yy > 0.62 + 0.08 * np.sin(6 * xx)
+    img[hill] = np.stack([0.25 + 0.1 * xx, 0.55 - 0.1 * yy, 0.2 + 0 * xx], -1)[hill]
+    sun = (yy - 0.22) ** 2 + (xx - 0.75) ** 2 < 0.01
+    img[sun] = (1.0, 0.85, 0.3)
+    house = (xx > 0.2) & (xx < 0.45) & (yy > 0.5) & (yy < 0.75)
+    img[house] = (0.75, 0.3, 0.25)
+    roof = (yy < 0.5) & (yy > 0.35) & (np.abs(xx - 0.325) < (yy - 0.35) * 1.0)
+    img[roof] = (0.35, 0.2, 0.15)
+    door = (xx > 0.3) & (xx < 0.36) & (yy > 0.62) & (yy < 0.75)
+    img[door] = (0.2, 0.12, 0.08)
+    rng = np.random.default_rng(0)
+    img += rng.normal(0, 0.015, img.shape)
+    return (img.clip(0, 1) * 255).astype(np.uint8)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ref-python", help="python of the reference env (imagecorruptions 1.1.2)")
+    p.add_argument("--cifar", type=Path, help="cifar10-jpg.tar.gz (optional: adds the 32-px table)")
+    p.add_argument("--names", default=",".join(list_corruptions() + [ELASTIC_IC]))
+    p.add_argument("--repeats", type=int, default=3, help="draws per image for random corruptions")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("corruption_fidelity.json"))
+    p.add_argument("--grid", type=Path, help="also draw the corruption × severity grid to this PNG")
+    a = p.parse_args()
+    torch.set_num_threads(2)
+    if a.grid:
+        grid(a.grid)
+        print(f"grid written to {a.grid}", file=sys.stderr)
+    if not a.ref_python:
+        return
+    names = a.names.split(",")
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        versions = json.loads(ref_call(a.ref_python, "versions"))
+        ref_call(a.ref_python, "images", "--out", str(tmp / "photos.npy"))
+        photos = np.load(tmp / "photos.npy")
+        rows += run_set("224", photos, names, a.ref_python, a.repeats, a.seed, tmp)
+        if a.cifar:
+            rows += run_set("32", cifar_images(a.cifar), names, a.ref_python, a.repeats, a.seed, tmp)
+    md = []
+    for label in dict.fromkeys(r["set"] for r in rows):
+        n_img = {"224": len(photos)}.get(label, 40)
+        md.append(f"### {label} px ({n_img} images)\n\n" + markdown(rows, label))
+    text = "\n\n".join(md)
+    print(text)
+    a.out.write_text(json.dumps({"reference": versions, "torch": torch.__version__, "rows": rows}, indent=1))
+    a.out.with_suffix(".md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

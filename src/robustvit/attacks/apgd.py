@@ -1,0 +1,210 @@
+"""APGD — Auto-PGD (Croce & Hein 2020, "Reliable evaluation of adversarial robustness with an ensemble
+of diverse parameter-free attacks", arXiv:2003.01690), L∞ and L2.
+
+PGD with momentum and a step-size schedule that needs no tuning:
+
+* start: a random point on the ε-sphere (as the reference code), step size η = 2ε;
+* step: z = P(x_k + η·sign(∇)) (L∞) or P(x_k + η·∇/‖∇‖₂) (L2);
+  x_{k+1} = P(x_k + α(z − x_k) + (1 − α)(x_k − x_{k−1})), momentum α = 0.75 (1 at the first step);
+* checkpoints w_0 = 0, w_1 = 0.22·N, then intervals shrinking by 0.03·N down to 0.06·N; at each, per
+  sample, η is halved and the iterate reset to the best point so far if the loss increased in at most
+  ρ = 0.75 of the steps since the last checkpoint, or if η was not halved last time and the best loss
+  has not improved since;
+* a point is returned as soon as one iterate fools the model (else the highest-loss point);
+  restarts attack only the points that are still robust.
+
+The loop never synchronises with the device (masks, not index lists). Attacks:
+
+* ``apgd-ce``: cross-entropy; ``targeted=True`` descends the cross-entropy of the target ``y``;
+* ``apgd-dlr``: the DLR loss (see :mod:`robustvit.attacks.losses`), ≥ 3 classes;
+* ``apgd-t``: targeted DLR towards each of the ``n_target_classes`` (default 9, capped at
+  number of classes − 1) most likely wrong classes in turn, on the points still robust; ≥ 4 classes.
+
+Defaults: ε = 8/255, 100 steps, 1 restart, ``rho=0.75``, ``momentum=0.75``, ``eot_iter=1`` (set e.g. 20
+for randomised models: gradients averaged over that many forward passes, "EoT").
+
+Example::
+
+    atk = create_attack("apgd-ce", model, eps="8/255", steps=100, restarts=5)
+    x_adv = atk(x, y)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from robustvit.attacks.base import Attack, register_attack
+from robustvit.attacks.fgsm import ascent_direction
+from robustvit.attacks.losses import ce_loss, ce_targeted_loss, dlr_loss, dlr_targeted_loss
+from robustvit.errors import RobustvitError
+
+
+def checkpoint_intervals(steps: int) -> tuple[int, int, int]:
+    """(first interval, decrement, minimum interval) of the checkpoint schedule for ``steps`` iterations."""
+    return max(int(0.22 * steps), 1), max(int(0.03 * steps), 1), max(int(0.06 * steps), 1)
+
+
+def _bcast(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return mask.view(-1, *([1] * (like.ndim - 1)))
+
+
+@register_attack
+class APGD(Attack):
+    """APGD on the cross-entropy (``apgd-ce``). Keywords: ``eps`` (8/255), ``norm``, ``steps`` (100),
+    ``restarts`` (1), ``rho`` (0.75), ``momentum`` (0.75), ``eot_iter`` (1), ``targeted`` (False),
+    ``seed`` (0)."""
+
+    name = "apgd-ce"
+    loss_name = "ce"
+
+    def __init__(self, model: nn.Module, *, steps: int = 100, restarts: int = 1, rho: float = 0.75,
+                 momentum: float = 0.75, eot_iter: int = 1, **kwargs) -> None:
+        super().__init__(model, **kwargs)
+        if int(steps) < 1 or int(restarts) < 1 or int(eot_iter) < 1:
+            raise RobustvitError(f"{self.name}: steps, restarts and eot_iter must be >= 1")
+        if self.targeted and self.loss_name != "ce":
+            raise RobustvitError(f"{self.name} does not take targeted=True; use apgd-t (it picks its targets) "
+                                 "or apgd-ce with targeted=True")
+        self.steps, self.restarts, self.eot_iter = int(steps), int(restarts), int(eot_iter)
+        self.rho, self.momentum = float(rho), float(momentum)
+
+    # ---- driver: restarts on the points still robust ------------------------------------------
+    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        gen = self.generator(x.device)
+        robust = ~self.success(self.predict(x), y)
+        adv = x.clone()
+        for _ in range(self.restarts):
+            robust = self._attack_remaining(x, y, None, robust, adv, gen)
+        return adv
+
+    def _attack_remaining(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None,
+                          robust: torch.Tensor, adv: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """One run on the still-robust points; writes into ``adv`` and returns the new robust mask."""
+        idx = robust.nonzero().squeeze(1)
+        if idx.numel() == 0:
+            return robust
+        t = None if target is None else target[idx]
+        best, fooled, x_fooled = self.single_run(x[idx], y[idx], t, gen)
+        adv[idx] = torch.where(_bcast(fooled, best), x_fooled, best)
+        robust = robust.clone()
+        robust[idx] = ~fooled
+        return robust
+
+    # ---- one APGD run -------------------------------------------------------------------------
+    def loss_fn(self, logits: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+        """The per-sample loss the attack maximises."""
+        if self.loss_name == "ce":
+            return ce_targeted_loss(logits, y, y) if self.targeted else ce_loss(logits, y)
+        if self.loss_name == "dlr":
+            return dlr_loss(logits, y)
+        return dlr_targeted_loss(logits, y, target)
+
+    def grad(self, x_adv: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(loss, gradient, logits) at ``x_adv``, averaged over ``eot_iter`` passes (EoT)."""
+        grad = torch.zeros_like(x_adv)
+        loss_sum = torch.zeros(x_adv.shape[0], device=x_adv.device, dtype=x_adv.dtype)
+        for _ in range(self.eot_iter):
+            xa = x_adv.detach().requires_grad_(True)
+            logits = self.model(xa)
+            loss = self.loss_fn(logits, y, target)
+            g, = torch.autograd.grad(loss.sum(), xa)
+            grad += g
+            loss_sum += loss.detach()
+        if self.eot_iter > 1:
+            grad /= self.eot_iter
+            loss_sum /= self.eot_iter
+        return loss_sum, grad, logits.detach()
+
+    def sphere_start(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """A random start on the ε-sphere (L∞: uniform noise rescaled to ‖·‖∞ = ε; L2: Gaussian, ‖·‖₂ = ε)."""
+        if self.norm == "linf":
+            t = torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype) * 2 - 1
+            t = t / (t.flatten(1).abs().amax(1).view(-1, 1, 1, 1) + 1e-12)
+        else:
+            t = torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+            t = t / (t.flatten(1).norm(dim=1).view(-1, 1, 1, 1) + 1e-12)
+        return (x + self.eps * t).clamp(0, 1)
+
+    def single_run(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, gen: torch.Generator
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns (highest-loss point, fooled mask, a fooling iterate where fooled)."""
+        n_iter = self.steps
+        k, decr, k_min = checkpoint_intervals(n_iter)
+        x_adv = self.sphere_start(x, gen)
+        loss, grad, logits = self.grad(x_adv, y, target)
+        losses = torch.empty((n_iter + 1, x.shape[0]), device=x.device, dtype=loss.dtype)
+        losses[0] = loss
+        fooled = self.success(logits, y)
+        x_fooled, x_best, grad_best, loss_best = x_adv.clone(), x_adv.clone(), grad.clone(), loss.clone()
+        step = torch.full((x.shape[0], 1, 1, 1), 2.0 * self.eps, device=x.device, dtype=x.dtype)
+        x_prev = x_adv.clone()
+        box = self.linf_box(x) if self.norm == "linf" else None
+        best_at_check, reduced_at_check = loss_best.clone(), torch.ones_like(fooled)
+        since_check = 0
+        for i in range(n_iter):
+            x_adv, x_prev = self._step(x, x_adv, x_prev, grad, step, 1.0 if i == 0 else self.momentum, box), x_adv
+            loss, grad, logits = self.grad(x_adv, y, target)
+            losses[i + 1] = loss
+            now = self.success(logits, y)
+            x_fooled = torch.where(_bcast(now, x), x_adv, x_fooled)
+            fooled = fooled | now
+            better = loss > loss_best
+            x_best = torch.where(_bcast(better, x), x_adv, x_best)
+            grad_best = torch.where(_bcast(better, x), grad, grad_best)
+            loss_best = torch.where(better, loss, loss_best)
+            since_check += 1
+            if since_check == k:
+                increases = (losses[i + 2 - k:i + 2] > losses[i + 1 - k:i + 1]).sum(0)
+                flag = (increases <= k * self.rho) | (~reduced_at_check & (best_at_check >= loss_best))
+                reduced_at_check, best_at_check = flag, loss_best.clone()
+                step = torch.where(_bcast(flag, step), step / 2, step)
+                x_adv = torch.where(_bcast(flag, x), x_best, x_adv)
+                grad = torch.where(_bcast(flag, x), grad_best, grad)
+                k, since_check = max(k - decr, k_min), 0
+        return x_best, fooled, x_fooled
+
+    def _step(self, x: torch.Tensor, x_adv: torch.Tensor, x_prev: torch.Tensor, grad: torch.Tensor,
+              step: torch.Tensor, alpha: float, box: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        if box is not None:  # L∞: one clamp against precomputed bounds projects
+            z = torch.clamp(x_adv + step * grad.sign(), *box)
+            return torch.clamp(x_adv + alpha * (z - x_adv) + (1 - alpha) * (x_adv - x_prev), *box)
+        z = self.project(x, x_adv + step * ascent_direction(grad, self.norm))
+        return self.project(x, x_adv + alpha * (z - x_adv) + (1 - alpha) * (x_adv - x_prev))
+
+
+@register_attack
+class APGDDLR(APGD):
+    """APGD on the DLR loss (``apgd-dlr``); same keywords as ``apgd-ce`` except ``targeted``."""
+
+    name = "apgd-dlr"
+    loss_name = "dlr"
+
+
+@register_attack
+class APGDT(APGD):
+    """APGD on the targeted DLR loss (``apgd-t``): for each of the ``n_target_classes`` (default 9) highest
+    wrong classes of the clean logits in turn, ``restarts`` runs on the points still robust. ``y`` are the
+    true labels. The number of targets is capped at number of classes − 1."""
+
+    name = "apgd-t"
+    loss_name = "dlr-targeted"
+
+    def __init__(self, model: nn.Module, *, n_target_classes: int = 9, **kwargs) -> None:
+        super().__init__(model, **kwargs)
+        if int(n_target_classes) < 1:
+            raise RobustvitError(f"apgd-t: n_target_classes must be >= 1, got {n_target_classes}")
+        self.n_target_classes = int(n_target_classes)
+
+    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        gen = self.generator(x.device)
+        logits = self.predict(x)
+        robust = ~self.success(logits, y)
+        ranked = logits.argsort(dim=1)
+        adv = x.clone()
+        for t in range(2, min(self.n_target_classes, logits.shape[1] - 1) + 2):
+            target = ranked[:, -t]
+            for _ in range(self.restarts):
+                robust = self._attack_remaining(x, y, target, robust, adv, gen)
+        return adv

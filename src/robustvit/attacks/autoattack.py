@@ -1,0 +1,210 @@
+"""AutoAttack — an ensemble of parameter-free attacks (Croce & Hein 2020, "Reliable evaluation of
+adversarial robustness with an ensemble of diverse parameter-free attacks", arXiv:2003.01690).
+
+The members run in order; each later one attacks only the points still classified correctly, and the
+output keeps, per sample, the first adversarial example found (the per-sample worst case). Members are
+built from the registry (``create_attack("fab-t", …)``), so any registered attack can join a
+``custom`` ensemble. Versions (as in fra31/auto-attack):
+
+=========== ==================================================================================
+``standard`` apgd-ce (1 restart), apgd-t (T targets), fab-t (T targets), square (5000 queries)
+``plus``     apgd-ce (5 restarts), apgd-dlr (5 restarts), fab (5 restarts), square (5000 queries),
+             apgd-t (T targets), fab-t (T targets)
+``rand``     apgd-ce and apgd-dlr with EoT over 20 forward passes (randomised defences)
+``custom``   ``attacks=[...]``: names, ``(name, kwargs)`` pairs or :class:`Attack` objects
+=========== ==================================================================================
+
+T = min(``n_target_classes`` (default 9), number of classes − 1), adapted to the data set; targeted
+DLR needs ≥ 4 classes and DLR ≥ 3 (members that cannot run are skipped and flagged). APGD and FAB run
+100 iterations. After a call, ``last_report`` holds the clean accuracy, the robust accuracy after each
+member, the final robust accuracy, time per member and the self-check flags (randomised output,
+softmax output, too few classes, black-box attack stronger than white-box).
+
+Example::
+
+    atk = create_attack("autoattack", model, eps="8/255", version="standard")
+    x_adv = atk(x, y)
+    atk.last_report["per_attack"]      # {'apgd-ce': 0.51, 'apgd-t': 0.49, 'fab-t': 0.49, 'square': 0.49}
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from robustvit.attacks import checks
+from robustvit.attacks.base import Attack, attack_keywords, create_attack, list_attacks, register_attack
+from robustvit.errors import RobustvitError
+
+MemberSpec = tuple[str, dict[str, Any]]
+
+VERSIONS: dict[str, list[MemberSpec]] = {
+    "standard": [("apgd-ce", {"restarts": 1}), ("apgd-t", {"restarts": 1, "n_target_classes": "T"}),
+                 ("fab-t", {"restarts": 1, "n_target_classes": "T"}), ("square", {"n_queries": 5000, "p_init": 0.8})],
+    "plus": [("apgd-ce", {"restarts": 5}), ("apgd-dlr", {"restarts": 5}), ("fab", {"restarts": 5}),
+             ("square", {"n_queries": 5000, "p_init": 0.8}), ("apgd-t", {"restarts": 1, "n_target_classes": "T"}),
+             ("fab-t", {"restarts": 1, "n_target_classes": "T"})],
+    "rand": [("apgd-ce", {"restarts": 1, "eot_iter": 20}), ("apgd-dlr", {"restarts": 1, "eot_iter": 20})],
+}
+#: Fewest classes each member needs.
+MIN_CLASSES = {"apgd-dlr": 3, "apgd-t": 4}
+#: Keyword aliases tried when a member does not accept the common name.
+ALIASES = {"restarts": ("n_restarts",), "steps": ("n_iter", "iterations"), "n_target_classes": ("n_targets",)}
+
+
+@register_attack
+class AutoAttack(Attack):
+    """AutoAttack. Keywords: ``eps`` (8/255), ``norm`` ("linf"/"l2"), ``version`` ("standard"),
+    ``attacks`` (for "custom"), ``n_target_classes`` (9, capped at classes − 1), ``steps`` / ``n_queries``
+    (override every member's iterations / queries, e.g. for quick runs), ``member_kwargs``
+    ({name: {kw: value}}), ``batch_size`` (None = whole batch per member call), ``skip_missing`` (False:
+    raise if a member is not registered), ``run_checks`` (True), ``verbose`` (False), ``seed`` (0)."""
+
+    name = "autoattack"
+
+    def __init__(self, model: nn.Module, *, version: str = "standard",
+                 attacks: Sequence[str | tuple[str, dict[str, Any]] | Attack] | None = None,
+                 n_target_classes: int = 9, steps: int | None = None, n_queries: int | None = None,
+                 member_kwargs: dict[str, dict[str, Any]] | None = None, batch_size: int | None = None,
+                 skip_missing: bool = False, run_checks: bool = True, verbose: bool = False, **kwargs) -> None:
+        super().__init__(model, **kwargs)
+        if self.targeted:
+            raise RobustvitError("autoattack is untargeted (apgd-t/fab-t pick their own targets); drop targeted=True")
+        self.version = str(version)
+        self.members = self._resolve(self.version, attacks)
+        self.n_target_classes = int(n_target_classes)
+        self.overrides = {k: v for k, v in (("steps", steps), ("n_queries", n_queries)) if v is not None}
+        self.member_kwargs = dict(member_kwargs or {})
+        self.batch_size = batch_size
+        self.skip_missing, self.run_checks, self.verbose = bool(skip_missing), bool(run_checks), bool(verbose)
+        self.missing = self._check_registered()
+        self.last_report: dict[str, Any] = {}
+
+    # ---- configuration ------------------------------------------------------------------------
+    @staticmethod
+    def _resolve(version: str, attacks: Sequence[Any] | None) -> list[MemberSpec | Attack]:
+        if version == "custom":
+            if not attacks:
+                raise RobustvitError("autoattack version 'custom' needs attacks=[...], e.g. ['apgd-ce', 'square']")
+            return [(a, {}) if isinstance(a, str) else a if isinstance(a, Attack) else (a[0], dict(a[1]))
+                    for a in attacks]
+        if version not in VERSIONS:
+            raise RobustvitError(f"unknown autoattack version {version!r}; choose from "
+                                 f"{', '.join([*VERSIONS, 'custom'])}")
+        if attacks:
+            raise RobustvitError(f"attacks=[...] is only used with version='custom', not {version!r}")
+        return [(n, dict(kw)) for n, kw in VERSIONS[version]]
+
+    def _check_registered(self) -> list[str]:
+        known = set(list_attacks())
+        missing = [m[0] for m in self.members if not isinstance(m, Attack) and m[0] not in known]
+        if missing and not self.skip_missing:
+            raise RobustvitError(
+                f"autoattack version {self.version!r} needs the attack(s) {', '.join(missing)}, which are not "
+                f"registered (registered: {', '.join(sorted(known))}); pass skip_missing=True to run without them "
+                "(the report flags it) or use version='custom', attacks=[...]")
+        return missing
+
+    def member_names(self) -> list[str]:
+        return [m.name if isinstance(m, Attack) else m[0] for m in self.members]
+
+    def build_member(self, name: str, kw: dict[str, Any], n_classes: int) -> Attack:
+        """Create one member with the ensemble's ε, norm and seed; keywords it does not take are dropped."""
+        t = max(1, min(self.n_target_classes, n_classes - 1))
+        wanted = {"eps": self.eps, "norm": self.norm, "seed": self.seed, "n_target_classes": t,
+                  **{k: (t if v == "T" else v) for k, v in kw.items()}, **self.overrides,
+                  **self.member_kwargs.get(name, {})}
+        accepted = attack_keywords(name)
+        args: dict[str, Any] = {}
+        for k, v in wanted.items():
+            key = k if k in accepted else next((a for a in ALIASES.get(k, ()) if a in accepted), None)
+            if key is not None:
+                args[key] = v
+            elif k in self.member_kwargs.get(name, {}):
+                raise RobustvitError(f"autoattack: member {name!r} does not take the keyword {k!r}")
+        return create_attack(name, self.model, **args)
+
+    # ---- the ensemble -------------------------------------------------------------------------
+    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        t_start = time.perf_counter()
+        logits = self._logits(x)
+        n_classes = logits.shape[1]
+        robust = logits.argmax(1) == y
+        per_attack: dict[str, float] = {}
+        times: dict[str, float] = {}
+        skipped: dict[str, str] = {m: "not registered" for m in self.missing}
+        flags = self._checks(x, y, n_classes)
+        x_adv = x.clone()
+        clean = robust.float().mean().item()
+        self._log(f"clean accuracy {clean:.2%}")
+        for member in self.members:
+            name = member.name if isinstance(member, Attack) else member[0]
+            if name in skipped:
+                continue
+            if n_classes < MIN_CLASSES.get(name, 2):
+                skipped[name] = f"needs >= {MIN_CLASSES[name]} classes"
+                continue
+            t0 = time.perf_counter()
+            atk = member if isinstance(member, Attack) else self.build_member(name, member[1], n_classes)
+            robust = self._run_member(atk, x, y, robust, x_adv)
+            per_attack[name] = robust.float().mean().item()
+            times[name] = time.perf_counter() - t0
+            self._log(f"robust accuracy after {name}: {per_attack[name]:.2%} ({times[name]:.1f} s)")
+        flags["blackbox_stronger"] = checks.check_blackbox_stronger({"clean": clean, **per_attack})
+        if skipped:
+            flags["skipped_members"] = checks._result(True, "members skipped: " + ", ".join(
+                f"{k} ({v})" for k, v in skipped.items()), skipped=skipped)
+        for name, res in flags.items():
+            if res["flag"]:
+                warnings.warn(f"autoattack check {name!r}: {res['message']}", stacklevel=3)
+        self.last_report = {
+            "version": self.version, "attacks": self.member_names(), "eps": self.eps, "norm": self.norm,
+            "seed": self.seed, "n": int(x.shape[0]), "n_classes": int(n_classes),
+            "n_target_classes": max(1, min(self.n_target_classes, n_classes - 1)),
+            "clean_accuracy": clean, "per_attack": per_attack,
+            "robust_accuracy": robust.float().mean().item(), "time_s": {**times, "total": time.perf_counter() - t_start},
+            "flags": flags,
+        }
+        return x_adv
+
+    def _run_member(self, atk: Attack, x: torch.Tensor, y: torch.Tensor, robust: torch.Tensor,
+                    x_adv: torch.Tensor) -> torch.Tensor:
+        """Attack the still-robust points; write fooling examples into ``x_adv``; return the new mask."""
+        idx = robust.nonzero().squeeze(1)
+        robust = robust.clone()
+        for chunk in idx.split(self.batch_size or max(len(idx), 1)):
+            xa = atk(x[chunk], y[chunk])
+            fooled = self.predict(xa).argmax(1) != y[chunk]
+            x_adv[chunk[fooled]] = xa[fooled]
+            robust[chunk[fooled]] = False
+        return robust
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        bs = self.batch_size or max(x.shape[0], 1)
+        return torch.cat([self.predict(c) for c in x.split(bs)])
+
+    def _checks(self, x: torch.Tensor, y: torch.Tensor, n_classes: int) -> dict[str, checks.CheckResult]:
+        out: dict[str, checks.CheckResult] = {}
+        if not self.run_checks:
+            return out
+        xs, ys = x[: self.batch_size or 256], y[: self.batch_size or 256]
+        if self.version != "rand":
+            out["randomized"] = checks.check_randomized(self.model, xs)
+        out["softmax_output"] = checks.check_softmax_output(self.model, xs)
+        out["zero_gradients"] = checks.check_zero_gradients(self.model, xs, ys)
+        if any(n in ("apgd-t", "fab-t", "apgd-dlr") for n in self.member_names()):
+            out["n_classes"] = checks.check_n_classes(n_classes, max(1, min(self.n_target_classes, n_classes - 1)))
+        return out
+
+    def _log(self, msg: str) -> None:
+        if self.verbose:
+            print(f"[autoattack] {msg}", flush=True)
+
+    def __repr__(self) -> str:
+        return (f"AutoAttack(version={self.version!r}, attacks={self.member_names()}, eps={self.eps:.6g}, "
+                f"norm={self.norm!r}, seed={self.seed})")

@@ -1,0 +1,266 @@
+"""FAB — the Fast Adaptive Boundary attack (Croce & Hein 2020, "Minimally distorted adversarial examples
+with a fast adaptive boundary attack", arXiv:1907.02044), L∞ and L2, as used inside AutoAttack
+(arXiv:2003.01690).
+
+FAB is a white-box *minimum-norm* attack. At the iterate ``x_k`` it linearises the classifier, picks the
+decision hyperplane closest in the attacked norm (``|f_j − f_y| / ‖∇(f_j − f_y)‖_dual``), and projects
+both ``x_k`` and the clean point ``x_0`` onto that hyperplane intersected with the box [0, 1]^d
+(:func:`project_hyperplane_box`: exact, sort + cumulative sums, all samples at once). The next iterate is
+a biased mix of the two, extrapolated by η::
+
+    x_{k+1} = clip((1 − α)(x_k + η δ_k) + α(x_0 + η δ_0)),   α = min(‖δ_k‖ / (‖δ_k‖ + ‖δ_0‖), α_max)
+
+and after every adversarial iterate it steps back towards the clean image, ``x ← x_0 + β (x − x_0)``.
+Restarts after the first start from a random point at distance ε/2 of ``x_0``.
+
+Threat model: white-box, ‖x_adv − x‖ ≤ ε in L∞ or L2, images in [0, 1]. The attack keeps the smallest
+adversarial iterate per sample; where it is farther than ε (or none was found) the *clean* point is
+returned, so that accuracy on the output is the robust accuracy. ``last_distance`` (N,) holds the norm
+of the smallest adversarial perturbation found (0 for points already misclassified, ``inf`` if none).
+
+Registered attacks:
+
+* ``fab``: untargeted; linearises all K classes (K backward passes per step — meant for small K; on
+  ImageNet use ``fab-t``). Default 5 restarts (AutoAttack "plus"). With ``targeted=True`` ``y`` holds
+  target classes and each step crosses the boundary between the target and the strongest other class.
+* ``fab-t``: AutoAttack's targeted FAB: for each of the ``n_target_classes`` (default 9, capped at
+  K − 1) highest-scoring wrong classes of the clean logits in turn, linearise ``f_t − f_y`` only (one
+  backward pass per step), on the points still robust; success = any misclassification. 1 restart.
+
+Defaults: ε = 8/255, ``steps=100``, ``alpha_max=0.1``, ``eta=1.05``, ``beta=0.9``, ``seed=0``.
+
+Example::
+
+    import torch
+    from robustvit.attacks import create_attack
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 10)).eval()
+    x = torch.rand(4, 3, 16, 16); y = model(x).argmax(1)
+    atk = create_attack("fab-t", model, eps="8/255", steps=20, n_target_classes=3)
+    x_adv = atk(x, y)
+    atk.last_distance        # minimal L∞ distances found (inf where none)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from robustvit.attacks.base import Attack, register_attack
+from robustvit.errors import RobustvitError
+
+#: Floor on the norms of the two projections in α (as in the paper's implementation).
+MIN_NORM = 1e-8
+
+
+def _view(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return v.view(-1, *([1] * (like.ndim - 1)))
+
+
+def lp_norm(d: torch.Tensor, norm: str) -> torch.Tensor:
+    """Per-sample L∞ or L2 norm (N,) of a batch of any shape."""
+    flat = d.flatten(1)
+    return flat.abs().amax(1) if norm == "linf" else flat.norm(dim=1)
+
+
+def dual_norm(g: torch.Tensor, norm: str) -> torch.Tensor:
+    """The dual norm over the last dimension: L1 for L∞, L2 for L2."""
+    return g.abs().sum(-1) if norm == "linf" else g.norm(dim=-1)
+
+
+def project_hyperplane_box(t: torch.Tensor, w: torch.Tensor, c: torch.Tensor, norm: str) -> torch.Tensor:
+    """Minimal-norm step onto a hyperplane inside the unit box, for a batch of rows.
+
+    Solves ``min ‖δ‖ s.t. w·δ = c, 0 ≤ t + δ ≤ 1`` per row (``t``, ``w``: (M, d); ``c``: (M,)). If the box
+    cannot reach the hyperplane, returns the box corner that moves furthest towards it.
+
+    With c ≥ 0 (rows with c < 0 flip w and c) the optimum is ``δ_i = sign(w_i) · min(λ s_i, r_i)`` where
+    ``r_i`` is the room to the box in the direction of ``sign(w_i)``, ``s_i = 1`` (L∞) or ``|w_i|`` (L2,
+    KKT). ``g(λ) = Σ |w_i| min(λ s_i, r_i)`` is piecewise linear and non-decreasing with breakpoints
+    ``r_i / s_i``: sorting them and taking cumulative sums gives g at every breakpoint, the segment that
+    contains ``c`` and λ on it in closed form — no per-row loop, no bisection.
+    """
+    flip = torch.where(c < 0, -1.0, 1.0).to(w.dtype)
+    w, c = w * flip[:, None], c * flip
+    a = w.abs()
+    room = torch.where(w > 0, 1 - t, t).clamp_min(0)
+    s = torch.ones_like(a) if norm == "linf" else a
+    big = torch.finfo(w.dtype).max
+    brk = torch.where(s > 0, room / s.clamp_min(torch.finfo(w.dtype).tiny), torch.full_like(a, big))
+    order = brk.argsort(dim=1)
+    brk_s, a_s, room_s, s_s = (v.gather(1, order) for v in (brk, a, room, s))
+    gain = torch.cumsum(a_s * room_s, dim=1)                                   # saturated coords 0..k
+    slope = torch.flip(torch.cumsum(torch.flip(a_s * s_s, [1]), dim=1), [1])   # coords k..d-1
+    slope_after = torch.cat((slope[:, 1:], torch.zeros_like(slope[:, :1])), 1)  # coords k+1..d-1
+    at_brk = gain + torch.nan_to_num(brk_s * slope_after, nan=0.0, posinf=big)
+    m = (at_brk < c[:, None]).sum(1, keepdim=True)                              # saturated coords at λ*
+    gain0 = torch.cat((torch.zeros_like(gain[:, :1]), gain), 1).gather(1, m)
+    slope0 = torch.cat((slope, torch.zeros_like(slope[:, :1])), 1).gather(1, m)
+    lam = (c[:, None] - gain0) / slope0.clamp_min(torch.finfo(w.dtype).tiny)
+    lam = torch.where(m >= w.shape[1], torch.full_like(lam, big), lam)          # infeasible: the corner
+    return torch.sign(w) * torch.minimum(lam * s, room)
+
+
+@register_attack
+class FAB(Attack):
+    """FAB, untargeted (``fab``). Keywords: ``eps`` (8/255), ``norm`` ("linf"/"l2"), ``steps`` (100),
+    ``restarts`` (5), ``alpha_max`` (0.1), ``eta`` (1.05), ``beta`` (0.9), ``targeted`` (False), ``seed`` (0)."""
+
+    name = "fab"
+    default_restarts = 5
+
+    def __init__(self, model: nn.Module, *, steps: int = 100, restarts: int | None = None, alpha_max: float = 0.1,
+                 eta: float = 1.05, beta: float = 0.9, **kwargs) -> None:
+        super().__init__(model, **kwargs)
+        restarts = self.default_restarts if restarts is None else restarts
+        if int(steps) < 1 or int(restarts) < 1:
+            raise RobustvitError(f"{self.name}: steps and restarts must be >= 1, got steps={steps}, restarts={restarts}")
+        if not 0.0 <= float(alpha_max) <= 1.0:
+            raise RobustvitError(f"{self.name}: alpha_max must lie in [0, 1], got {alpha_max}")
+        if float(eta) < 1.0:
+            raise RobustvitError(f"{self.name}: eta (overshoot) must be >= 1, got {eta}")
+        if not 0.0 < float(beta) <= 1.0:
+            raise RobustvitError(f"{self.name}: beta (backward step) must lie in (0, 1], got {beta}")
+        self.steps, self.restarts = int(steps), int(restarts)
+        self.alpha_max, self.eta, self.beta = float(alpha_max), float(eta), float(beta)
+        self.last_distance: torch.Tensor | None = None
+
+    # ---- driver: restarts (and targets) on the points still robust -----------------------------
+    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        gen = self.generator(x.device)
+        logits = self.predict(x)
+        robust = ~self.success(logits, y)
+        adv, dist = x.clone(), torch.where(robust, torch.inf, 0.0).to(x.dtype)
+        for target in self.targets(logits, y):
+            for r in range(self.restarts):
+                robust = self._attack_remaining(x, y, target, robust, adv, dist, r > 0, gen)
+        self.last_distance = dist
+        return adv
+
+    def targets(self, logits: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor | None]:
+        """The target classes to run over (``None``: untargeted)."""
+        return [None]
+
+    def _attack_remaining(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None,
+                          robust: torch.Tensor, adv: torch.Tensor, dist: torch.Tensor, rand_start: bool,
+                          gen: torch.Generator) -> torch.Tensor:
+        """One FAB run on the still-robust points; writes into ``adv``/``dist``; returns the new robust mask."""
+        idx = robust.nonzero().squeeze(1)
+        if idx.numel() == 0:
+            return robust
+        best, best_dist = self.single_run(x[idx], y[idx], None if target is None else target[idx], rand_start, gen)
+        dist[idx] = torch.minimum(dist[idx], best_dist)
+        found = best_dist <= self.eps
+        adv[idx[found]] = best[found]
+        robust = robust.clone()
+        robust[idx[found]] = False
+        return robust
+
+    # ---- one FAB run ----------------------------------------------------------------------------
+    def start_point(self, x0: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """A random point at distance ε/2 of ``x0`` (in the attacked norm), clipped to [0, 1]."""
+        if self.norm == "linf":
+            t = torch.rand(x0.shape, generator=gen, device=x0.device, dtype=x0.dtype) * 2 - 1
+        else:
+            t = torch.randn(x0.shape, generator=gen, device=x0.device, dtype=x0.dtype)
+        t = t / _view(lp_norm(t, self.norm).clamp_min(1e-12), t)
+        return (x0 + 0.5 * self.eps * t).clamp(0, 1)
+
+    def single_run(self, x0: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, rand_start: bool,
+                   gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (closest adversarial iterate, its distance; inf and ``x0`` where none was found)."""
+        x1 = self.start_point(x0, gen) if rand_start else x0.clone()
+        best, best_dist = x0.clone(), torch.full((x0.shape[0],), torch.inf, device=x0.device, dtype=x0.dtype)
+        for _ in range(self.steps):
+            x1 = self.step(x0, x1, y, target)
+            is_adv = self.is_adversarial(self.predict(x1), y)
+            d = lp_norm(x1 - x0, self.norm)
+            better = is_adv & (d < best_dist)
+            best = torch.where(_view(better, x1), x1, best)
+            best_dist = torch.where(better, d, best_dist)
+            x1 = torch.where(_view(is_adv, x1), x0 + self.beta * (x1 - x0), x1)
+        return best, best_dist
+
+    def is_adversarial(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.success(logits, y)
+
+    def step(self, x0: torch.Tensor, x1: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+        """One FAB step: linearise at ``x1``, project ``x1`` and ``x0`` on the hyperplane ∩ box, mix, extrapolate."""
+        n = x0.shape[0]
+        df, w = self.boundary(x1, y, target)  # F(z) ≈ df + w·(z − x1); the boundary is F = 0
+        p1, p0 = x1.flatten(1), x0.flatten(1)
+        c1 = -df
+        c0 = -df + (w * (p1 - p0)).sum(1)
+        d = project_hyperplane_box(torch.cat((p1, p0)), torch.cat((w, w)), torch.cat((c1, c0)), self.norm)
+        d1, d0 = d[:n], d[n:]
+        a1 = lp_norm(d1, self.norm).clamp_min(MIN_NORM)
+        a0 = lp_norm(d0, self.norm).clamp_min(MIN_NORM)
+        alpha = (a1 / (a1 + a0)).clamp(0.0, self.alpha_max)[:, None]
+        nxt = (1 - alpha) * (p1 + self.eta * d1) + alpha * (p0 + self.eta * d0)
+        return nxt.clamp(0, 1).view_as(x1)
+
+    # ---- linearisations --------------------------------------------------------------------------
+    def boundary(self, x1: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(F(x1), ∇F(x1) flattened) of the decision function whose zero set is crossed next."""
+        if self.targeted:
+            return self._boundary_to_target(x1, y)
+        logits, jac = self.class_jacobian(x1)
+        ar = torch.arange(x1.shape[0], device=x1.device)
+        df = logits - logits[ar, y][:, None]
+        dg = jac - jac[ar, y][:, None]
+        dist = df.abs() / (dual_norm(dg, self.norm) + 1e-12)
+        dist[ar, y] = torch.inf
+        j = dist.argmin(1)
+        return df[ar, j], dg[ar, j]
+
+    def class_jacobian(self, x1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (n, K) and the gradient of every logit, (n, K, d): K backward passes through one graph."""
+        xa = x1.detach().requires_grad_(True)
+        logits = self.model(xa)
+        k = logits.shape[1]
+        grads = [torch.autograd.grad(logits[:, j].sum(), xa, retain_graph=j < k - 1)[0].flatten(1) for j in range(k)]
+        return logits.detach(), torch.stack(grads, 1)
+
+    def diff_gradient(self, x1: torch.Tensor, pos: torch.Tensor | None, neg: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """F = f_pos − f_neg and its gradient (one backward pass); ``pos=None``: the strongest class ≠ neg."""
+        xa = x1.detach().requires_grad_(True)
+        logits = self.model(xa)
+        ar = torch.arange(x1.shape[0], device=x1.device)
+        if pos is None:
+            pos = logits.detach().scatter(1, neg[:, None], -torch.inf).argmax(1)
+        f = logits[ar, pos] - logits[ar, neg]
+        g, = torch.autograd.grad(f.sum(), xa)
+        return f.detach(), g.flatten(1)
+
+    def _boundary_to_target(self, x1: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.diff_gradient(x1, None, target)
+
+
+@register_attack
+class FABTargeted(FAB):
+    """AutoAttack's targeted FAB (``fab-t``). Keywords as ``fab`` (but ``restarts`` defaults to 1 and
+    ``targeted`` is not accepted) plus ``n_target_classes`` (9, capped at K − 1). ``y`` are the true labels."""
+
+    name = "fab-t"
+    default_restarts = 1
+
+    def __init__(self, model: nn.Module, *, n_target_classes: int = 9, **kwargs) -> None:
+        super().__init__(model, **kwargs)
+        if self.targeted:
+            raise RobustvitError("fab-t picks its own target classes; drop targeted=True (or use fab with targeted=True)")
+        if int(n_target_classes) < 1:
+            raise RobustvitError(f"fab-t: n_target_classes must be >= 1, got {n_target_classes}")
+        self.n_target_classes = int(n_target_classes)
+
+    def targets(self, logits: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor | None]:
+        if logits.shape[1] < 2:
+            raise RobustvitError("fab-t needs a model with at least 2 classes")
+        ranked = logits.argsort(dim=1)
+        n = min(self.n_target_classes, logits.shape[1] - 1)
+        return [ranked[:, -t] for t in range(2, n + 2)]
+
+    def boundary(self, x1: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        assert target is not None
+        return self.diff_gradient(x1, target, y)

@@ -1,0 +1,50 @@
+"""FGSM — the Fast Gradient Sign Method (Goodfellow, Shlens & Szegedy 2015, arXiv:1412.6572).
+
+One step of size ε along the sign of the input gradient of the cross-entropy (L∞), or along the
+L2-normalised gradient (``norm="l2"``, the "fast gradient method"), then clipping to [0, 1]. With
+``random_start=True`` it first jumps to a uniform point of the ε-ball (FGSM-RS, Wong et al. 2020,
+arXiv:2001.03994; then use e.g. ``step_size=1.25 * eps``). Targeted (``targeted=True``, ``y`` = target
+classes): one step *down* the cross-entropy towards the target.
+
+Input: float (N, 3, H, W) in [0, 1]; output in the ε-ball around ``x`` and in [0, 1].
+
+Example::
+
+    atk = create_attack("fgsm", model, eps="1/255")
+    x_adv = atk(x, y)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from robustvit.attacks.base import Attack, register_attack
+from robustvit.utils import parse_eps
+
+
+def ascent_direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
+    """The steepest-ascent unit step for ``norm``: sign(g) for L∞, g/‖g‖₂ per sample for L2."""
+    if norm == "linf":
+        return grad.sign()
+    n = grad.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (grad.ndim - 1)))
+    return grad / n
+
+
+@register_attack
+class FGSM(Attack):
+    """FGSM (L∞) / FGM (L2). Keywords: ``eps`` (default 8/255), ``norm``, ``step_size`` (default ε),
+    ``random_start`` (default False), ``targeted``, ``seed`` (used only with ``random_start``)."""
+
+    name = "fgsm"
+
+    def __init__(self, model: nn.Module, *, step_size: float | str | None = None, random_start: bool = False,
+                 **kwargs) -> None:
+        super().__init__(model, **kwargs)
+        self.step_size = self.eps if step_size is None else parse_eps(step_size)
+        self.use_random_start = bool(random_start)
+
+    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x0 = self.random_start(x, self.generator(x.device)) if self.use_random_start else x
+        _, grad, _ = self.loss_and_grad(x0, y)
+        return x0 + self.step_size * ascent_direction(grad, self.norm)

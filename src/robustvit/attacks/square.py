@@ -1,0 +1,252 @@
+"""Square Attack (Andriushchenko, Croce, Flammarion & Hein 2020, "Square Attack: a query-efficient
+black-box adversarial attack via random search", arXiv:1912.00049), L∞ and L2, as used in AutoAttack.
+
+Threat model: score-based black-box — only the logits of queried images are used, never gradients;
+‖x_adv − x‖ ≤ ε in L∞ or L2, images in [0, 1]; at most ``n_queries`` model queries per image and restart.
+
+Random search that keeps a candidate only if it lowers the loss (or fools the model):
+
+* L∞ — start from vertical stripes ``x + ε·(±1)`` (one sign per column and channel); each proposal sets
+  one s×s window (per-channel random sign) to ``x ± ε``;
+* L2 — start from a 5×5 grid of "meta" patterns (concentric rectangles, opposite signs in the two
+  halves) rescaled to ‖δ‖₂ = ε; each proposal moves the perturbation mass of a second random window
+  into a first one and adds a fresh pattern there, keeping ‖δ‖₂ = ε.
+
+The window side ``s ≈ √(p·H·W)`` shrinks with AutoAttack's piecewise schedule of ``p``: ``p_init`` (0.8),
+halved at 10, 50, 200, 500, 1000, 2000, 4000, 6000 and 8000 "iterations", counted on a 10 000 scale
+(``rescale_schedule=True``: iteration i counts as ``i / n_queries · 10 000``; False: as i).
+
+Batched: every still-robust image gets its own window position(s), signs and pattern orientation in
+the same iteration (index arithmetic, no per-image loop), with one window size per iteration; images
+already fooled are no longer queried, and the loop stops when none is left. Losses: the margin
+``z_y − max_{j≠y} z_j`` (untargeted, default) or ``−CE``; targeted (``y`` = targets): ``CE(z, t)``
+(default) or the margin ``max_{j≠t} z_j − z_t``. Restarts run on the points still robust.
+
+After a call, ``last_queries`` (N,) holds the number of model queries spent on each image (the initial
+point counts as one; 0 for images misclassified from the start). Where no adversarial example was
+found, the clean image is returned.
+
+Defaults: ε = 8/255, ``n_queries=5000``, ``p_init=0.8``, ``restarts=1``, ``seed=0``.
+
+Example::
+
+    import torch
+    from robustvit.attacks import create_attack
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 10)).eval()
+    x = torch.rand(4, 3, 16, 16); y = model(x).argmax(1)
+    atk = create_attack("square", model, eps="8/255", n_queries=200, seed=1)
+    x_adv = atk(x, y)
+    atk.last_queries          # queries used per image
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robustvit.attacks.base import Attack, register_attack
+from robustvit.errors import RobustvitError
+
+#: (iteration threshold on the 10 000 scale, divisor of p_init) — AutoAttack's schedule.
+P_SCHEDULE = ((10, 1), (50, 2), (200, 4), (500, 8), (1000, 16), (2000, 32), (4000, 64), (6000, 128), (8000, 256))
+LOSSES = ("margin", "ce")
+
+
+def p_schedule(i: int, n_queries: int, p_init: float, rescale: bool = True) -> float:
+    """Fraction p of the image a window covers at iteration ``i``."""
+    it = int(i / n_queries * 10000) if rescale else i
+    for threshold, div in P_SCHEDULE:
+        if it <= threshold:
+            return p_init / div
+    return p_init / 512
+
+
+@lru_cache(maxsize=64)
+def _rectangles(rows: int, cols: int) -> torch.Tensor:
+    """Concentric rectangles around the centre, weight Σ_{k ≥ Chebyshev distance} 1/(k+1)², L2-normalised."""
+    i = (torch.arange(rows) - rows // 2).abs()
+    j = (torch.arange(cols) - cols // 2).abs()
+    cheb = torch.maximum(i[:, None], j[None, :])
+    k_max = max(rows // 2, cols // 2) + 1
+    weights = 1.0 / torch.arange(1, k_max + 1, dtype=torch.float64) ** 2
+    tail = weights.flip(0).cumsum(0).flip(0)  # tail[k] = Σ_{k' ≥ k} weights[k']
+    out = tail[cheb]
+    return out / out.norm()
+
+
+@lru_cache(maxsize=64)
+def meta_pattern(s: int) -> torch.Tensor:
+    """The s×s L2 pattern (float64, unit norm): rectangles in the top half, their negative in the bottom."""
+    top = _rectangles(s // 2, s) if s // 2 > 0 else torch.zeros(0, s, dtype=torch.float64)
+    out = torch.cat((top, -_rectangles(s - s // 2, s)), 0)
+    return out / out.norm()
+
+
+def window_mask(pos_h: torch.Tensor, pos_w: torch.Tensor, s: int, h: int, w: int) -> torch.Tensor:
+    """Boolean (n, 1, h, w): an s×s window at per-sample top-left corners ``(pos_h, pos_w)``."""
+    rows = torch.arange(h, device=pos_h.device)
+    cols = torch.arange(w, device=pos_w.device)
+    in_h = (rows >= pos_h[:, None]) & (rows < pos_h[:, None] + s)
+    in_w = (cols >= pos_w[:, None]) & (cols < pos_w[:, None] + s)
+    return (in_h[:, :, None] & in_w[:, None, :])[:, None]
+
+
+def window_index(pos_h: torch.Tensor, pos_w: torch.Tensor, s: int) -> tuple[torch.Tensor, ...]:
+    """Advanced indices selecting each sample's s×s window: ``t[idx]`` has shape (n, s, s, C)."""
+    ar = torch.arange(s, device=pos_h.device)
+    n = torch.arange(pos_h.shape[0], device=pos_h.device)[:, None, None]
+    return n, slice(None), (pos_h[:, None] + ar)[:, :, None], (pos_w[:, None] + ar)[:, None, :]
+
+
+@register_attack
+class Square(Attack):
+    """Square Attack (``square``). Keywords: ``eps`` (8/255), ``norm`` ("linf"/"l2"), ``n_queries`` (5000),
+    ``p_init`` (0.8), ``restarts`` (1), ``loss`` (None: "margin" untargeted, "ce" targeted),
+    ``rescale_schedule`` (True), ``targeted`` (False), ``seed`` (0)."""
+
+    name = "square"
+
+    def __init__(self, model: nn.Module, *, n_queries: int = 5000, p_init: float = 0.8, restarts: int = 1,
+                 loss: str | None = None, rescale_schedule: bool = True, **kwargs) -> None:
+        super().__init__(model, **kwargs)
+        if int(n_queries) < 1 or int(restarts) < 1:
+            raise RobustvitError(f"square: n_queries and restarts must be >= 1, got n_queries={n_queries}, "
+                                 f"restarts={restarts}")
+        if not 0.0 < float(p_init) <= 1.0:
+            raise RobustvitError(f"square: p_init (fraction of the image a window covers) must lie in (0, 1], got {p_init}")
+        loss = loss or ("ce" if self.targeted else "margin")
+        if loss not in LOSSES:
+            raise RobustvitError(f"square: unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
+        self.n_queries, self.restarts, self.p_init = int(n_queries), int(restarts), float(p_init)
+        self.loss, self.rescale_schedule = loss, bool(rescale_schedule)
+        self.last_queries: torch.Tensor | None = None
+
+    # ---- driver -----------------------------------------------------------------------------------
+    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        gen = self.generator(x.device)
+        robust = ~self.success(self.predict(x), y)
+        adv = x.clone()
+        queries = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        for _ in range(self.restarts):
+            idx = robust.nonzero().squeeze(1)
+            if idx.numel() == 0:
+                break
+            x_best, fooled, q = self.single_run(x[idx], y[idx], gen)
+            queries[idx] += q
+            adv[idx[fooled]] = x_best[fooled]
+            robust[idx[fooled]] = False
+        self.last_queries = queries
+        return adv
+
+    def margin_and_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(margin, loss), both (n,) and minimised; margin < 0 means success."""
+        logits = self.predict(x)
+        z_y = logits.gather(1, y[:, None]).squeeze(1)
+        other = logits.scatter(1, y[:, None], -torch.inf).amax(1)
+        margin = other - z_y if self.targeted else z_y - other
+        if self.loss == "margin":
+            return margin, margin
+        ce = F.cross_entropy(logits, y, reduction="none")
+        return margin, ce if self.targeted else -ce
+
+    # ---- one random-search run --------------------------------------------------------------------
+    def single_run(self, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns (best point, fooled mask, queries used) for the images ``x``."""
+        x_best = self.init_point(x, gen)
+        margin, loss = self.margin_and_loss(x_best, y)
+        queries = torch.ones(x.shape[0], dtype=torch.long, device=x.device)
+        box = self.linf_box(x) if self.norm == "linf" else None
+        for i in range(self.n_queries - 1):
+            idx = (margin >= 0).nonzero().squeeze(1)
+            if idx.numel() == 0:
+                break
+            s = self.window_size(i, x.shape[-2], x.shape[-1])
+            if box is not None:
+                x_new = self.propose_linf(x[idx], x_best[idx], s, gen, box[0][idx], box[1][idx])
+            else:
+                x_new = self.propose_l2(x[idx], x_best[idx], s, gen)
+            m_new, l_new = self.margin_and_loss(x_new, y[idx])
+            lower = l_new < loss[idx]
+            keep = lower | (m_new < 0)
+            loss[idx] = torch.where(lower, l_new, loss[idx])
+            margin[idx] = torch.where(keep, m_new, margin[idx])
+            x_best[idx] = torch.where(keep[:, None, None, None], x_new, x_best[idx])
+            queries[idx] += 1
+        return x_best, margin < 0, queries
+
+    def window_size(self, i: int, h: int, w: int) -> int:
+        """Side of the square at iteration ``i`` (L2: odd and ≥ 3)."""
+        p = p_schedule(i, self.n_queries, self.p_init, self.rescale_schedule)
+        s = int(round(math.sqrt(p * h * w)))
+        if self.norm == "l2":
+            s = max(s, 3)
+            s += 1 - s % 2
+        return max(min(s, h, w), 1)
+
+    def _signs(self, shape: tuple[int, ...], gen: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+        return torch.randint(0, 2, shape, generator=gen, device=like.device).to(like.dtype) * 2 - 1
+
+    def _positions(self, n: int, s: int, size: int, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+        return torch.randint(0, size - s + 1, (n,), generator=gen, device=device)
+
+    # ---- L∞ ---------------------------------------------------------------------------------------
+    def init_point(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """L∞: vertical stripes of ±ε; L2: the grid of meta patterns with ‖δ‖₂ = ε."""
+        n, c, h, w = x.shape
+        if self.norm == "linf":
+            return (x + self.eps * self._signs((n, c, 1, w), gen, x)).clamp(0, 1)
+        return self.init_l2(x, gen)
+
+    def propose_linf(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator,
+                     lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+        """Set one random s×s window per image to ``x ± ε`` (one sign per channel)."""
+        n, c, h, w = x.shape
+        mask = window_mask(self._positions(n, s, h, gen, x.device), self._positions(n, s, w, gen, x.device), s, h, w)
+        corner = (x + self.eps * self._signs((n, c, 1, 1), gen, x)).clamp(lo, hi)
+        return torch.where(mask, corner, x_best)
+
+    # ---- L2 ---------------------------------------------------------------------------------------
+    def _patterns(self, n: int, s: int, gen: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+        """(n, 1, s, s): the meta pattern, transposed for a random half of the samples."""
+        pat = meta_pattern(s).to(device=like.device, dtype=like.dtype)
+        flip = torch.rand((n, 1, 1, 1), generator=gen, device=like.device) > 0.5
+        return torch.where(flip, pat.t(), pat).expand(n, 1, s, s)
+
+    def _to_sphere(self, x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        norms = delta.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
+        return (x + self.eps * delta / (norms + 1e-12)).clamp(0, 1)
+
+    def init_l2(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        n, c, h, w = x.shape
+        s = max(min(h, w) // 5, 1)
+        delta = torch.zeros_like(x)
+        starts_h = range((h - 5 * s) // 2 if h >= 5 * s else 0, h - s + 1, s)
+        starts_w = range((w - 5 * s) // 2 if w >= 5 * s else 0, w - s + 1, s)
+        for vh in list(starts_h)[: max(h // s, 1)]:  # a grid of windows (≤ 25), not a loop over images
+            for vw in list(starts_w)[: max(w // s, 1)]:
+                delta[:, :, vh:vh + s, vw:vw + s] += self._patterns(n, s, gen, x) * self._signs((n, c, 1, 1), gen, x)
+        return self._to_sphere(x, delta)
+
+    def propose_l2(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator) -> torch.Tensor:
+        """Move the mass of window 2 into window 1, add a fresh pattern there, renormalise to ‖δ‖₂ = ε."""
+        n, c, h, w = x.shape
+        delta = x_best - x
+        p1 = (self._positions(n, s, h, gen, x.device), self._positions(n, s, w, gen, x.device))
+        p2 = (self._positions(n, s, h, gen, x.device), self._positions(n, s, w, gen, x.device))
+        m1, m2 = window_mask(*p1, s, h, w), window_mask(*p2, s, h, w)
+        idx1 = window_index(*p1, s)
+        old = delta[idx1].permute(0, 3, 1, 2)                                    # (n, c, s, s)
+        norm_old = old.pow(2).sum((-2, -1), keepdim=True).sqrt()
+        norm_img = delta.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
+        norm_union = (delta * (m1 | m2)).pow(2).sum((-2, -1), keepdim=True).sqrt()
+        new = self._patterns(n, s, gen, x) * self._signs((n, c, 1, 1), gen, x) + old / (norm_old + 1e-12)
+        budget = ((self.eps ** 2 - norm_img ** 2).clamp_min(0) / c + norm_union ** 2).sqrt()
+        new = new / (new.pow(2).sum((-2, -1), keepdim=True).sqrt() + 1e-12) * budget
+        delta = delta.masked_fill(m2, 0.0)
+        delta[idx1] = new.permute(0, 2, 3, 1)
+        return self._to_sphere(x, delta)

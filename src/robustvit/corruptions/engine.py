@@ -1,0 +1,98 @@
+"""The corruption engine: ``corrupt`` and ``list_corruptions``.
+
+Common corruptions of Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions
+and Perturbations", ICLR 2019 (arXiv:1903.12261), batched in PyTorch on the input's device.
+
+Randomness and batches. Random corruptions draw every random number for the whole batch from one
+generator (``generator``, or a new one seeded with ``seed``), *then* apply them. Hence:
+
+- the same seed, the same batch and the same device give the same output, bit for bit;
+- deterministic corruptions (defocus/zoom/gaussian blur, brightness, contrast, pixelate, JPEG, saturate)
+  give each image exactly the result it gets on its own: ``corrupt(x)[i] == corrupt(x[i:i+1])[0]``;
+- for random corruptions an image's noise depends on its position in the batch (and the batch size), so
+  ``corrupt(x)[i]`` is a different *draw* from the same distribution as ``corrupt(x[i:i+1])[0]``. To
+  replay one image, replay its batch with the same seed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from robustvit.corruptions.functional import FUNCTIONS
+from robustvit.corruptions.jpeg import jpeg_roundtrip
+from robustvit.corruptions.params import (CORRUPTION_GROUPS, check_name, check_severity, corruption_params,
+                                          resolve_preset)
+from robustvit.errors import RobustvitError, unknown_name
+from robustvit.utils import check_images, make_generator
+
+
+def list_corruptions(group: str | None = None) -> list[str]:
+    """Corruption names, benchmark ones first. ``group``: noise, blur, weather, digital, extra, benchmark, all.
+
+    >>> list_corruptions("noise")
+    ['gaussian_noise', 'shot_noise', 'impulse_noise']
+    """
+    if group is None:
+        group = "all"
+    if group not in CORRUPTION_GROUPS:
+        raise unknown_name("corruption group", str(group), CORRUPTION_GROUPS)
+    return list(CORRUPTION_GROUPS[group])
+
+
+def is_random(name: str) -> bool:
+    """Whether corruption ``name`` draws random numbers (deterministic ones ignore the seed)."""
+    return FUNCTIONS[check_name(name)][1]
+
+
+def _check_quality(q: int | None) -> int | None:
+    if q is None:
+        return None
+    if isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= 100:
+        raise RobustvitError(f"jpeg_quality must be an integer from 1 to 100 or None, got {q!r}")
+    return q
+
+
+def corrupt(x: torch.Tensor, name: str, severity: int, *, seed: int | None = None,
+            generator: torch.Generator | None = None, preset: str | None = None,
+            jpeg_quality: int | None = None, size_scaling: bool = True) -> torch.Tensor:
+    """Apply common corruption ``name`` at ``severity`` (1–5) to a batch ``x`` (N, 3, H, W) in [0, 1].
+
+    Args:
+        x: float images (N, 3, H, W) in [0, 1], on any device.
+        name: one of :func:`list_corruptions` (e.g. ``"gaussian_noise"``).
+        severity: 1 (mild) to 5 (strong).
+        seed: seeds a new generator on ``x``'s device when ``generator`` is None (default 0).
+        generator: the source of every random number (its device may differ from ``x``'s).
+        preset: ``"imagenet"`` (224-px parameters) or ``"cifar"`` (32-px); default by size:
+            ``cifar`` when min(H, W) ≤ 64, else ``imagenet``. Spatial parameters are scaled by
+            min(H, W) / preset size (see :func:`corruption_params`).
+        jpeg_quality: if given, truncate to uint8 and JPEG round trip at this quality afterwards, as the
+            released ImageNet-C files (quality 85).
+        size_scaling: False uses the preset's parameters unscaled at any size (what ``imagecorruptions``
+            does with its ImageNet parameters).
+
+    Returns:
+        the corrupted images: same shape, dtype and device, values in [0, 1].
+
+    Example:
+        >>> x = torch.rand(4, 3, 64, 64)
+        >>> corrupt(x, "fog", 3, seed=0).shape
+        torch.Size([4, 3, 64, 64])
+    """
+    check_name(name)
+    check_severity(severity)
+    check_images(x, name="x")
+    quality = _check_quality(jpeg_quality)
+    n, _, h, w = x.shape
+    preset = resolve_preset(preset, h, w)
+    if n == 0:
+        return x.clone()
+    params = corruption_params(name, severity, preset, size=(h, w) if size_scaling else None)
+    fn = FUNCTIONS[name][0]
+    g = make_generator(seed, x.device, generator)
+    work = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    with torch.no_grad():
+        y = fn(work, params, g)
+        if quality is not None:
+            y = jpeg_roundtrip(y, quality, rounding="floor")
+    return y.clamp(0, 1).to(x.dtype)

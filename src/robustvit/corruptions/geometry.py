@@ -1,0 +1,128 @@
+"""Batched geometric building blocks: clipped zoom, motion blur with per-image angles, warps.
+
+These follow the reference corruptions of Hendrycks & Dietterich 2019 (arXiv:1903.12261) and are public
+because the ImageNet-P perturbation sequences reuse them. All take float tensors (N, C, H, W).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from robustvit.corruptions.filters import pad
+
+
+def clipped_zoom(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """Zoom into the centre of every image by ``factor`` ≥ 1 and crop back to the input size.
+
+    The central ``ceil(H/factor)`` × ``ceil(W/factor)`` crop is resized with linear interpolation to
+    ``round(crop·factor)`` (scipy ``zoom(order=1)`` coordinates, i.e. corners aligned), then the centre
+    H × W is kept — the reference's ``clipped_zoom``.
+
+    >>> clipped_zoom(torch.rand(1, 3, 32, 32), 1.2).shape
+    torch.Size([1, 3, 32, 32])
+    """
+    factor = float(factor)
+    if factor < 1:
+        raise ValueError(f"clipped_zoom needs factor >= 1, got {factor}")
+    h, w = x.shape[-2:]
+    ch, cw = math.ceil(h / factor), math.ceil(w / factor)
+    top, left = (h - ch) // 2, (w - cw) // 2
+    oh, ow = int(round(ch * factor)), int(round(cw * factor))
+    crop = x[..., top:top + ch, left:left + cw]
+    lead = crop.shape[:-2]
+    crop = crop.reshape(-1, 1, ch, cw) if crop.ndim != 4 else crop
+    if (oh, ow) != (ch, cw):
+        crop = F.interpolate(crop, size=(oh, ow), mode="bilinear", align_corners=True)
+    tt, tl = (oh - h) // 2, (ow - w) // 2
+    out = crop[..., tt:tt + h, tl:tl + w]
+    return out.reshape(*lead, h, w)
+
+
+def motion_kernel(radius: float, sigma: float) -> torch.Tensor:
+    """One-sided motion kernel: width 2⌈r⌉+1, weights ∝ exp(−i²/2σ²), i = 0…width−1, sum 1 (float64)."""
+    width = 2 * math.ceil(float(radius)) + 1
+    i = torch.arange(width, dtype=torch.float64)
+    k = torch.exp(-(i ** 2) / (2 * float(sigma) ** 2))
+    return k / k.sum()
+
+
+def motion_offsets(width: int, angle_deg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Integer tap offsets (dy, dx), each (N, width): (⌈i·sinθ − ½⌉, ⌈i·cosθ − ½⌉), computed in float64."""
+    theta = torch.deg2rad(angle_deg.to(torch.float64)).unsqueeze(1)
+    i = torch.arange(width, dtype=torch.float64, device=theta.device).unsqueeze(0)
+    dy = torch.ceil(i * torch.sin(theta) - 0.5)
+    dx = torch.ceil(i * torch.cos(theta) - 0.5)
+    return dy.to(torch.int64), dx.to(torch.int64)
+
+
+def _fft_size(n: int) -> int:
+    """Smallest m ≥ n whose only prime factors are 2, 3 and 5 (fast FFT lengths)."""
+    m = n
+    while True:
+        r = m
+        for p in (2, 3, 5):
+            while r % p == 0:
+                r //= p
+        if r == 1:
+            return m
+        m += 1
+
+
+def motion_blur(x: torch.Tensor, radius: float, sigma: float, angle_deg: float | torch.Tensor) -> torch.Tensor:
+    """Motion blur of every image along ``angle_deg`` (a float, or a tensor with one angle per image).
+
+    The ImageMagick-style one-sided kernel of :func:`motion_kernel`: output pixel (h, w) is
+    Σ_i k_i · x[h + dy_i, w + dx_i] with edges replicated; taps that would leave the image stop the sum
+    (their weight is dropped, as in the reference). Each image has its own sparse kernel, applied to the
+    whole batch at once as a product in the Fourier domain of the edge-padded images (no per-image loop;
+    the cost does not grow with the radius).
+
+    >>> motion_blur(torch.rand(2, 3, 32, 32), 5, 2, torch.tensor([0.0, 30.0])).shape
+    torch.Size([2, 3, 32, 32])
+    """
+    n, c, h, w = x.shape
+    k = motion_kernel(radius, sigma)
+    width = k.numel()
+    angle = torch.as_tensor(angle_deg, dtype=torch.float64).reshape(-1).cpu()
+    if angle.numel() == 1:
+        angle = angle.expand(n)
+    if angle.numel() != n:
+        raise ValueError(f"motion_blur needs one angle or one per image ({n}), got {angle.numel()}")
+    dy, dx = motion_offsets(width, angle)                     # (N, width), on CPU
+    inside = (dy.abs() < h) & (dx.abs() < w)
+    valid = torch.cumprod(inside.to(torch.int64), dim=1).bool()
+    weights = k.unsqueeze(0) * valid                          # (N, width) float64
+    p = width - 1
+    hp, wp = _fft_size(h + 2 * p), _fft_size(w + 2 * p)
+    real = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xp = pad(x.to(real), p, hp - h - p, p, wp - w - p, "nearest")
+    pos = (torch.remainder(-dy, hp) * wp + torch.remainder(-dx, wp)).to(x.device)
+    kern = torch.zeros(n, hp * wp, dtype=real, device=x.device)
+    kern.scatter_add_(1, pos, weights.to(device=x.device, dtype=real))
+    spec = torch.fft.rfft2(xp) * torch.fft.rfft2(kern.view(n, 1, hp, wp))
+    out = torch.fft.irfft2(spec, s=(hp, wp))[..., p:p + h, p:p + w]
+    return out.to(x.dtype).contiguous()
+
+
+def warp_bilinear(x: torch.Tensor, ys: torch.Tensor, xs: torch.Tensor, mode: str) -> torch.Tensor:
+    """Sample ``x`` (N, C, H, W) bilinearly at pixel coordinates (ys, xs), each (N, H', W').
+
+    ``mode`` ``"mirror"`` reflects about the edge pixels (OpenCV reflect-101), ``"reflect"`` about the
+    edges of the image (scipy ``reflect``).
+    """
+    h, w = x.shape[-2:]
+    if mode == "mirror":
+        gx = 2 * xs / max(w - 1, 1) - 1
+        gy = 2 * ys / max(h - 1, 1) - 1
+        align = True
+    elif mode == "reflect":
+        gx = (2 * xs + 1) / w - 1
+        gy = (2 * ys + 1) / h - 1
+        align = False
+    else:
+        raise ValueError(f"unknown warp mode {mode!r}")
+    grid = torch.stack((gx, gy), -1).to(x.dtype)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=align)

@@ -1,0 +1,55 @@
+"""Glass blur's local pixel shuffle, computed in parallel but with the reference's sequential semantics.
+
+The reference (Hendrycks & Dietterich 2019, arXiv:1903.12261) walks the pixels one by one, from
+(H−d, W−d) down to (d+1, d+1), and sets pixel p to the *current* value of p + (dy, dx), dy, dx uniform in
+−d…d−1. When that source pixel was visited earlier in the walk it already holds its new value, so values
+travel along chains. Writing s(p) for p's source, the result is ``new[p] = new[s(p)]`` if s(p) was visited
+before p, else ``old[s(p)]``: every pixel's value comes from the end of a pointer chain. We resolve all
+chains at once by pointer doubling (log₂ of the longest chain gather steps), which gives *exactly* the
+sequential result for the same offsets, batched on any device. Only the random stream differs from numpy's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _pass_sources(n: int, h: int, w: int, d: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """Flat source index (N, H·W) of every pixel after one sequential pass (identity outside the walk)."""
+    rows = torch.arange(d + 1, h - d + 1, device=device)        # visited rows (any order)
+    cols = torch.arange(d + 1, w - d + 1, device=device)
+    nr, nc = rows.numel(), cols.numel()
+    ident = torch.arange(h * w, device=device).expand(n, h * w).clone()
+    if nr <= 0 or nc <= 0:
+        return ident
+    off = torch.randint(-d, d, (n, 2, nr, nc), generator=generator, device=generator.device).to(device)
+    dx, dy = off[:, 0], off[:, 1]
+    ph = rows.view(1, nr, 1)
+    pw = cols.view(1, 1, nc)
+    sh, sw = ph + dy, pw + dx
+    # the source was visited earlier iff it lies in the walk and comes later in raster order
+    in_walk = (sh <= h - d) & (sw >= d + 1) & (sw <= w - d)
+    earlier = in_walk & ((sh > ph) | ((sh == ph) & (sw > pw)))
+    p_flat = (ph * w + pw).expand(n, nr, nc)
+    s_flat = sh * w + sw
+    nxt = ident.clone()
+    src = ident.clone()
+    nxt.scatter_(1, p_flat.reshape(n, -1), torch.where(earlier, s_flat, p_flat).reshape(n, -1))
+    src.scatter_(1, p_flat.reshape(n, -1), s_flat.reshape(n, -1))
+    # pointer doubling: nxt → the last pixel of p's chain (whose source was not yet visited)
+    for _ in range(64):
+        nxt2 = nxt.gather(1, nxt)
+        if torch.equal(nxt2, nxt):
+            break
+        nxt = nxt2
+    return src.gather(1, nxt)
+
+
+def glass_shuffle(x: torch.Tensor, dist: int, iters: int, generator: torch.Generator) -> torch.Tensor:
+    """Apply ``iters`` passes of the reference's local pixel walk with max displacement ``dist`` to (N, C, H, W)."""
+    n, c, h, w = x.shape
+    flat = x.reshape(n, c, h * w)
+    for _ in range(int(iters)):
+        src = _pass_sources(n, h, w, int(dist), generator, x.device)
+        flat = flat.gather(2, src.unsqueeze(1).expand(n, c, h * w))
+    return flat.reshape(n, c, h, w)
