@@ -7,7 +7,8 @@ Never imported by robustvit. The benchmarks call it in a subprocess and exchange
     python _ref_corruptions.py time --images x.npy --names fog --n 2 --out t.json
 
 Make the environment outside the repository:
-    python3 -m venv /tmp/ref && /tmp/ref/bin/pip install numpy==1.26.0 scikit-image==0.19.3 "setuptools<80" imagecorruptions
+    python3 -m venv /tmp/ref && /tmp/ref/bin/pip install numpy==1.26.0 scikit-image==0.20.0 "setuptools<80" imagecorruptions
+    (0.19.3 works too but builds from source on Python 3.11; 0.20 needs the small shim below)
 
 ``elastic_transform@imagenet-c`` is the elastic transform that made the released ImageNet-C (random affine +
 displacement field, parameters in multiples of 244; Hendrycks & Dietterich 2019, arXiv:1903.12261),
@@ -65,10 +66,29 @@ def _elastic_imagenet_c(img: np.ndarray, severity: int) -> np.ndarray:
     return np.uint8(np.clip(out, 0, 1) * 255)
 
 
+def _skimage_compat() -> None:
+    """imagecorruptions 1.1.2 calls ``skimage.filters.gaussian(..., multichannel=True)``, removed in
+    scikit-image 0.20 (which, unlike 0.19.3, has wheels for Python 3.11+). Map it to the identical
+    ``channel_axis=-1`` so the reference runs unchanged on either version."""
+    import skimage.filters
+    from imagecorruptions import corruptions
+
+    gaussian = skimage.filters.gaussian
+
+    def compat(image, *args, multichannel=None, **kwargs):  # noqa: ANN001, ANN202
+        if multichannel:
+            kwargs.setdefault("channel_axis", -1)
+        return gaussian(image, *args, **kwargs)
+
+    corruptions.gaussian = compat
+
+
 def _apply(img: np.ndarray, name: str, severity: int) -> np.ndarray:
     if name == "elastic_transform@imagenet-c":
         return _elastic_imagenet_c(img, severity)
     from imagecorruptions import corrupt
+
+    _skimage_compat()
 
     return corrupt(img, corruption_name=name, severity=severity)
 

@@ -13,7 +13,7 @@ folder. imagecorruptions always applies its ImageNet parameters; robustvit is th
 
 The reference runs in its own (old-library) environment, in a subprocess; make it outside the repository:
 
-    python3 -m venv /tmp/ref && /tmp/ref/bin/pip install numpy==1.26.0 scikit-image==0.19.3 "setuptools<80" imagecorruptions
+    python3 -m venv /tmp/ref && /tmp/ref/bin/pip install numpy==1.26.0 scikit-image==0.20.0 "setuptools<80" imagecorruptions
 
 Usage (from the repository root):
 

@@ -13,7 +13,7 @@ Needs only torch, torchvision, numpy and robustvit (plus the reference env when 
     python benchmarks/corruptions.py --device cuda --batch-size 256 --size 224 --no-reference \\
         --out /tmp/corruptions_gpu.json
 
-The reference env: python3 -m venv /tmp/ref && /tmp/ref/bin/pip install numpy==1.26.0 scikit-image==0.19.3
+The reference env: python3 -m venv /tmp/ref && /tmp/ref/bin/pip install numpy==1.26.0 scikit-image==0.20.0
 "setuptools<80" imagecorruptions
 """
 

@@ -67,8 +67,8 @@ def edge_distance(edges: torch.Tensor, cap: int = 20) -> torch.Tensor:
     pos = torch.arange(w, device=edges.device, dtype=torch.float32).expand_as(edges[..., :])
     far = torch.full_like(pos, -1e6)
     left = torch.where(edges, pos, far).cummax(-1).values
-    right = torch.where(edges.flip(-1), pos, far).cummax(-1).values
-    row = torch.minimum(pos - left, pos - right.flip(-1)).clamp_max(big)
+    right = torch.where(edges.flip(-1), pos, far).cummax(-1).values     # the same, right to left (flipped)
+    row = torch.minimum(pos - left, (pos - right).flip(-1)).clamp_max(big)
     sq = F.pad(row * row, (0, 0, cap, cap), value=big * big)
     best = sq[..., cap:cap + h, :].clone()
     for k in range(1, cap + 1):
