@@ -95,4 +95,6 @@ def corrupt(x: torch.Tensor, name: str, severity: int, *, seed: int | None = Non
         y = fn(work, params, g)
         if quality is not None:
             y = jpeg_roundtrip(y, quality, rounding="floor")
-    return y.clamp(0, 1).to(x.dtype)
+    shares_input = y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    y = y.clamp(0, 1) if shares_input else y.clamp_(0, 1)      # in place unless y is (a view of) the input
+    return y.to(x.dtype)

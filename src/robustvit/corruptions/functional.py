@@ -211,14 +211,14 @@ def _nearest_index(n_in: int, n_out: int, device: torch.device) -> torch.Tensor:
 
 
 def pixelate(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
-    """Downsample to ``int(side·c)`` with PIL's BOX filter, back up with nearest neighbour."""
+    """Downsample to ``int(side·c)`` with PIL's BOX filter, back up with nearest neighbour (the caller
+    clamps to [0, 1])."""
     h, w = x.shape[-2:]
     sh, sw = max(1, int(h * p.c)), max(1, int(w * p.c))
     mh = _pil_box_matrix(h, sh).to(device=x.device, dtype=x.dtype)
     mw = _pil_box_matrix(w, sw).to(device=x.device, dtype=x.dtype)
     small = torch.matmul(torch.matmul(mh, x), mw.T)
-    return small.index_select(-2, _nearest_index(sh, h, x.device)).index_select(
-        -1, _nearest_index(sw, w, x.device)).clamp(0, 1)
+    return small.index_select(-2, _nearest_index(sh, h, x.device)).index_select(-1, _nearest_index(sw, w, x.device))
 
 
 def jpeg_compression(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
