@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# Two threads (the CI machine has 2 cores); OMP_NUM_THREADS=1 when the cores are shared with other jobs.
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", min(2, os.cpu_count() or 1))))
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -37,3 +38,16 @@ def tiny_resnet():
 
     torch.manual_seed(0)
     return create_model("resnet_cifar18", width_mult=0.0625, num_classes=5).eval()
+
+
+@pytest.fixture
+def tiny_vit16() -> torch.nn.Module:
+    """A bare seeded timm ViT for 3×16×16 inputs, for attacks that need attention maps (patch 4, width 32, 4 blocks, 2 heads, CLS token, mean-pooled)."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=16, patch_size=4, embed_dim=32, depth=4, num_heads=2, num_classes=10,
+                            global_pool="avg").eval()
+    with torch.no_grad():
+        vit.head.weight.normal_(0, 1.0)    # timm's tiny head init makes a random ViT nearly constant
+    return vit

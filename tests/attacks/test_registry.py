@@ -18,6 +18,11 @@ EPS = {"linf": 8 / 255, "l2": 0.5}
 QUICK = {"steps": 3, "n_queries": 30, "restarts": 1, "n_restarts": 1, "n_iter": 3, "n_target_classes": 2,
          "skip_missing": True, "eot_iter": 1}
 ALL = list_attacks()
+VIT_ONLY = {"patch-fool"}   # attacks that need a ViT's attention maps
+
+
+def model_for(name: str, model: torch.nn.Module, request: pytest.FixtureRequest) -> torch.nn.Module:
+    return request.getfixturevalue("tiny_vit16") if name in VIT_ONLY else model
 
 
 def build(name: str, model: torch.nn.Module, **kw) -> object:
@@ -47,8 +52,9 @@ def test_unknown_attack_and_keyword(tiny_model):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("name", ALL)
-def test_attack_contract(name, tiny_model, batch):
+def test_attack_contract(name, tiny_model, batch, request):
     x, y = batch
+    tiny_model = model_for(name, tiny_model, request)
     cls = get_attack_class(name)
     for norm in cls.norms:
         eps = EPS.get(norm, 8 / 255)
@@ -72,8 +78,8 @@ def test_attack_contract(name, tiny_model, batch):
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_eps_string(name, tiny_model):
-    atk = build(name, tiny_model, eps="4/255")
+def test_eps_string(name, tiny_model, request):
+    atk = build(name, model_for(name, tiny_model, request), eps="4/255")
     assert abs(atk.eps - 4 / 255) < 1e-12
 
 

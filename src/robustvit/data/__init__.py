@@ -28,6 +28,11 @@ def register_source(name: str) -> Callable[[SourceFn], SourceFn]:
 for _name in ("synthshapes", "folder", "npz", "cifar10", "cifar100", "imagenet"):
     register_source(_name)(getattr(sources, _name))
 
+from robustvit.data import shift as _shift  # noqa: E402  (ImageNet-R/-A/-Sketch/-V2)
+
+for _name in _shift.SHIFT_SETS:
+    register_source(_name)(getattr(_shift, _name))
+
 
 def list_sources() -> list[str]:
     return sorted(_SOURCES)

@@ -88,6 +88,7 @@ class Suite:
                 + (f"; options: {', '.join(self.option_names)}" if self.option_names else "; it takes no options"))
         self.max_images = None if limit is None else int(limit)
         self.options = options
+        self.key = self.name   # the spec as written (set by ``create_suite``): the results.json key
 
     def option(self, ctx: EvalContext, key: str, default: Any = None) -> Any:
         """A suite option, else the run's global option of that name, else ``default``."""
@@ -150,7 +151,9 @@ def parse_suite_spec(spec: str) -> tuple[str, dict[str, str]]:
 def create_suite(spec: str) -> Suite:
     """Build a suite from its spec string; the result key in results.json is the spec as written."""
     name, options = parse_suite_spec(spec)
-    return get_suite_class(name)(**options)
+    suite = get_suite_class(name)(**options)
+    suite.key = spec.strip()
+    return suite
 
 
 def _load_builtin_suites() -> None:

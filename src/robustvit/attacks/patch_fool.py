@@ -1,0 +1,156 @@
+"""Patch-Fool: replace the most-attended patch and optimise its pixels to fool a Vision Transformer
+(Fu et al., ICLR 2022, "Patch-Fool: Are Vision Transformers Always Robust Against Adversarial
+Perturbations?", arXiv:2203.08392; reference code RICE-EIC/Patch-Fool).
+
+Algorithm (per image, batched):
+
+1. **Patch selection** (``selection="attn"``): the attention map of block ``attn_block`` (default 4, as in
+   the reference; the last block for shallower models), averaged over heads and over queries; the
+   ``num_patches`` patch tokens that receive the most attention are attacked. ``"saliency"`` ranks patches
+   by the summed |∂CE/∂x|, ``"random"`` draws them.
+2. The chosen patches are **replaced** by δ (not added to), δ starting from U(0, 1).
+3. δ is optimised with Adam (``steps`` = 250 iterations, learning rate ``step_size`` decayed by 0.95 every
+   10 steps) to *ascend* the cross-entropy plus ``attn_weight`` (0.002) × the attention-aware loss: for
+   every block b in 1 … L/2 − 1, the mean over queries of log a_b(q → p), the heads-averaged attention that
+   each query pays to the (first) chosen patch p. Each block's gradient is combined with the CE gradient
+   PCGrad-style: where the two conflict (negative cosine), the attention gradient is projected onto the
+   normal plane of the CE gradient.
+
+Variants: ``eps`` = None (default) leaves the patch values free in [0, 1] as in the paper; a number gives
+the "mild" L∞-bounded variant (δ ∈ [x − ε, x + ε], started uniformly in that box). ``targeted=True``
+descends the CE towards the given classes. The output keeps, per image, the last iterate that fooled the
+model (else the final iterate). Only ViT-family models are supported (the attention maps come from
+:class:`robustvit.models.ViTProbe`).
+
+Deviations from the reference code: it works in normalised pixel space with learning rate 0.22; robustvit
+works on [0, 1] images, so the default learning rate is 0.22 × the model's mean normalisation std (0.05 for
+ImageNet statistics), the same step in pixels. Its PCGrad divides the projection by ‖g_CE‖ instead of
+‖g_CE‖²; robustvit uses the exact projection of PCGrad (Yu et al. 2020, arXiv:2001.06782).
+
+Example::
+
+    atk = create_attack("patch-fool", vit, steps=250)
+    x_adv = atk(x, y)
+    atk.last_patches      # (N, num_patches) attacked patch indices (row-major on the patch grid)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robustvit.attacks.base import Attack, register_attack
+from robustvit.errors import RobustvitError
+from robustvit.models.probe import ViTProbe
+
+SELECTIONS = ("attn", "saliency", "random")
+
+
+def patch_mask(indices: torch.Tensor, grid: tuple[int, int], patch_size: int) -> torch.Tensor:
+    """(N, 1, H, W) float mask that is 1 on the patches ``indices`` (N, k) of a ``grid`` of patches."""
+    n = indices.shape[0]
+    m = torch.zeros(n, grid[0] * grid[1], device=indices.device)
+    m.scatter_(1, indices, 1.0)
+    m = m.view(n, 1, grid[0], grid[1])
+    return m.repeat_interleave(patch_size, 2).repeat_interleave(patch_size, 3)
+
+
+def pcgrad(g_aux: torch.Tensor, g_main: torch.Tensor) -> torch.Tensor:
+    """Per-sample PCGrad: where ⟨g_aux, g_main⟩ < 0, remove from g_aux its component along g_main."""
+    a, b = g_aux.flatten(1), g_main.flatten(1)
+    dot = (a * b).sum(1, keepdim=True)
+    proj = torch.where(dot < 0, dot / b.pow(2).sum(1, keepdim=True).clamp_min(1e-20), torch.zeros_like(dot))
+    return (a - proj * b).view_as(g_aux)
+
+
+@register_attack
+class PatchFool(Attack):
+    """Patch-Fool on ViTs. Keywords: ``num_patches`` (1), ``steps`` (250), ``step_size`` (Adam learning rate;
+    None = 0.22 × mean normalisation std), ``attn_weight`` (0.002; 0 = CE only), ``attn_block`` (4),
+    ``selection`` ("attn"), ``eps`` (None = unconstrained patch), ``targeted``, ``seed``."""
+
+    name = "patch-fool"
+    norms = ("linf",)
+
+    def __init__(self, model: nn.Module, *, num_patches: int = 1, steps: int = 250, step_size: float | None = None,
+                 attn_weight: float = 0.002, attn_block: int = 4, selection: str = "attn",
+                 eps: float | str | None = None, **kwargs) -> None:
+        super().__init__(model, eps=1.0 if eps is None else eps, **kwargs)
+        self.bounded = eps is not None
+        self.probe = ViTProbe(model)   # raises a clear error for non-ViT models
+        if self.probe.grid_size is None or self.probe.patch_size is None:
+            raise RobustvitError("patch-fool needs a ViT with a fixed patch grid (patch_embed.grid_size)")
+        if selection not in SELECTIONS:
+            raise RobustvitError(f"patch-fool: selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
+        P = self.probe.grid_size[0] * self.probe.grid_size[1]
+        if not 1 <= int(num_patches) <= P or int(steps) < 1:
+            raise RobustvitError(f"patch-fool: num_patches must be in 1..{P} and steps >= 1")
+        self.num_patches, self.steps = int(num_patches), int(steps)
+        std = getattr(getattr(model, "spec", None), "std", (0.229, 0.224, 0.225))
+        self.step_size = float(step_size) if step_size is not None else 0.22 * sum(std) / len(std)
+        self.attn_weight, self.selection = float(attn_weight), selection
+        self.attn_block = min(int(attn_block), self.probe.num_blocks - 1)
+        self.last_patches: torch.Tensor | None = None
+
+    # ---- the two stages ------------------------------------------------------------------------
+    def select_patches(self, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """(N, num_patches) patch indices to attack, best first."""
+        P, k, pre = self.probe.num_tokens - self.probe.num_prefix_tokens, self.num_patches, self.probe.num_prefix_tokens
+        if self.selection == "random":
+            return torch.rand(x.shape[0], P, generator=gen, device=x.device).argsort(1)[:, :k]
+        if self.selection == "attn":
+            with torch.no_grad():
+                attn = self.probe.run(x, tokens=False, attentions=True).attentions[self.attn_block]
+            score = attn.mean(1).mean(1)[:, pre:]            # heads, then queries → attention received per key
+        else:
+            xg = x.detach().requires_grad_(True)
+            g, = torch.autograd.grad(F.cross_entropy(self.model(xg), y, reduction="sum"), xg)
+            ps = self.probe.patch_size
+            score = F.avg_pool2d(g.abs().sum(1, keepdim=True), ps).flatten(1)
+        return score.argsort(1, descending=True)[:, :k]
+
+    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        gen = self.generator(x.device)
+        patches = self.select_patches(x, y, gen)
+        self.last_patches = patches.cpu()
+        mask = patch_mask(patches, self.probe.grid_size, self.probe.patch_size).to(x.dtype)
+        base = x * (1 - mask)
+        noise = torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+        if self.bounded:
+            lo, hi = self.linf_box(x)
+            delta = (x + (2 * noise - 1) * self.eps).clamp(lo, hi)
+        else:
+            lo, hi = torch.zeros_like(x), torch.ones_like(x)
+            delta = noise
+        delta.requires_grad_(True)
+        opt = torch.optim.Adam([delta], lr=self.step_size)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.95)
+        target = patches[:, 0] + self.probe.num_prefix_tokens
+        blocks = list(range(1, self.probe.num_blocks // 2)) if self.attn_weight > 0 else []
+        best = x.clone()
+        for _ in range(self.steps):
+            xa = base + delta * mask
+            out = self.probe.run(xa, tokens=False, attentions=bool(blocks))
+            ce = F.cross_entropy(out.logits, y, reduction="none")
+            ce = -ce if self.targeted else ce
+            g_ce, = torch.autograd.grad(ce.sum(), delta, retain_graph=bool(blocks))
+            grad = g_ce
+            for i, b in enumerate(blocks):
+                a = out.attentions[b].mean(1)                                     # (N, T, T)
+                received = a.gather(2, target.view(-1, 1, 1).expand(-1, a.shape[1], 1))
+                attn_loss = received.clamp_min(1e-30).log().mean((1, 2))
+                g_b, = torch.autograd.grad(attn_loss.sum(), delta, retain_graph=i < len(blocks) - 1)
+                grad = grad + self.attn_weight * pcgrad(g_b, g_ce)
+            with torch.no_grad():
+                hit = self.success(out.logits, y)
+                best[hit] = xa[hit].detach()
+                opt.zero_grad(set_to_none=True)
+                delta.grad = -grad * mask          # ascend; only the patch pixels exist
+                opt.step()
+                sched.step()
+                delta.copy_(torch.maximum(torch.minimum(delta, hi), lo))
+        with torch.no_grad():
+            final = base + delta.detach() * mask
+            hit = self.success(self.predict(best), y)
+            return torch.where(hit.view(-1, 1, 1, 1), best, final)

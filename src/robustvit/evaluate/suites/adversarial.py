@@ -1,0 +1,452 @@
+"""Adversarial evaluation suites: ``fgsm``, ``pgd``, ``apgd``, ``autoattack``, ``spatial``, ``patch_fool``
+and ``transfer`` (the settings of Bhojanapalli et al. 2021, arXiv:2103.14586, and Croce & Hein 2020,
+arXiv:2003.01690).
+
+Defaults: L∞, ε = 4/255, PGD 10 steps of ε/4. ``robustvit eval --eps/--norm/--steps`` set them for every
+attack suite of the run; a suite option (``pgd:eps=1/255:steps=20``) overrides them. Robust accuracy is the
+RobustBench convention: an image counts as robust when it is classified correctly before *and* after the
+attack, so ``accuracy <= clean_accuracy`` always; only correctly classified images are attacked. Each chunk's
+attack is seeded from (run seed, suite key, chunk), so results replay exactly and every model of a run sees
+the same random starts.
+
+Every result holds ``eps``, ``norm``, ``accuracy`` (robust), ``clean_accuracy``, ``attack_success_rate``, the
+attack's settings (``steps``, ``step_size``, ``restarts``, ``version``, …), ``num_images`` and ``flags``: the
+gradient-masking checks of :mod:`robustvit.attacks.checks`, run once on the first ``checks`` (32) images —
+randomised output, softmax output, zero gradients, robust accuracy rising with more steps (``pgd``/``apgd``:
+steps vs 2 × steps, same seed) and a black-box attack (Square, ``check_queries`` = 250 queries) beating the white-box
+one (``pgd``/``apgd``). ``save=N`` writes the first N clean images, adversarial examples and perturbations (δ rescaled to [0, 1]
+by (δ + ε) / 2ε) as PNGs under ``OUT/adversarial/<suite key>/``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from robustvit.attacks import checks, create_attack
+from robustvit.attacks.base import Attack
+from robustvit.errors import RobustvitError
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.models.probe import is_probeable
+from robustvit.utils import parse_eps
+
+DEFAULT_EPS = "4/255"
+COMMON_OPTIONS = ("eps", "norm", "save", "checks", "check_queries")
+INT_OPTIONS = {"steps", "restarts", "n_queries", "n_target_classes", "translations", "rotations", "num_patches",
+               "attn_block", "save", "checks", "check_queries", "batch_size"}
+FLOAT_OPTIONS = {"max_translation", "max_rotation", "attn_weight", "p_init"}
+BOOL_OPTIONS = {"random_start"}
+#: Attack attributes reported as settings (attribute → result key).
+SETTINGS = {"steps": "steps", "step_size": "step_size", "restarts": "restarts", "use_random_start": "random_start",
+            "version": "version", "n_queries": "n_queries", "n_target_classes": "n_target_classes",
+            "translations": "translations", "rotations": "rotations", "max_translation": "max_translation",
+            "max_rotation": "max_rotation", "num_patches": "num_patches", "attn_weight": "attn_weight",
+            "attn_block": "attn_block", "selection": "selection", "p_init": "p_init"}
+
+
+def _typed(key: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if key in ("eps", "step_size"):
+        return parse_eps(value)
+    try:
+        if key in INT_OPTIONS:
+            return int(value)
+        if key in FLOAT_OPTIONS:
+            return float(value)
+    except (TypeError, ValueError):
+        raise RobustvitError(f"option {key}={value!r} must be a number") from None
+    if key in BOOL_OPTIONS and isinstance(value, str):
+        if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise RobustvitError(f"option {key}={value!r} must be true or false")
+        return value.lower() in ("true", "1", "yes")
+    return value
+
+
+def chunk_seed(batch: Batch) -> int:
+    """An attack seed drawn from the unit's generator: replayable, the same for every model of a run."""
+    g = batch.generator
+    return int(torch.randint(0, 2**31 - 1, (1,), generator=g, device=g.device).item())
+
+
+def save_examples(folder: Path, index: torch.Tensor, x: torch.Tensor, x_adv: torch.Tensor, scale: float) -> int:
+    """Write ``<index>_clean.png``, ``_adv.png`` and ``_delta.png`` ((δ + scale) / 2·scale) per image."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    delta = ((x_adv - x) + scale) / (2 * scale)
+    for i, img, adv, d in zip(index.tolist(), x, x_adv, delta):
+        for tag, t in (("clean", img), ("adv", adv), ("delta", d)):
+            arr = (t.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).cpu().numpy()
+            Image.fromarray(arr).save(folder / f"{i:05d}_{tag}.png")
+    return int(index.numel())
+
+
+class AttackSuite(Suite):
+    """Shared machinery: option handling, the attack per chunk, robust accuracy, checks and saving."""
+
+    attack_name: ClassVar[str] = ""
+    attack_options: ClassVar[tuple[str, ...]] = ()
+    #: Which gradient-masking checks the suite runs (subset of model/more_steps/blackbox).
+    check_kinds: ClassVar[tuple[str, ...]] = ("model", "blackbox")
+    bounded: ClassVar[bool] = True
+
+    def __init__(self, limit: int | None = None, **options: Any) -> None:
+        super().__init__(limit, **options)
+        self.options = {k: _typed(k, v) for k, v in self.options.items()}
+
+    # ---- configuration ------------------------------------------------------------------------
+    def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
+        kw: dict[str, Any] = {}
+        if self.bounded:
+            kw["eps"] = _typed("eps", self.option(ctx, "eps", DEFAULT_EPS))
+            kw["norm"] = str(self.option(ctx, "norm", "linf"))
+        for k in self.attack_options:
+            v = _typed(k, self.option(ctx, k))
+            if v is not None:
+                kw[k] = v
+        return kw
+
+    def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
+        return create_attack(self.attack_name, model, seed=seed, **self.attack_kwargs(ctx))
+
+    def parts(self, ctx: EvalContext) -> list[str]:
+        return ["all", "checks"] if int(self.options.get("checks", 32)) > 0 else ["all"]
+
+    # ---- one chunk ----------------------------------------------------------------------------
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        if part == "checks":
+            return self.run_checks(ctx, batch) if int(batch.index.min()) == 0 else {}
+        x, y = batch.x, batch.y
+        with torch.no_grad():
+            clean_ok = ctx.model(x).argmax(1) == y
+        atk = self.attack_for(ctx, ctx.model, chunk_seed(batch))
+        stats: dict[str, Any] = {"n": int(y.numel()), "clean": int(clean_ok.sum())}
+        x_adv = x.clone()
+        idx = clean_ok.nonzero().squeeze(1)
+        if idx.numel():
+            x_adv[idx] = atk(x[idx], y[idx])
+            stats.update(self.attack_stats(atk, int(idx.numel())))
+        with torch.no_grad():
+            robust = clean_ok & (ctx.model(x_adv).argmax(1) == y)
+        stats["robust"] = int(robust.sum())
+        stats["saved"] = self.maybe_save(ctx, batch, x, x_adv, clean_ok)
+        return stats
+
+    def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
+        """Extra additive statistics from the attack object (e.g. AutoAttack's per-member counts)."""
+        return {}
+
+    def maybe_save(self, ctx: EvalContext, batch: Batch, x: torch.Tensor, x_adv: torch.Tensor,
+                   clean_ok: torch.Tensor) -> int:
+        """Save the images with data-set index < ``save``; those misclassified before the attack (not
+        attacked for the statistics) are attacked separately, for the picture only."""
+        n_save = int(self.options.get("save", 0))
+        sel = (batch.index < n_save).to(x.device)
+        if n_save <= 0 or ctx.out_dir is None or not bool(sel.any()):
+            return 0
+        atk = self.attack_for(ctx, ctx.model, chunk_seed(batch) + 1)
+        extra = (sel & ~clean_ok).nonzero().squeeze(1)
+        x_adv = x_adv.clone()
+        if extra.numel():
+            x_adv[extra] = atk(x[extra], batch.y[extra])
+        linf = getattr(atk, "bounded", False) and atk.norm == "linf" and atk.eps > 0
+        scale = atk.eps if linf else max(float((x_adv[sel] - x[sel]).abs().max()), 1e-12)
+        return save_examples(self.save_dir(ctx), batch.index[sel.cpu()], x[sel], x_adv[sel], scale)
+
+    def save_dir(self, ctx: EvalContext) -> Path:
+        assert ctx.out_dir is not None
+        return Path(ctx.out_dir) / "adversarial" / re.sub(r"[^A-Za-z0-9_.=+-]+", "_", self.key)
+
+    # ---- gradient-masking checks (first chunk only) -------------------------------------------
+    def run_checks(self, ctx: EvalContext, batch: Batch) -> dict[str, Any]:
+        n = int(self.options.get("checks", 32))
+        xs, ys = batch.x[:n], batch.y[:n]
+        flags: dict[str, checks.CheckResult] = {}
+        if "model" in self.check_kinds:
+            flags["randomized"] = checks.check_randomized(ctx.model, xs)
+            flags["softmax_output"] = checks.check_softmax_output(ctx.model, xs)
+            flags["zero_gradients"] = checks.check_zero_gradients(ctx.model, xs, ys)
+        kw = self.attack_kwargs(ctx)
+        if "more_steps" in self.check_kinds:
+            steps = int(self.attack_for(ctx, ctx.model, 0).steps)
+            kw_steps = {k: v for k, v in kw.items() if k != "steps"}
+            flags["more_steps"] = checks.check_more_steps(ctx.model, xs, ys, attack=self.attack_name,
+                                                          steps=(steps, 2 * steps), seed=0, **kw_steps)
+        if "blackbox" in self.check_kinds and kw.get("eps", 0) > 0:
+            white = self._robust_accuracy(ctx.model, self.attack_for(ctx, ctx.model, 0), xs, ys)
+            square = create_attack("square", ctx.model, eps=kw["eps"], norm=kw["norm"], seed=0,
+                                   n_queries=int(self.options.get("check_queries", 250)))
+            black = self._robust_accuracy(ctx.model, square, xs, ys)
+            flags["blackbox_stronger"] = checks.check_blackbox_stronger({self.attack_name: white, "square": black})
+        return {"flags": flags}
+
+    @staticmethod
+    def _robust_accuracy(model: nn.Module, atk: Attack, x: torch.Tensor, y: torch.Tensor) -> float:
+        with torch.no_grad():
+            ok = model(x).argmax(1) == y
+        xa = atk(x, y)
+        with torch.no_grad():
+            return (ok & (model(xa).argmax(1) == y)).float().mean().item()
+
+    # ---- result ---------------------------------------------------------------------------------
+    def settings(self, ctx: EvalContext) -> dict[str, Any]:
+        atk = self.attack_for(ctx, ctx.model, 0)
+        out: dict[str, Any] = {"attack": atk.name}
+        if self.bounded:
+            out.update(eps=atk.eps, norm=atk.norm)
+        for attr, key in SETTINGS.items():
+            v = getattr(atk, attr, None)
+            if isinstance(v, (bool, int, float, str)):
+                out[key] = v
+        return out
+
+    def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        s = stats.get("all", {})
+        n, clean, robust = s.get("n", 0), s.get("clean", 0), s.get("robust", 0)
+        res: dict[str, Any] = {**self.settings(ctx),
+                               "accuracy": robust / max(n, 1), "clean_accuracy": clean / max(n, 1),
+                               "attack_success_rate": (clean - robust) / max(clean, 1), "num_images": n}
+        res.update(self.extra_results(ctx, s))
+        res["flags"] = dict(stats.get("checks", {}).get("flags", {}))
+        res["flags"].update(self.extra_flags(ctx, res))
+        if s.get("saved"):
+            res["saved"] = {"dir": str(self.save_dir(ctx).relative_to(ctx.out_dir)), "count": int(s["saved"])}
+        return res
+
+    def extra_results(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def extra_flags(self, ctx: EvalContext, res: dict[str, Any]) -> dict[str, checks.CheckResult]:
+        return {}
+
+
+@register_suite
+class FGSMSuite(AttackSuite):
+    name = "fgsm"
+    description = "FGSM robust accuracy (Goodfellow et al. 2015; Bhojanapalli et al. 2021)"
+    attack_name = "fgsm"
+    attack_options = ("step_size", "random_start")
+    option_names = COMMON_OPTIONS + attack_options
+    check_kinds = ("model",)
+    demo_specs = ("fgsm:eps=1/255", "fgsm:eps=4/255")
+
+
+@register_suite
+class PGDSuite(AttackSuite):
+    name = "pgd"
+    description = "PGD robust accuracy (Madry et al. 2018); default 10 steps of ε/4"
+    attack_name = "pgd"
+    attack_options = ("steps", "step_size", "restarts", "random_start")
+    option_names = COMMON_OPTIONS + attack_options
+    check_kinds = ("model", "more_steps", "blackbox")
+    demo_specs = ("pgd:eps=1/255:save=8", "pgd:eps=2/255", "pgd:eps=4/255:save=8", "pgd:eps=8/255")
+    quick_specs = ("pgd:eps=1/255:save=8", "pgd:eps=4/255:save=8")
+
+    def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
+        kw = super().attack_kwargs(ctx)
+        kw.setdefault("steps", 10)
+        kw.setdefault("step_size", kw["eps"] / 4)
+        return kw
+
+
+@register_suite
+class APGDSuite(AttackSuite):
+    name = "apgd"
+    description = "APGD robust accuracy (Croce & Hein 2020); option attack=apgd-ce|apgd-dlr|apgd-t"
+    attack_options = ("steps", "restarts", "n_target_classes")
+    option_names = COMMON_OPTIONS + attack_options + ("attack",)
+    check_kinds = ("model", "more_steps", "blackbox")
+    demo_specs = ("apgd:limit=200:steps=20",)
+    quick_specs = ()
+
+    @property
+    def attack_name(self) -> str:  # type: ignore[override]
+        name = str(self.options.get("attack", "apgd-ce"))
+        if name not in ("apgd-ce", "apgd-dlr", "apgd-t"):
+            raise RobustvitError(f"suite apgd: attack must be apgd-ce, apgd-dlr or apgd-t, got {name!r}")
+        return name
+
+    def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
+        kw = self.attack_kwargs(ctx)
+        if self.attack_name != "apgd-t":
+            kw.pop("n_target_classes", None)
+        else:
+            kw["n_target_classes"] = max(1, min(kw.get("n_target_classes", 9), ctx.num_classes - 1))
+        return create_attack(self.attack_name, model, seed=seed, **kw)
+
+
+@register_suite
+class AutoAttackSuite(AttackSuite):
+    name = "autoattack"
+    description = "AutoAttack (Croce & Hein 2020): apgd-ce, apgd-t, fab-t, square; per-attack accuracy"
+    attack_name = "autoattack"
+    attack_options = ("version", "steps", "n_queries", "n_target_classes")
+    option_names = COMMON_OPTIONS + attack_options + ("attacks",)
+    check_kinds = ("model",)
+    demo_specs = ("autoattack:limit=100:n_queries=500",)
+    quick_specs = ("autoattack:limit=50:steps=20:n_queries=200",)
+
+    def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
+        kw = self.attack_kwargs(ctx)
+        attacks = self.options.get("attacks")
+        if attacks:
+            kw["version"], kw["attacks"] = "custom", str(attacks).split("+")
+        return create_attack("autoattack", model, seed=seed, run_checks=False, **kw)
+
+    def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
+        per = atk.last_report.get("per_attack", {})   # type: ignore[attr-defined]
+        return {"per_attack": {k: int(round(v * n_attacked)) for k, v in per.items()}}
+
+    def settings(self, ctx: EvalContext) -> dict[str, Any]:
+        out = super().settings(ctx)
+        atk = self.attack_for(ctx, ctx.model, 0)
+        out["attacks"] = atk.member_names()   # type: ignore[attr-defined]
+        overrides = {k: v for k, v in atk.overrides.items()}   # type: ignore[attr-defined]
+        out["reduced"] = bool(overrides) and out.get("version") != "custom"
+        if overrides:
+            out["overrides"] = overrides
+        return out
+
+    def extra_results(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, Any]:
+        n = max(s.get("n", 0), 1)
+        counts = s.get("per_attack", {})
+        misclassified = s.get("n", 0) - s.get("clean", 0)
+        return {"per_attack": {k: v / n for k, v in counts.items()}, "clean_misclassified": misclassified}
+
+    def extra_flags(self, ctx: EvalContext, res: dict[str, Any]) -> dict[str, checks.CheckResult]:
+        return {"blackbox_stronger": checks.check_blackbox_stronger(res["per_attack"]),
+                "n_classes": checks.check_n_classes(ctx.num_classes, int(res.get("n_target_classes", 9)))}
+
+
+@register_suite
+class SpatialSuite(AttackSuite):
+    name = "spatial"
+    description = "worst case over 9 × 9 translations (±16 px at 224) × 31 rotations (±30°) (Engstrom et al. 2019)"
+    attack_name = "spatial"
+    attack_options = ("translations", "rotations", "max_translation", "max_rotation", "batch_size")
+    option_names = ("save", "checks") + attack_options
+    check_kinds = ()
+    bounded = False
+    demo_specs = ("spatial:limit=200:translations=5:rotations=7:save=8",)
+    quick_specs = ("spatial:limit=100:translations=3:rotations=5",)
+
+    def parts(self, ctx: EvalContext) -> list[str]:
+        return ["all"]
+
+    def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
+        st = atk.last_stats   # type: ignore[attr-defined]
+        return {"evaluated": st.get("evaluated", 0.0), "attack_seconds": st.get("seconds", 0.0)}
+
+    def settings(self, ctx: EvalContext) -> dict[str, Any]:
+        out = super().settings(ctx)
+        atk = self.attack_for(ctx, ctx.model, 0)
+        size = ctx.model.spec.image_size if hasattr(ctx.model, "spec") else 224
+        out["max_translation"] = float(atk.grid(size, size)[:, 0].abs().max())   # type: ignore[attr-defined]
+        out["transforms"] = atk.num_transforms   # type: ignore[attr-defined]
+        out["grid"] = f"{atk.translations}x{atk.translations}x{atk.rotations}"   # type: ignore[attr-defined]
+        out["reduced_grid"] = out["transforms"] < 9 * 9 * 31
+        return out
+
+    def extra_results(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, Any]:
+        return {"transforms_evaluated": int(s.get("evaluated", 0)),
+                "transforms_per_s": s.get("evaluated", 0) / max(s.get("attack_seconds", 0.0), 1e-9)}
+
+
+@register_suite
+class PatchFoolSuite(AttackSuite):
+    name = "patch_fool"
+    description = "Patch-Fool (Fu et al. 2022): one attention-chosen patch replaced and optimised; ViTs only"
+    attack_name = "patch-fool"
+    attack_options = ("num_patches", "steps", "step_size", "attn_weight", "attn_block", "selection")
+    option_names = ("save", "checks", "eps") + attack_options
+    check_kinds = ("model",)
+    bounded = False
+    demo_specs = ("patch_fool:limit=200:steps=50:save=8",)
+    quick_specs = ("patch_fool:limit=50:steps=20",)
+
+    def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
+        kw = super().attack_kwargs(ctx)
+        if self.options.get("eps") is not None:   # the "mild" L∞ variant; unconstrained by default
+            kw["eps"] = _typed("eps", self.options["eps"])
+        return kw
+
+    def parts(self, ctx: EvalContext) -> list[str]:
+        return super().parts(ctx) if is_probeable(ctx.model) else []
+
+    def settings(self, ctx: EvalContext) -> dict[str, Any]:
+        out = super().settings(ctx)
+        out["eps"] = self.options.get("eps")
+        return out
+
+    def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        if not is_probeable(ctx.model):
+            return {"skipped": f"Patch-Fool needs a ViT's attention maps; {ctx.model_name} is not a supported ViT",
+                    "accuracy": None, "clean_accuracy": None}
+        return super().finalize(ctx, stats)
+
+
+@register_suite
+class TransferSuite(AttackSuite):
+    """Examples crafted on every model of the run (``--model A,B,…``), evaluated on the model under test:
+    each results.json holds its column of the source → target accuracy matrix (Bhojanapalli et al. Tables
+    4–5); ``robustvit report`` assembles the whole matrix. The examples crafted on a source are identical
+    for every target (same seeds) and are cached in memory (up to ``cache_gb``, 2) across targets."""
+
+    name = "transfer"
+    description = "transfer matrix: adversarial examples crafted on each model of the run, evaluated on this one"
+    attack_options = ("steps", "step_size", "restarts", "random_start")
+    option_names = COMMON_OPTIONS + attack_options + ("attack", "cache_gb")
+    check_kinds = ()
+    demo_specs = ()
+    demo_skip_reason = "the demo evaluates its models one at a time; run `robustvit eval --model A,B --suite transfer`"
+
+    def __init__(self, limit: int | None = None, **options: Any) -> None:
+        super().__init__(limit, **options)
+        self._cache: dict[tuple[str, int, int], torch.Tensor] = {}
+        self._cache_bytes = 0
+
+    @property
+    def attack_name(self) -> str:  # type: ignore[override]
+        return str(self.options.get("attack", "pgd"))
+
+    def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
+        kw = super().attack_kwargs(ctx)
+        if self.attack_name == "pgd":
+            kw.setdefault("steps", 10)
+            kw.setdefault("step_size", kw["eps"] / 4)
+        return kw
+
+    def parts(self, ctx: EvalContext) -> list[str]:
+        return list(ctx.models)
+
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        x, y = batch.x, batch.y
+        key = (part, int(batch.index[0]), int(batch.index.numel()))
+        x_adv = self._cache.get(key)
+        if x_adv is None:
+            source = ctx.models[part]
+            x_adv = self.attack_for(ctx, source, chunk_seed(batch))(x, y)
+            limit = float(self.options.get("cache_gb", 2)) * 2**30
+            if self._cache_bytes + x_adv.numel() * x_adv.element_size() <= limit:
+                self._cache[key] = x_adv.cpu()
+                self._cache_bytes += x_adv.numel() * x_adv.element_size()
+        x_adv = x_adv.to(x.device)
+        with torch.no_grad():
+            clean_ok = ctx.model(x).argmax(1) == y
+            robust = clean_ok & (ctx.model(x_adv).argmax(1) == y)
+        return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum())}
+
+    def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        kw = self.attack_kwargs(ctx)
+        column = {src: s.get("robust", 0) / max(s.get("n", 0), 1) for src, s in stats.items()}
+        first = next(iter(stats.values()), {})
+        clean = first.get("clean", 0) / max(first.get("n", 0), 1)
+        settings = {k: v for k, v in kw.items() if isinstance(v, (bool, int, float, str))}
+        return {"attack": self.attack_name, **settings, "target": ctx.model_name, "accuracy": column,
+                "matrix": {src: {ctx.model_name: acc} for src, acc in column.items()},
+                "clean_accuracy": clean, "num_images": first.get("n", 0), "flags": {}}

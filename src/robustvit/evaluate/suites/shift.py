@@ -1,0 +1,112 @@
+"""Suites ``imagenet_r``, ``imagenet_a``, ``imagenet_sketch``, ``imagenet_v2``: accuracy under natural shift.
+
+Each suite reads its own data set (``Suite.dataset``) from option ``root=`` (else
+``$ROBUSTVIT_DATA/<folder>``, see ``robustvit.data.shift``) and evaluates a 1000-class ImageNet model.
+For ImageNet-R and ImageNet-A only the 200 logits of their classes are kept before top-1/top-5 (as in the
+official evaluation scripts, hendrycks/imagenet-r and hendrycks/natural-adv-examples; Bhojanapalli et al.,
+arXiv:2103.14586, Sec. 3.1, evaluate them the same way).
+
+Options: ``root``, ``crop_pct`` (default 0.875: Resize(256)+CenterCrop(224) at 224 px), ``limit`` (an evenly
+spaced subset of that many images, so every class folder is sampled). Result: ``top1``, ``top5``,
+``num_images``, ``num_classes`` (200 or 1000), ``class_folders`` (folders found), ``unreadable``, ``root``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from robustvit.data.base import FileImageDataset
+from robustvit.data.shift import PRETTY, load_shift_dataset, resolve_root
+from robustvit.errors import RobustvitError
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.metrics.accuracy import topk_correct
+
+
+def evenly_spaced(ds: FileImageDataset, limit: int | None) -> FileImageDataset:
+    """Keep ``limit`` samples spread evenly over the (class-sorted) sample list; in place, returns ``ds``."""
+    n = len(ds.samples)
+    if limit is not None and limit < n:
+        if limit < 1:
+            raise RobustvitError(f"limit must be >= 1, got {limit}")
+        idx = torch.linspace(0, n - 1, limit).round().long().unique().tolist()
+        ds.samples = [ds.samples[i] for i in idx]
+    return ds
+
+
+class ShiftSuite(Suite):
+    """Top-1/top-5 of a 1000-class model on one shift data set (subclasses set ``name`` and ``dataset_name``)."""
+
+    dataset_name: ClassVar[str] = ""
+    option_names = ("root", "crop_pct")
+    demo_specs = ()
+    demo_skip_reason = "needs the data set on disk and a 1000-class ImageNet model (pass root=DIR)"
+
+    def __init__(self, limit: int | None = None, **options: Any) -> None:
+        super().__init__(limit, **options)
+        self._cache: dict[int, FileImageDataset] = {}
+
+    def _check_model(self, ctx: EvalContext) -> None:
+        if ctx.num_classes != 1000:
+            raise RobustvitError(f"{self.name} evaluates 1000-class ImageNet models; {ctx.model_name} has "
+                                 f"{ctx.num_classes} classes")
+
+    def dataset(self, ctx: EvalContext) -> FileImageDataset:
+        self._check_model(ctx)
+        size = int(ctx.model.spec.image_size) if hasattr(ctx.model, "spec") else 224
+        if size not in self._cache:
+            root = resolve_root(self.dataset_name, self.options.get("root"))
+            ds = load_shift_dataset(self.dataset_name, root, image_size=size,
+                                    crop_pct=float(self.options.get("crop_pct", 0.875)))
+            self._cache[size] = evenly_spaced(ds, self.max_images)
+        return self._cache[size]
+
+    @torch.no_grad()
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        logits = ctx.model(batch.x)
+        if logits.shape[1] != 1000:
+            raise RobustvitError(f"{self.name}: the model returned {logits.shape[1]} logits, expected 1000")
+        keep = self.dataset(ctx).shift.logit_indices
+        if keep is not None:
+            logits = logits[:, torch.as_tensor(keep, device=logits.device)]
+        c1, c5 = topk_correct(logits, batch.y, (1, 5))
+        return {"n": int(batch.y.numel()), "top1": c1, "top5": c5}
+
+    def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        ds = self.dataset(ctx)
+        s = stats.get("all", {})
+        n = int(s.get("n", 0))
+        if n == 0:
+            raise RobustvitError(f"{PRETTY[self.dataset_name]}: no image under {ds.spec} could be read")
+        return {"top1": s["top1"] / n, "top5": s["top5"] / n, "num_images": n, "num_classes": ds.num_classes,
+                "class_folders": ds.shift.num_found_classes, "unreadable": len(ds) - n,
+                "root": ds.spec.split(":", 1)[1]}
+
+
+@register_suite
+class ImageNetR(ShiftSuite):
+    name = "imagenet_r"
+    dataset_name = "imagenet_r"
+    description = "ImageNet-R top-1/top-5 (200 classes: logits masked to them)"
+
+
+@register_suite
+class ImageNetA(ShiftSuite):
+    name = "imagenet_a"
+    dataset_name = "imagenet_a"
+    description = "ImageNet-A top-1/top-5 (200 classes: logits masked to them)"
+
+
+@register_suite
+class ImageNetSketch(ShiftSuite):
+    name = "imagenet_sketch"
+    dataset_name = "imagenet_sketch"
+    description = "ImageNet-Sketch top-1/top-5 (1000 classes)"
+
+
+@register_suite
+class ImageNetV2(ShiftSuite):
+    name = "imagenet_v2"
+    dataset_name = "imagenet_v2"
+    description = "ImageNet-V2 (matched frequency) top-1/top-5 (1000 classes)"

@@ -1,0 +1,167 @@
+"""Report sections of the adversarial suites: accuracy-vs-ε curves (``fgsm*``/``pgd*``, one section for the
+family), example perturbations of the models side by side (Bhojanapalli et al. 2021, Figure 5), AutoAttack's
+per-attack table, the spatial and Patch-Fool tables and the transfer matrix; raised gradient-masking flags
+are listed under each table."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from robustvit.report.builder import Figure, Section, md_table, register_section
+
+CURVE_FAMILIES = ("fgsm", "pgd")
+
+
+def _keys(results: list[dict[str, Any]], pattern: str) -> list[str]:
+    keys: list[str] = []
+    for r in results:
+        keys += [k for k in r["suites"] if fnmatch.fnmatch(k, pattern) and k not in keys]
+    return keys
+
+
+def _family(key: str) -> str:
+    return key.split(":", 1)[0]
+
+
+def _flag_lines(key: str, results: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for r in results:
+        for name, f in (r["suites"].get(key, {}).get("flags") or {}).items():
+            if f.get("flag"):
+                lines.append(f"⚠ {r['model']['name']} · `{key}` · {name}: {f.get('message', '')}")
+    return lines
+
+
+def _eps_label(eps: float | None) -> str:
+    if eps is None:
+        return "–"
+    grey = eps * 255
+    return f"{grey:.3g}/255" if abs(grey - round(grey)) < 1e-6 or grey < 64 else f"{eps:.4g}"
+
+
+@register_section("fgsm*")
+@register_section("pgd*")
+def curve_section(key: str, results: list[dict[str, Any]]) -> Section | None:
+    keys = [k for k in _keys(results, "*") if _family(k) in CURVE_FAMILIES]
+    if key != keys[0]:
+        return None                                  # the whole family is rendered once
+    names = [r["model"]["name"] for r in results]
+    rows, notes = [], []
+    for k in keys:
+        s = next(r["suites"][k] for r in results if k in r["suites"])
+        rows.append([f"`{k}`", _eps_label(s.get("eps")), s.get("norm"), s.get("steps", 1)]
+                    + [r["suites"].get(k, {}).get("accuracy") for r in results])
+        notes += _flag_lines(k, results)
+    md = md_table(["suite", "ε", "norm", "steps"] + names, rows)
+    md += "\n\nRobust accuracy (correct before and after the attack). " + " ".join(notes)
+    figures = [_curve(keys, results)]
+    examples = _examples(keys, results)
+    if examples is not None:
+        figures.append(examples)
+    return Section("Adversarial robustness: FGSM / PGD", md, figures)
+
+
+def _curve(keys: list[str], results: list[dict[str, Any]]) -> Figure:
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    for i, r in enumerate(results):
+        colour = f"C{i}"
+        for fam, style in zip(CURVE_FAMILIES, ("--", "-")):
+            pts = sorted((r["suites"][k]["eps"], r["suites"][k]["accuracy"]) for k in keys
+                         if _family(k) == fam and k in r["suites"] and r["suites"][k].get("norm") == "linf")
+            if not pts:
+                continue
+            clean = r["suites"][next(k for k in keys if _family(k) == fam and k in r["suites"])]["clean_accuracy"]
+            xs, ys = [0.0] + [p[0] * 255 for p in pts], [clean] + [p[1] for p in pts]
+            ax.plot(xs, ys, style, marker="o", color=colour, label=f"{r['model']['name']} · {fam}")
+    ax.set_xlabel("L∞ ε (grey levels, /255)"), ax.set_ylabel("robust accuracy"), ax.set_ylim(0, 1)
+    ax.set_title("Accuracy under attack vs ε"), ax.legend(fontsize=7)
+    fig.tight_layout()
+    return Figure("adversarial_accuracy_vs_eps", fig, "robust accuracy against the L∞ budget (0 = clean)")
+
+
+def _examples(keys: list[str], results: list[dict[str, Any]], n: int = 4) -> Figure | None:
+    """Clean image, adversarial example and perturbation per model, for the saved key with the largest ε."""
+    saved = [k for k in keys if all(r["suites"].get(k, {}).get("saved") for r in results)]
+    if not saved:
+        return None
+    key = max(saved, key=lambda k: results[0]["suites"][k].get("eps") or 0)
+    from PIL import Image
+
+    rows = []
+    for r in results:
+        folder = Path(r.get("_dir", ".")) / r["suites"][key]["saved"]["dir"]
+        stems = sorted({p.name.rsplit("_", 1)[0] for p in folder.glob("*_adv.png")})[:n]
+        rows.append((r["model"]["name"], folder, stems))
+    cols = max(len(s) for _, _, s in rows)
+    if cols == 0:
+        return None
+    fig, axes = plt.subplots(len(rows), 3 * cols, figsize=(1.3 * 3 * cols, 1.5 * len(rows)), squeeze=False)
+    for i, (name, folder, stems) in enumerate(rows):
+        for j in range(cols):
+            for t, tag in enumerate(("clean", "adv", "delta")):
+                ax = axes[i][3 * j + t]
+                ax.axis("off")
+                if j < len(stems):
+                    ax.imshow(Image.open(folder / f"{stems[j]}_{tag}.png"))
+                if i == 0:
+                    ax.set_title(tag, fontsize=7)
+        axes[i][0].text(-0.1, 0.5, name, transform=axes[i][0].transAxes, ha="right", va="center", fontsize=7)
+    fig.suptitle(f"{key}: clean, adversarial, perturbation (δ+ε)/2ε", fontsize=8)
+    fig.tight_layout()
+    return Figure("adversarial_examples", fig, f"examples from {key}, models side by side")
+
+
+@register_section("apgd*")
+@register_section("autoattack*")
+@register_section("spatial*")
+@register_section("patch_fool*")
+def attack_table_section(key: str, results: list[dict[str, Any]]) -> Section | None:
+    present = [r for r in results if key in r["suites"]]
+    if not present:
+        return None
+    first = present[0]["suites"][key]
+    rows = [["clean accuracy"] + [r["suites"][key].get("clean_accuracy") for r in present],
+            ["robust accuracy"] + [r["suites"][key].get("accuracy") for r in present]]
+    for member in first.get("per_attack", {}):
+        rows.append([f"after {member}"] + [r["suites"][key].get("per_attack", {}).get(member) for r in present])
+    extra = [m for m in ("transforms_per_s",) if m in first]
+    rows += [[m] + [r["suites"][key].get(m) for r in present] for m in extra]
+    md = md_table(["metric"] + [r["model"]["name"] for r in present], rows)
+    settings = {k: v for k, v in first.items() if k in ("attack", "eps", "norm", "steps", "version", "attacks",
+                                                         "n_queries", "grid", "max_translation", "max_rotation",
+                                                         "num_patches", "overrides")}
+    md += "\n\nSettings: " + ", ".join(f"{k} = {_eps_label(v) if k == 'eps' else v}" for k, v in settings.items())
+    if first.get("reduced_grid") or first.get("reduced"):
+        md += "\n\nReduced settings (not the paper's full attack): " + (
+            f"grid {first.get('grid')} instead of 9x9x31" if first.get("reduced_grid") else
+            f"overrides {first.get('overrides')}")
+    for r in present:
+        if r["suites"][key].get("skipped"):
+            md += f"\n\n{r['model']['name']}: skipped — {r['suites'][key]['skipped']}"
+    flags = _flag_lines(key, results)
+    if flags:
+        md += "\n\n" + " ".join(flags)
+    return Section(f"Adversarial robustness: `{key}`", md)
+
+
+@register_section("transfer*")
+def transfer_section(key: str, results: list[dict[str, Any]]) -> Section | None:
+    present = [r for r in results if key in r["suites"]]
+    if not present:
+        return None
+    targets = [r["model"]["name"] for r in present]
+    sources: list[str] = []
+    for r in present:
+        sources += [s for s in r["suites"][key].get("accuracy", {}) if s not in sources]
+    rows = [[f"crafted on {s}"] + [r["suites"][key]["accuracy"].get(s) for r in present] for s in sources]
+    rows.append(["clean"] + [r["suites"][key].get("clean_accuracy") for r in present])
+    s0 = present[0]["suites"][key]
+    md = md_table(["source \\ target"] + targets, rows)
+    md += (f"\n\nAccuracy of each target model (columns) on adversarial examples crafted on each source model "
+           f"(rows) with {s0.get('attack')} at ε = {_eps_label(s0.get('eps'))} (Bhojanapalli et al. 2021, Tables 4–5); "
+           "the diagonal is the white-box accuracy.")
+    return Section(f"Transfer attacks: `{key}`", md)

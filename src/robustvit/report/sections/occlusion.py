@@ -1,0 +1,48 @@
+"""Report section of the ``patch_occlusion`` suite: accuracy vs occluded fraction ρ with a min–max band
+over random masks per model (AFAT, arXiv:2306.07881, Fig. 1), and a table."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from robustvit.report.builder import Figure, Section, md_table, register_section
+
+
+def _stem(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", key)
+
+
+@register_section("patch_occlusion*")
+def occlusion_section(key: str, results: list[dict[str, Any]]) -> Section | None:
+    runs = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
+    if not runs:
+        return None
+    rhos = sorted({float(k) for _, s in runs for k in s.get("per_rho", {})}, key=float)
+    rho_keys = [f"{r:g}" for r in rhos]
+    rows = []
+    for name, s in runs:
+        row: list[Any] = [name, s.get("clean_accuracy")]
+        for k in rho_keys:
+            e = s.get("per_rho", {}).get(k)
+            row.append(None if e is None else f"{e['mean']:.4f} [{e['min']:.4f}–{e['max']:.4f}]")
+        rows.append(row)
+    first = runs[0][1]
+    text = (f"Accuracy when a fraction ρ of the patches is replaced by {'uniform noise' if first.get('mode') == 'noise' else 'zeros'} "
+            f"({first.get('masks')} random masks per image; mean [min–max] over masks of the per-mask accuracy).\n\n")
+    md = text + md_table(["model", "clean"] + [f"ρ={k}" for k in rho_keys], rows)
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for name, s in runs:
+        ks = [k for k in rho_keys if k in s.get("per_rho", {})]
+        xs = [0.0] + [float(k) for k in ks]
+        mean = [s["clean_accuracy"]] + [s["per_rho"][k]["mean"] for k in ks]
+        lo = [s["clean_accuracy"]] + [s["per_rho"][k]["min"] for k in ks]
+        hi = [s["clean_accuracy"]] + [s["per_rho"][k]["max"] for k in ks]
+        (line,) = ax.plot(xs, mean, marker="o", label=name)
+        ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("occluded fraction ρ"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1)
+    ax.set_title("Patch occlusion"), ax.legend()
+    fig.tight_layout()
+    return Section(f"Patch occlusion (`{key}`)", md, [Figure(_stem(key), fig, "accuracy vs ρ, band = min–max over masks")])

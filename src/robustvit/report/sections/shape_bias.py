@@ -1,0 +1,32 @@
+"""Report section of the ``shape_bias`` suite: a bar per model and a table (Geirhos et al.,
+arXiv:1811.12231: shape bias = shape / (shape + texture) decisions on cue-conflict stimuli)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from robustvit.report.builder import Figure, Section, md_table, register_section
+
+
+@register_section("shape_bias*")
+def shape_bias_section(key: str, results: list[dict[str, Any]]) -> Section | None:
+    runs = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
+    if not runs:
+        return None
+    rows = [[n, s.get("shape_bias"), s.get("shape_accuracy"), s.get("texture_accuracy"), s.get("shape_decisions"),
+             s.get("texture_decisions"), s.get("other_decisions"), s.get("num_stimuli"), s.get("excluded")]
+            for n, s in runs]
+    md = ("Shape bias = shape decisions / (shape + texture decisions) on cue-conflict stimuli "
+          f"({runs[0][1].get('stimuli', '')}); 1 = decides by shape only, 0 = by texture only.\n\n")
+    md += md_table(["model", "shape bias", "shape acc.", "texture acc.", "shape", "texture", "other", "stimuli",
+                    "excluded"], rows)
+    fig, ax = plt.subplots(figsize=(3 + len(runs), 3))
+    ax.bar([n for n, _ in runs], [s.get("shape_bias") or 0.0 for _, s in runs], color="#55a868")
+    ax.axhline(0.5, color="grey", lw=0.8, ls="--")
+    ax.set_ylim(0, 1), ax.set_ylabel("shape bias"), ax.set_title("Shape bias (cue conflict)")
+    fig.tight_layout()
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)
+    return Section(f"Shape bias (`{key}`)", md, [Figure(stem, fig, "shape bias per model")])

@@ -1,0 +1,103 @@
+"""Patch-Fool (Fu et al., ICLR 2022): attention-chosen patch, replaced and optimised."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from robustvit.attacks import create_attack
+from robustvit.attacks.patch_fool import patch_mask, pcgrad
+from robustvit.errors import RobustvitError
+from robustvit.models.probe import ViTProbe
+
+
+def images(n: int = 6, seed: int = 0) -> torch.Tensor:
+    """Blocky images (one random colour per 4×4 patch): varied enough for a random ViT to tell apart."""
+    x = torch.rand(n, 3, 4, 4, generator=torch.Generator().manual_seed(seed))
+    return x.repeat_interleave(4, 2).repeat_interleave(4, 3)
+
+
+def test_patch_mask_marks_whole_patches():
+    m = patch_mask(torch.tensor([[0], [5]]), (4, 4), 4)
+    assert m.shape == (2, 1, 16, 16) and m[0].sum() == 16 and m[1].sum() == 16
+    assert m[0, 0, :4, :4].all() and m[1, 0, 4:8, 4:8].all()          # patch 5 = row 1, column 1
+
+
+def test_pcgrad_projects_only_conflicting_gradients():
+    main = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    aux = torch.tensor([[-1.0, 1.0], [1.0, 1.0]])
+    out = pcgrad(aux, main)
+    torch.testing.assert_close(out, torch.tensor([[0.0, 1.0], [1.0, 1.0]]))   # conflict removed; agreement kept
+
+
+def test_attacks_the_most_attended_patch_and_nothing_else(tiny_vit16):
+    x = images()
+    with torch.no_grad():
+        y = tiny_vit16(x).argmax(1)
+    atk = create_attack("patch-fool", tiny_vit16, steps=5, attn_block=2, seed=0)
+    x_adv = atk(x, y)
+    probe = ViTProbe(tiny_vit16)
+    with torch.no_grad():
+        attn = probe.run(x, attentions=True).attentions[2]
+    expected = attn.mean(1).mean(1)[:, probe.num_prefix_tokens:].argmax(1)
+    assert torch.equal(atk.last_patches[:, 0], expected)
+    changed = (x_adv - x).abs().sum(1, keepdim=True) > 0
+    mask = patch_mask(expected[:, None], probe.grid_size, probe.patch_size).bool()
+    assert not (changed & ~mask).any()                  # only the chosen patch changes
+    assert changed.flatten(1).any(1).all()
+
+
+def test_optimisation_raises_the_loss_and_fools(tiny_vit16):
+    x = images(8, seed=3)
+    with torch.no_grad():
+        y = tiny_vit16(x).argmax(1)
+        before = F.cross_entropy(tiny_vit16(x), y, reduction="none")
+    atk = create_attack("patch-fool", tiny_vit16, num_patches=4, steps=40, seed=0)
+    x_adv = atk(x, y)
+    with torch.no_grad():
+        logits = tiny_vit16(x_adv)
+    assert (F.cross_entropy(logits, y, reduction="none") > before).float().mean() >= 0.75
+    assert (logits.argmax(1) != y).float().mean() >= 0.5
+
+
+def test_attention_loss_draws_attention_to_the_patch(tiny_vit16):
+    x = images(8, seed=4)
+    with torch.no_grad():
+        y = tiny_vit16(x).argmax(1)
+    probe = ViTProbe(tiny_vit16)
+    common = dict(steps=15, selection="random", seed=1)
+    plain = create_attack("patch-fool", tiny_vit16, attn_weight=0.0, **common)
+    aware = create_attack("patch-fool", tiny_vit16, attn_weight=50.0, **common)
+    xp, xa = plain(x, y), aware(x, y)
+    assert torch.equal(plain.last_patches, aware.last_patches)
+    tok = aware.last_patches[:, 0] + probe.num_prefix_tokens
+
+    def received(z: torch.Tensor) -> float:
+        with torch.no_grad():
+            a = probe.run(z, attentions=True).attentions[1].mean(1)
+        return a.gather(2, tok.view(-1, 1, 1).expand(-1, a.shape[1], 1)).mean().item()
+
+    assert received(xa) > received(xp)
+
+
+def test_mild_variant_is_bounded_and_targeted_mode(tiny_vit16):
+    x = images(6, seed=5)
+    with torch.no_grad():
+        y = tiny_vit16(x).argmax(1)
+    x_adv = create_attack("patch-fool", tiny_vit16, eps="8/255", steps=5)(x, y)
+    assert (x_adv - x).abs().max() <= 8 / 255 + 1e-6
+    target = (y + 1) % 10
+    tgt = create_attack("patch-fool", tiny_vit16, targeted=True, num_patches=8, steps=60, seed=0)
+    with torch.no_grad():
+        hit = (tiny_vit16(tgt(x, target)).argmax(1) == target).float().mean()
+    assert hit >= 0.5
+
+
+def test_non_vit_models_get_a_clear_error():
+    with pytest.raises(RobustvitError, match="ViT probe does not support"):
+        create_attack("patch-fool", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 10)))
+    with pytest.raises(RobustvitError, match="selection"):
+        from timm.models.vision_transformer import VisionTransformer
+        create_attack("patch-fool", VisionTransformer(img_size=16, patch_size=4, embed_dim=16, depth=2, num_heads=2),
+                      selection="best")

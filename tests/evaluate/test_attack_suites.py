@@ -1,0 +1,161 @@
+"""The adversarial suites: options and defaults, robust ≤ clean, flags, saving, AutoAttack's per-attack
+accuracy, the spatial and Patch-Fool suites and the transfer matrix."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+
+from robustvit.attacks import create_attack
+from robustvit.errors import RobustvitError
+from robustvit.evaluate.store import sum_stats
+from robustvit.evaluate.suites import Batch, EvalContext, create_suite
+from robustvit.evaluate.suites.adversarial import chunk_seed
+
+
+class SmallNet(nn.Module):
+    def __init__(self, seed: int = 0, classes: int = 10) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.f = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
+                               nn.Linear(128, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.f(x - 0.5) * 4
+
+
+def make_ctx(model: nn.Module, tmp_path, models: dict | None = None, **options) -> EvalContext:
+    return EvalContext(model=model, model_name="m", models=models or {"m": model}, data_spec="test", dataset=None,
+                       num_classes=10, device=torch.device("cpu"), seed=0, options=options, out_dir=tmp_path)
+
+
+def make_batch(model: nn.Module, n: int = 16, seed: int = 0) -> Batch:
+    x = torch.rand(n, 3, 16, 16, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    y[: n // 4] = (y[: n // 4] + 1) % 10          # a quarter misclassified: clean accuracy 0.75
+    return Batch(x, y, torch.arange(n), torch.Generator().manual_seed(seed + 100))
+
+
+def evaluate(spec: str, ctx: EvalContext, batches: list[Batch]) -> dict:
+    suite = create_suite(spec)
+    stats = {}
+    for b in batches:
+        for part in suite.parts(ctx):
+            b.generator.manual_seed(int(b.index[0]) + 7)          # the runner seeds each unit alike
+            stats.setdefault(part, []).append(suite.run(ctx, part, b))
+    return suite.finalize(ctx, {p: sum_stats(v) for p, v in stats.items()})
+
+
+def test_pgd_defaults_keys_and_bounds(tmp_path):
+    model = SmallNet()
+    res = evaluate("pgd", make_ctx(model, tmp_path), [make_batch(model)])
+    assert res["eps"] == pytest.approx(4 / 255) and res["norm"] == "linf"
+    assert res["steps"] == 10 and res["step_size"] == pytest.approx(1 / 255)
+    assert res["clean_accuracy"] == pytest.approx(0.75) and res["num_images"] == 16
+    assert 0 <= res["accuracy"] <= res["clean_accuracy"]
+    assert res["attack_success_rate"] == pytest.approx(1 - res["accuracy"] / res["clean_accuracy"])
+    for name in ("randomized", "softmax_output", "zero_gradients", "more_steps", "blackbox_stronger"):
+        assert set(res["flags"][name]) == {"flag", "detail", "message"}
+    assert res["flags"]["more_steps"]["detail"]["steps"] == [10, 20]
+    json.dumps(res)
+
+
+def test_option_precedence_and_stronger_settings(tmp_path):
+    model = SmallNet()
+    batches = [make_batch(model, seed=s) for s in (0, 1)]
+    ctx = make_ctx(model, tmp_path, eps="2/255", steps=3)
+    res = evaluate("pgd:checks=0", ctx, batches)
+    assert res["eps"] == pytest.approx(2 / 255) and res["steps"] == 3 and "more_steps" not in res["flags"]
+    res8 = evaluate("pgd:eps=8/255:checks=0", ctx, batches)            # the suite option wins over --eps
+    assert res8["eps"] == pytest.approx(8 / 255)
+    assert res8["accuracy"] <= res["accuracy"]                         # a larger budget never helps the model
+    strong = evaluate("pgd:eps=8/255:steps=10:checks=0", ctx, batches)
+    weak = evaluate("fgsm:eps=8/255:checks=0", ctx, batches)
+    assert strong["steps"] == 10 and strong["accuracy"] <= weak["accuracy"] <= weak["clean_accuracy"]
+    with pytest.raises(RobustvitError, match="no option"):
+        create_suite("pgd:epz=1")
+    with pytest.raises(RobustvitError, match="number"):
+        create_suite("pgd:steps=many")
+
+
+def test_results_are_replayable(tmp_path):
+    model = SmallNet()
+    a = evaluate("pgd:checks=0", make_ctx(model, tmp_path), [make_batch(model)])
+    b = evaluate("pgd:checks=0", make_ctx(model, tmp_path), [make_batch(model)])
+    assert a["accuracy"] == b["accuracy"]
+
+
+def test_save_writes_images_with_rescaled_perturbation(tmp_path):
+    model = SmallNet()
+    batch = make_batch(model)
+    res = evaluate("pgd:save=3:checks=0", make_ctx(model, tmp_path), [batch])
+    folder = tmp_path / res["saved"]["dir"]
+    assert res["saved"]["count"] == 3 and len(list(folder.glob("*.png"))) == 9
+    clean = np.asarray(Image.open(folder / "00001_clean.png")).astype(float) / 255
+    adv = np.asarray(Image.open(folder / "00001_adv.png")).astype(float) / 255
+    delta = np.asarray(Image.open(folder / "00001_delta.png")).astype(float) / 255
+    eps = 4 / 255
+    np.testing.assert_allclose(delta, np.clip((adv - clean + eps) / (2 * eps), 0, 1), atol=0.75)  # 8-bit rounding of ±ε
+    assert np.abs(adv - clean).max() <= eps + 1 / 255
+    assert abs(delta.mean() - 0.5) < 0.25 and delta.std() > 0.05      # δ spans the ε-ball, centred on grey
+
+
+def test_autoattack_per_attack_is_cumulative(tmp_path):
+    model = SmallNet()
+    res = evaluate("autoattack:steps=5:n_queries=20", make_ctx(model, tmp_path), [make_batch(model)])
+    per = res["per_attack"]
+    assert list(per) == ["apgd-ce", "apgd-t", "fab-t", "square"] and res["attacks"] == list(per)
+    vals = list(per.values())
+    assert all(b <= a + 1e-9 for a, b in zip(vals, vals[1:])) and vals[-1] == pytest.approx(res["accuracy"])
+    assert res["reduced"] is True and res["overrides"] == {"steps": 5, "n_queries": 20}
+    assert {"blackbox_stronger", "n_classes", "zero_gradients"} <= set(res["flags"])
+
+
+def test_spatial_suite_reports_grid_and_throughput(tmp_path):
+    model = SmallNet()
+    res = evaluate("spatial:translations=3:rotations=5", make_ctx(model, tmp_path), [make_batch(model)])
+    assert res["grid"] == "3x3x5" and res["transforms"] == 45 and res["reduced_grid"] is True
+    assert res["max_translation"] == pytest.approx(16 / 224 * 224)    # plain module: 224-px default
+    assert res["transforms_per_s"] > 0 and res["accuracy"] <= res["clean_accuracy"]
+    assert "eps" not in res
+
+
+def test_patch_fool_suite_skips_cnns_and_runs_on_vits(tmp_path, tiny_vit16):
+    cnn = SmallNet()
+    ctx = make_ctx(cnn, tmp_path)
+    suite = create_suite("patch_fool")
+    assert suite.parts(ctx) == []
+    assert "skipped" in suite.finalize(ctx, {})
+    res = evaluate("patch_fool:steps=3:checks=0", make_ctx(tiny_vit16, tmp_path), [make_batch(tiny_vit16)])
+    assert res["attack"] == "patch-fool" and res["eps"] is None and res["accuracy"] <= res["clean_accuracy"]
+
+
+def test_transfer_matrix_column_and_white_box_diagonal(tmp_path):
+    a, b = SmallNet(0), SmallNet(1)
+    models = {"a": a, "b": b}
+    batch = make_batch(a)
+    suite = create_suite("transfer:eps=8/255")
+    cols = {}
+    for name, target in models.items():
+        ctx = make_ctx(target, tmp_path, models=models)
+        ctx.model_name = name
+        stats = {}
+        for part in suite.parts(ctx):
+            batch.generator.manual_seed(hash(part) % 1000)
+            stats[part] = suite.run(ctx, part, batch)
+        cols[name] = suite.finalize(ctx, stats)
+    assert set(cols["a"]["matrix"]) == {"a", "b"} and set(cols["a"]["matrix"]["a"]) == {"a"}
+    # The diagonal: white-box PGD on the target itself, with the unit's seed.
+    batch.generator.manual_seed(hash("a") % 1000)
+    atk = create_attack("pgd", a, eps=8 / 255, steps=10, step_size=2 / 255, seed=chunk_seed(batch))
+    with torch.no_grad():
+        ok = (a(batch.x).argmax(1) == batch.y) & (a(atk(batch.x, batch.y)).argmax(1) == batch.y)
+    assert cols["a"]["accuracy"]["a"] == pytest.approx(ok.float().mean().item())
+    assert cols["a"]["accuracy"]["a"] <= cols["a"]["accuracy"]["b"] + 0.25   # white-box is the stronger one
+    assert len(suite._cache) == 2                                            # crafted once per source
