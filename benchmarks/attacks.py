@@ -2,7 +2,9 @@
 
 Settings (L∞): PGD-10 (ε = 8/255, step 2/255, random start), APGD-CE (100 iterations, 1 restart) and
 the APGD-CE + APGD-T ensemble (9 targets, 100 iterations; robustvit ``autoattack`` ``version="custom"``
-vs torchattacks ``MultiAttack([APGD, APGDT])``, at ``--ens-eps``). Models: ``cnn`` (the SmallCNN of
+vs torchattacks ``MultiAttack([APGD, APGDT])``, at ``--ens-eps``; torchattacks 3.5.1's own AutoAttack
+crashes inside FAB on current torch), and robustvit's spatial grid attack (9 × 9 × 31; no torchattacks
+counterpart: its transforms/s are reported). Models: ``cnn`` (the SmallCNN of
 attack_agreement.py, or ``--checkpoint``) and ``vit`` (robustvit's ``vit_cifar_micro`` if timm is
 installed, else a small pure-torch ViT), random weights unless a checkpoint is given; labels = the
 model's predictions, so every image is attacked. Both libraries run on the same model object, in the
@@ -128,6 +130,8 @@ def settings(eps: float, ens_eps: float) -> list[tuple[str, dict, Callable]]:
         ("APGD-CE-100", dict(name="apgd-ce", eps=eps, steps=100), ta_apgd),
         ("APGD-CE + APGD-T (9 targets)", dict(name="autoattack", eps=ens_eps, version="custom",
                                              attacks=["apgd-ce", "apgd-t"], run_checks=False), ta_ens),
+        # No torchattacks counterpart: robustvit's throughput only (transforms/s in the row).
+        ("Spatial grid 9×9×31", dict(name="spatial"), None),
     ]
 
 
@@ -162,7 +166,7 @@ def run(args: argparse.Namespace) -> dict:
                 continue
             kw = dict(kw)
             ours = create_attack(kw.pop("name"), model, seed=0, **kw)
-            ref = ta_factory(model) if have_ref else None
+            ref = ta_factory(model) if have_ref and ta_factory is not None else None
             _warm(ours, ref, x, y, device, device.type == "cuda" or args.compile)
             t_ours, t_ref, a_ours, a_ref = [], [], math.nan, math.nan
             for _ in range(args.repeats):
@@ -177,7 +181,13 @@ def run(args: argparse.Namespace) -> dict:
                    "torchattacks_s": min(t_ref) if t_ref else None, "robustvit_acc": a_ours,
                    "torchattacks_acc": a_ref if t_ref else None}
             row["speedup"] = row["torchattacks_s"] / row["robustvit_s"] if t_ref else None
+            if hasattr(ours, "last_stats"):
+                row["transforms_per_s"] = ours.last_stats["transforms_per_s"]
+                row["transforms_evaluated"] = ours.last_stats["evaluated"]
             rows.append(row)
+            if "transforms_per_s" in row:
+                print(f"[{desc}] {label}: {row['transforms_evaluated']:.0f} (image, transform) pairs, "
+                      f"{row['transforms_per_s']:.0f} transforms/s", flush=True)
             print(f"[{desc}] {label}: robustvit {row['robustvit_s']:.2f} s (acc {a_ours:.1%})"
                   + (f", torchattacks {row['torchattacks_s']:.2f} s (acc {a_ref:.1%}), "
                      f"ratio {row['speedup']:.2f}×" if t_ref else ""), flush=True)
@@ -226,7 +236,8 @@ def to_markdown(res: dict) -> str:
         ta = f"{r['torchattacks_s']:.2f} s" if r["torchattacks_s"] else "—"
         sp = f"{r['speedup']:.2f}×" if r["speedup"] else "—"
         ra = f"{r['robustvit_acc']:.1%} / " + (f"{r['torchattacks_acc']:.1%}" if r["torchattacks_acc"] is not None else "—")
-        lines.append(f"| {r['model']} | {r['attack']} | {r['robustvit_s']:.2f} s | {ta} | {sp} | {ra} |")
+        label = r["attack"] + (f" ({r['transforms_per_s']:.0f} transforms/s)" if "transforms_per_s" in r else "")
+        lines.append(f"| {r['model']} | {label} | {r['robustvit_s']:.2f} s | {ta} | {sp} | {ra} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,238 @@
+"""Suite ``perturbations``: stability under ImageNet-P-style perturbation sequences (flip probability, T5D, mFR).
+
+Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
+ICLR 2019 (arXiv:1903.12261); the AFAT paper reports mFR on such sequences for ViTs.
+
+Every image of the run's data set becomes a sequence (``robustvit.corruptions.perturbations``), generated
+on the device from the unit's seeded generator; or, with ``source=DIR``, the sequences are read from a
+released CIFAR-10-P / ImageNet-P folder (``robustvit.data.perturbed``). The model sees every frame
+(frames are produced in blocks and fed at the run's batch size), and only each frame's top-5 classes are
+kept to compute flip probability and top-5 distance (``robustvit.metrics.perturbation``).
+
+Options:
+
+* ``perturbations``: a group (``test`` — default —, ``validation``, ``all``, ``noise``, ``geometric``) or
+  ``+``-separated names (``rotate+translate``); one part per perturbation;
+* ``difficulty``: 1 (default), 2 or 3 (noise: stronger noise; others: every d-th frame);
+* ``baseline``: another model's ``results.json`` (or its folder) holding a ``perturbations`` result; then
+  ``flip_rate[name]`` = FP / FP_baseline, ``mfr`` and ``mt5d`` (means over the 10 test perturbations);
+  else those are null with ``normalisation_reason``;
+* ``source``: a CIFAR-10-P / ImageNet-P root instead of generating (frames resized to the model's input);
+* ``preset``: ``imagenet`` or ``cifar`` parameters for generated sequences (default: by image size);
+* ``limit``: number of sequences.
+
+Result (``suites.perturbations``): ``flip_probability[name]``, ``top5_distance[name]``,
+``mean_flip_probability`` / ``mean_top5_distance`` (over the test perturbations evaluated, listed in
+``mean_over``), ``flip_rate[name]``, ``top5_distance_rate[name]``, ``mfr``, ``mt5d``, ``baseline``,
+``normalisation_reason``, ``difficulty``, ``num_frames[name]``, ``num_sequences``, ``preset``, ``source``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from robustvit.corruptions.params import resolve_preset
+from robustvit.corruptions.perturbations import (PERTURBATION_GROUPS, TEST_PERTURBATIONS, is_noise,
+                                                 iter_perturbation_frames, list_perturbations, num_frames)
+from robustvit.data.base import ImageDataset
+from robustvit.data.perturbed import PerturbationSource, open_perturbation_source
+from robustvit.errors import RobustvitError, unknown_name
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.metrics.perturbation import (finalize_perturbation_stats, flip_rate, mfr, mt5d, perturbation_stats,
+                                            ranking)
+
+
+#: Pixels per model call when the run's batch is small (1 Mi: 1024 images at 32 px, 20 at 224 px).
+FORWARD_PIXELS = 1 << 20
+
+
+def parse_perturbations(spec: str) -> list[str]:
+    """A group name or ``+``-separated perturbation names → the list (checked, duplicates removed)."""
+    spec = str(spec).strip()
+    if spec in PERTURBATION_GROUPS:
+        return list_perturbations(spec)
+    names: list[str] = []
+    for n in (s.strip() for s in spec.split("+")):
+        if n not in PERTURBATION_GROUPS["all"]:
+            raise unknown_name("perturbation", n, list(PERTURBATION_GROUPS["all"]) + list(PERTURBATION_GROUPS),
+                               hint="give a group (test, validation, all) or names joined by +")
+        if n not in names:
+            names.append(n)
+    return names
+
+
+class _SequenceIndex(ImageDataset):
+    """The runner's view of a released sequence data set: chunk i = sequences i·B … (images are placeholders;
+    the suite reads the frames of each part itself)."""
+
+    def __init__(self, n: int, labels: torch.Tensor | None) -> None:
+        self.n, self.labels, self.classes, self.spec = n, labels, [], "perturbation sequences"
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return torch.zeros(3, 1, 1), 0
+
+    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.zeros(len(index), 3, 1, 1), torch.zeros(len(index), dtype=torch.long)
+
+
+def load_baseline(path: str | Path) -> tuple[str, dict[str, Any]]:
+    """The ``perturbations`` result of a results.json (or its folder) → (file, result)."""
+    p = Path(path)
+    f = p / "results.json" if p.is_dir() else p
+    if not f.is_file():
+        raise RobustvitError(f"baseline {path} is not a results.json file or a folder holding one; "
+                             "run `robustvit eval --suite perturbations` on the baseline model first")
+    try:
+        res = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise RobustvitError(f"baseline {f} is not valid JSON ({e})") from None
+    suites = res.get("suites", {}) if isinstance(res, dict) else {}
+    keys = [k for k in suites if k == "perturbations" or k.startswith("perturbations:")]
+    if not keys:
+        raise RobustvitError(f"baseline {f} has no perturbations result; evaluate the baseline with "
+                             "--suite perturbations first")
+    return str(f), suites[keys[0]]
+
+
+@register_suite
+class Perturbations(Suite):
+    name = "perturbations"
+    description = "ImageNet-P perturbation sequences: flip probability, top-5 distance, mFR / mT5D"
+    option_names = ("perturbations", "difficulty", "baseline", "source", "preset")
+    demo_specs = ("perturbations:limit=24",)
+    quick_specs = ("perturbations:limit=12:perturbations=gaussian_noise+motion_blur+rotate+translate",)
+
+    def __init__(self, limit: int | None = None, **options: Any) -> None:
+        super().__init__(limit, **options)
+        self.names = parse_perturbations(options.get("perturbations", "test"))
+        try:
+            self.difficulty = int(options.get("difficulty", 1))
+        except ValueError:
+            raise RobustvitError(f"difficulty must be 1, 2 or 3, got {options['difficulty']!r}") from None
+        if self.difficulty not in (1, 2, 3):
+            raise RobustvitError(f"difficulty must be 1, 2 or 3, got {self.difficulty}")
+        self.preset = options.get("preset")
+        if self.preset is not None and self.preset not in ("imagenet", "cifar"):
+            raise unknown_name("preset", str(self.preset), ["imagenet", "cifar"])
+        self.baseline = options.get("baseline")
+        if self.baseline is not None:
+            load_baseline(self.baseline)            # fail now, not after the run
+        self.source = options.get("source")
+        if self.source is not None and not Path(self.source).is_dir():
+            raise RobustvitError(f"source {self.source} is not a folder; give the CIFAR-10-P or ImageNet-P root")
+        if self.max_images is not None and self.max_images < 1:
+            raise RobustvitError(f"limit must be >= 1, got {self.max_images}")
+        self._sources: dict[str, PerturbationSource] = {}
+
+    # ------------------------------------------------------------ data
+    def parts(self, ctx: EvalContext) -> list[str]:
+        return list(self.names)
+
+    def _source(self, name: str) -> PerturbationSource:
+        if name not in self._sources:
+            self._sources[name] = open_perturbation_source(self.source, name, self.difficulty)
+        return self._sources[name]
+
+    def dataset(self, ctx: EvalContext) -> ImageDataset | None:
+        if self.source is None:
+            return None
+        n = min(len(self._source(p)) for p in self.names)
+        if self.max_images is not None:
+            n = min(n, self.max_images)
+        return _SequenceIndex(n, None)
+
+    # ------------------------------------------------------------ evaluation
+    def _top5(self, ctx: EvalContext, frames: torch.Tensor, bs: int) -> torch.Tensor:
+        """Top-5 classes (n, t, k) of frames (n, t, 3, H, W), the model run on at least ``bs`` images at a
+        time, more for small images (up to FORWARD_PIXELS pixels per call: small batches are slow on CPU)."""
+        n, t = frames.shape[:2]
+        flat = frames.reshape(n * t, *frames.shape[2:])
+        size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
+        side = int(size) if size is not None else int(max(frames.shape[-2:]))
+        bs = max(bs, FORWARD_PIXELS // (side * side))
+        tops = []
+        for i in range(0, n * t, bs):
+            xb = flat[i:i + bs].to(ctx.device, non_blocking=True)
+            if size is not None and tuple(xb.shape[-2:]) != (size, size):
+                xb = F.interpolate(xb, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+            tops.append(ranking(ctx.model(xb)))
+        return torch.cat(tops).reshape(n, t, -1)
+
+    @torch.no_grad()
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        bs = max(1, len(batch.index))
+        if self.source is not None:
+            frames, _ = self._source(part).get_sequences(batch.index.cpu())
+            top = self._top5(ctx, frames, bs)
+        else:
+            blocks = [self._top5(ctx, f, bs) for _, f in iter_perturbation_frames(
+                batch.x, part, difficulty=self.difficulty, generator=batch.generator, preset=self.preset)]
+            top = torch.cat(blocks, 1)
+        return perturbation_stats(top, noise=is_noise(part), difficulty=self.difficulty)
+
+    def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        fp: dict[str, float | None] = {}
+        t5d: dict[str, float | None] = {}
+        frames: dict[str, int] = {}
+        n_seq = 0
+        for name in self.names:
+            s = stats.get(name, {})
+            r = finalize_perturbation_stats(s)
+            fp[name], t5d[name] = r["flip_probability"], r["top5_distance"]
+            frames[name] = self._frames(ctx, name)
+            n_seq = max(n_seq, r["num_sequences"])
+        over = [n for n in TEST_PERTURBATIONS if n in self.names and fp.get(n) is not None]
+        mean = lambda d: (sum(d[n] for n in over) / len(over)) if over else None  # noqa: E731
+        out: dict[str, Any] = {
+            "perturbations": list(self.names), "difficulty": self.difficulty,
+            "preset": None if self.source else self._preset(ctx), "source": self.source,
+            "flip_probability": fp, "top5_distance": t5d,
+            "mean_flip_probability": mean(fp), "mean_top5_distance": mean(t5d), "mean_over": over,
+            "num_frames": frames, "num_sequences": n_seq,
+        }
+        out.update(self._normalise(fp, t5d))
+        return out
+
+    def _frames(self, ctx: EvalContext, name: str) -> int:
+        if self.source is not None:
+            return int(self._source(name).num_frames)
+        return num_frames(name, self._preset(ctx))
+
+    def _preset(self, ctx: EvalContext) -> str:
+        size = int(getattr(getattr(ctx.model, "spec", None), "image_size", 224) or 224)
+        if self.preset:
+            return str(self.preset)
+        ds = ctx.dataset
+        if ds is not None and len(ds) and hasattr(ds, "get_batch"):
+            h, w = ds.get_batch(torch.tensor([0]))[0].shape[-2:]
+            return resolve_preset(None, int(h), int(w))
+        return resolve_preset(None, size, size)
+
+    def _normalise(self, fp: dict[str, float | None], t5d: dict[str, float | None]) -> dict[str, Any]:
+        empty = {"baseline": None, "flip_rate": None, "top5_distance_rate": None, "mfr": None, "mt5d": None}
+        if self.baseline is None:
+            return {**empty, "normalisation_reason": "no baseline given: add baseline=PATH/results.json (a "
+                    "perturbations result of a reference model, e.g. AlexNet or ResNet-50) to report FR, mFR and mT5D"}
+        path, base = load_baseline(self.baseline)
+        if int(base.get("difficulty", 1)) != self.difficulty:
+            return {**empty, "baseline": path, "normalisation_reason": f"the baseline was run at difficulty "
+                    f"{base.get('difficulty')}, this run at {self.difficulty}; rerun one to match"}
+        bfp, bt5d = base.get("flip_probability") or {}, base.get("top5_distance") or {}
+        fr = {n: flip_rate(fp[n], bfp.get(n)) for n in self.names}
+        tr = {n: flip_rate(t5d[n], bt5d.get(n)) for n in self.names}
+        missing = [n for n in TEST_PERTURBATIONS if fr.get(n) is None or tr.get(n) is None]
+        reason = None
+        m_fr, m_t5 = mfr(fp, bfp), mt5d(t5d, bt5d)
+        if missing:
+            reason = (f"mFR / mT5D need all 10 test perturbations with a non-zero baseline; missing or zero: "
+                      f"{', '.join(missing)}")
+        return {"baseline": path, "flip_rate": fr, "top5_distance_rate": tr, "mfr": m_fr, "mt5d": m_t5,
+                "normalisation_reason": reason}

@@ -1,0 +1,149 @@
+"""The ``perturbations`` suite end to end on tiny models, the CIFAR-P .npy reader and the report section."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from robustvit.data.perturbed import NpySequences, open_perturbation_source, perturbation_file_stem, read_video_frames
+from robustvit.errors import RobustvitError
+from robustvit.evaluate.runner import EvalConfig, run_eval
+from robustvit.evaluate.suites import create_suite
+from robustvit.evaluate.suites.perturbations import parse_perturbations
+from robustvit.metrics.perturbation import TEST_PERTURBATIONS, flip_probability, ranking, top5_distance
+from robustvit.models import create_model, save_checkpoint
+
+DATA = "synthshapes:test,count=6,size=16"
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    torch.manual_seed(0)
+    m = create_model("vit_cifar_tiny", embed_dim=32, depth=2, num_heads=2, img_size=16, num_classes=12).eval()
+    return str(save_checkpoint(m, tmp_path / "ck"))
+
+
+def _eval(ckpt, out, spec, data=DATA, bs=8):
+    cfg = EvalConfig(models=[ckpt], data=data, suites=[spec], out=str(out), batch_size=bs, device="cpu",
+                     progress=False)
+    res = run_eval(cfg)
+    return next(iter(res.values()))["suites"][spec]
+
+
+def test_options_and_errors():
+    assert parse_perturbations("test") == list(TEST_PERTURBATIONS)
+    assert parse_perturbations("rotate+translate+rotate") == ["rotate", "translate"]
+    with pytest.raises(RobustvitError, match="did you mean"):
+        create_suite("perturbations:perturbations=rotat")
+    with pytest.raises(RobustvitError, match="difficulty"):
+        create_suite("perturbations:difficulty=5")
+    with pytest.raises(RobustvitError, match="baseline"):
+        create_suite("perturbations:baseline=/nonexistent/results.json")
+    with pytest.raises(RobustvitError, match="not a folder"):
+        create_suite("perturbations:source=/nonexistent")
+
+
+def test_suite_matches_direct_computation_and_normalises(tmp_path, ckpt):
+    spec = "perturbations:perturbations=rotate+translate"
+    r = _eval(ckpt, tmp_path / "a", spec)
+    assert r["num_sequences"] == 6 and r["difficulty"] == 1 and r["preset"] == "cifar"
+    assert r["num_frames"] == {"rotate": 31, "translate": 16}
+    assert r["mfr"] is None and r["flip_rate"] is None and "baseline" in r["normalisation_reason"]
+    assert r["mean_over"] == ["translate", "rotate"]
+    fp = r["flip_probability"]
+    assert r["mean_flip_probability"] == pytest.approx(sum(fp.values()) / 2)
+    # deterministic sequences: recompute the rotate numbers by hand from the model and the frames
+    from robustvit.corruptions.perturbations import perturbation_sequence
+    from robustvit.data import create_dataset
+
+    m = create_model(ckpt).eval()
+    x, _ = create_dataset(DATA).get_batch(torch.arange(6))
+    seq = perturbation_sequence(x, "rotate")
+    with torch.no_grad():
+        logits = m(seq.reshape(-1, 3, 16, 16)).reshape(6, 31, -1)
+    assert fp["rotate"] == pytest.approx(flip_probability(logits, noise=False))
+    assert r["top5_distance"]["rotate"] == pytest.approx(top5_distance(ranking(logits), noise=False))
+    assert 0 <= fp["translate"] <= 1 and 0 <= r["top5_distance"]["translate"] <= 15
+    # the same model as its own baseline: every flip rate is 1 (where FP > 0); mFR needs all 10 test ones
+    r2 = _eval(ckpt, tmp_path / "b", spec + f":baseline={tmp_path / 'a'}")
+    assert r2["baseline"].endswith("results.json")
+    for n, v in r2["flip_rate"].items():
+        assert v == pytest.approx(1.0) if fp[n] > 0 else v is None
+    assert r2["mfr"] is None and "missing" in r2["normalisation_reason"]
+    # a baseline at another difficulty is refused with a reason
+    r3 = _eval(ckpt, tmp_path / "c", f"perturbations:perturbations=rotate:difficulty=2:baseline={tmp_path / 'a'}")
+    assert r3["flip_rate"] is None and "difficulty" in r3["normalisation_reason"]
+    json.dumps(r3)
+
+
+def test_demo_specs_parse():
+    from robustvit.evaluate.suites.perturbations import Perturbations
+
+    for s in Perturbations.demo_specs + Perturbations.quick_specs:
+        assert create_suite(s).max_images is not None
+
+
+def _write_cifar_p(root, names, n=6, t=5, labels=True):
+    root.mkdir()
+    g = np.random.default_rng(0)
+    for name in names:
+        np.save(root / f"{name}.npy", g.integers(0, 256, (n, t, 16, 16, 3), dtype=np.uint8))
+    if labels:
+        np.save(root / "labels.npy", np.arange(n) % 12)
+
+
+def test_cifar_p_reader(tmp_path):
+    _write_cifar_p(tmp_path / "cp", ["rotate", "gaussian_noise_2"])
+    src = open_perturbation_source(tmp_path / "cp", "rotate")
+    assert isinstance(src, NpySequences) and len(src) == 6 and src.num_frames == 5
+    x, y = src.get_sequences(torch.tensor([4, 1]))
+    raw = np.load(tmp_path / "cp" / "rotate.npy")
+    assert x.shape == (2, 5, 3, 16, 16) and torch.allclose(x[0, 2], torch.from_numpy(raw[4, 2]).permute(2, 0, 1) / 255)
+    assert y.tolist() == [4, 1]
+    assert perturbation_file_stem("gaussian_noise", 2) == "gaussian_noise_2"
+    assert perturbation_file_stem("rotate", 2) == "rotate"
+    assert len(open_perturbation_source(tmp_path / "cp", "gaussian_noise", 2)) == 6
+    with pytest.raises(RobustvitError, match="neither"):
+        open_perturbation_source(tmp_path / "cp", "tilt")
+    np.save(tmp_path / "cp" / "tilt.npy", np.zeros((2, 3, 16, 16), np.uint8))
+    with pytest.raises(RobustvitError, match="uint8"):
+        open_perturbation_source(tmp_path / "cp", "tilt")
+
+
+def test_suite_reads_a_cifar_p_folder(tmp_path, ckpt):
+    _write_cifar_p(tmp_path / "cp", ["rotate", "gaussian_noise"], labels=False)
+    spec = f"perturbations:perturbations=rotate+gaussian_noise:source={tmp_path / 'cp'}:limit=5"
+    r = _eval(ckpt, tmp_path / "e", spec, bs=3)
+    assert r["num_sequences"] == 5 and r["num_frames"] == {"rotate": 5, "gaussian_noise": 5}
+    assert r["source"] == str(tmp_path / "cp") and r["preset"] is None
+    m = create_model(ckpt).eval()
+    frames = torch.from_numpy(np.load(tmp_path / "cp" / "rotate.npy")[:5]).permute(0, 1, 4, 2, 3).float() / 255
+    with torch.no_grad():
+        logits = m(frames.reshape(-1, 3, 16, 16)).reshape(5, 5, -1)
+    assert r["flip_probability"]["rotate"] == pytest.approx(flip_probability(logits, noise=False))
+
+
+def test_video_reader_says_what_to_install(tmp_path):
+    from robustvit.data import perturbed
+
+    if perturbed._decoders():
+        pytest.skip("a video decoder is installed; no offline mp4 writer to make a test video")
+    with pytest.raises(RobustvitError, match="pip install av"):
+        read_video_frames(tmp_path / "x.mp4")
+
+
+def test_report_section(tmp_path):
+    from robustvit.report.sections.perturbations import perturbations_section
+
+    s = {"flip_probability": {"rotate": 0.1, "tilt": 0.2}, "top5_distance": {"rotate": 1.0, "tilt": 2.0},
+         "mean_flip_probability": 0.15, "mean_top5_distance": 1.5, "mfr": None, "mt5d": None, "difficulty": 1,
+         "num_sequences": 10, "preset": "cifar", "source": None, "normalisation_reason": "no baseline given"}
+    res = [{"model": {"name": "a"}, "suites": {"perturbations": s}},
+           {"model": {"name": "b"}, "suites": {"perturbations": {**s, "flip_probability": {"rotate": 0.3}}}}]
+    sec = perturbations_section("perturbations", res)
+    assert "a FP" in sec.markdown and "b T5D" in sec.markdown and "0.3000" in sec.markdown
+    assert "no baseline given" in sec.markdown and len(sec.figures) == 1 and sec.figures[0].name == "perturbations"
+    import matplotlib.pyplot as plt
+
+    plt.close(sec.figures[0].fig)
