@@ -159,3 +159,27 @@ def test_transfer_matrix_column_and_white_box_diagonal(tmp_path):
     assert cols["a"]["accuracy"]["a"] == pytest.approx(ok.float().mean().item())
     assert cols["a"]["accuracy"]["a"] <= cols["a"]["accuracy"]["b"] + 0.25   # white-box is the stronger one
     assert len(suite._cache) == 2                                            # crafted once per source
+
+
+def test_report_sections_curve_examples_and_transfer(tmp_path):
+    from robustvit.report import write_report
+
+    results = []
+    for name, seed in (("vit", 0), ("cnn", 1)):
+        model = SmallNet(seed)
+        out = tmp_path / name
+        ctx = make_ctx(model, out)
+        batch = make_batch(model)
+        suites = {spec: evaluate(spec, ctx, [batch]) for spec in
+                  ("fgsm:checks=0", "pgd:eps=1/255:checks=0", "pgd:eps=4/255:save=2:checks=0", "spatial:translations=3:rotations=3")}
+        suites["transfer"] = {"attack": "pgd", "eps": 4 / 255, "accuracy": {"vit": 0.1, "cnn": 0.5}, "clean_accuracy": 0.75}
+        results.append({"model": {"name": name, "params": 1, "spec": {"family": "x", "input_size": [3, 16, 16]}},
+                        "data": {"spec": "test", "num_images": 16}, "run": {"device": "cpu"}, "suites": suites,
+                        "_dir": str(out)})
+    md_path, html_path = write_report(results, tmp_path / "report")
+    md = md_path.read_text()
+    assert md.count("## Adversarial robustness: FGSM / PGD") == 1            # the family is rendered once
+    assert "adversarial_accuracy_vs_eps.png" in md and "adversarial_examples.png" in md
+    assert (tmp_path / "report" / "figures" / "adversarial_examples.png").is_file()
+    assert "| crafted on vit | 0.1000 | 0.1000 |" in md and "grid 3x3x3 instead of 9x9x31" in md
+    assert "<img src='data:image/png;base64," in html_path.read_text()

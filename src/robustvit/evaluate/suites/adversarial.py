@@ -369,7 +369,7 @@ class PatchFoolSuite(AttackSuite):
     option_names = ("save", "checks", "eps") + attack_options
     check_kinds = ("model",)
     bounded = False
-    demo_specs = ("patch_fool:limit=200:steps=50:save=8",)
+    demo_specs = ("patch_fool:limit=100:steps=50:save=8",)
     quick_specs = ("patch_fool:limit=50:steps=20",)
 
     def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
