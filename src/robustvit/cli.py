@@ -168,6 +168,42 @@ def cmd_list(a: argparse.Namespace) -> int:
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_demo, add_train, add_eval, add_report, add_list]
 
 
+def add_corrupt(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("corrupt", help="write a corrupted copy of a data set in the ImageNet-C or CIFAR-10-C layout (resumable)")
+    p.add_argument("--data", required=True, help="data spec, e.g. imagenet:/val or cifar10:test or synthshapes:test")
+    p.add_argument("--out", required=True, help="output folder (re-running skips finished corruption × severity units)")
+    p.add_argument("--format", dest="layout", choices=["imagenet-c", "cifar-c"], default="imagenet-c",
+                   help="imagenet-c: OUT/<corruption>/<severity>/<class>/<name>.JPEG; cifar-c: OUT/<corruption>.npy + labels.npy")
+    p.add_argument("--corruptions", default="all", help="a group (all, benchmark, noise, blur, weather, digital, extra) "
+                   "or names joined by , or + (default all 19)")
+    p.add_argument("--severities", default="1-5", help="e.g. 1-5, 3 or 1,3,5 (cifar-c needs all 5)")
+    p.add_argument("--preset", choices=["imagenet", "cifar"], help="parameter table (default: by image size)")
+    p.add_argument("--image-format", choices=["jpeg", "png"], default="jpeg",
+                   help="imagenet-c files: JPEG quality 85 like the released ones (default), or lossless PNG")
+    p.add_argument("--image-size", type=int, help="resize file-based images to this size (default 224: Resize 256 + CenterCrop 224)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--limit", type=int, help="only the first N images")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_corrupt)
+
+
+def cmd_corrupt(a: argparse.Namespace) -> int:
+    from robustvit.corruptions.export import ExportConfig, export_corrupted
+
+    r = export_corrupted(ExportConfig(data=a.data, out=a.out, layout=a.layout, corruptions=a.corruptions,
+                                      severities=a.severities, preset=a.preset, seed=a.seed, batch_size=a.batch_size,
+                                      device=a.device, limit=a.limit, image_format=a.image_format,
+                                      image_size=a.image_size, progress=not a.no_progress))
+    print(f"wrote {r['units_written']} corruption × severity units ({r['units_skipped']} already done) of "
+          f"{r['num_images']} images to {r['out']} ({r['layout']}, preset {r['preset']})")
+    return 0
+
+
+COMMANDS.append(add_corrupt)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="robustvit", description="Evaluate, explain and harden the robustness of "
                                 "Vision Transformers (and CNN baselines).")

@@ -33,6 +33,11 @@ from robustvit.data import shift as _shift  # noqa: E402  (ImageNet-R/-A/-Sketch
 for _name in _shift.SHIFT_SETS:
     register_source(_name)(getattr(_shift, _name))
 
+from robustvit.data import corrupted as _corrupted  # noqa: E402  (ImageNet-C / CIFAR-10-C units)
+
+for _name in ("imagenet_c", "cifar_c"):
+    register_source(_name)(getattr(_corrupted, _name))
+
 
 def list_sources() -> list[str]:
     return sorted(_SOURCES)

@@ -1,0 +1,344 @@
+"""Write a corrupted copy of a data set in the official ImageNet-C or CIFAR-10-C layout (``robustvit corrupt``).
+
+Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
+ICLR 2019 (arXiv:1903.12261). Layouts (read back by ``robustvit.data.corrupted`` and the ``corruptions``
+suite with ``source=OUT``):
+
+* ``imagenet-c``: ``OUT/<corruption>/<severity>/<class folder>/<name>.JPEG`` — each corrupted image
+  truncated to uint8 (``np.uint8(255·x)``, as the reference) and saved as JPEG quality 85 like the released
+  files (``image_format="png"``: lossless PNG instead). ``<name>`` is the source file's stem, or the image's
+  index (8 digits) for in-memory data. ``OUT/classes.txt`` lists the class folders in label order.
+* ``cifar-c``: ``OUT/<corruption>.npy`` uint8 (5·N, H, W, 3), rows N·(s−1) … N·s−1 = severity s, and
+  ``OUT/labels.npy`` (5·N,) — the labels repeated per severity, as CIFAR-10-C. All 5 severities are written.
+
+Resumable: a finished corruption × severity unit is skipped (ImageNet-C: marker file
+``<corruption>/<severity>/.done``; CIFAR-C: ``.partial/<corruption>_<severity>.npy``, assembled into
+``<corruption>.npy`` once its 5 severities exist). Every file is written to a temporary name and renamed.
+Images are corrupted in batches on the device; batch ``c`` of unit (corruption, severity) uses the seed
+``derive_seed(seed, corruption, severity, c)``, so a copy is reproducible for the same seed, batch size and
+device kind. ``OUT/corrupt.json`` records the settings.
+
+>>> export_corrupted(ExportConfig(data="synthshapes:test,count=20", out="/tmp/ssc", layout="cifar-c",
+...                               corruptions="fog", progress=False))          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robustvit.corruptions.engine import corrupt, list_corruptions
+from robustvit.corruptions.jpeg import to_uint8
+from robustvit.corruptions.params import CORRUPTION_GROUPS, resolve_preset
+from robustvit.data import UNREADABLE, create_dataset
+from robustvit.data.base import FileImageDataset, ImageDataset
+from robustvit.data.corrupted import CLASSES_FILE, LAYOUTS, read_classes_file
+from robustvit.errors import RobustvitError, unknown_name
+from robustvit.progress import progress_bar
+from robustvit.utils import derive_seed, resolve_device
+
+IMAGE_FORMATS = {"jpeg": ("JPEG", "JPEG"), "png": ("png", "PNG")}   # → (file extension, PIL format)
+META_FILE = "corrupt.json"
+DONE_FILE = ".done"
+THREADS = 8
+
+
+@dataclass
+class ExportConfig:
+    data: str
+    out: str
+    layout: str = "imagenet-c"             # or "cifar-c"
+    corruptions: str = "all"               # group or names joined by + or ,
+    severities: str = "1-5"
+    preset: str | None = None              # imagenet / cifar; default by image size
+    seed: int = 0
+    batch_size: int = 64
+    device: str = "auto"
+    limit: int | None = None
+    image_format: str = "jpeg"             # imagenet-c only: jpeg (quality ``jpeg_quality``) or png
+    jpeg_quality: int = 85
+    image_size: int | None = None          # file-based data: resize (shorter side, centre crop); default 224
+    progress: bool = True
+
+
+def parse_names(spec: str) -> list[str]:
+    """A group or names joined by ``+`` or ``,`` → checked corruption names."""
+    spec = str(spec).strip()
+    if spec in CORRUPTION_GROUPS:
+        return list_corruptions(spec)
+    names: list[str] = []
+    for n in (t.strip() for t in spec.replace(",", "+").split("+") if t.strip()):
+        if n not in list_corruptions():
+            raise unknown_name("corruption", n, list_corruptions() + list(CORRUPTION_GROUPS))
+        if n not in names:
+            names.append(n)
+    if not names:
+        raise RobustvitError("give at least one corruption (a group such as all, or names joined by +)")
+    return names
+
+
+def parse_severity_list(spec: str) -> list[int]:
+    text = str(spec).strip()
+    try:
+        if "-" in text:
+            a, b = (int(t) for t in text.split("-", 1))
+            sev = list(range(a, b + 1))
+        else:
+            sev = [int(t) for t in text.replace(",", "+").split("+") if t.strip()]
+    except ValueError:
+        raise RobustvitError(f"--severities must look like 1-5, 3 or 1,3,5, got {text!r}") from None
+    if not sev or any(not 1 <= s <= 5 for s in sev):
+        raise RobustvitError(f"--severities must lie in 1-5, got {text!r}")
+    return sorted(set(sev))
+
+
+def _safe(name: str) -> str:
+    return name.replace("/", "_").replace(os.sep, "_") or "_"
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _load(ds: ImageDataset, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    if hasattr(ds, "get_batch"):
+        x, y = ds.get_batch(torch.tensor(ids))
+        return x, torch.as_tensor(y).long()
+    with ThreadPoolExecutor(max_workers=min(THREADS, len(ids))) as pool:
+        items = list(pool.map(ds.__getitem__, ids))
+    shapes = {tuple(it[0].shape) for it in items}
+    if len(shapes) > 1:
+        raise RobustvitError(f"images of different sizes {sorted(shapes)[:2]} in one batch; pass --image-size")
+    return torch.stack([it[0] for it in items]), torch.tensor([int(it[1]) for it in items])
+
+
+def _names(ds: ImageDataset, n: int) -> list[str]:
+    if isinstance(ds, FileImageDataset):
+        stems = [Path(p).stem for p, _ in ds.samples[:n]]
+        if len(set(zip(stems, (lab for _, lab in ds.samples[:n])))) == n:
+            return stems
+    return [f"{i:08d}" for i in range(n)]
+
+
+def _save_image(arr: np.ndarray, path: Path, fmt: str, quality: int) -> None:
+    from PIL import Image
+
+    tmp = path.with_name(path.name + ".tmp")
+    kwargs = {"quality": quality} if fmt == "JPEG" else {}
+    Image.fromarray(arr).save(tmp, format=fmt, **kwargs)
+    os.replace(tmp, path)
+
+
+class _Exporter:
+    def __init__(self, cfg: ExportConfig) -> None:
+        if cfg.layout not in LAYOUTS:
+            raise RobustvitError(f"unknown --format {cfg.layout!r}; use {' or '.join(LAYOUTS)}")
+        if cfg.image_format not in IMAGE_FORMATS:
+            raise RobustvitError(f"unknown image format {cfg.image_format!r}; use jpeg or png")
+        if not 1 <= int(cfg.jpeg_quality) <= 100:
+            raise RobustvitError(f"JPEG quality must be 1-100, got {cfg.jpeg_quality}")
+        if cfg.batch_size < 1:
+            raise RobustvitError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+        if cfg.limit is not None and cfg.limit < 1:
+            raise RobustvitError(f"--limit must be >= 1, got {cfg.limit}")
+        if cfg.preset is not None and cfg.preset not in ("imagenet", "cifar"):
+            raise unknown_name("preset", cfg.preset, ["imagenet", "cifar"])
+        self.cfg = cfg
+        self.names = parse_names(cfg.corruptions)
+        self.severities = parse_severity_list(cfg.severities)
+        if cfg.layout == "cifar-c" and self.severities != [1, 2, 3, 4, 5]:
+            raise RobustvitError("a CIFAR-C file holds all 5 severities; drop --severities or use --format imagenet-c")
+        self.device = resolve_device(cfg.device)
+        self.ds = create_dataset(cfg.data, image_size=cfg.image_size)
+        if isinstance(self.ds, FileImageDataset) and self.ds.size is None:
+            self.ds.size = 224                     # ImageNet-C convention: Resize(256) + CenterCrop(224)
+        self.n = len(self.ds) if cfg.limit is None else min(cfg.limit, len(self.ds))
+        if self.n == 0:
+            raise RobustvitError(f"{cfg.data} has no images")
+        self.out = Path(cfg.out).expanduser()
+        self.out.mkdir(parents=True, exist_ok=True)
+        x0, _ = _load(self.ds, [0])
+        self.h, self.w = int(x0.shape[-2]), int(x0.shape[-1])
+        self.preset = resolve_preset(cfg.preset, self.h, self.w)
+        self._check_meta()
+
+    # ---------------------------------------------------------------- bookkeeping
+    def _meta(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"data": c.data, "layout": c.layout, "num_images": self.n, "image_size": [self.h, self.w],
+                "preset": self.preset, "seed": c.seed, "batch_size": c.batch_size, "device_type": self.device.type,
+                "image_format": c.image_format if c.layout == "imagenet-c" else "npy",
+                "jpeg_quality": c.jpeg_quality if c.layout == "imagenet-c" and c.image_format == "jpeg" else None}
+
+    def _check_meta(self) -> None:
+        """Refuse to mix two different exports in one folder; write classes.txt and corrupt.json."""
+        f = self.out / META_FILE
+        meta = self._meta()
+        if f.is_file():
+            old = json.loads(f.read_text())
+            fixed = ("data", "layout", "num_images", "image_size", "preset", "seed", "image_format", "jpeg_quality")
+            diff = [k for k in fixed if old.get(k) != meta.get(k)]
+            if diff:
+                raise RobustvitError(f"{self.out} holds an export with other settings ({diff[0]}: {old.get(diff[0])!r} "
+                                     f"vs {meta.get(diff[0])!r}); use another --out or the same settings to resume")
+            meta["corruptions"] = sorted(set(old.get("corruptions", [])) | set(self.names))
+        else:
+            meta["corruptions"] = list(self.names)
+        classes = [_safe(c) for c in self.ds.classes]
+        listed = read_classes_file(self.out)
+        if listed is not None and listed != classes:
+            raise RobustvitError(f"{self.out / CLASSES_FILE} lists other classes; use another --out")
+        if len(set(classes)) != len(classes):
+            raise RobustvitError(f"{self.cfg.data} has duplicate class names; cannot make one folder per class")
+        self.classes = classes
+        _atomic_write_text(self.out / CLASSES_FILE, "\n".join(classes) + "\n")
+        _atomic_write_text(f, json.dumps(meta, indent=2))
+
+    def _batches(self) -> list[list[int]]:
+        b = self.cfg.batch_size
+        return [list(range(i, min(i + b, self.n))) for i in range(0, self.n, b)]
+
+    def _corrupt(self, x: torch.Tensor, name: str, severity: int, chunk: int) -> np.ndarray:
+        """uint8 (n, H, W, 3) of the corrupted batch (truncated like ``np.uint8(255·x)``)."""
+        g = torch.Generator(device=self.device)
+        g.manual_seed(derive_seed(self.cfg.seed, name, severity, chunk))
+        y = corrupt(x.to(self.device, non_blocking=True), name, severity, generator=g, preset=self.preset)
+        return to_uint8(y, "floor").permute(0, 2, 3, 1).cpu().numpy()
+
+    # ---------------------------------------------------------------- imagenet-c
+    def _unit_dir(self, name: str, severity: int) -> Path:
+        return self.out / name / str(severity)
+
+    def _imagenet_c_todo(self) -> list[tuple[str, int]]:
+        return [(n, s) for n in self.names for s in self.severities if not (self._unit_dir(n, s) / DONE_FILE).is_file()]
+
+    def _imagenet_c_unit(self, name: str, severity: int, tick: Any) -> int:
+        d = self._unit_dir(name, severity)
+        ext, fmt = IMAGE_FORMATS[self.cfg.image_format]
+        stems = _names(self.ds, self.n)
+        bad = 0
+        with ThreadPoolExecutor(max_workers=THREADS) as pool:
+            for c, ids in enumerate(self._batches()):
+                x, y = _load(self.ds, ids)
+                arr = self._corrupt(x, name, severity, c)
+                jobs = []
+                for k, (i, label) in enumerate(zip(ids, y.tolist())):
+                    if label == UNREADABLE:
+                        bad += 1
+                        continue
+                    folder = d / self.classes[label]
+                    folder.mkdir(parents=True, exist_ok=True)
+                    jobs.append(pool.submit(_save_image, arr[k], folder / f"{stems[i]}.{ext}", fmt, self.cfg.jpeg_quality))
+                for j in jobs:
+                    j.result()
+                tick(f"{name} {severity}")
+        _atomic_write_text(d / DONE_FILE, json.dumps({"images": self.n - bad, "unreadable": bad}))
+        return bad
+
+    # ---------------------------------------------------------------- cifar-c
+    def _partial(self, name: str, severity: int) -> Path:
+        return self.out / ".partial" / f"{name}_{severity}.npy"
+
+    def _cifar_c_todo(self) -> list[tuple[str, int]]:
+        return [(n, s) for n in self.names if not (self.out / f"{n}.npy").is_file()
+                for s in self.severities if not self._partial(n, s).is_file()]
+
+    def _cifar_c_labels(self) -> None:
+        labels = torch.cat([_load(self.ds, ids)[1] for ids in self._batches()]) if not hasattr(self.ds, "labels") \
+            else torch.as_tensor(self.ds.labels)[: self.n].long()
+        if bool((labels == UNREADABLE).any()):
+            raise RobustvitError(f"{self.cfg.data} has unreadable images; the cifar-c layout needs every image "
+                                 "(fix or remove them, or use --format imagenet-c)")
+        y = labels.numpy()
+        y = y.astype(np.uint8) if y.max(initial=0) < 256 else y.astype(np.int64)
+        tiled = np.tile(y, 5)
+        f = self.out / "labels.npy"
+        if f.is_file():
+            old = np.load(f)
+            if not np.array_equal(old, tiled):
+                raise RobustvitError(f"{f} holds other labels; use another --out")
+            return
+        tmp = self.out / "labels.tmp.npy"
+        np.save(tmp, tiled)
+        os.replace(tmp, f)
+
+    def _cifar_c_unit(self, name: str, severity: int, tick: Any) -> int:
+        p = self._partial(name, severity)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.stem + ".tmp.npy")
+        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(self.n, self.h, self.w, 3))
+        for c, ids in enumerate(self._batches()):
+            x, y = _load(self.ds, ids)
+            if bool((y == UNREADABLE).any()):
+                raise RobustvitError(f"{self.cfg.data} has unreadable images; the cifar-c layout needs every image")
+            mm[ids[0]: ids[-1] + 1] = self._corrupt(x, name, severity, c)
+            tick(f"{name} {severity}")
+        mm.flush()
+        del mm
+        os.replace(tmp, p)
+        self._assemble(name)
+        return 0
+
+    def _assemble(self, name: str) -> None:
+        parts = [self._partial(name, s) for s in range(1, 6)]
+        if not all(p.is_file() for p in parts):
+            return
+        final = self.out / f"{name}.npy"
+        tmp = self.out / f"{name}.tmp.npy"
+        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(5 * self.n, self.h, self.w, 3))
+        for s, p in enumerate(parts):
+            mm[s * self.n:(s + 1) * self.n] = np.load(p, mmap_mode="r")
+        mm.flush()
+        del mm
+        os.replace(tmp, final)
+        for p in parts:
+            p.unlink()
+        try:
+            (self.out / ".partial").rmdir()
+        except OSError:
+            pass
+
+    # ---------------------------------------------------------------- run
+    def run(self) -> dict[str, Any]:
+        imagenet = self.cfg.layout == "imagenet-c"
+        if not imagenet:
+            self._cifar_c_labels()
+            for n in self.names:             # units finished before an interruption during assembly
+                self._assemble(n)
+        todo = self._imagenet_c_todo() if imagenet else self._cifar_c_todo()
+        total = len(self.names) * len(self.severities)
+        nb = len(self._batches())
+        bad = 0
+        with progress_bar(self.cfg.progress, f"corrupt → {self.cfg.layout}", len(todo) * nb) as tick:
+            for name, s in todo:
+                bad = max(bad, (self._imagenet_c_unit if imagenet else self._cifar_c_unit)(name, s, tick))
+        if bad:
+            warnings.warn(f"skipped {bad} unreadable images of {self.cfg.data}", stacklevel=2)
+        return {"out": str(self.out), "layout": self.cfg.layout, "num_images": self.n - bad, "units_written": len(todo),
+                "units_skipped": total - len(todo), "preset": self.preset, "corruptions": list(self.names),
+                "severities": list(self.severities)}
+
+
+def export_corrupted(cfg: ExportConfig) -> dict[str, Any]:
+    """Write the corrupted copy described by ``cfg`` (see the module docstring); returns a summary dict
+    (``out``, ``layout``, ``num_images``, ``units_written``, ``units_skipped``, ``preset``, …)."""
+    return _Exporter(cfg).run()
+
+
+def remove_partial(out: str | Path) -> None:
+    """Delete the temporary files of an interrupted CIFAR-C export (``OUT/.partial``)."""
+    shutil.rmtree(Path(out) / ".partial", ignore_errors=True)
+
+
+__all__ = ["ExportConfig", "IMAGE_FORMATS", "export_corrupted", "parse_names", "parse_severity_list", "remove_partial"]

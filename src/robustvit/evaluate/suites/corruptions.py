@@ -1,0 +1,292 @@
+"""Suite ``corruptions``: accuracy under the common corruptions of ImageNet-C / CIFAR-10-C; mCE, retention.
+
+Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
+ICLR 2019 (arXiv:1903.12261); retention rate from FAN (Zhou et al., arXiv:2204.12451); "IN-C w/o noise"
+from AFAT. Metrics: ``robustvit.metrics.corruption``.
+
+Every image of the run's data set is corrupted on the device (``robustvit.corruptions.corrupt``) with the
+unit's seeded generator (so a unit replays exactly); or, with ``source=DIR``, the images are read from a
+released (or ``robustvit corrupt``-written) ImageNet-C tree or CIFAR-10/100-C folder
+(``robustvit.data.corrupted``). One part per corruption × severity, plus ``clean``.
+
+Options (``corruptions:corruptions=noise:severities=1-3``):
+
+* ``corruptions``: a group (``all`` — default, 19 —, ``benchmark`` (15), ``noise``, ``blur``, ``weather``,
+  ``digital``, ``extra``) or ``+``-separated names (``fog+snow``);
+* ``severities``: ``1-5`` (default), ``3``, ``1+3+5``;
+* ``preset``: ``imagenet`` or ``cifar`` parameter table (default: by image size, see ``docs/corruptions.md``);
+* ``jpeg_quality``: JPEG round trip after truncation to uint8 (85 mimics the released ImageNet-C files);
+* ``source``: an ImageNet-C tree or CIFAR-C folder to read instead of corrupting. The ``clean`` part then
+  reads the run's ``--data`` at the same positions (e.g. ``imagenet:/val`` for ImageNet-C, ``cifar10:test``
+  for CIFAR-10-C) when it has as many images and classes; else clean accuracy is null;
+* ``limit``: number of images (per unit).
+
+Result (``suites.<key>``): ``accuracy[name][severity]`` (severity keys "1"…"5"), ``clean_accuracy``,
+``corruption_accuracy[name]`` (mean over severities), ``severity_accuracy[severity]`` (mean over the
+benchmark corruptions evaluated, else over all), ``mean_accuracy`` (over the 15 benchmark corruptions
+evaluated), ``mean_accuracy_all`` (every corruption evaluated), ``mean_accuracy_without_noise`` (the 12
+non-noise benchmark corruptions), ``groups`` (mean per group), ``retention`` (mean_accuracy /
+clean_accuracy), ``ce`` / ``relative_ce`` / ``mce`` / ``relative_mce`` (AlexNet-normalised, percent; only for
+ImageNet-C-like data, else null with ``mce_reason``), ``preset``, ``jpeg_quality``, ``severities``,
+``corruptions``, ``source``, ``num_images``.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from robustvit.corruptions import BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, corrupt, list_corruptions
+from robustvit.corruptions.params import resolve_preset
+from robustvit.data import UNREADABLE, parse_data_spec
+from robustvit.data.base import ImageDataset
+from robustvit.data.corrupted import CorruptedSource, open_corrupted
+from robustvit.errors import RobustvitError, unknown_name
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.metrics.corruption import (ALEXNET_ERRORS, NOISE_CORRUPTIONS, corruption_error, mean_or_none,
+                                          relative_corruption_error, retention)
+
+GROUP_NAMES = ("noise", "blur", "weather", "digital", "extra")
+CLEAN = "clean"
+#: Threads decoding image files of a ``source`` tree (PIL releases the GIL while decoding).
+READ_THREADS = 8
+
+
+def parse_corruptions(spec: str) -> list[str]:
+    """A group name or ``+``-separated corruption names → the list (checked, duplicates removed)."""
+    spec = str(spec).strip()
+    if spec in CORRUPTION_GROUPS:
+        return list_corruptions(spec)
+    names: list[str] = []
+    for n in (s.strip() for s in spec.split("+")):
+        if n not in list_corruptions():
+            raise unknown_name("corruption", n, list_corruptions() + list(CORRUPTION_GROUPS),
+                               hint="give a group (all, benchmark, noise, blur, weather, digital, extra) or names joined by +")
+        if n not in names:
+            names.append(n)
+    return names
+
+
+def parse_severities(spec: str | int) -> list[int]:
+    """``"1-5"`` / ``"2-4"`` / ``"3"`` / ``"1+3+5"`` → sorted severities in 1-5."""
+    text = str(spec).strip()
+    try:
+        if "-" in text:
+            a, b = (int(t) for t in text.split("-", 1))
+            sev = list(range(a, b + 1))
+        else:
+            sev = [int(t) for t in text.replace(",", "+").split("+") if t.strip()]
+    except ValueError:
+        raise RobustvitError(f"severities must look like 1-5, 3 or 1+3+5, got {text!r}") from None
+    if not sev or any(s < 1 or s > 5 for s in sev):
+        raise RobustvitError(f"severities must lie in 1-5, got {text!r}")
+    return sorted(set(sev))
+
+
+def part_name(name: str, severity: int) -> str:
+    return f"{name}/{severity}"
+
+
+class _UnitIndex(ImageDataset):
+    """The runner's view of a ``source`` tree: chunk i = images i·B …; images are placeholders (each part
+    reads its own unit's images), labels are those of the first unit."""
+
+    def __init__(self, n: int, classes: list[str]) -> None:
+        self.n, self.classes, self.spec = n, list(classes), "corruption source"
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return torch.zeros(3, 1, 1), 0
+
+    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.zeros(len(index), 3, 1, 1), torch.zeros(len(index), dtype=torch.long)
+
+
+def load_images(ds: Any, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images ``index`` of a data set as (float (n, 3, H, W), long labels (n,)); files decoded in threads."""
+    idx = index.cpu().long()
+    if hasattr(ds, "get_batch"):
+        x, y = ds.get_batch(idx)
+        return x, torch.as_tensor(y).long()
+    with ThreadPoolExecutor(max_workers=min(READ_THREADS, max(1, len(idx)))) as pool:
+        items = list(pool.map(ds.__getitem__, idx.tolist()))
+    return torch.stack([it[0] for it in items]), torch.tensor([int(it[1]) for it in items], dtype=torch.long)
+
+
+@register_suite
+class Corruptions(Suite):
+    name = "corruptions"
+    description = "common corruptions (ImageNet-C / CIFAR-10-C): accuracy per corruption × severity, mCE, retention"
+    option_names = ("corruptions", "severities", "preset", "jpeg_quality", "source")
+    # 19 × 5 units + clean: ~1 minute per demo model on a 2-core CPU at 100 images (the model's forward pass
+    # dominates: ~0.5 s per 100 32-px images for vit_cifar_micro); --quick: 3 severities, 40 images.
+    demo_specs = ("corruptions:limit=100",)
+    quick_specs = ("corruptions:limit=40:severities=1+3+5",)
+
+    def __init__(self, limit: int | None = None, **options: Any) -> None:
+        super().__init__(limit, **options)
+        self.names = parse_corruptions(options.get("corruptions", "all"))
+        self.severities = parse_severities(options.get("severities", "1-5"))
+        self.preset = options.get("preset")
+        if self.preset is not None and self.preset not in ("imagenet", "cifar"):
+            raise unknown_name("preset", str(self.preset), ["imagenet", "cifar"])
+        q = options.get("jpeg_quality")
+        try:
+            self.jpeg_quality = None if q in (None, "", "none") else int(q)
+        except ValueError:
+            raise RobustvitError(f"jpeg_quality must be an integer 1-100, got {q!r}") from None
+        if self.jpeg_quality is not None and not 1 <= self.jpeg_quality <= 100:
+            raise RobustvitError(f"jpeg_quality must be an integer 1-100, got {self.jpeg_quality}")
+        if self.max_images is not None and self.max_images < 1:
+            raise RobustvitError(f"limit must be >= 1, got {self.max_images}")
+        self.source = options.get("source")
+        self._src: CorruptedSource | None = None
+        self._num_images: int | None = None
+        if self.source is not None:
+            if self.jpeg_quality is not None or self.preset is not None:
+                raise RobustvitError("source= reads stored images: preset= and jpeg_quality= do not apply; drop them")
+            self._src = open_corrupted(self.source)
+            if "corruptions" not in options:    # default: every corruption the folder holds
+                self.names = [n for n in self.names if n in self._src.corruptions]
+            for n in self.names:
+                for s in self.severities:
+                    self._src.check(n, s)
+
+    # ------------------------------------------------------------ data
+    def _size(self) -> int:
+        assert self._src is not None
+        if self._num_images is None:
+            self._num_images = self._src.num_images        # checks that every unit has as many images
+        n = self._num_images
+        return n if self.max_images is None else min(n, self.max_images)
+
+    def _clean_available(self, ctx: EvalContext) -> bool:
+        if self._src is None:
+            return True
+        ds = ctx.dataset
+        return ds is not None and len(ds) >= self._size() and ds.num_classes == len(self._src.classes)
+
+    def parts(self, ctx: EvalContext) -> list[str]:
+        units = [part_name(n, s) for n in self.names for s in self.severities]
+        return ([CLEAN] if self._clean_available(ctx) else []) + units
+
+    def dataset(self, ctx: EvalContext) -> ImageDataset | None:
+        if self._src is None:
+            return None
+        if ctx.num_classes < len(self._src.classes):
+            raise RobustvitError(f"the model has {ctx.num_classes} classes but {self.source} has "
+                                 f"{len(self._src.classes)}; evaluate a model trained on those classes")
+        set_size = getattr(self._src, "set_image_size", None)
+        if set_size is not None:                 # ImageNet-C files: resized to the model's input on reading
+            set_size(getattr(getattr(ctx.model, "spec", None), "image_size", None))
+        return _UnitIndex(self._size(), self._src.classes)
+
+    # ------------------------------------------------------------ evaluation
+    def _images(self, ctx: EvalContext, part: str, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        if part == CLEAN:
+            if self._src is None:
+                return batch.x, batch.y
+            x, y = load_images(ctx.dataset, batch.index)
+            return x.to(ctx.device), y.to(ctx.device)
+        name, sev = part.rsplit("/", 1)
+        if self._src is None:
+            x = corrupt(batch.x, name, int(sev), generator=batch.generator, preset=self.preset,
+                        jpeg_quality=self.jpeg_quality)
+            return x, batch.y
+        x, y = load_images(self._src.unit(name, int(sev)), batch.index)
+        return x.to(ctx.device, non_blocking=True), y.to(ctx.device)
+
+    @torch.no_grad()
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        x, y = self._images(ctx, part, batch)
+        keep = y != UNREADABLE
+        unreadable = int((~keep).sum())
+        if unreadable:
+            x, y = x[keep], y[keep]
+        size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
+        stored = self._src is not None and part != CLEAN      # stored images (e.g. 32-px CIFAR-C): model's size
+        if stored and size is not None and len(y) and tuple(x.shape[-2:]) != (int(size), int(size)):
+            x = F.interpolate(x, size=(int(size), int(size)), mode="bilinear", align_corners=False, antialias=True)
+        correct = int((ctx.model(x).argmax(1) == y).sum()) if len(y) else 0
+        return {"n": int(len(y)), "correct": correct, "unreadable": unreadable}
+
+    # ------------------------------------------------------------ result
+    def _preset(self, ctx: EvalContext) -> str | None:
+        if self._src is not None:
+            return None
+        size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
+        if size is None:
+            return self.preset
+        return resolve_preset(self.preset, int(size), int(size))
+
+    def _mce_reason(self, ctx: EvalContext) -> str | None:
+        """None when the AlexNet normalisation applies, else why not."""
+        if self._src is not None:
+            if not self._src.imagenet_like:
+                return (f"{self.source} is not a 1000-class ImageNet-C tree; AlexNet-normalised mCE is defined "
+                        "for ImageNet-C only (CIFAR-C reports plain mean accuracy)")
+        else:
+            source = parse_data_spec(ctx.data_spec)[0] if ":" in ctx.data_spec else ctx.data_spec
+            nc = getattr(ctx.dataset, "num_classes", None)
+            if source != "imagenet" or nc != 1000:
+                return (f"the data ({ctx.data_spec}) is not ImageNet validation data with 1000 classes; AlexNet-"
+                        "normalised mCE is defined for ImageNet-C only")
+            if self._preset(ctx) != "imagenet":
+                return "images were corrupted with the cifar preset; mCE needs the imagenet parameters"
+        missing = [n for n in BENCHMARK_CORRUPTIONS if n not in self.names]
+        if missing:
+            return f"mCE averages the 15 benchmark corruptions; {len(missing)} were not evaluated ({missing[0]} …)"
+        if self.severities != [1, 2, 3, 4, 5]:
+            return "CE sums the errors of severities 1-5; evaluate every severity"
+        return None
+
+    def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        def acc(part: str) -> float | None:
+            s = stats.get(part, {})
+            return s["correct"] / s["n"] if s.get("n") else None
+
+        accuracy = {n: {str(s): acc(part_name(n, s)) for s in self.severities} for n in self.names}
+        per_corr = {n: mean_or_none(list(accuracy[n].values())) for n in self.names}
+        bench = [n for n in BENCHMARK_CORRUPTIONS if n in self.names]
+        curve_over = bench or list(self.names)
+        per_sev = {str(s): mean_or_none([accuracy[n][str(s)] for n in curve_over]) for s in self.severities}
+        clean = acc(CLEAN)
+        mean_bench = mean_or_none([per_corr[n] for n in bench]) if bench else None
+        no_noise = [n for n in bench if n not in NOISE_CORRUPTIONS]
+        groups = {g: mean_or_none([per_corr[n] for n in CORRUPTION_GROUPS[g] if n in self.names])
+                  for g in GROUP_NAMES if any(n in self.names for n in CORRUPTION_GROUPS[g])}
+        reason = self._mce_reason(ctx)
+        ce: dict[str, float] | None = None
+        rce: dict[str, float] | None = None
+        m = rm = None
+        if reason is None:
+            errors = {n: {s: 1.0 - accuracy[n][str(s)] for s in self.severities} for n in self.names
+                      if n in ALEXNET_ERRORS and None not in accuracy[n].values()}
+            ce = {n: 100.0 * corruption_error(e, ALEXNET_ERRORS[n]) for n, e in errors.items()}
+            m = mean_or_none([ce.get(n) for n in BENCHMARK_CORRUPTIONS])
+            if clean is not None:
+                rce = {n: 100.0 * relative_corruption_error(e, 1.0 - clean, ALEXNET_ERRORS[n]) for n, e in errors.items()}
+                rm = mean_or_none([rce.get(n) for n in BENCHMARK_CORRUPTIONS])
+            else:
+                reason = "relative mCE needs the clean accuracy (give --data with the clean images of the source)"
+        n_images = max((stats.get(p, {}).get("n", 0) + stats.get(p, {}).get("unreadable", 0) for p in stats), default=0)
+        unreadable = sum(int(s.get("unreadable", 0)) for s in stats.values())
+        return {
+            "accuracy": accuracy, "clean_accuracy": clean,
+            "corruption_accuracy": per_corr, "severity_accuracy": per_sev,
+            "mean_accuracy": mean_bench, "mean_over": bench,
+            "mean_accuracy_all": mean_or_none([per_corr[n] for n in self.names]),
+            "mean_accuracy_without_noise": mean_or_none([per_corr[n] for n in no_noise]) if no_noise else None,
+            "groups": groups, "retention": retention(mean_bench, clean),
+            "ce": ce, "relative_ce": rce, "mce": m, "relative_mce": rm, "mce_reason": reason,
+            "preset": self._preset(ctx), "jpeg_quality": self.jpeg_quality, "severities": list(self.severities),
+            "corruptions": list(self.names), "source": None if self.source is None else str(Path(self.source)),
+            "source_layout": None if self._src is None else self._src.layout,
+            "num_images": int(n_images), "num_unreadable": unreadable,
+        }

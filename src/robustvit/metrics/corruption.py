@@ -1,0 +1,145 @@
+"""Corruption metrics: CE, mCE and relative mCE (AlexNet-normalised), retention, mean accuracies.
+
+Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
+ICLR 2019 (arXiv:1903.12261), section 4; retention from Zhou et al., "Understanding the Robustness in Vision
+Transformers" (FAN, arXiv:2204.12451); "w/o noise" from the AFAT paper.
+
+With E_{s,c}^f the top-1 **error** of model f on corruption c at severity s:
+
+* corruption error  CE_c^f = Σ_s E_{s,c}^f / Σ_s E_{s,c}^AlexNet;
+* relative CE       rCE_c^f = Σ_s (E_{s,c}^f − E_clean^f) / Σ_s (E_{s,c}^AlexNet − E_clean^AlexNet);
+* mCE / relative mCE = the mean over the 15 benchmark corruptions (reported ×100, in percent, like the papers);
+* retention = corrupted accuracy / clean accuracy.
+
+The AlexNet errors below are those of the official evaluation code (hendrycks/robustness,
+``ImageNet-C/test.py``: torchvision's AlexNet on the released ImageNet-C; clean error 0.43478 = 1 − 56.522 %).
+They are only meaningful for ImageNet-C-like data (1000 ImageNet classes, 224-px ImageNet validation images).
+
+>>> err = {s: 0.5 * ALEXNET_ERRORS["fog"][s - 1] for s in range(1, 6)}
+>>> round(corruption_error(err, ALEXNET_ERRORS["fog"]), 6)
+0.5
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from robustvit.errors import RobustvitError
+
+#: Top-1 error of AlexNet on clean ImageNet validation images.
+ALEXNET_CLEAN_ERROR = 0.43478
+
+#: Top-1 error of AlexNet on ImageNet-C, per corruption, severities 1 → 5 (all 19 corruptions).
+ALEXNET_ERRORS: dict[str, tuple[float, float, float, float, float]] = {
+    "gaussian_noise": (0.69528, 0.82542, 0.93554, 0.98138, 0.99452),
+    "shot_noise": (0.71224, 0.85108, 0.93574, 0.98182, 0.99146),
+    "impulse_noise": (0.78374, 0.89808, 0.94870, 0.98720, 0.99548),
+    "defocus_blur": (0.65624, 0.73202, 0.85036, 0.91364, 0.94714),
+    "glass_blur": (0.64308, 0.75054, 0.88806, 0.91622, 0.93344),
+    "motion_blur": (0.58430, 0.70048, 0.82108, 0.89750, 0.92638),
+    "zoom_blur": (0.70008, 0.76992, 0.80784, 0.84198, 0.87198),
+    "snow": (0.71726, 0.88392, 0.86468, 0.91870, 0.94952),
+    "frost": (0.61390, 0.79734, 0.88790, 0.89942, 0.93430),
+    "fog": (0.67474, 0.76050, 0.84378, 0.87260, 0.94500),
+    "brightness": (0.45140, 0.48502, 0.54048, 0.62166, 0.72440),
+    "contrast": (0.64548, 0.76150, 0.88874, 0.97760, 0.99270),
+    "elastic_transform": (0.52596, 0.70116, 0.55686, 0.64076, 0.80554),
+    "pixelate": (0.52218, 0.54620, 0.73728, 0.87092, 0.91262),
+    "jpeg_compression": (0.51002, 0.54718, 0.57294, 0.65458, 0.74778),
+    "speckle_noise": (0.66192, 0.74440, 0.90246, 0.94548, 0.97268),
+    "gaussian_blur": (0.54732, 0.70444, 0.82574, 0.89864, 0.95940),
+    "spatter": (0.47196, 0.62194, 0.75052, 0.84132, 0.90182),
+    "saturate": (0.59342, 0.65514, 0.51174, 0.70834, 0.82260),
+}
+
+#: Mean AlexNet error over severities (the constants of the official ``test.py``).
+ALEXNET_MEAN_ERRORS: dict[str, float] = {k: sum(v) / 5 for k, v in ALEXNET_ERRORS.items()}
+
+NOISE_CORRUPTIONS = ("gaussian_noise", "shot_noise", "impulse_noise")
+
+ErrBySev = Mapping[int, float] | Mapping[str, float] | Sequence[float]
+
+
+def _by_severity(errors: ErrBySev) -> dict[int, float]:
+    """Normalise {1: e1, …} / {"1": e1, …} / [e1, …, e5] to {severity int: float}."""
+    if isinstance(errors, Mapping):
+        out = {int(k): float(v) for k, v in errors.items()}
+    else:
+        out = {i + 1: float(v) for i, v in enumerate(errors)}
+    bad = [s for s in out if not 1 <= s <= 5]
+    if bad:
+        raise RobustvitError(f"severities must be 1-5, got {bad[0]}")
+    return out
+
+
+def alexnet_errors(name: str) -> tuple[float, ...]:
+    """AlexNet's ImageNet-C top-1 errors of corruption ``name`` at severities 1-5."""
+    if name not in ALEXNET_ERRORS:
+        from robustvit.errors import unknown_name
+
+        raise unknown_name("corruption", name, ALEXNET_ERRORS)
+    return ALEXNET_ERRORS[name]
+
+
+def corruption_error(err_by_sev: ErrBySev, alexnet_by_sev: ErrBySev) -> float:
+    """CE = Σ_s E_s / Σ_s E_s^AlexNet over the severities of ``err_by_sev`` (a fraction, not percent).
+
+    ``alexnet_by_sev`` gives AlexNet's errors for (at least) the same severities, e.g. ``ALEXNET_ERRORS[name]``.
+    The paper sums over all 5 severities; with fewer the ratio is over those only.
+    """
+    e, a = _by_severity(err_by_sev), _by_severity(alexnet_by_sev)
+    if not e:
+        raise RobustvitError("corruption_error needs the error at one severity at least")
+    missing = sorted(set(e) - set(a))
+    if missing:
+        raise RobustvitError(f"no AlexNet error for severity {missing[0]}")
+    return sum(e.values()) / sum(a[s] for s in e)
+
+
+def relative_corruption_error(err_by_sev: ErrBySev, clean_error: float, alexnet_by_sev: ErrBySev,
+                              alexnet_clean_error: float = ALEXNET_CLEAN_ERROR) -> float:
+    """Relative CE = Σ_s (E_s − E_clean) / Σ_s (E_s^AlexNet − E_clean^AlexNet)."""
+    e, a = _by_severity(err_by_sev), _by_severity(alexnet_by_sev)
+    missing = sorted(set(e) - set(a))
+    if missing:
+        raise RobustvitError(f"no AlexNet error for severity {missing[0]}")
+    den = sum(a[s] - alexnet_clean_error for s in e)
+    return sum(v - clean_error for v in e.values()) / den
+
+
+def mce(errors: Mapping[str, ErrBySev], names: Sequence[str] | None = None) -> float:
+    """mCE in percent: 100 × the mean CE over ``names`` (default: every corruption in ``errors``), each
+    normalised by AlexNet. ``errors[name]`` holds the model's top-1 errors by severity."""
+    names = list(errors) if names is None else list(names)
+    if not names:
+        raise RobustvitError("mce needs at least one corruption")
+    return 100.0 * sum(corruption_error(errors[n], alexnet_errors(n)) for n in names) / len(names)
+
+
+def relative_mce(errors: Mapping[str, ErrBySev], clean_error: float, names: Sequence[str] | None = None) -> float:
+    """Relative mCE in percent: 100 × the mean relative CE (the model's clean error is subtracted)."""
+    names = list(errors) if names is None else list(names)
+    if not names:
+        raise RobustvitError("relative_mce needs at least one corruption")
+    return 100.0 * sum(relative_corruption_error(errors[n], clean_error, alexnet_errors(n))
+                       for n in names) / len(names)
+
+
+def retention(corrupted_acc: float | None, clean_acc: float | None) -> float | None:
+    """Retention rate (FAN): corrupted accuracy / clean accuracy; None when either is unknown or clean is 0."""
+    if corrupted_acc is None or clean_acc is None or clean_acc <= 0:
+        return None
+    return float(corrupted_acc) / float(clean_acc)
+
+
+def mean_or_none(values: Sequence[float | None]) -> float | None:
+    """The mean of the values, or None if the list is empty or holds a None / NaN."""
+    vals = list(values)
+    if not vals or any(v is None or (isinstance(v, float) and math.isnan(v)) for v in vals):
+        return None
+    return float(sum(vals)) / len(vals)  # type: ignore[arg-type]
+
+
+__all__ = ["ALEXNET_CLEAN_ERROR", "ALEXNET_ERRORS", "ALEXNET_MEAN_ERRORS", "NOISE_CORRUPTIONS", "alexnet_errors",
+           "corruption_error", "mce", "mean_or_none", "relative_corruption_error", "relative_mce", "retention"]

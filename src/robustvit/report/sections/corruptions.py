@@ -1,0 +1,76 @@
+"""Report section of the ``corruptions`` suite (ImageNet-C / CIFAR-10-C common corruptions).
+
+Hendrycks & Dietterich, ICLR 2019 (arXiv:1903.12261); retention from FAN (arXiv:2204.12451). A line plot of
+the mean accuracy over corruptions against severity (severity 0 = clean), one line per model, and a table of
+the accuracy per corruption (mean over severities), models side by side, with summary rows: mean over the
+benchmark corruptions, over all, without noise, retention, and mCE / relative mCE when they apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from robustvit.report.builder import Figure, Section, md_table, register_section
+
+
+def _pct(v: Any) -> Any:
+    return None if v is None else f"{v:.1f}"
+
+
+@register_section("corruptions*")
+def corruptions_section(key: str, results: list[dict[str, Any]]) -> Section | None:
+    runs = [(r["model"]["name"], r["suites"][key]) for r in results if isinstance(r["suites"].get(key), dict)]
+    if not runs:
+        return None
+    names: list[str] = []
+    for _, s in runs:
+        names += [n for n in (s.get("corruption_accuracy") or {}) if n not in names]
+    header = ["corruption"] + [m for m, _ in runs]
+    rows: list[list[Any]] = [[n] + [(s.get("corruption_accuracy") or {}).get(n) for _, s in runs] for n in names]
+    rows.append(["**clean**"] + [s.get("clean_accuracy") for _, s in runs])
+    rows.append(["**mean (benchmark)**"] + [s.get("mean_accuracy") for _, s in runs])
+    rows.append(["**mean (all)**"] + [s.get("mean_accuracy_all") for _, s in runs])
+    rows.append(["**mean w/o noise**"] + [s.get("mean_accuracy_without_noise") for _, s in runs])
+    rows.append(["**retention**"] + [s.get("retention") for _, s in runs])
+    if any(s.get("mce") is not None for _, s in runs):
+        rows.append(["**mCE (%)**"] + [_pct(s.get("mce")) for _, s in runs])
+        rows.append(["**relative mCE (%)**"] + [_pct(s.get("relative_mce")) for _, s in runs])
+    groups: list[str] = []
+    for _, s in runs:
+        groups += [g for g in (s.get("groups") or {}) if g not in groups]
+    grows = [[g] + [(s.get("groups") or {}).get(g) for _, s in runs] for g in groups]
+
+    first = runs[0][1]
+    how = (f"read from `{first['source']}` ({first.get('source_layout')})" if first.get("source")
+           else f"corrupted on the fly ({first.get('preset')} parameters"
+           + (f", JPEG {first['jpeg_quality']}" if first.get("jpeg_quality") else "") + ")")
+    notes = [f"Top-1 accuracy, mean over severities {', '.join(map(str, first.get('severities', [])))}; "
+             f"{first.get('num_images')} images {how}. Retention = mean accuracy (benchmark corruptions) / clean "
+             "accuracy (FAN). mCE: AlexNet-normalised corruption error (lower is better)."]
+    reasons = {s.get("mce_reason") for _, s in runs if s.get("mce_reason")}
+    notes += [f"mCE: {r}" for r in sorted(reasons)]
+    md = (md_table(header, rows) + "\n\n" + "Mean accuracy per group:\n\n" + md_table(["group"] + header[1:], grows)
+          + "\n\n" + "\n\n".join(notes))
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for model, s in runs:
+        sev = s.get("severity_accuracy") or {}
+        xs = [int(k) for k in sev if sev[k] is not None]
+        ys = [sev[str(k)] for k in xs]
+        if s.get("clean_accuracy") is not None:
+            xs, ys = [0] + xs, [s["clean_accuracy"]] + ys
+        ax.plot(xs, ys, marker="o", label=model)
+    ax.set_xticks(range(0, 6))
+    ax.set_xticklabels(["clean", "1", "2", "3", "4", "5"])
+    ax.set_xlabel("severity")
+    ax.set_ylabel("top-1 accuracy (mean over corruptions)")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.set_title("Common corruptions: accuracy vs severity")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    stem = "corruptions" if key == "corruptions" else "corruptions_" + "".join(
+        c if c.isalnum() else "_" for c in key[len("corruptions"):]).strip("_")
+    return Section(f"Common corruptions (`{key}`)", md, [Figure(stem, fig, "mean accuracy over corruptions per severity")])

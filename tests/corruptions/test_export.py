@@ -1,0 +1,188 @@
+"""``robustvit corrupt`` (corruptions/export.py) and the ImageNet-C / CIFAR-C readers (data/corrupted.py):
+round trips through both layouts, resumption, reproducibility, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from robustvit.cli import main
+from robustvit.corruptions import corrupt, to_uint8
+from robustvit.corruptions.export import ExportConfig, export_corrupted
+from robustvit.data import create_dataset
+from robustvit.data.corrupted import detect_layout, open_corrupted
+from robustvit.errors import RobustvitError
+from robustvit.evaluate.runner import EvalConfig, run_eval
+from robustvit.models import create_model, save_checkpoint
+from robustvit.utils import derive_seed
+
+DATA = "synthshapes:test,count=20,size=16"
+NAMES = "fog+gaussian_noise"
+
+
+def _export(out, layout, **kw):
+    cfg = dict(data=DATA, out=str(out), layout=layout, corruptions=NAMES, batch_size=8, device="cpu", progress=False)
+    cfg.update(kw)
+    return export_corrupted(ExportConfig(**cfg))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("exp")
+    _export(root / "cc", "cifar-c")
+    _export(root / "ic", "imagenet-c", image_format="png")
+    return root
+
+
+def test_cifar_c_layout_and_reproducibility(exported):
+    ds = create_dataset(DATA)
+    x, y = ds.get_batch(torch.arange(20))
+    a = np.load(exported / "cc" / "fog.npy")
+    assert a.dtype == np.uint8 and a.shape == (100, 16, 16, 3)
+    assert np.array_equal(np.load(exported / "cc" / "labels.npy"), np.tile(y.numpy(), 5))
+    assert not (exported / "cc" / ".partial").exists()
+    # severity 3, chunk 1 (images 8-15): the engine with the unit's seed, truncated to uint8
+    g = torch.Generator().manual_seed(derive_seed(0, "gaussian_noise", 3, 1))
+    ref = to_uint8(corrupt(x[8:16], "gaussian_noise", 3, generator=g)).permute(0, 2, 3, 1).numpy()
+    assert np.array_equal(np.load(exported / "cc" / "gaussian_noise.npy")[48:56], ref)
+    src = open_corrupted(exported / "cc")
+    assert detect_layout(exported / "cc") == "cifar-c" and src.corruptions == ["gaussian_noise", "fog"]
+    assert src.num_images == 20 and not src.imagenet_like
+    xs, ys = src.unit("fog", 2).get_batch(torch.arange(20))
+    assert torch.equal(ys, y) and torch.allclose(xs, torch.from_numpy(a[20:40]).permute(0, 3, 1, 2).float() / 255)
+    meta = json.loads((exported / "cc" / "corrupt.json").read_text())
+    assert meta["seed"] == 0 and meta["preset"] == "cifar" and meta["num_images"] == 20
+
+
+def test_imagenet_c_png_equals_cifar_c_rows(exported):
+    root = exported / "ic"
+    classes = (root / "classes.txt").read_text().split()
+    ds = create_dataset(DATA)
+    assert classes == ds.classes
+    a = np.load(exported / "cc" / "fog.npy")
+    for i in (0, 7, 19):                                   # file <index>.png in its class folder
+        f = root / "fog" / "4" / classes[int(ds.labels[i])] / f"{i:08d}.png"
+        assert np.array_equal(np.array(Image.open(f)), a[60 + i])
+    src = open_corrupted(root)
+    assert src.layout == "imagenet-c" and src.classes == classes and src.num_images == 20
+    u = src.unit("fog", 4)
+    assert sorted(lab for _, lab in u.samples) == sorted(ds.labels.tolist())
+    assert all((root / n / str(s) / ".done").is_file() for n in ("fog", "gaussian_noise") for s in range(1, 6))
+
+
+def test_resume_skips_finished_units(tmp_path):
+    out = tmp_path / "ic"
+    r = _export(out, "imagenet-c", corruptions="brightness", severities="1,2")
+    assert r["units_written"] == 2 and r["units_skipped"] == 0 and r["preset"] == "cifar"
+    assert len(list((out / "brightness" / "1").rglob("*.JPEG"))) == 20
+    assert _export(out, "imagenet-c", corruptions="brightness", severities="1,2")["units_written"] == 0
+    (out / "brightness" / "2" / ".done").unlink()          # an interrupted unit is redone
+    r = _export(out, "imagenet-c", corruptions="brightness", severities="1-2")
+    assert (r["units_written"], r["units_skipped"]) == (1, 1)
+    # the files are the exact uint8 values saved by PIL as JPEG quality 85 (like the released ImageNet-C)
+    import io
+
+    x = create_dataset(DATA).get_batch(torch.arange(1))[0]
+    ref = to_uint8(corrupt(x, "brightness", 1)).permute(0, 2, 3, 1).numpy()[0]
+    buf = io.BytesIO()
+    Image.fromarray(ref).save(buf, format="JPEG", quality=85)
+    f = next(p for p in (out / "brightness" / "1").rglob("00000000.JPEG"))
+    assert np.array_equal(np.array(Image.open(f)), np.array(Image.open(buf)))
+    with pytest.raises(RobustvitError, match="other settings"):
+        _export(out, "imagenet-c", corruptions="brightness", seed=1)
+    cc = tmp_path / "cc"                                  # cifar-c: a finished partial is kept, then assembled
+    _export(cc, "cifar-c", corruptions="contrast")
+    a = np.load(cc / "contrast.npy")
+    (cc / "contrast.npy").unlink()
+    (cc / ".partial").mkdir()
+    for s in range(1, 6):
+        np.save(cc / ".partial" / f"contrast_{s}.npy", a[20 * (s - 1):20 * s])
+    r = _export(cc, "cifar-c", corruptions="contrast")
+    assert r["units_written"] == 0 and np.array_equal(np.load(cc / "contrast.npy"), a)
+
+
+def test_export_errors(tmp_path):
+    with pytest.raises(RobustvitError, match="all 5 severities"):
+        _export(tmp_path / "a", "cifar-c", severities="3")
+    with pytest.raises(RobustvitError, match="format"):
+        _export(tmp_path / "b", "imagenet-p")
+    with pytest.raises(RobustvitError, match="did you mean"):
+        _export(tmp_path / "c", "cifar-c", corruptions="fgo")
+    with pytest.raises(RobustvitError, match="severities"):
+        _export(tmp_path / "d", "imagenet-c", severities="0-9")
+
+
+def test_reader_errors(tmp_path, exported):
+    with pytest.raises(RobustvitError, match="does not exist"):
+        open_corrupted(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RobustvitError, match="neither"):
+        open_corrupted(tmp_path / "empty")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    np.save(bad / "fog.npy", np.zeros((7, 4, 4, 3), np.uint8))
+    np.save(bad / "labels.npy", np.zeros(7, np.uint8))
+    with pytest.raises(RobustvitError, match="multiple of 5"):
+        open_corrupted(bad).unit("fog", 1)
+    np.save(bad / "fog.npy", np.zeros((10, 4, 4, 3), np.uint8))
+    with pytest.raises(RobustvitError, match="labels"):
+        open_corrupted(bad).unit("fog", 1)
+    (bad / "labels.npy").unlink()
+    with pytest.raises(RobustvitError, match="labels.npy is missing"):
+        open_corrupted(bad).unit("fog", 1)
+    src = open_corrupted(exported / "cc")
+    with pytest.raises(RobustvitError, match="no data for corruption 'snow'"):
+        src.unit("snow", 1)
+    # an ImageNet-C unit with fewer images than the others
+    import shutil
+
+    ic = tmp_path / "ic"
+    shutil.copytree(exported / "ic", ic)
+    victim = next((ic / "fog" / "2").rglob("*.png"))
+    victim.unlink()
+    with pytest.raises(RobustvitError, match="fog severity 2 has 19 images"):
+        open_corrupted(ic).num_images
+    with pytest.raises(RobustvitError, match="corruption=NAME"):
+        create_dataset(f"cifar_c:{exported / 'cc'}")
+    ds = create_dataset(f"cifar_c:{exported / 'cc'},corruption=fog,severity=5")
+    assert len(ds) == 20 and ds.num_classes == 10
+
+
+def test_suite_reads_both_layouts(tmp_path, exported):
+    torch.manual_seed(0)
+    m = create_model("vit_cifar_tiny", embed_dim=32, depth=2, num_heads=2, img_size=16, num_classes=10).eval()
+    with torch.no_grad():
+        m.model.head.weight.normal_(0, 1.0)
+    ck = str(save_checkpoint(m, tmp_path / "ck"))
+    out = {}
+    for lay in ("cc", "ic"):
+        spec = f"corruptions:source={exported / lay}"
+        res = run_eval(EvalConfig(models=[ck], data=DATA, suites=[spec], out=str(tmp_path / lay), batch_size=8,
+                                  device="cpu", progress=False))
+        out[lay] = next(iter(res.values()))["suites"][spec]
+    cc, ic = out["cc"], out["ic"]
+    assert cc["source_layout"] == "cifar-c" and ic["source_layout"] == "imagenet-c"
+    assert cc["corruptions"] == ["gaussian_noise", "fog"] and cc["num_images"] == 20
+    assert cc["mce"] is None and "ImageNet-C" in cc["mce_reason"]
+    # same pixels (PNG is lossless), other order: the same accuracy per unit over the whole set
+    assert cc["accuracy"] == ic["accuracy"]
+    a = np.load(exported / "cc" / "fog.npy")[40:60]
+    y = np.load(exported / "cc" / "labels.npy")[40:60]
+    with torch.no_grad():
+        pred = create_model(ck)(torch.from_numpy(a).permute(0, 3, 1, 2).float() / 255).argmax(1)
+    assert cc["accuracy"]["fog"]["3"] == pytest.approx((pred == torch.from_numpy(y).long()).float().mean().item())
+    assert cc["clean_accuracy"] == pytest.approx(ic["clean_accuracy"])
+
+
+def test_cli_corrupt(tmp_path, capsys):
+    out = tmp_path / "cli"
+    rc = main(["corrupt", "--data", DATA, "--out", str(out), "--format", "cifar-c", "--corruptions", "brightness,contrast",
+               "--device", "cpu", "--batch-size", "16", "--no-progress", "--limit", "10"])
+    assert rc == 0 and "wrote 10" in capsys.readouterr().out
+    assert np.load(out / "brightness.npy").shape == (50, 16, 16, 3) and np.load(out / "labels.npy").shape == (50,)
+    assert main(["corrupt", "--data", DATA, "--out", str(out), "--format", "cifar-c", "--severities", "2"]) == 2
+    assert "all 5 severities" in capsys.readouterr().err
