@@ -114,7 +114,7 @@ def test_torchrun_two_processes_match_single(tmp_path, ckpt):
            "eval", "--model", ckpt, "--data", DATA, "--out", str(tmp_path / "two"), "--batch-size", "8", "--device", "cpu",
            "--no-progress"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, (proc.stdout[-1500:] + proc.stderr[:3000])
     two = json.loads((tmp_path / "two" / "results.json").read_text())
     assert two["run"]["world_size"] == 2
     assert two["suites"]["clean"]["top1"] == pytest.approx(single["resnet_cifar18"]["suites"]["clean"]["top1"])

@@ -78,12 +78,13 @@ def test_interrupted_run_resumes_to_the_same_model(tmp_path):
 
 
 def test_training_learns(tmp_path):
-    cfg = TrainConfig(model="resnet_cifar18", data="synthshapes:train,count=512,size=16,classes=2",
-                      out=str(tmp_path / "r"), epochs=8, batch_size=32, lr=3e-3, model_kwargs={"width_mult": 0.125},
+    # 1,024 images × 10 epochs: seeds 0-2 all end at 0.955-0.975 (8 epochs on 512 ended anywhere in 0.63-0.89)
+    cfg = TrainConfig(model="resnet_cifar18", data="synthshapes:train,count=1024,size=16,classes=2",
+                      out=str(tmp_path / "r"), epochs=10, batch_size=32, lr=5e-3, model_kwargs={"width_mult": 0.125},
                       val_data="synthshapes:test,count=200,size=16,classes=2", device="cpu", warmup_epochs=0.5)
     train(cfg, progress=False)
     last = json.loads((tmp_path / "r" / "metrics.jsonl").read_text().splitlines()[-1])
-    assert last["val_acc"] > 0.7
+    assert last["val_acc"] > 0.85
 
 
 def test_resume_without_state(tmp_path):

@@ -39,6 +39,12 @@ def boundary_index(idx: torch.Tensor, n: int, mode: str) -> torch.Tensor:
 def pad(x: torch.Tensor, top: int, bottom: int, left: int, right: int, mode: str = "mirror") -> torch.Tensor:
     """Pad the last two dims of ``x`` by any amounts (even larger than the image) with a boundary mode."""
     h, w = x.shape[-2:]
+    torch_mode = {"nearest": "replicate", "mirror": "reflect"}.get(mode)
+    if (torch_mode is not None and x.is_floating_point() and min(top, bottom, left, right) >= 0
+            and (torch_mode == "replicate" or max(top, bottom) < h and max(left, right) < w)):
+        flat = x.reshape(-1, 1, h, w) if x.ndim not in (3, 4) else x      # ~8x faster than two gathers
+        return F.pad(flat, (left, right, top, bottom), mode=torch_mode).reshape(*x.shape[:-2], h + top + bottom,
+                                                                               w + left + right)
     dev = x.device
     rows = boundary_index(torch.arange(-top, h + bottom, device=dev), h, mode)
     cols = boundary_index(torch.arange(-left, w + right, device=dev), w, mode)
@@ -103,19 +109,36 @@ def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
 def filter2d(x: torch.Tensor, kernel: torch.Tensor, mode: str = "mirror") -> torch.Tensor:
     """Correlate every channel of ``x`` (N, C, H, W) with one 2-D ``kernel`` (kh, kw), centre anchor.
 
-    Like OpenCV ``filter2D`` (default border ``BORDER_REFLECT_101`` = ``"mirror"``).
+    Like OpenCV ``filter2D`` (default border ``BORDER_REFLECT_101`` = ``"mirror"``). Kernels of up to 5×5
+    taps are weighted sums of shifted views (single-channel convolutions are slow on CPUs), larger ones
+    a convolution.
     """
     n, c, h, w = x.shape
     kh, kw = kernel.shape
-    xp = pad(x.reshape(n * c, 1, h, w), kh // 2, (kh - 1) // 2, kw // 2, (kw - 1) // 2, mode)
+    xp = pad(x, kh // 2, (kh - 1) // 2, kw // 2, (kw - 1) // 2, mode)
+    if kh * kw <= 25:
+        out = torch.zeros_like(x)
+        for (i, j), weight in zip(torch.cartesian_prod(torch.arange(kh), torch.arange(kw)).tolist(),
+                                  kernel.reshape(-1).tolist()):
+            if weight != 0:
+                out.add_(xp[..., i:i + h, j:j + w], alpha=weight)
+        return out
     k = kernel.to(device=x.device, dtype=x.dtype).reshape(1, 1, kh, kw)
-    return F.conv2d(xp, k).reshape(n, c, h, w)
+    return F.conv2d(xp.reshape(n * c, 1, h + kh - 1, w + kw - 1), k).reshape(n, c, h, w)
 
 
 def box_blur3(x: torch.Tensor) -> torch.Tensor:
-    """OpenCV ``blur(x, (3, 3))``: 3×3 mean, border ``BORDER_REFLECT_101``."""
+    """OpenCV ``blur(x, (3, 3))``: 3×3 mean, border ``BORDER_REFLECT_101`` (separable sums of shifted views)."""
     xp = pad(x, 1, 1, 1, 1, "mirror")
-    return F.avg_pool2d(xp, 3, stride=1)
+    rows = xp[..., :-2, :] + xp[..., 1:-1, :] + xp[..., 2:, :]
+    return (rows[..., :-2] + rows[..., 1:-1] + rows[..., 2:]).div_(9)
+
+
+def dilate3(mask: torch.Tensor) -> torch.Tensor:
+    """Binary 3×3 dilation of a boolean (…, H, W) mask (outside the image counts as False)."""
+    p = F.pad(mask, (1, 1, 1, 1))
+    rows = p[..., :-2, :] | p[..., 1:-1, :] | p[..., 2:, :]
+    return rows[..., :-2] | rows[..., 1:-1] | rows[..., 2:]
 
 
 def _cv_gaussian_kernel(ksize: int, sigma: float) -> torch.Tensor:

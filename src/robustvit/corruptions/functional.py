@@ -187,38 +187,50 @@ def elastic_transform(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) 
 
 
 @lru_cache(maxsize=64)
-def _pil_box_matrix(n_in: int, n_out: int) -> torch.Tensor:
-    """PIL ``resize(..., BOX)`` weights (n_out, n_in): input pixels whose centres fall in the output's box."""
+@lru_cache(maxsize=64)
+def _pil_box_members(n_in: int, n_out: int) -> torch.Tensor:
+    """PIL ``resize(..., BOX)`` when downscaling, as a 0/1 matrix (n_out, n_in): output ``o`` averages the
+    input pixels whose centres fall in its box. Computed with PIL's own double arithmetic (tie-breaking
+    included), which matches PIL's weights exactly (checked over all sizes up to 80, and 224, 256, 299)."""
     scale = n_in / n_out
-    support = 0.5 * max(scale, 1.0)
-    m = torch.zeros(n_out, n_in, dtype=torch.float64)
+    support, ss = 0.5 * max(scale, 1.0), 1.0 / max(scale, 1.0)
+    m = torch.zeros(n_out, n_in)
     for o in range(n_out):
         centre = (o + 0.5) * scale
         lo = max(int(centre - support + 0.5), 0)
         hi = min(int(centre + support + 0.5), n_in)
         for j in range(lo, hi):
-            t = (j - centre + 0.5) / max(scale, 1.0)
-            if -0.5 < t <= 0.5:
+            if -0.5 < (j - centre + 0.5) * ss <= 0.5:
                 m[o, j] = 1.0
-        m[o] /= m[o].sum().clamp_min(1e-12)
     return m
 
 
-def _nearest_index(n_in: int, n_out: int, device: torch.device) -> torch.Tensor:
-    scale = n_in / n_out
-    return torch.clamp(((torch.arange(n_out, dtype=torch.float64) + 0.5) * scale).floor().long(),
-                       max=n_in - 1).to(device)
-
-
 def pixelate(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
-    """Downsample to ``int(side·c)`` with PIL's BOX filter, back up with nearest neighbour (the caller
-    clamps to [0, 1])."""
-    h, w = x.shape[-2:]
+    """Downsample to ``int(side·c)`` with PIL's BOX filter, back up with nearest neighbour.
+
+    Rows are summed into their boxes (``index_add_`` when each row belongs to one box, else a 0/1 matrix),
+    columns with a 0/1 matrix on the already smaller array; the upsampling is one gather. No full-size
+    temporaries: this corruption is memory-bound.
+    """
+    n, c, h, w = x.shape
     sh, sw = max(1, int(h * p.c)), max(1, int(w * p.c))
-    mh = _pil_box_matrix(h, sh).to(device=x.device, dtype=x.dtype)
-    mw = _pil_box_matrix(w, sw).to(device=x.device, dtype=x.dtype)
-    small = torch.matmul(torch.matmul(mh, x), mw.T)
-    return small.index_select(-2, _nearest_index(sh, h, x.device)).index_select(-1, _nearest_index(sw, w, x.device))
+    rows, cols = _pil_box_members(h, sh), _pil_box_members(w, sw)
+    if bool((rows.sum(0) == 1).all()):
+        small = x.new_zeros(n, c, sh, w).index_add_(2, rows.argmax(0).to(x.device), x)
+    else:
+        small = torch.matmul(rows.to(device=x.device, dtype=x.dtype), x)
+    small = torch.matmul(small, cols.T.to(device=x.device, dtype=x.dtype))
+    counts = rows.sum(1)[:, None] * cols.sum(1)[None, :]
+    small.div_(counts.clamp_min(1).to(device=x.device, dtype=x.dtype))
+    up = (_nearest_index(sh, h)[:, None] * sw + _nearest_index(sw, w)[None, :]).view(-1).to(x.device)
+    return small.view(n * c, sh * sw).index_select(1, up).view(n, c, h, w)      # one gather, full size once
+
+
+def _nearest_index(n_in: int, n_out: int) -> torch.Tensor:
+    """PIL's BOX filter when upscaling = nearest neighbour at floor((o + ½)·n_in/n_out), in double precision
+    (``F.interpolate(mode="nearest-exact")`` computes it in float32 and breaks some ties the other way)."""
+    scale = n_in / n_out
+    return torch.clamp(((torch.arange(n_out, dtype=torch.float64) + 0.5) * scale).floor().long(), max=n_in - 1)
 
 
 def jpeg_compression(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:

@@ -12,16 +12,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from robustvit.corruptions.filters import box_blur3, filter2d, gaussian_blur, pad
+from robustvit.corruptions.filters import box_blur3, dilate3, filter2d, gaussian_blur, pad
 
 _TG22 = 0.4142135623730950488
 
 
 def _sobel(img: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """3×3 Sobel derivatives (x, y), border replicated, as separable differences of shifted views."""
     p = pad(img, 1, 1, 1, 1, "nearest")
-    kx = torch.tensor([[-1., 0., 1.], [-2., 0., 2.], [-1., 0., 1.]], device=img.device, dtype=img.dtype)
-    gx = F.conv2d(p, kx.view(1, 1, 3, 3))
-    gy = F.conv2d(p, kx.T.contiguous().view(1, 1, 3, 3))
+    dx = p[..., 2:] - p[..., :-2]                       # (…, H+2, W)
+    dy = p[..., 2:, :] - p[..., :-2, :]                 # (…, H, W+2)
+    gx = dx[..., :-2, :] + 2 * dx[..., 1:-1, :] + dx[..., 2:, :]
+    gy = dy[..., :-2] + 2 * dy[..., 1:-1] + dy[..., 2:]
     return gx, gy
 
 
@@ -49,7 +51,7 @@ def canny(img: torch.Tensor, low: float = 50.0, high: float = 150.0, max_hystere
     cand = local_max & (mag > low)
     edges = cand & (mag > high)
     for _ in range(max_hysteresis_steps):
-        grown = cand & (F.max_pool2d(edges.to(img.dtype), 3, stride=1, padding=1) > 0)
+        grown = cand & dilate3(edges)
         if torch.equal(grown, edges):
             break
         edges = grown

@@ -91,7 +91,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
         ctx = EvalContext(model=model, model_name=key, models=models, data_spec=cfg.data, dataset=dataset,
                           num_classes=model.spec.num_classes, device=device, seed=cfg.seed, options=cfg.options,
                           out_dir=out)
-        store = ResultStore(out)
+        store = _open_store(out, rank, world)
         store.check_fingerprint({"model": key, "checkpoint": _checkpoint_id(cfg.models[list(models).index(key)]),
                                  "data": cfg.data, "limit": cfg.limit, "chunk": cfg.batch_size, "seed": cfg.seed,
                                  "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
@@ -113,6 +113,16 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
 def _checkpoint_id(name: str) -> str:
     p = Path(name) / "model.safetensors"
     return f"{p.stat().st_size}:{int(p.stat().st_mtime)}" if p.is_file() else name
+
+
+def _open_store(out: Path, rank: int, world: int) -> ResultStore:
+    """Rank 0 creates the SQLite store (and switches it to WAL) before the other ranks open it: two
+    processes creating the same database at once can fail with "database is locked"."""
+    if rank == 0:
+        store = ResultStore(out)
+    if world > 1:
+        dist.barrier()
+    return store if rank == 0 else ResultStore(out)
 
 
 def _init_distributed(device: torch.device) -> tuple[int, int]:

@@ -1,0 +1,74 @@
+"""The CPU fast paths (shifted-view filters, torch padding, threaded JPEG, sparse frost needles) give the
+results of the straightforward definitions they replace."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from robustvit.corruptions import frost_texture, jpeg_roundtrip, to_uint8
+from robustvit.corruptions.filters import box_blur3, boundary_index, dilate3, filter2d, pad
+from robustvit.corruptions.jpeg import _CHUNK_PIXELS
+
+
+def _gather_pad(x: torch.Tensor, t: int, b: int, l: int, r: int, mode: str) -> torch.Tensor:
+    h, w = x.shape[-2:]
+    rows = boundary_index(torch.arange(-t, h + b), h, mode)
+    cols = boundary_index(torch.arange(-l, w + r), w, mode)
+    return x.index_select(-2, rows).index_select(-1, cols)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 9, 7), (3, 9, 7), (9, 7), (2, 2, 2, 9, 7)])
+@pytest.mark.parametrize("mode", ["nearest", "mirror", "reflect"])
+def test_pad_matches_index_definition(shape, mode):
+    x = torch.rand(shape)
+    for amounts in [(0, 0, 0, 0), (1, 2, 3, 0), (8, 8, 6, 6), (12, 1, 0, 9)]:   # some wider than the image
+        assert torch.equal(pad(x, *amounts, mode), _gather_pad(x, *amounts, mode)), amounts
+
+
+@pytest.mark.parametrize("kshape", [(3, 3), (5, 5), (2, 3), (7, 7)])
+@pytest.mark.parametrize("mode", ["mirror", "nearest"])
+def test_filter2d_matches_convolution(kshape, mode):
+    g = torch.Generator().manual_seed(0)
+    x, k = torch.rand(2, 3, 20, 17, generator=g), torch.randn(kshape, generator=g)
+    kh, kw = kshape
+    xp = _gather_pad(x, kh // 2, (kh - 1) // 2, kw // 2, (kw - 1) // 2, mode)
+    ref = F.conv2d(xp.reshape(6, 1, *xp.shape[-2:]), k.view(1, 1, kh, kw)).view_as(x)
+    torch.testing.assert_close(filter2d(x, k, mode), ref, atol=1e-5, rtol=0)
+
+
+def test_box_blur_and_dilation_match_pooling():
+    x = torch.rand(2, 1, 15, 12)
+    ref = F.avg_pool2d(_gather_pad(x, 1, 1, 1, 1, "mirror"), 3, stride=1)
+    torch.testing.assert_close(box_blur3(x), ref, atol=1e-6, rtol=0)
+    mask = torch.rand(2, 1, 15, 12) > 0.9
+    assert torch.equal(dilate3(mask), F.max_pool2d(mask.float(), 3, stride=1, padding=1) > 0)
+
+
+def test_threaded_jpeg_equals_pil_image_by_image():
+    n = 2 * _CHUNK_PIXELS // (3 * 40 * 40) + 3          # several chunks, the last one partial
+    x = torch.rand(n, 3, 40, 40, generator=torch.Generator().manual_seed(1))
+    out = jpeg_roundtrip(x, 30)
+    for i in (0, n // 2, n - 1):
+        buf = io.BytesIO()
+        Image.fromarray(to_uint8(x[i], "round").permute(1, 2, 0).numpy()).save(buf, "JPEG", quality=30)
+        ref = torch.from_numpy(np.asarray(Image.open(buf)).copy()).permute(2, 0, 1).float() / 255
+        assert torch.equal(out[i], ref), i
+
+
+def test_frost_texture_statistics_and_seed():
+    tex = frost_texture(16, 96, 96, torch.Generator().manual_seed(3))
+    assert torch.equal(tex, frost_texture(16, 96, 96, torch.Generator().manual_seed(3)))
+    assert tex.min() >= 0 and tex.max() <= 1
+    means = tex.mean(dim=(0, 2, 3))
+    assert means[0] < means[1] < means[2]                       # cold tint: red < green < blue
+    assert 0.5 < means[1] < 0.8                                  # the reference photos' green level ≈ 0.65
+    assert 0.05 < tex.std(dim=(2, 3)).mean() < 0.15              # within-texture spread ≈ 0.09
+    # fine detail (needles, grain) is present but the texture stays smooth overall
+    hf = (tex[..., 1:] - tex[..., :-1]).abs().mean()
+    assert 0.01 < hf < 0.2
