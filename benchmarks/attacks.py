@@ -3,7 +3,8 @@
 Settings (L∞): PGD-10 (ε = 8/255, step 2/255, random start), APGD-CE (100 iterations, 1 restart) and
 the APGD-CE + APGD-T ensemble (9 targets, 100 iterations; robustvit ``autoattack`` ``version="custom"``
 vs torchattacks ``MultiAttack([APGD, APGDT])``, at ``--ens-eps``; torchattacks 3.5.1's own AutoAttack
-crashes inside FAB on current torch), and robustvit's spatial grid attack (9 × 9 × 31; no torchattacks
+crashes inside FAB on current torch), AutoAttack standard against the original code (fra31/auto-attack,
+with ``--autoattack-path``; at ``--ens-eps``), and robustvit's spatial grid attack (9 × 9 × 31; no
 counterpart: its transforms/s are reported). Models: ``cnn`` (the SmallCNN of
 attack_agreement.py, or ``--checkpoint``) and ``vit`` (robustvit's ``vit_cifar_micro`` if timm is
 installed, else a small pure-torch ViT), random weights unless a checkpoint is given; labels = the
@@ -110,8 +111,9 @@ def acc(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return (model(x).argmax(1) == y).float().mean().item()
 
 
-def settings(eps: float, ens_eps: float) -> list[tuple[str, dict, Callable]]:
-    """(label, robustvit create_attack kwargs, torchattacks factory)."""
+def settings(eps: float, ens_eps: float, autoattack_path: str | None,
+             device: torch.device) -> list[tuple[str, dict, str, Callable | None]]:
+    """(label, robustvit create_attack kwargs, reference name, reference factory: model → callable(x, y))."""
     def ta_pgd(m):
         import torchattacks as ta
         return ta.PGD(m, eps=eps, alpha=eps / 4, steps=10, random_start=True)
@@ -125,14 +127,26 @@ def settings(eps: float, ens_eps: float) -> list[tuple[str, dict, Callable]]:
         return ta.MultiAttack([ta.APGD(m, norm="Linf", eps=ens_eps, steps=100, n_restarts=1, loss="ce", seed=0),
                                ta.APGDT(m, norm="Linf", eps=ens_eps, steps=100, n_restarts=1, n_classes=10, seed=0)])
 
-    return [
-        ("PGD-10", dict(name="pgd", eps=eps, steps=10, step_size=eps / 4), ta_pgd),
-        ("APGD-CE-100", dict(name="apgd-ce", eps=eps, steps=100), ta_apgd),
+    def original_aa(m):
+        if autoattack_path not in sys.path:
+            sys.path.insert(0, autoattack_path)
+        from autoattack import AutoAttack
+        adversary = AutoAttack(m, norm="Linf", eps=ens_eps, version="standard", seed=0, device=str(device))
+        adversary.logger.log = lambda *a, **k: None           # quiet
+        return lambda x, y: adversary.run_standard_evaluation(x, y, bs=len(y))
+
+    rows = [
+        ("PGD-10", dict(name="pgd", eps=eps, steps=10, step_size=eps / 4), "torchattacks", ta_pgd),
+        ("APGD-CE-100", dict(name="apgd-ce", eps=eps, steps=100), "torchattacks", ta_apgd),
         ("APGD-CE + APGD-T (9 targets)", dict(name="autoattack", eps=ens_eps, version="custom",
-                                             attacks=["apgd-ce", "apgd-t"], run_checks=False), ta_ens),
-        # No torchattacks counterpart: robustvit's throughput only (transforms/s in the row).
-        ("Spatial grid 9×9×31", dict(name="spatial"), None),
+                                             attacks=["apgd-ce", "apgd-t"], run_checks=False), "torchattacks", ta_ens),
+        # No counterpart: robustvit's throughput only (transforms/s in the row).
+        ("Spatial grid 9×9×31", dict(name="spatial"), "", None),
     ]
+    if autoattack_path:   # torchattacks' AutoAttack crashes on current torch: the original code instead
+        rows.insert(3, ("AutoAttack standard", dict(name="autoattack", eps=ens_eps, version="standard"),
+                        "original AutoAttack", original_aa))
+    return rows
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -140,14 +154,14 @@ def run(args: argparse.Namespace) -> dict:
     if args.bf16:
         warnings.warn("--bf16: the model runs under bf16 autocast; robust accuracies can differ from fp32 "
                       "(gradients are less precise); report fp32 numbers for evaluations", stacklevel=1)
-    have_ref = not args.no_reference
-    if have_ref:
+    have_ta = not args.no_reference
+    if have_ta:
         try:
             import torchattacks  # noqa: F401
         except ImportError:
-            print("[ref] torchattacks not installed: robustvit-only figures (install the wheel: "
+            print("[ref] torchattacks not installed: no torchattacks figures (install the wheel: "
                   "pip install --no-deps .whl/torchattacks-*.whl)", flush=True)
-            have_ref = False
+            have_ta = False
     eps, ens_eps = _eps(args.eps), _eps(args.ens_eps)
     rows = []
     for mname in args.models.split(","):
@@ -161,12 +175,13 @@ def run(args: argparse.Namespace) -> dict:
         x = torch.rand((args.n, 3, 32, 32), generator=g).to(device)
         with torch.no_grad():
             y = model(x).argmax(1)
-        for label, kw, ta_factory in settings(eps, ens_eps):
+        for label, kw, ref_name, ref_factory in settings(eps, ens_eps, args.autoattack_path, device):
             if args.only and not any(o.lower() in label.lower() for o in args.only.split(",")):
                 continue
             kw = dict(kw)
             ours = create_attack(kw.pop("name"), model, seed=0, **kw)
-            ref = ta_factory(model) if have_ref and ta_factory is not None else None
+            usable = ref_factory is not None and not args.no_reference and (have_ta or ref_name != "torchattacks")
+            ref = ref_factory(model) if usable else None
             _warm(ours, ref, x, y, device, device.type == "cuda" or args.compile)
             t_ours, t_ref, a_ours, a_ref = [], [], math.nan, math.nan
             for _ in range(args.repeats):
@@ -177,10 +192,10 @@ def run(args: argparse.Namespace) -> dict:
                     t, xr = timed(lambda: ref(x, y), device)
                     t_ref.append(t)
                     a_ref = acc(model, xr, y)
-            row = {"model": desc, "attack": label, "n": args.n, "robustvit_s": min(t_ours),
-                   "torchattacks_s": min(t_ref) if t_ref else None, "robustvit_acc": a_ours,
-                   "torchattacks_acc": a_ref if t_ref else None}
-            row["speedup"] = row["torchattacks_s"] / row["robustvit_s"] if t_ref else None
+            row = {"model": desc, "attack": label, "n": args.n, "reference": ref_name if t_ref else None,
+                   "robustvit_s": min(t_ours), "reference_s": min(t_ref) if t_ref else None,
+                   "robustvit_acc": a_ours, "reference_acc": a_ref if t_ref else None}
+            row["speedup"] = row["reference_s"] / row["robustvit_s"] if t_ref else None
             if hasattr(ours, "last_stats"):
                 row["transforms_per_s"] = ours.last_stats["transforms_per_s"]
                 row["transforms_evaluated"] = ours.last_stats["evaluated"]
@@ -189,7 +204,7 @@ def run(args: argparse.Namespace) -> dict:
                 print(f"[{desc}] {label}: {row['transforms_evaluated']:.0f} (image, transform) pairs, "
                       f"{row['transforms_per_s']:.0f} transforms/s", flush=True)
             print(f"[{desc}] {label}: robustvit {row['robustvit_s']:.2f} s (acc {a_ours:.1%})"
-                  + (f", torchattacks {row['torchattacks_s']:.2f} s (acc {a_ref:.1%}), "
+                  + (f", {ref_name} {row['reference_s']:.2f} s (acc {a_ref:.1%}), "
                      f"ratio {row['speedup']:.2f}×" if t_ref else ""), flush=True)
     return {"meta": meta(args, device), "rows": rows}
 
@@ -230,12 +245,12 @@ def to_markdown(res: dict) -> str:
             f"torchattacks {m.get('torchattacks', '—')}; {m['n']} images 3×32×32; ε = {m['eps']} "
             f"(ensemble {m['ens_eps']}); best of {m['repeats']}; compile={m['compile']}, "
             f"channels_last={m['channels_last']}, bf16={m['bf16']}.")
-    lines = [head, "", "| model | attack | robustvit | torchattacks | torchattacks / robustvit | robust acc. (rv / ta) |",
+    lines = [head, "", "| model | attack | robustvit | reference | reference / robustvit | robust acc. (robustvit / ref.) |",
              "|---|---|---|---|---|---|"]
     for r in res["rows"]:
-        ta = f"{r['torchattacks_s']:.2f} s" if r["torchattacks_s"] else "—"
+        ta = f"{r['reference']}: {r['reference_s']:.2f} s" if r["reference_s"] else "—"
         sp = f"{r['speedup']:.2f}×" if r["speedup"] else "—"
-        ra = f"{r['robustvit_acc']:.1%} / " + (f"{r['torchattacks_acc']:.1%}" if r["torchattacks_acc"] is not None else "—")
+        ra = f"{r['robustvit_acc']:.1%} / " + (f"{r['reference_acc']:.1%}" if r["reference_acc"] is not None else "—")
         label = r["attack"] + (f" ({r['transforms_per_s']:.0f} transforms/s)" if "transforms_per_s" in r else "")
         lines.append(f"| {r['model']} | {label} | {r['robustvit_s']:.2f} s | {ta} | {sp} | {ra} |")
     return "\n".join(lines) + "\n"
@@ -252,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated substrings of attack labels, e.g. pgd,apgd-ce")
     p.add_argument("--checkpoint", default=None, help="SmallCNN weights (attack_agreement.py's cache)")
     p.add_argument("--no-reference", action="store_true", help="robustvit figures only")
+    p.add_argument("--autoattack-path", default=None,
+                   help="folder holding the original 'autoattack' package: adds AutoAttack standard against it")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--bf16", action="store_true")
@@ -266,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.n = args.n or (1024 if args.device == "cuda" else 128)
     args.repeats = args.repeats or (3 if args.device == "cuda" else 1)
+    if args.autoattack_path:
+        args.autoattack_path = str(Path(args.autoattack_path).resolve())
     res = run(args)
     md = to_markdown(res)
     print("\n" + md)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -99,8 +100,11 @@ def main() -> None:
     p.add_argument("--no-reference", action="store_true")
     p.add_argument("--names", default=",".join(list_corruptions()))
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--thp", choices=["on", "off"], default="on",
+                   help="THP_MEM_ALLOC_ENABLE for this process (what `robustvit corrupt` sets; docs/guide.md)")
     p.add_argument("--out", type=Path, default=Path("corruptions_bench.json"))
     a = p.parse_args()
+    os.environ["THP_MEM_ALLOC_ENABLE"] = "1" if a.thp == "on" else "0"   # read at torch's first large allocation
     if a.threads:
         torch.set_num_threads(a.threads)
     device = torch.device(a.device)
@@ -121,7 +125,7 @@ def main() -> None:
                   + (f"{row['ref_ms']:16.1f} {row['speedup']:8.1f}x" if ref is not None else f"{'-':>16s}"),
                   flush=True)
     ips = sweep(x)
-    summary = {"device": str(device), "batch_size": a.batch_size, "size": a.size, "torch": torch.__version__,
+    summary = {"device": str(device), "batch_size": a.batch_size, "thp": a.thp, "size": a.size, "torch": torch.__version__,
                "threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
                "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
                "sweep_images_per_s": ips, "rows": rows}
@@ -141,7 +145,7 @@ def main() -> None:
     if "mean_speedup" in summary:
         md.append(f"| **mean** | {np.mean([r['ours_ms'] for r in rows]):.2f} | "
                   f"{np.mean([r['ref_ms'] for r in rows]):.1f} | **{summary['mean_speedup']:.1f}×** |")
-    md.append(f"\nFull sweep 19 × 5 at {a.size} px, batch {a.batch_size}, {device}: **{ips:.0f} images/s**.")
+    md.append(f"\nFull sweep 19 × 5 at {a.size} px, batch {a.batch_size}, {device}, THP {a.thp}: **{ips:.0f} images/s**.")
     a.out.with_suffix(".md").write_text("\n".join(md) + "\n")
     print(f"wrote {a.out} and {a.out.with_suffix('.md')}", file=sys.stderr)
 

@@ -18,7 +18,10 @@ def test_quick_demo_end_to_end(tmp_path):
     assert results["resnet_cifar18"]["suites"]["clean"]["top1"] > 0.3
     html = (tmp_path / "report.html").read_text()
     assert all(name in html for name in DEMO_MODELS) and "data:image/png;base64" in html
-    assert (tmp_path / "report.md").read_text().startswith("# robustvit demo")
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# robustvit demo")
+    # ViT and ResNet perturbations side by side (Bhojanapalli et al. Fig. 5) from the examples the suites saved
+    assert "figures/adversarial_examples.png" in md and (tmp_path / "figures" / "adversarial_examples.png").is_file()
     # re-running resumes: nothing is trained or evaluated again, the results are the same
     again = run_demo(out=tmp_path, quick=True, device="cpu", progress=False)
     for name in DEMO_MODELS:

@@ -84,7 +84,7 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
                           limit=plan.eval_limit, batch_size=100, device=device, seed=seed,
                           progress=progress, command=f"robustvit demo --out {out}" + (" --quick" if quick else ""))
         res = run_eval(ecfg)
-        results[name] = next(iter(res.values()))
+        results[name] = {**next(iter(res.values())), "_dir": str(mdir)}   # saved examples live there
     notes = [f"Models trained on {train_spec} ({'quick' if quick else 'default'} plan) and evaluated on {test_spec} "
              f"({plan.eval_limit or plan.test_count} images); total {time.time() - t_start:.0f} s on "
              f"{'CUDA' if torch.cuda.is_available() and device != 'cpu' else 'CPU'}.",

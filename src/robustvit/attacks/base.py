@@ -85,18 +85,12 @@ class Attack:
     def project(self, x: torch.Tensor, x_adv: torch.Tensor, eps: float | torch.Tensor | None = None) -> torch.Tensor:
         """Project ``x_adv`` onto the ε-ball around ``x`` (in ``self.norm``) and onto [0, 1]."""
         eps = self.eps if eps is None else eps
+        e = eps.view(-1, 1, 1, 1) if isinstance(eps, torch.Tensor) else eps
+        if self.norm == "linf":      # clamp to the box [x − ε, x + ε]: x + ε·sign(g) stays bit-exact (as torchattacks)
+            return torch.clamp(x_adv, x - e, x + e).clamp_(0, 1)
         delta = x_adv - x
-        if self.norm == "linf":
-            if isinstance(eps, torch.Tensor):
-                eps = eps.view(-1, 1, 1, 1)
-                delta = torch.maximum(torch.minimum(delta, eps), -eps)
-            else:
-                delta = delta.clamp(-eps, eps)
-        else:
-            norms = delta.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
-            e = eps.view(-1, 1, 1, 1) if isinstance(eps, torch.Tensor) else eps
-            delta = delta * torch.clamp(e / norms, max=1.0)
-        return (x + delta).clamp(0, 1)
+        norms = delta.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
+        return (x + delta * torch.clamp(e / norms, max=1.0)).clamp(0, 1)
 
     def linf_box(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-pixel bounds (lo, hi) of the L∞ ball ∩ [0, 1]: ``x_adv.clamp(lo, hi)`` projects in one
@@ -117,10 +111,12 @@ class Attack:
     def loss_and_grad(self, x_adv: torch.Tensor, y: torch.Tensor,
                       loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-sample loss (N,), its gradient w.r.t. ``x_adv`` and the logits.
+        """Per-sample loss (N,), the gradient of the batch-*mean* loss w.r.t. ``x_adv`` and the logits.
 
         The loss is *maximised* by untargeted attacks; for targeted ones the sign is flipped here so
-        that subclasses always ascend.
+        that subclasses always ascend. The mean (per-sample gradients / N, as torchattacks and Madry et
+        al.'s code) keeps FGSM/PGD bit-identical to torchattacks: the sign of a gradient entry that is zero
+        up to rounding depends on the scale the backward pass runs at. Only its direction is used.
         """
         x_adv = x_adv.detach().requires_grad_(True)
         logits = self.model(x_adv)
@@ -128,7 +124,7 @@ class Attack:
         loss = fn(logits, y)
         if self.targeted:
             loss = -loss
-        grad, = torch.autograd.grad(loss.sum(), x_adv)
+        grad, = torch.autograd.grad(loss.mean(), x_adv)
         return loss.detach(), grad.detach(), logits.detach()
 
     @torch.no_grad()

@@ -118,10 +118,10 @@ def filter2d(x: torch.Tensor, kernel: torch.Tensor, mode: str = "mirror") -> tor
     xp = pad(x, kh // 2, (kh - 1) // 2, kw // 2, (kw - 1) // 2, mode)
     if kh * kw <= 25:
         out = torch.zeros_like(x)
-        for (i, j), weight in zip(torch.cartesian_prod(torch.arange(kh), torch.arange(kw)).tolist(),
-                                  kernel.reshape(-1).tolist()):
-            if weight != 0:
-                out.add_(xp[..., i:i + h, j:j + w], alpha=weight)
+        for i, row in enumerate(kernel.tolist()):
+            for j, weight in enumerate(row):
+                if weight != 0:
+                    out.add_(xp[..., i:i + h, j:j + w], alpha=weight)
         return out
     k = kernel.to(device=x.device, dtype=x.dtype).reshape(1, 1, kh, kw)
     return F.conv2d(xp.reshape(n * c, 1, h + kh - 1, w + kw - 1), k).reshape(n, c, h, w)
