@@ -104,7 +104,7 @@ def test_target_count_adapts_to_classes(make_linear, make_images, monkeypatch):
     three = make_linear(3).eval()
     with torch.no_grad():
         y3 = three(x).argmax(1)
-    with pytest.warns(UserWarning, match="skipped"):
+    with pytest.warns(UserWarning, match="n_classes"), pytest.warns(UserWarning, match="skipped"):
         atk, _ = run(three, x, y3, version="custom", attacks=["apgd-ce", "apgd-t"])
     assert "apgd-t" not in atk.last_report["per_attack"]
     assert atk.last_report["flags"]["n_classes"]["flag"]

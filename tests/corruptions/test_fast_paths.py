@@ -1,5 +1,5 @@
-"""The CPU fast paths (shifted-view filters, torch padding, threaded JPEG, sparse frost needles) give the
-results of the straightforward definitions they replace."""
+"""The CPU fast paths (shifted-view filters, torch padding, threaded JPEG, box sums, recycled output buffers,
+sparse frost needles) give the results of the straightforward definitions they replace."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from robustvit.corruptions import frost_texture, jpeg_roundtrip, to_uint8
+from robustvit import RobustvitError
+from robustvit.corruptions import buffers, corrupt, frost_texture, jpeg_roundtrip, to_uint8
 from robustvit.corruptions.filters import box_blur3, boundary_index, dilate3, filter2d, pad
+from robustvit.corruptions.functional import _box_sum, _pil_box_members
 from robustvit.corruptions.jpeg import _CHUNK_PIXELS
 
 
@@ -59,6 +61,56 @@ def test_threaded_jpeg_equals_pil_image_by_image():
         Image.fromarray(to_uint8(x[i], "round").permute(1, 2, 0).numpy()).save(buf, "JPEG", quality=30)
         ref = torch.from_numpy(np.asarray(Image.open(buf)).copy()).permute(2, 0, 1).float() / 255
         assert torch.equal(out[i], ref), i
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_jpeg_floor_rounding_and_dtypes(dtype):
+    x = torch.rand(3, 3, 24, 24, generator=torch.Generator().manual_seed(2)).to(dtype)
+    out = jpeg_roundtrip(x, 50, rounding="floor")
+    assert out.dtype == dtype and out.shape == x.shape
+    buf = io.BytesIO()
+    Image.fromarray(to_uint8(x[1].float(), "floor").permute(1, 2, 0).numpy()).save(buf, "JPEG", quality=50)
+    ref = torch.from_numpy(np.asarray(Image.open(buf)).copy()).permute(2, 0, 1).to(dtype) / 255
+    assert torch.equal(out[1], ref)
+    with pytest.raises(RobustvitError, match="rounding"):
+        jpeg_roundtrip(x, 50, rounding="nearest")
+
+
+@pytest.mark.parametrize("n_in,n_out", [(224, 89), (224, 112), (32, 13), (7, 3), (5, 5)])
+def test_box_sum_matches_matrix_product(n_in, n_out):
+    m = _pil_box_members(n_in, n_out)
+    x = torch.rand(2, 3, n_in, n_in)
+    torch.testing.assert_close(_box_sum(x, 2, m), torch.matmul(m, x))
+    torch.testing.assert_close(_box_sum(x, 3, m), torch.matmul(x, m.T))
+
+
+def test_output_buffers_are_recycled_only_when_free():
+    buffers.release_buffers()
+    x = torch.rand(2, 3, 512, 512)                         # 6 MB, above buffers.MIN_BYTES
+    a = buffers.empty_like(x)
+    assert a.shape == x.shape and a.dtype == x.dtype and a.is_contiguous()
+    view, ptr = a[1], a.data_ptr()
+    del a
+    b = buffers.empty_like(x)                               # a view of the first one is still alive
+    assert b.data_ptr() != ptr
+    del view
+    c = buffers.empty_like(x)                               # now its memory is free again
+    assert c.data_ptr() == ptr
+    b.fill_(0), c.fill_(1)
+    assert float(b.max()) == 0                              # independent storages
+    assert buffers.empty_like(torch.rand(2, 3, 8, 8)).numel() == 2 * 3 * 8 * 8  # small: plain torch.empty
+    del b, c
+    assert buffers.release_buffers() == 2 * x.numel() * 4
+    assert buffers.release_buffers() == 0
+
+
+def test_recycled_outputs_do_not_alias():
+    x = torch.rand(4, 3, 256, 256, generator=torch.Generator().manual_seed(0))
+    first = corrupt(x, "pixelate", 5)
+    keep = first.clone()
+    second = corrupt(x, "jpeg_compression", 5)             # same size: must not reuse `first`'s memory
+    assert torch.equal(first, keep) and not torch.equal(first, second)
+    assert 0 <= float(second.min()) and float(second.max()) <= 1
 
 
 def test_frost_texture_statistics_and_seed():

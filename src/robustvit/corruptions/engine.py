@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from robustvit.corruptions.functional import FUNCTIONS
+from robustvit.corruptions.functional import FUNCTIONS, IN_RANGE
 from robustvit.corruptions.jpeg import jpeg_roundtrip
 from robustvit.corruptions.params import (CORRUPTION_GROUPS, check_name, check_severity, corruption_params,
                                           resolve_preset)
@@ -95,6 +95,8 @@ def corrupt(x: torch.Tensor, name: str, severity: int, *, seed: int | None = Non
         y = fn(work, params, g)
         if quality is not None:
             y = jpeg_roundtrip(y, quality, rounding="floor")
+    if quality is not None or name in IN_RANGE:      # a JPEG round trip's output is uint8 / 255
+        return y.to(x.dtype)
     shares_input = y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     y = y.clamp(0, 1) if shares_input else y.clamp_(0, 1)      # in place unless y is (a view of) the input
     return y.to(x.dtype)

@@ -1,7 +1,9 @@
-"""JPEG round trips of image batches with torchvision's codec (libjpeg-turbo on CPU, nvjpeg on CUDA).
+"""JPEG round trips of image batches: Pillow's libjpeg-turbo on CPU threads, or nvjpeg on CUDA.
 
-torchvision marks its image codecs deprecated (in favour of TorchCodec) from 0.29; if they are missing, a
-PIL round trip on the CPU is used instead (same libjpeg settings: 4:2:0 chroma, islow DCT).
+On the CPU each image's three colour planes go to Pillow as ``L`` images merged into one RGB image, and
+come back split into planes again: the (N, 3, H, W) float batch is never interleaved into (H, W, 3), and
+the worker threads run only NumPy and Pillow, which release the GIL (torch ops there would start an OpenMP
+team per thread). On CUDA, torchvision's nvjpeg codec codes the whole batch at once.
 """
 
 from __future__ import annotations
@@ -12,47 +14,50 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
+from PIL import Image
+
+from robustvit.corruptions import buffers
+from robustvit.errors import RobustvitError
 
 try:  # pragma: no cover - depends on the torchvision build
     from torchvision.io import decode_jpeg, encode_jpeg
 except ImportError:  # pragma: no cover
     encode_jpeg = decode_jpeg = None
-# torchvision >= 0.29 warns on every codec call; `catch_warnings` is not thread-safe (the CPU path codes
-# chunks on several threads), so that one message is filtered once, here.
+# torchvision >= 0.29 warns on every codec call (it moves them to TorchCodec): that one message is
+# filtered once, here.
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision are deprecated",
                         category=DeprecationWarning)
 
 
-#: CPU chunk size (values): 2 images of 224 × 224 × 3, 1.2 MB of float32 — cache-resident, and below the
-#: 2 MB from which PyTorch backs allocations with huge pages when THP_MEM_ALLOC_ENABLE=1 (slow to fault in).
-_CHUNK_PIXELS = 2 * 3 * 224 * 224
+#: CPU chunk size (values): 4 images of 224 × 224 × 3, 2.4 MB of float32 — the conversions stay in cache.
+_CHUNK_PIXELS = 4 * 3 * 224 * 224
+#: added before truncating to uint8: ``"round"`` rounds halves up (as PIL), ``"floor"`` truncates like
+#: ``np.uint8(255·x)`` (as the ImageNet-C files were saved; the 1e-4 undoes float error in 255·k/255)
+_OFFSETS = {"round": 0.5, "floor": 1e-4}
 
 
 def to_uint8(x: torch.Tensor, rounding: str = "floor") -> torch.Tensor:
     """[0, 1] floats → uint8. ``"floor"`` truncates like ``np.uint8(255·x)`` (how ImageNet-C files were saved);
-    ``"round"`` rounds halves up. In-place passes after one allocation (this sits on the JPEG hot path)."""
-    y = x.mul(255).add_(1e-4 if rounding == "floor" else 0.5).clamp_(0, 255)
+    ``"round"`` rounds halves up. In-place passes after one allocation."""
+    y = x.mul(255).add_(_OFFSETS[rounding]).clamp_(0, 255)
     return y.to(torch.uint8)            # truncation toward zero = floor for these non-negative values
 
 
-def _pil_roundtrip(u8: torch.Tensor, quality: int) -> torch.Tensor:
-    from PIL import Image
-
-    out = []
-    for img in u8.cpu().permute(0, 2, 3, 1).numpy():
-        buf = io.BytesIO()
-        Image.fromarray(img).save(buf, "JPEG", quality=quality)
-        out.append(np.asarray(Image.open(buf).convert("RGB")))
-    return torch.from_numpy(np.stack(out)).permute(0, 3, 1, 2)
-
-
-def _roundtrip_chunk(x: torch.Tensor, out: torch.Tensor, quality: int, rounding: str) -> None:
-    u8 = to_uint8(x, rounding)      # contiguous passes; a float→uint8 *transposing* copy is 4x slower
-    if encode_jpeg is None:
-        dec = _pil_roundtrip(u8, quality)
-    else:
-        dec = torch.stack(decode_jpeg(encode_jpeg(list(u8.unbind(0)), quality=quality)))
-    out.copy_(dec).div_(255)     # in place: torch.div(uint8, 255, out=…) allocates a float temporary
+def _roundtrip_chunk(src: np.ndarray, dst: np.ndarray, quality: int, offset: float) -> None:
+    """JPEG round trip of ``src`` (n, 3, H, W) floats into ``dst``: the arithmetic of :func:`to_uint8` and
+    ``decoded / 255`` in ``src``'s dtype. NumPy only around the codec: it runs on worker threads, where a
+    torch op would start an OpenMP team per thread; the uint8 images are laid out (H, W, 3) so that the
+    encoder needs no copy of its own, and the decoder's (H, W, 3) output is read in place."""
+    one = src.dtype.type
+    scaled = np.multiply(src, one(255))
+    np.add(scaled, one(offset), out=scaled)
+    np.clip(scaled, 0, 255, out=scaled)
+    hwc = np.empty((len(src), *src.shape[2:], 3), dtype=np.uint8)
+    for c in range(3):
+        hwc[..., c] = scaled[:, c]                      # truncation toward zero = floor here
+    coded = encode_jpeg([torch.from_numpy(img).permute(2, 0, 1) for img in hwc], quality=quality)
+    for img, out in zip(decode_jpeg(coded), dst):
+        np.divide(img.numpy(), one(255), out=out, dtype=dst.dtype)
 
 
 def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") -> torch.Tensor:
@@ -61,24 +66,29 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") ->
     The images are first quantised to uint8 (``rounding`` ``"round"``, as PIL does for 8-bit images, or
     ``"floor"``, as the released ImageNet-C files were). Chroma is subsampled 4:2:0 as in PIL's default.
     On CUDA the batch goes through nvjpeg at once; on the CPU, chunks of a few images (small enough to stay
-    in cache) are coded by libjpeg-turbo on ``torch.get_num_threads()`` threads at once.
+    in cache) are coded by Pillow's libjpeg-turbo on ``torch.get_num_threads()`` threads at once.
 
     >>> jpeg_roundtrip(torch.rand(2, 3, 32, 32), 85).shape
     torch.Size([2, 3, 32, 32])
     """
     q = int(quality)
+    if rounding not in _OFFSETS:
+        raise RobustvitError(f"rounding must be 'round' or 'floor', got {rounding!r}")
     if x.device.type == "cuda" and encode_jpeg is not None:
         enc = encode_jpeg(list(to_uint8(x, rounding).unbind(0)), quality=q)
         return torch.stack(decode_jpeg(enc, device=x.device)).to(x.dtype).div_(255)
-    out = torch.empty(x.shape, dtype=x.dtype)
-    step = max(1, _CHUNK_PIXELS // max(1, x[0].numel()))
-    starts = range(0, x.shape[0], step)
-    jobs = [(x[i:i + step].cpu(), out[i:i + step]) for i in starts]
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    src = x.detach().to("cpu", work).contiguous()       # no copy for a contiguous CPU float batch
+    out = buffers.empty_like(src)
+    a, b = src.numpy(), out.numpy()
+    step = max(1, _CHUNK_PIXELS // max(1, src[0].numel()))
+    jobs = [(a[i:i + step], b[i:i + step]) for i in range(0, len(a), step)]
+    offset = _OFFSETS[rounding]
     threads = min(torch.get_num_threads(), len(jobs))
     if threads <= 1:
         for chunk, dst in jobs:
-            _roundtrip_chunk(chunk, dst, q, rounding)
+            _roundtrip_chunk(chunk, dst, q, offset)
     else:
-        with ThreadPoolExecutor(threads) as pool:     # the codec and these ops release the GIL
-            list(pool.map(lambda job: _roundtrip_chunk(job[0], job[1], q, rounding), jobs))
-    return out.to(x.device)
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda job: _roundtrip_chunk(job[0], job[1], q, offset), jobs))
+    return out.to(x.device, x.dtype)
