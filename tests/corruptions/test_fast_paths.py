@@ -76,6 +76,15 @@ def test_jpeg_floor_rounding_and_dtypes(dtype):
         jpeg_roundtrip(x, 50, rounding="nearest")
 
 
+def test_jpeg_without_torchvision_codecs_gives_the_same_bytes(monkeypatch):
+    import robustvit.corruptions.jpeg as jpeg
+
+    x = torch.rand(5, 3, 24, 40, generator=torch.Generator().manual_seed(4))
+    expected = jpeg_roundtrip(x, 20)
+    monkeypatch.setattr(jpeg, "encode_jpeg", None)            # a torchvision built without image codecs
+    assert torch.equal(jpeg_roundtrip(x, 20), expected)
+
+
 @pytest.mark.parametrize("n_in,n_out", [(224, 89), (224, 112), (32, 13), (7, 3), (5, 5)])
 def test_box_sum_matches_matrix_product(n_in, n_out):
     m = _pil_box_members(n_in, n_out)

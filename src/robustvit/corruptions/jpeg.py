@@ -1,9 +1,9 @@
-"""JPEG round trips of image batches: Pillow's libjpeg-turbo on CPU threads, or nvjpeg on CUDA.
+"""JPEG round trips of image batches with torchvision's codec (libjpeg-turbo on CPU, nvjpeg on CUDA).
 
-On the CPU each image's three colour planes go to Pillow as ``L`` images merged into one RGB image, and
-come back split into planes again: the (N, 3, H, W) float batch is never interleaved into (H, W, 3), and
-the worker threads run only NumPy and Pillow, which release the GIL (torch ops there would start an OpenMP
-team per thread). On CUDA, torchvision's nvjpeg codec codes the whole batch at once.
+On the CPU, chunks of a few images are converted and coded on ``torch.get_num_threads()`` Python threads,
+with NumPy and the codec only, which release the GIL. torchvision marks its image codecs deprecated (in
+favour of TorchCodec) from 0.29; if they are missing, Pillow's libjpeg codes the images instead (same
+settings: 4:2:0 chroma, islow DCT, hence the same bytes).
 """
 
 from __future__ import annotations
@@ -55,9 +55,21 @@ def _roundtrip_chunk(src: np.ndarray, dst: np.ndarray, quality: int, offset: flo
     hwc = np.empty((len(src), *src.shape[2:], 3), dtype=np.uint8)
     for c in range(3):
         hwc[..., c] = scaled[:, c]                      # truncation toward zero = floor here
+    for img, out in zip(_codec(hwc, quality), dst):
+        np.divide(img, one(255), out=out, dtype=dst.dtype)
+
+
+def _codec(hwc: np.ndarray, quality: int) -> list[np.ndarray]:
+    """Encode and decode uint8 images (n, H, W, 3); returns (3, H, W) views of the decoded (H, W, 3) arrays."""
+    if encode_jpeg is None:
+        decoded = []
+        for img in hwc:
+            buf = io.BytesIO()
+            Image.fromarray(img).save(buf, "JPEG", quality=quality)
+            decoded.append(np.asarray(Image.open(buf).convert("RGB")).transpose(2, 0, 1))
+        return decoded
     coded = encode_jpeg([torch.from_numpy(img).permute(2, 0, 1) for img in hwc], quality=quality)
-    for img, out in zip(decode_jpeg(coded), dst):
-        np.divide(img.numpy(), one(255), out=out, dtype=dst.dtype)
+    return [img.numpy() for img in decode_jpeg(coded)]     # (H, W, 3) memory, seen as (3, H, W)
 
 
 def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") -> torch.Tensor:
@@ -66,7 +78,7 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") ->
     The images are first quantised to uint8 (``rounding`` ``"round"``, as PIL does for 8-bit images, or
     ``"floor"``, as the released ImageNet-C files were). Chroma is subsampled 4:2:0 as in PIL's default.
     On CUDA the batch goes through nvjpeg at once; on the CPU, chunks of a few images (small enough to stay
-    in cache) are coded by Pillow's libjpeg-turbo on ``torch.get_num_threads()`` threads at once.
+    in cache) are coded by libjpeg-turbo on ``torch.get_num_threads()`` threads at once.
 
     >>> jpeg_roundtrip(torch.rand(2, 3, 32, 32), 85).shape
     torch.Size([2, 3, 32, 32])
