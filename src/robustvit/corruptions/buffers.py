@@ -6,8 +6,8 @@ fault per 4 KB page: 0.02 ms per image on a desktop, up to 0.25 ms per image on 
 JPEG-coding the image. Like CUDA's caching allocator, :func:`empty_like` hands out the memory of outputs that
 have been freed since, so a loop over batches faults its output in once.
 
-A returned tensor is an ordinary tensor; its storage goes back to the pool only when the tensor and all of
-its views are gone. At most :data:`MAX_CACHED_BYTES` are kept; :func:`release_buffers` frees them.
+A returned tensor is an ordinary tensor (except that its storage cannot be resized in place); its storage
+goes back to the pool only when the tensor and all of its views are gone. At most :data:`MAX_CACHED_BYTES` are kept; :func:`release_buffers` frees them.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def empty_like(x: torch.Tensor) -> torch.Tensor:
     if buf is None:
         buf = np.empty(nbytes, dtype=np.uint8)
     handle = buf[:]                     # the tensor keeps this view alive; when it dies, buf is free again
-    weakref.finalize(handle, _give_back, buf)
+    weakref.finalize(handle, _give_back, buf).atexit = False
     return torch.from_numpy(handle).view(x.dtype).view(x.shape)
 
 

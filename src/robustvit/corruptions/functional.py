@@ -22,20 +22,13 @@ from robustvit.corruptions.geometry import clipped_zoom, motion_blur, warp_bilin
 from robustvit.corruptions.glass import glass_shuffle
 from robustvit.corruptions.jpeg import jpeg_roundtrip
 from robustvit.corruptions.params import CorruptionParams, zoom_factors
+from robustvit.corruptions.sampling import poisson, rand, randn
 from robustvit.corruptions.spatter import mud_layer, water_layer
 
 CorruptionFn = Callable[[torch.Tensor, CorruptionParams, torch.Generator], torch.Tensor]
 
 
 # ---------------------------------------------------------------- random draws (on the generator's device)
-def _randn(shape: tuple[int, ...], g: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-    return torch.randn(shape, generator=g, device=g.device, dtype=like.dtype).to(like.device)
-
-
-def _rand(shape: tuple[int, ...], g: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-    return torch.rand(shape, generator=g, device=g.device, dtype=like.dtype).to(like.device)
-
-
 def _uniform_angles(n: int, lo: float, hi: float, g: torch.Generator) -> torch.Tensor:
     u = torch.rand((n,), generator=g, device=g.device, dtype=torch.float64).cpu()
     return lo + (hi - lo) * u
@@ -44,18 +37,18 @@ def _uniform_angles(n: int, lo: float, hi: float, g: torch.Generator) -> torch.T
 # ---------------------------------------------------------------- noise
 def gaussian_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """x + N(0, c²), independently per pixel and channel."""
-    return (x + p.c * _randn(tuple(x.shape), g, x)).clamp(0, 1)
+    return (x + p.c * randn(tuple(x.shape), g, x)).clamp(0, 1)
 
 
 def shot_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """Poisson(x·c)/c (photon noise)."""
     lam = (x * p.c).to(g.device)
-    return (torch.poisson(lam, generator=g).to(x.device, x.dtype) / p.c).clamp(0, 1)
+    return (poisson(lam, g).to(x.device, x.dtype) / p.c).clamp(0, 1)
 
 
 def impulse_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """Salt and pepper: each value flipped with probability c, to 1 or 0 with probability ½ each."""
-    u = _rand((2, *x.shape), g, x)
+    u = rand((2, *x.shape), g, x)
     flipped = u[0] < p.c
     salt = u[1] < 0.5
     return torch.where(flipped, salt.to(x.dtype), x)
@@ -63,7 +56,7 @@ def impulse_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> t
 
 def speckle_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """x + x·N(0, c²)."""
-    return (x + x * p.c * _randn(tuple(x.shape), g, x)).clamp(0, 1)
+    return (x + x * p.c * randn(tuple(x.shape), g, x)).clamp(0, 1)
 
 
 # ---------------------------------------------------------------- blur
@@ -103,7 +96,7 @@ def gaussian_blur_corruption(x: torch.Tensor, p: CorruptionParams, g: torch.Gene
 def snow_layer(n: int, height: int, width: int, p: CorruptionParams, g: torch.Generator,
                like: torch.Tensor) -> torch.Tensor:
     """The snow flakes (N, 1, H, W): N(mean, std) → zoom → threshold → motion blur at U(−135°, −45°) → 8 bit."""
-    layer = _randn((n, 1, height, width), g, like) * p.std + p.mean
+    layer = randn((n, 1, height, width), g, like) * p.std + p.mean
     layer = clipped_zoom(layer, max(1.0, p.zoom))
     layer = torch.where(layer < p.threshold, torch.zeros_like(layer), layer).clamp(0, 1)
     angle = _uniform_angles(n, -135.0, -45.0, g)
@@ -250,7 +243,7 @@ def jpeg_compression(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -
 def spatter(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """Water drops (severities 1–3 in the table: ``mud`` = 0) or mud splashes (``mud`` = 1)."""
     n, _, h, w = x.shape
-    liquid = _randn((n, 1, h, w), g, x) * p.std + p.mean
+    liquid = randn((n, 1, h, w), g, x) * p.std + p.mean
     liquid = gaussian_blur(liquid, p.sigma)
     liquid = torch.where(liquid < p.threshold, torch.zeros_like(liquid), liquid)
     if p.mud:

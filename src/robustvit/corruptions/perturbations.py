@@ -38,6 +38,7 @@ from robustvit.corruptions.color import rgb_to_gray
 from robustvit.corruptions.filters import gaussian_filter
 from robustvit.corruptions.geometry import clipped_zoom, motion_blur
 from robustvit.corruptions.params import PRESET_SIZES, resolve_preset
+from robustvit.corruptions.sampling import poisson, randn
 from robustvit.corruptions.spatter import water_layer
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.metrics.perturbation import TEST_PERTURBATIONS as _TEST
@@ -167,10 +168,6 @@ def _generator(x: torch.Tensor, seed: int | None, generator: torch.Generator | N
     return g
 
 
-def _randn(shape: tuple[int, ...], g: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-    return torch.randn(shape, generator=g, device=g.device, dtype=like.dtype).to(like.device)
-
-
 # ---------------------------------------------------------------- warps
 def _affine_frames(x: torch.Tensor, mats: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
     """Warp every image with every forward affine map p ↦ A(p − c) + c + t; returns (N, t, C, H, W).
@@ -252,12 +249,12 @@ def _noise_maker(kind: str) -> Maker:
             if i == 0:
                 frames.append(x)
             elif kind == "gaussian":
-                frames.append((x + level * _randn(tuple(x.shape), g, x)).clamp(0, 1))
+                frames.append((x + level * randn(tuple(x.shape), g, x)).clamp(0, 1))
             elif kind == "speckle":
-                frames.append((x + x * level * _randn(tuple(x.shape), g, x)).clamp(0, 1))
+                frames.append((x + x * level * randn(tuple(x.shape), g, x)).clamp(0, 1))
             else:
                 rate = (x * level).to(device=g.device, dtype=torch.float32)
-                frames.append((torch.poisson(rate, generator=g).to(device=x.device, dtype=x.dtype) / level).clamp(0, 1))
+                frames.append((poisson(rate, g).to(device=x.device, dtype=x.dtype) / level).clamp(0, 1))
         return torch.stack(frames, 1)
     return make
 
@@ -296,7 +293,7 @@ def _zoom_blur(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Gene
 def _snow(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
     n, c, h, w = x.shape
     if "layer" not in st:   # one flake layer per image, drawn once (as the reference), 8-bit like its PNG
-        layer = _randn((n, 1, h, w), g, x) * p["std"] + p["mean"]
+        layer = randn((n, 1, h, w), g, x) * p["std"] + p["mean"]
         layer = clipped_zoom(layer, max(1.0, p["zoom"]))
         layer = torch.where(layer < p["threshold"], torch.zeros_like(layer), layer).clamp(0, 1)
         st["layer"] = torch.floor(layer * 255) / 255
@@ -374,7 +371,7 @@ def _drip(liquid: torch.Tensor, kernel: tuple[float, ...]) -> torch.Tensor:
 def _spatter(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
     n, c, h, w = x.shape
     if "liquid" not in st:
-        liquid = _randn((n, 1, h, w), g, x) * p["std"] + p["mean"]
+        liquid = randn((n, 1, h, w), g, x) * p["std"] + p["mean"]
         liquid = gaussian_filter(liquid, p["sigma"])
         st["liquid"] = torch.where(liquid < p["threshold"], torch.zeros_like(liquid), liquid)
         st["next"] = 0
