@@ -24,7 +24,7 @@ MIN_BYTES = 4 << 20
 MAX_CACHED_BYTES = 1 << 30
 
 _free: dict[int, list[np.ndarray]] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()     # re-entrant: a finalizer may run (via gc) while this thread holds it
 
 
 def _cached_bytes() -> int:
