@@ -114,7 +114,8 @@ def test_output_buffers_are_recycled_only_when_free():
 
 
 def test_recycled_outputs_do_not_alias():
-    x = torch.rand(4, 3, 256, 256, generator=torch.Generator().manual_seed(0))
+    x = torch.rand(6, 3, 256, 256, generator=torch.Generator().manual_seed(0))
+    assert x.numel() * 4 >= buffers.MIN_BYTES                 # outputs come from the recycled buffers
     first = corrupt(x, "pixelate", 5)
     keep = first.clone()
     second = corrupt(x, "jpeg_compression", 5)             # same size: must not reuse `first`'s memory
