@@ -40,3 +40,20 @@ def test_chunked_draws_have_poisson_moments(monkeypatch):
         assert abs(float(k.var()) / lam - 1) < 0.03
         # chunks are independent streams, not one stream repeated
         assert not torch.equal(k[:4096], k[4096:8192])
+
+
+def test_in_place_noise_corruptions_match_their_formulas():
+    """The noise corruptions work in place on recycled draws; the values are the textbook formulas."""
+    from robustvit.corruptions import corrupt, corruption_params
+
+    x = torch.rand(6, 3, 256, 256, generator=_gen(0))          # 4.7 MB: the recycled-buffer path
+    c = corruption_params("gaussian_noise", 3, "imagenet").c
+    expected = (x + c * torch.randn(x.shape, generator=_gen(9))).clamp(0, 1)
+    assert torch.equal(corrupt(x, "gaussian_noise", 3, generator=_gen(9)), expected)
+    c = corruption_params("impulse_noise", 2, "imagenet").c
+    u = torch.rand((2, *x.shape), generator=_gen(9))
+    expected = torch.where(u[0] < c, (u[1] < 0.5).float(), x)
+    assert torch.equal(corrupt(x, "impulse_noise", 2, generator=_gen(9)), expected)
+    c = corruption_params("speckle_noise", 4, "imagenet").c
+    expected = (x + x * c * torch.randn(x.shape, generator=_gen(9))).clamp(0, 1)
+    torch.testing.assert_close(corrupt(x, "speckle_noise", 4, generator=_gen(9)), expected, atol=1e-6, rtol=0)

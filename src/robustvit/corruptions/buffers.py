@@ -1,4 +1,4 @@
-"""Recycled CPU output buffers for the memory-bound corruptions (JPEG, pixelate).
+"""Recycled CPU buffers for the outputs and random draws of the memory-bound corruptions.
 
 A fresh 38 MB CPU tensor (64 × 3 × 224 × 224 float32) is mapped anew by the C allocator on every call
 (glibc serves anything above 32 MB with ``mmap`` and unmaps it on free), and writing it first costs a page
@@ -12,6 +12,7 @@ goes back to the pool only when the tensor and all of its views are gone. At mos
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 
@@ -37,12 +38,13 @@ def _give_back(buf: np.ndarray) -> None:
             _free.setdefault(buf.nbytes, []).append(buf)
 
 
-def empty_like(x: torch.Tensor) -> torch.Tensor:
-    """An uninitialised contiguous tensor like ``x``; on the CPU, in the memory of a freed one of the same
-    size when there is one (elsewhere, and for small sizes, plain ``torch.empty``)."""
-    nbytes = x.numel() * x.element_size()
-    if x.device.type != "cpu" or nbytes < MIN_BYTES:
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+    """An uninitialised contiguous tensor; on the CPU, in the memory of a freed one of the same size when
+    there is one (elsewhere, and for small sizes, plain ``torch.empty``)."""
+    device = torch.device(device)
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if device.type != "cpu" or nbytes < MIN_BYTES:
+        return torch.empty(shape, dtype=dtype, device=device)
     with _lock:
         bufs = _free.get(nbytes)
         buf = bufs.pop() if bufs else None
@@ -50,7 +52,12 @@ def empty_like(x: torch.Tensor) -> torch.Tensor:
         buf = np.empty(nbytes, dtype=np.uint8)
     handle = buf[:]                     # the tensor keeps this view alive; when it dies, buf is free again
     weakref.finalize(handle, _give_back, buf).atexit = False
-    return torch.from_numpy(handle).view(x.dtype).view(x.shape)
+    return torch.from_numpy(handle).view(dtype).view(shape)
+
+
+def empty_like(x: torch.Tensor) -> torch.Tensor:
+    """:func:`empty` with ``x``'s shape, dtype and device."""
+    return empty(x.shape, x.dtype, x.device)
 
 
 def release_buffers() -> int:

@@ -36,14 +36,14 @@ def _uniform_angles(n: int, lo: float, hi: float, g: torch.Generator) -> torch.T
 
 # ---------------------------------------------------------------- noise
 def gaussian_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
-    """x + N(0, c²), independently per pixel and channel."""
-    return (x + p.c * randn(tuple(x.shape), g, x)).clamp(0, 1)
+    """x + N(0, c²), independently per pixel and channel (in place on the draw: no other full-size tensor)."""
+    return randn(tuple(x.shape), g, x).mul_(p.c).add_(x).clamp_(0, 1)
 
 
 def shot_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """Poisson(x·c)/c (photon noise)."""
     lam = (x * p.c).to(g.device)
-    return (poisson(lam, g).to(x.device, x.dtype) / p.c).clamp(0, 1)
+    return poisson(lam, g).to(x.device, x.dtype).div_(p.c).clamp_(0, 1)
 
 
 def impulse_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
@@ -51,12 +51,12 @@ def impulse_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> t
     u = rand((2, *x.shape), g, x)
     flipped = u[0] < p.c
     salt = u[1] < 0.5
-    return torch.where(flipped, salt.to(x.dtype), x)
+    return torch.where(flipped, salt, x, out=buffers.empty_like(x))
 
 
 def speckle_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
-    """x + x·N(0, c²)."""
-    return (x + x * p.c * randn(tuple(x.shape), g, x)).clamp(0, 1)
+    """x + x·N(0, c²) (in place on the draw)."""
+    return randn(tuple(x.shape), g, x).mul_(x).mul_(p.c).add_(x).clamp_(0, 1)
 
 
 # ---------------------------------------------------------------- blur
@@ -293,6 +293,6 @@ FUNCTIONS: dict[str, tuple[CorruptionFn, bool]] = {
     "saturate": (saturate, False),
 }
 
-#: corruptions whose output is in [0, 1] by construction (the engine skips its final clamp for them)
-IN_RANGE = frozenset({"pixelate", "jpeg_compression"})
+#: corruptions whose function returns values in [0, 1] (the engine skips its final clamp for them)
+IN_RANGE = frozenset({"gaussian_noise", "shot_noise", "speckle_noise", "pixelate", "jpeg_compression"})
 
