@@ -25,6 +25,8 @@ from robustvit.corruptions.params import CorruptionParams, zoom_factors
 from robustvit.corruptions.sampling import poisson, rand, randn
 from robustvit.corruptions.spatter import mud_layer, water_layer
 
+#: (images, parameters, generator) → corrupted images, *not yet clamped* to [0, 1] unless the name is in
+#: :data:`IN_RANGE`: :func:`robustvit.corruptions.corrupt` clamps once, in place
 CorruptionFn = Callable[[torch.Tensor, CorruptionParams, torch.Generator], torch.Tensor]
 
 
@@ -62,34 +64,34 @@ def speckle_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> t
 # ---------------------------------------------------------------- blur
 def defocus_blur(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """Filter with an anti-aliased disk of the given radius (border reflect-101)."""
-    return defocus(x, p.radius, p.alias).clamp(0, 1)
+    return defocus(x, p.radius, p.alias)
 
 
 def glass_blur(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """Gaussian blur → uint8 → local pixel walk (``iters`` passes, distance ``dist``) → Gaussian blur."""
     y = torch.floor(gaussian_blur(x, p.sigma) * 255 + 1e-4)
     y = glass_shuffle(y, max(1, int(round(p.dist))), int(p.iters), g)
-    return gaussian_blur(y / 255, p.sigma).clamp(0, 1)
+    return gaussian_blur(y / 255, p.sigma)
 
 
 def motion_blur_corruption(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """One-sided Gaussian motion blur along a random angle θ ~ U(−45°, 45°) per image."""
     angle = _uniform_angles(x.shape[0], -45.0, 45.0, g)
-    return motion_blur(x, p.radius, p.sigma, angle).clamp(0, 1)
+    return motion_blur(x, p.radius, p.sigma, angle)
 
 
 def zoom_blur(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """Mean of x and its centre zooms by each factor of ``arange(start, stop, step)``."""
     factors = zoom_factors(p.start, p.stop, p.step)
-    out = x.clone()
+    out = buffers.empty_like(x).copy_(x)
     for z in factors:
         out += clipped_zoom(x, z)
-    return (out / (len(factors) + 1)).clamp(0, 1)
+    return out.div_(len(factors) + 1)
 
 
 def gaussian_blur_corruption(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """Gaussian blur with σ pixels (mode nearest, truncate 4)."""
-    return gaussian_blur(x, p.sigma).clamp(0, 1)
+    return gaussian_blur(x, p.sigma)
 
 
 # ---------------------------------------------------------------- weather
@@ -108,16 +110,16 @@ def snow(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tens
     """Snow: flakes plus their 180° rotation over a whitened (blend ``blend``) image."""
     n, _, h, w = x.shape
     layer = snow_layer(n, h, w, p, g, x)
-    bright = torch.maximum(x, rgb_to_gray(x) * 1.5 + 0.5)
-    y = p.blend * x + (1 - p.blend) * bright
-    return (y + layer + layer.flip(-2, -1)).clamp(0, 1)
+    bright = torch.maximum(x, rgb_to_gray(x) * 1.5 + 0.5).mul_(1 - p.blend)
+    y = torch.mul(x, p.blend, out=buffers.empty_like(x)).add_(bright)     # in place: one full-size output
+    return y.add_(layer).add_(layer.flip(-2, -1))
 
 
 def frost(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """a·x + b·frost, with a procedural frost texture (see :mod:`robustvit.corruptions.frost`)."""
     n, _, h, w = x.shape
-    tex = frost_texture(n, h, w, g, scale=p.crystal_size, device=x.device, dtype=x.dtype)
-    return (p.image_weight * x + p.frost_weight * tex).clamp(0, 1)
+    tex = frost_texture(n, h, w, g, scale=p.crystal_size, device=x.device, dtype=x.dtype).mul_(p.frost_weight)
+    return torch.mul(x, p.image_weight, out=buffers.empty_like(x)).add_(tex)
 
 
 def fog(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
@@ -126,7 +128,7 @@ def fog(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tenso
     size = next_power_of_2(max(h, w))
     plasma = plasma_fractal(n, size, p.decay, g, device=x.device, dtype=x.dtype)[:, None, :h, :w]
     peak = x.amax(dim=(1, 2, 3), keepdim=True)
-    return ((x + p.strength * plasma) * peak / (peak + p.strength)).clamp(0, 1)
+    return (x + p.strength * plasma) * peak / (peak + p.strength)
 
 
 def brightness(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
@@ -137,14 +139,14 @@ def brightness(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torc
     v = x.amax(1, keepdim=True)
     v2 = (v + p.c).clamp(0, 1)
     ratio = v2 / torch.where(v > 0, v, torch.ones_like(v))
-    return torch.where(v > 0, x * ratio, v2.expand_as(x)).clamp(0, 1)
+    return torch.where(v > 0, x * ratio, v2.expand_as(x))
 
 
 # ---------------------------------------------------------------- digital
 def contrast(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """(x − μ)·c + μ with μ the per-image, per-channel mean."""
     mean = x.mean(dim=(2, 3), keepdim=True)
-    return ((x - mean) * p.c + mean).clamp(0, 1)
+    return torch.sub(x, mean, out=buffers.empty_like(x)).mul_(p.c).add_(mean)
 
 
 def _affine_grid(n: int, h: int, w: int, jitter: float, g: torch.Generator,
@@ -177,7 +179,7 @@ def elastic_transform(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) 
     ys, xs = torch.meshgrid(torch.arange(h, device=x.device, dtype=torch.float32),
                             torch.arange(w, device=x.device, dtype=torch.float32), indexing="ij")
     y = warp_bilinear(y, ys + field[:, 1], xs + field[:, 0], "reflect")
-    return y.clamp(0, 1).to(x.dtype)
+    return y.to(x.dtype)
 
 
 @lru_cache(maxsize=64)
@@ -249,10 +251,10 @@ def spatter(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.T
     if p.mud:
         m = mud_layer(liquid, p.threshold, p.intensity)
         colour = torch.tensor([63, 42, 20], device=x.device, dtype=x.dtype).view(1, 3, 1, 1) / 255
-        return (x * (1 - m) + colour * m).clamp(0, 1)
+        return x * (1 - m) + colour * m
     m = water_layer(liquid) * p.intensity
     colour = torch.tensor([175, 238, 238], device=x.device, dtype=x.dtype).view(1, 3, 1, 1) / 255
-    return (x + m * colour).clamp(0, 1)
+    return x + m * colour
 
 
 def saturate(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
@@ -267,7 +269,7 @@ def saturate(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.
     s2 = (s * p.factor + p.shift).clamp(0, 1)
     grey_w = torch.tensor([0.0, 1.0, 1.0], device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
     w = torch.where(delta > 0, (v - x) / torch.where(delta > 0, delta, torch.ones_like(delta)), grey_w)
-    return (v - s2 * v * w).clamp(0, 1)
+    return v - s2 * v * w
 
 
 #: name → (function, uses randomness)
