@@ -69,7 +69,11 @@ def check_images(x: torch.Tensor, *, name: str = "images", check_range: bool = T
         raise RobustvitError(f"{name} must have shape (N, 3, H, W), got {tuple(x.shape)}")
     if check_range and x.numel():
         lo, hi = torch.aminmax(x)
-        if lo.item() < -1e-6 or hi.item() > 1 + 1e-6:
-            raise RobustvitError(
-                f"{name} must lie in [0, 1], got values in [{lo.item():.3g}, {hi.item():.3g}]; "
-                "pass unnormalised images (robustvit models normalise inside)")
+        check_unit_range(lo.item(), hi.item(), name=name)
+
+
+def check_unit_range(lo: float, hi: float, *, name: str = "images") -> None:
+    """The range half of :func:`check_images`, for a minimum and maximum computed elsewhere."""
+    if lo < -1e-6 or hi > 1 + 1e-6:
+        raise RobustvitError(f"{name} must lie in [0, 1], got values in [{lo:.3g}, {hi:.3g}]; "
+                             "pass unnormalised images (robustvit models normalise inside)")

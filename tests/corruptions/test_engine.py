@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from robustvit.corruptions import (BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, EXTRA_CORRUPTIONS, corrupt,
-                                   corruption_params, is_random, list_corruptions, resolve_preset)
+                                   corruption_params, is_random, jpeg_roundtrip, list_corruptions, resolve_preset)
 from robustvit.errors import RobustvitError
 
 NAMES = list_corruptions()
@@ -139,6 +139,17 @@ def test_errors_are_one_line(kwargs, match):
 def test_bad_images(x, match):
     with pytest.raises(RobustvitError, match=match):
         corrupt(x, "fog", 1)
+
+
+@pytest.mark.parametrize("n", [1, 40])          # one chunk; several chunks on the coding threads
+def test_jpeg_checks_the_range_in_its_own_pass(n):
+    x = torch.rand(n, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    x[-1, 2, 5, 7] = -0.25                      # in the last chunk
+    with pytest.raises(RobustvitError, match=r"x must lie in \[0, 1\], got values in \[-0.25, ") as e:
+        corrupt(x, "jpeg_compression", 2)
+    assert "\n" not in str(e.value)
+    quality = int(corruption_params("jpeg_compression", 2, "cifar").quality)      # 64 px: the cifar preset
+    assert torch.equal(corrupt(x.clamp(0, 1), "jpeg_compression", 2), jpeg_roundtrip(x.clamp(0, 1), quality))
 
 
 def test_unknown_group():

@@ -238,7 +238,7 @@ def _nearest_index(n_in: int, n_out: int) -> torch.Tensor:
 
 def jpeg_compression(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """JPEG encode at ``quality`` and decode (uint8 round trip)."""
-    return jpeg_roundtrip(x, int(p.quality))
+    return jpeg_roundtrip(x, int(p.quality), check_range=True)     # fused into its conversion pass
 
 
 # ---------------------------------------------------------------- extra
@@ -295,6 +295,8 @@ FUNCTIONS: dict[str, tuple[CorruptionFn, bool]] = {
     "saturate": (saturate, False),
 }
 
+#: corruptions that check their input's range themselves, in a pass they make anyway (the engine skips its check)
+SELF_CHECKED = frozenset({"jpeg_compression"})
 #: corruptions whose function returns values in [0, 1] (the engine skips its final clamp for them)
 IN_RANGE = frozenset({"gaussian_noise", "shot_noise", "speckle_noise", "pixelate", "jpeg_compression"})
 
