@@ -1,0 +1,144 @@
+"""One small registry for everything robustvit looks up by name (attacks, corruptions, suites, data
+sources, losses, recipes, analyses, report sections).
+
+>>> reg = Registry("widget")
+>>> @reg.register
+... class Blue:
+...     name = "blue"
+...     def __init__(self, depth: int = 1) -> None:
+...         self.depth = depth
+>>> reg.create("blue", depth=2).depth
+2
+>>> reg.list("b*")
+['blue']
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar, overload
+
+from robustvit.errors import RobustvitError, unknown_name
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name → object (a class, a factory function or a plain spec object).
+
+    ``kind`` names the things in error messages ("attack", "corruption"); ``loader`` is called once before
+    the first lookup so that importing a package can register its built-ins lazily; ``hint`` is appended to
+    the unknown-name error (e.g. what to type instead).
+    """
+
+    def __init__(self, kind: str, *, loader: Callable[[], object] | None = None, hint: str = "") -> None:
+        self.kind = kind
+        self.hint = hint
+        self._loader = loader
+        self._items: dict[str, T] = {}
+
+    # -- registration ---------------------------------------------------------------------------------
+    @overload
+    def register(self, obj: T) -> T: ...
+    @overload
+    def register(self, obj: str) -> Callable[[T], T]: ...
+
+    def register(self, obj: Any) -> Any:
+        """Decorator. ``@reg.register`` uses the object's ``name`` attribute; ``@reg.register("name")``
+        names it explicitly. ``reg.register("name")(obj)`` registers a non-decorated object."""
+        if isinstance(obj, str):
+            def deco(item: T) -> T:
+                self.add(obj, item)
+                return item
+            return deco
+        name = getattr(obj, "name", "")
+        if not name or not isinstance(name, str):
+            raise ValueError(f"{obj!r} has no string `name`; use register('name')")
+        self.add(name, obj)
+        return obj
+
+    def add(self, name: str, item: T) -> None:
+        """Register ``item`` under ``name`` (a second object under the same name is a programming error)."""
+        if name in self._items and self._items[name] is not item:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._items[name] = item
+
+    # -- lookup ---------------------------------------------------------------------------------------
+    def _load(self) -> None:
+        if self._loader is not None:
+            loader, self._loader = self._loader, None
+            loader()
+
+    def list(self, pattern: str | None = None) -> list[str]:
+        """Sorted names, optionally filtered by a shell-style pattern such as ``"apgd*"``."""
+        self._load()
+        return sorted(n for n in self._items if pattern is None or fnmatch.fnmatch(n, pattern))
+
+    def get(self, name: str) -> T:
+        """The object registered under ``name``; an unknown name raises a one-line error with close matches."""
+        self._load()
+        if name not in self._items:
+            raise unknown_name(self.kind, name, self._items, self.hint)
+        return self._items[name]
+
+    def __contains__(self, name: object) -> bool:
+        self._load()
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.list())
+
+    def __len__(self) -> int:
+        self._load()
+        return len(self._items)
+
+    def items(self) -> list[tuple[str, T]]:
+        return [(n, self._items[n]) for n in self.list()]
+
+    # -- construction ---------------------------------------------------------------------------------
+    def keywords(self, name: str) -> set[str] | None:
+        """Keyword arguments the registered callable accepts (following ``**kwargs`` up a class's MRO);
+        None when it accepts any keyword."""
+        return accepted_keywords(self.get(name))
+
+    def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the registered class or factory. Unknown keywords give a one-line error naming the accepted
+        ones; a ``TypeError`` raised *inside* the constructor propagates unchanged."""
+        obj = self.get(name)
+        accepted = accepted_keywords(obj)
+        if accepted is not None:
+            bad = sorted(set(kwargs) - accepted)
+            if bad:
+                raise RobustvitError(f"{self.kind} {name!r} takes no option {', '.join(map(repr, bad))}; "
+                                     f"its options: {', '.join(sorted(accepted)) or 'none'}")
+        return obj(*args, **kwargs)  # type: ignore[operator]
+
+
+def accepted_keywords(obj: Any) -> set[str] | None:
+    """Keyword names accepted by a function or a class constructor; None when any keyword is accepted.
+
+    For a class whose ``__init__`` takes ``**kwargs`` the parents' constructors are followed, as the
+    keywords are usually passed up with ``super().__init__(**kwargs)``.
+    """
+    funcs = []
+    if inspect.isclass(obj):
+        for klass in obj.__mro__:
+            if klass is object:
+                break
+            if "__init__" in klass.__dict__:
+                funcs.append(klass.__dict__["__init__"])
+    else:
+        funcs.append(obj)
+    names: set[str] = set()
+    for fn in funcs:
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        names.update(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            names.discard("self")
+            return names
+    return None if funcs else set()
