@@ -5,6 +5,7 @@ themselves via ``COMMANDS``). Errors caused by the input print one line and exit
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shlex
@@ -134,34 +135,35 @@ def cmd_report(a: argparse.Namespace) -> int:
     return 0
 
 
+def _lister(module: str, function: str) -> Callable[[str | None], list[str]]:
+    def fn(pattern: str | None = None) -> list[str]:
+        import importlib
+
+        return getattr(importlib.import_module(module), function)(pattern)
+    return fn
+
+
+#: ``robustvit list WHAT``: each entry lists a registry (with an optional shell-style pattern).
+LISTS: dict[str, Callable[[str | None], list[str]]] = {
+    "models": _lister("robustvit.models", "list_models"),
+    "suites": _lister("robustvit.evaluate.suites", "list_suites"),
+    "attacks": _lister("robustvit.attacks", "list_attacks"),
+    "corruptions": lambda pattern=None: [n for n in _lister("robustvit.corruptions", "list_corruptions")(None)
+                                         if pattern is None or fnmatch.fnmatch(n, pattern)],
+    "data": _lister("robustvit.data", "list_sources"),
+    "losses": _lister("robustvit.training", "list_losses"),
+}
+
+
 def add_list(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="list models, suites, attacks, corruptions, data sources or losses")
-    p.add_argument("what", choices=["models", "suites", "attacks", "corruptions", "data", "losses"])
+    p = sub.add_parser("list", help=f"list {', '.join(LISTS)}")
+    p.add_argument("what", choices=list(LISTS))
     p.add_argument("pattern", nargs="?", help="shell-style filter, e.g. 'vit_*'")
     p.set_defaults(func=cmd_list)
 
 
 def cmd_list(a: argparse.Namespace) -> int:
-    if a.what == "models":
-        from robustvit.models import list_models as fn
-    elif a.what == "suites":
-        from robustvit.evaluate.suites import list_suites as fn
-    elif a.what == "attacks":
-        from robustvit.attacks import list_attacks as fn
-    elif a.what == "corruptions":
-        from robustvit.corruptions import list_corruptions
-
-        def fn(pattern: str | None = None) -> list[str]:
-            import fnmatch
-            return [n for n in list_corruptions() if pattern is None or fnmatch.fnmatch(n, pattern)]
-    elif a.what == "losses":
-        from robustvit.training import list_losses as fn
-    else:
-        from robustvit.data import list_sources
-
-        def fn(pattern: str | None = None) -> list[str]:
-            return list_sources()
-    print("\n".join(fn(a.pattern)))
+    print("\n".join(LISTS[a.what](a.pattern)))
     return 0
 
 

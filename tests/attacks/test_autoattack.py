@@ -71,7 +71,7 @@ def test_deterministic_under_seed(tiny_model, batch):
 def test_standard_version_builds_members_from_registry(tiny_model, batch, monkeypatch):
     x, y = batch
     for name in ("fab-t", "square"):
-        monkeypatch.setitem(base._ATTACKS, name, stub(name))
+        monkeypatch.setitem(base.ATTACKS._items, name, stub(name))
     Recorder.seen.clear()
     atk = create_attack("autoattack", tiny_model, eps=EPS, seed=7, member_kwargs={"apgd-ce": {"steps": 3},
                                                                                   "apgd-t": {"steps": 3}})
@@ -92,7 +92,7 @@ def test_versions_match_the_reference():
 
 
 def test_target_count_adapts_to_classes(make_linear, make_images, monkeypatch):
-    monkeypatch.setitem(base._ATTACKS, "fab-t", stub("fab-t"))
+    monkeypatch.setitem(base.ATTACKS._items, "fab-t", stub("fab-t"))
     model = make_linear(5).eval()
     x = make_images(6)
     with torch.no_grad():

@@ -18,8 +18,6 @@ A subclass sets ``name`` and writes ``perturb(x, y)``. Example::
 
 from __future__ import annotations
 
-import fnmatch
-import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -27,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustvit.errors import RobustvitError, unknown_name
+from robustvit.errors import RobustvitError
+from robustvit.registry import Registry, accepted_keywords
 from robustvit.utils import check_images, make_generator, parse_eps
 
 NORMS = ("linf", "l2")
@@ -46,8 +45,8 @@ class Attack:
                  targeted: bool = False, seed: int = 0) -> None:
         self.model = model
         self.eps = parse_eps(eps)
-        norm = str(norm).lower().replace("inf", "inf")
-        norm = {"l_inf": "linf", "linf": "linf", "inf": "linf", "l2": "l2", "2": "l2"}.get(norm, norm)
+        norm = str(norm).lower()
+        norm = {"l_inf": "linf", "inf": "linf", "2": "l2"}.get(norm, norm)
         if norm not in self.norms:
             raise RobustvitError(f"attack {self.name!r} does not support norm {norm!r}; use one of {', '.join(self.norms)}")
         self.norm = norm
@@ -141,56 +140,30 @@ class Attack:
         return f"{type(self).__name__}(eps={self.eps:.6g}, norm={self.norm!r}, targeted={self.targeted}, seed={self.seed})"
 
 
-_ATTACKS: dict[str, type[Attack]] = {}
+def _load_builtin() -> None:
+    import robustvit.attacks  # noqa: F401  (importing the package registers the built-in attacks)
 
 
-def register_attack(cls: type[Attack]) -> type[Attack]:
-    """Class decorator adding an attack to the registry under ``cls.name``."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} has no name")
-    _ATTACKS[cls.name] = cls
-    return cls
+ATTACKS: Registry[type[Attack]] = Registry("attack", loader=_load_builtin, hint="see `robustvit list attacks`")
+register_attack = ATTACKS.register
 
 
 def list_attacks(pattern: str | None = None) -> list[str]:
     """Registered attack names, optionally filtered by a shell-style pattern such as ``"apgd*"``."""
-    _load_builtin()
-    return sorted(n for n in _ATTACKS if pattern is None or fnmatch.fnmatch(n, pattern))
+    return ATTACKS.list(pattern)
 
 
 def create_attack(name: str, model: nn.Module, **kwargs: Any) -> Attack:
     """Build a registered attack: ``create_attack("pgd", model, eps="4/255", steps=10)``."""
-    _load_builtin()
-    if name not in _ATTACKS:
-        raise unknown_name("attack", name, _ATTACKS)
-    try:
-        return _ATTACKS[name](model, **kwargs)
-    except TypeError as e:  # unknown keyword
-        raise RobustvitError(f"attack {name!r}: {e}") from None
+    return ATTACKS.create(name, model, **kwargs)
 
 
 def get_attack_class(name: str) -> type[Attack]:
     """The class registered under ``name`` (raises the usual unknown-name error)."""
-    _load_builtin()
-    if name not in _ATTACKS:
-        raise unknown_name("attack", name, _ATTACKS)
-    return _ATTACKS[name]
+    return ATTACKS.get(name)
 
 
 def attack_keywords(name_or_cls: str | type[Attack]) -> set[str]:
     """The keyword arguments an attack's constructor accepts (following ``**kwargs`` up the MRO)."""
     cls = get_attack_class(name_or_cls) if isinstance(name_or_cls, str) else name_or_cls
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = list(inspect.signature(init).parameters.values())[1:]
-        names.update(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "model")
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return names
-
-
-def _load_builtin() -> None:
-    import robustvit.attacks  # noqa: F401  (importing the package registers the built-in attacks)
+    return (accepted_keywords(cls) or set()) - {"model"}

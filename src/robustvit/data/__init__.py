@@ -11,18 +11,13 @@ from typing import Any
 
 from robustvit.data import sources
 from robustvit.data.base import UNREADABLE, FileImageDataset, ImageDataset, TensorImageDataset
-from robustvit.errors import RobustvitError, unknown_name
+from robustvit.errors import RobustvitError
+from robustvit.registry import Registry
 
 SourceFn = Callable[[str, dict[str, Any], "int | None", bool], ImageDataset]
-_SOURCES: dict[str, SourceFn] = {}
-
-
-def register_source(name: str) -> Callable[[SourceFn], SourceFn]:
-    """Register a data source ``fn(arg, options, image_size, strict) -> ImageDataset`` under ``name:``."""
-    def deco(fn: SourceFn) -> SourceFn:
-        _SOURCES[name] = fn
-        return fn
-    return deco
+#: Data sources: ``fn(arg, options, image_size, strict) -> ImageDataset`` registered under ``name:``.
+SOURCES: Registry[SourceFn] = Registry("data source", hint="write SOURCE:ARG, e.g. synthshapes:test")
+register_source = SOURCES.register
 
 
 for _name in ("synthshapes", "folder", "npz", "cifar10", "cifar100", "imagenet"):
@@ -39,8 +34,8 @@ for _name in ("imagenet_c", "cifar_c"):
     register_source(_name)(getattr(_corrupted, _name))
 
 
-def list_sources() -> list[str]:
-    return sorted(_SOURCES)
+def list_sources(pattern: str | None = None) -> list[str]:
+    return SOURCES.list(pattern)
 
 
 def parse_data_spec(spec: str) -> tuple[str, str, dict[str, str]]:
@@ -65,9 +60,7 @@ def create_dataset(spec: str, *, image_size: int | None = None, strict: bool = F
     """Build a data set from a spec string. ``image_size`` resizes file-based images (the model's input
     size); ``strict`` makes unreadable image files fatal instead of counted and skipped."""
     source, arg, options = parse_data_spec(spec)
-    if source not in _SOURCES:
-        raise unknown_name("data source", source, _SOURCES, "write SOURCE:ARG, e.g. synthshapes:test")
-    return _SOURCES[source](arg, options, image_size, strict)
+    return SOURCES.get(source)(arg, options, image_size, strict)
 
 
 __all__ = ["UNREADABLE", "FileImageDataset", "ImageDataset", "TensorImageDataset", "create_dataset",

@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from robustvit.errors import RobustvitError  # noqa: E402
+from robustvit.registry import Registry  # noqa: E402
 
 
 @dataclass
@@ -34,15 +35,16 @@ class Section:
 
 
 Renderer = Callable[[str, list[dict[str, Any]]], "Section | None"]
-_SECTIONS: list[tuple[str, Renderer]] = []
+#: Report sections: ``fn(suite_key, results) -> Section`` registered under a suite-key pattern (e.g. ``"pgd*"``).
+SECTIONS: Registry[Renderer] = Registry("report section")
+register_section = SECTIONS.register
 
 
-def register_section(pattern: str) -> Callable[[Renderer], Renderer]:
-    """Register ``fn(suite_key, results) -> Section`` for suite keys matching ``pattern`` (e.g. ``"pgd*"``)."""
-    def deco(fn: Renderer) -> Renderer:
-        _SECTIONS.append((pattern, fn))
-        return fn
-    return deco
+def renderer_for(key: str) -> Renderer:
+    """The section renderer whose pattern matches the suite key (the most specific, i.e. longest, pattern
+    wins), else the generic table of scalar metrics."""
+    matches = [p for p in SECTIONS.list() if fnmatch.fnmatch(key, p)]
+    return SECTIONS.get(max(matches, key=len)) if matches else _scalar_section
 
 
 def load_results(paths: list[str | Path]) -> list[dict[str, Any]]:
@@ -113,7 +115,7 @@ def build_sections(results: list[dict[str, Any]]) -> list[Section]:
     for r in results:
         keys += [k for k in r["suites"] if k not in keys]
     for key in keys:
-        renderer = next((fn for pat, fn in _SECTIONS if fnmatch.fnmatch(key, pat)), _scalar_section)
+        renderer = renderer_for(key)
         sec = renderer(key, results)
         if sec is not None:
             sections.append(sec)

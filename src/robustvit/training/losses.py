@@ -7,15 +7,13 @@ and feature-alignment training (AFAT) plug into the same training loop.
 
 from __future__ import annotations
 
-import fnmatch
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustvit.errors import unknown_name
+from robustvit.registry import Registry
 
 LossOutput = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
 
@@ -43,21 +41,16 @@ class CrossEntropy(TrainingLoss):
         return F.cross_entropy(logits, y, label_smoothing=self.label_smoothing), logits, None
 
 
-_LOSSES: dict[str, Callable[..., TrainingLoss]] = {"ce": CrossEntropy}
-
-
-def register_loss(name: str) -> Callable[[Callable[..., TrainingLoss]], Callable[..., TrainingLoss]]:
-    def deco(cls: Callable[..., TrainingLoss]) -> Callable[..., TrainingLoss]:
-        _LOSSES[name] = cls
-        return cls
-    return deco
+LOSSES: Registry[type[TrainingLoss]] = Registry("training loss", hint="see `robustvit list losses`")
+register_loss = LOSSES.register
+LOSSES.register(CrossEntropy)
 
 
 def list_losses(pattern: str | None = None) -> list[str]:
-    return sorted(n for n in _LOSSES if pattern is None or fnmatch.fnmatch(n, pattern))
+    """Registered training-loss names (``ce``, …), optionally filtered by a shell-style pattern."""
+    return LOSSES.list(pattern)
 
 
 def create_loss(name: str, **kwargs: Any) -> TrainingLoss:
-    if name not in _LOSSES:
-        raise unknown_name("training loss", name, _LOSSES)
-    return _LOSSES[name](**kwargs)
+    """Build a registered training loss, e.g. ``create_loss("ce", label_smoothing=0.1)``."""
+    return LOSSES.create(name, **kwargs)

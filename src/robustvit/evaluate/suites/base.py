@@ -26,7 +26,6 @@ Example::
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,7 +33,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from robustvit.errors import RobustvitError, unknown_name
+from robustvit.errors import RobustvitError
+from robustvit.registry import Registry
 
 
 @dataclass
@@ -111,29 +111,21 @@ class Suite:
         raise NotImplementedError
 
 
-_SUITES: dict[str, type[Suite]] = {}
+def _load_builtin_suites() -> None:
+    import robustvit.evaluate.suites  # noqa: F401  (importing the package registers the built-in suites)
 
 
-def register_suite(cls: type[Suite]) -> type[Suite]:
-    """Class decorator adding a suite to the registry under ``cls.name``."""
-    if not cls.name:
-        raise ValueError(f"{cls.__name__} has no name")
-    _SUITES[cls.name] = cls
-    return cls
+SUITES: Registry[type[Suite]] = Registry("suite", loader=_load_builtin_suites, hint="see `robustvit list suites`")
+register_suite = SUITES.register
 
 
 def list_suites(pattern: str | None = None) -> list[str]:
     """Registered suite names, optionally filtered by a shell-style pattern."""
-    _load_builtin_suites()
-    names = sorted(_SUITES)
-    return [n for n in names if pattern is None or fnmatch.fnmatch(n, pattern)]
+    return SUITES.list(pattern)
 
 
 def get_suite_class(name: str) -> type[Suite]:
-    _load_builtin_suites()
-    if name not in _SUITES:
-        raise unknown_name("suite", name, _SUITES)
-    return _SUITES[name]
+    return SUITES.get(name)
 
 
 def parse_suite_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -151,11 +143,6 @@ def parse_suite_spec(spec: str) -> tuple[str, dict[str, str]]:
 def create_suite(spec: str) -> Suite:
     """Build a suite from its spec string; the result key in results.json is the spec as written."""
     name, options = parse_suite_spec(spec)
-    suite = get_suite_class(name)(**options)
+    suite = SUITES.create(name, **options)
     suite.key = spec.strip()
     return suite
-
-
-def _load_builtin_suites() -> None:
-    # Importing the package registers the built-in suites.
-    import robustvit.evaluate.suites  # noqa: F401
