@@ -2,7 +2,9 @@ import json
 
 import pytest
 
-from robustvit.demo import DEMO_MODELS, run_demo
+from robustvit.corruptions import list_corruptions
+from robustvit.demo import DEMO_MODELS, DEMO_SKIPPED, DEMO_SUITES, demo_suites, run_demo
+from robustvit.evaluate.suites import create_suite, list_suites
 
 
 @pytest.mark.slow
@@ -26,3 +28,18 @@ def test_quick_demo_end_to_end(tmp_path):
     again = run_demo(out=tmp_path, quick=True, device="cpu", progress=False)
     for name in DEMO_MODELS:
         assert again[name]["suites"]["clean"] == results[name]["suites"]["clean"]
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_demo_plan_covers_every_suite(quick):
+    specs, skipped = demo_suites(quick)
+    assert set(DEMO_SUITES) <= set(list_suites())
+    planned = {create_suite(s).name for s in specs} | {line.split(":")[0] for line in skipped}
+    assert planned == {n for n in list_suites() if not n.startswith("_")}
+    assert all(name in DEMO_SKIPPED for name, (default, q) in DEMO_SUITES.items() if not (q if quick else default))
+    for spec in specs:   # every planned spec parses, and the expensive suites are capped
+        suite = create_suite(spec)
+        if suite.name not in ("clean", "shape_bias"):
+            assert suite.max_images is not None and suite.max_images <= 500, spec
+        if suite.name == "corruptions":
+            assert suite.names == list_corruptions()

@@ -178,10 +178,3 @@ def test_report_section():
     assert list(line.get_xdata()) == [0, 1, 2] and list(line.get_ydata()) == [0.75, 0.5, 0.25]
     assert corruptions_section("corruptions", [{"model": {"name": "x"}, "suites": {}}]) is None
 
-
-def test_demo_specs_parse():
-    from robustvit.evaluate.suites.corruptions import Corruptions
-
-    for spec in Corruptions.demo_specs + Corruptions.quick_specs:
-        s = create_suite(spec)
-        assert s.max_images is not None and s.max_images <= 100 and s.names == list_corruptions()

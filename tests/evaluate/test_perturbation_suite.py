@@ -77,13 +77,6 @@ def test_suite_matches_direct_computation_and_normalises(tmp_path, ckpt):
     json.dumps(r3)
 
 
-def test_demo_specs_parse():
-    from robustvit.evaluate.suites.perturbations import Perturbations
-
-    for s in Perturbations.demo_specs + Perturbations.quick_specs:
-        assert create_suite(s).max_images is not None
-
-
 def _write_cifar_p(root, names, n=6, t=5, labels=True):
     root.mkdir()
     g = np.random.default_rng(0)

@@ -53,7 +53,6 @@ class Boom(Exception):
 class _Flaky(Suite):
     """A test suite that dies after a number of units (simulating a kill)."""
     name = "_flaky_test"
-    demo_specs = ()
     fail_after: int | None = None
     calls = 0
 

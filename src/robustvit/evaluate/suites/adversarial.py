@@ -233,8 +233,6 @@ class FGSMSuite(AttackSuite):
     attack_options = ("step_size", "random_start")
     option_names = COMMON_OPTIONS + attack_options
     check_kinds = ("model",)
-    demo_specs = ("fgsm:eps=1/255:limit=500", "fgsm:eps=4/255:limit=500")
-    quick_specs = ("fgsm:eps=1/255:limit=100", "fgsm:eps=4/255:limit=100")
 
 
 @register_suite
@@ -245,14 +243,10 @@ class PGDSuite(AttackSuite):
     attack_options = ("steps", "step_size", "restarts", "random_start")
     option_names = COMMON_OPTIONS + attack_options
     check_kinds = ("model", "more_steps", "blackbox")
-    demo_specs = ("pgd:eps=1/255:limit=500:save=8:checks=0", "pgd:eps=2/255:limit=500:checks=0",
-                  "pgd:eps=4/255:limit=500:save=8")
-    quick_specs = ("pgd:eps=1/255:limit=100:save=8:checks=0", "pgd:eps=4/255:limit=100:save=8")
 
     def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
         kw = super().attack_kwargs(ctx)
-        kw.setdefault("steps", 10)
-        kw.setdefault("step_size", kw["eps"] / 4)
+        kw.setdefault("steps", 10)   # the attack's step rule applies: 2.5·ε/steps (ε/4 for 10 steps)
         return kw
 
 
@@ -263,8 +257,6 @@ class APGDSuite(AttackSuite):
     attack_options = ("steps", "restarts", "n_target_classes")
     option_names = COMMON_OPTIONS + attack_options + ("attack",)
     check_kinds = ("model", "more_steps", "blackbox")
-    demo_specs = ()
-    demo_skip_reason = "the demo's autoattack run includes APGD-CE and APGD-T"
 
     @property
     def attack_name(self) -> str:  # type: ignore[override]
@@ -291,8 +283,6 @@ class AutoAttackSuite(AttackSuite):
     option_names = COMMON_OPTIONS + attack_options + ("attacks",)
     check_kinds = ("model",)
     # A reduced AutoAttack on a subset (the report says so): the full budget costs ~10 s per image on 2 CPU cores.
-    demo_specs = ("autoattack:limit=50:steps=20:n_queries=200:n_target_classes=3",)
-    quick_specs = ("autoattack:limit=20:steps=10:n_queries=100:n_target_classes=3",)
 
     def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
         kw = self.attack_kwargs(ctx)
@@ -335,8 +325,6 @@ class SpatialSuite(AttackSuite):
     option_names = ("save", "checks") + attack_options
     check_kinds = ()
     bounded = False
-    demo_specs = ("spatial:limit=200:translations=5:rotations=7:save=8",)
-    quick_specs = ("spatial:limit=100:translations=3:rotations=5",)
 
     def parts(self, ctx: EvalContext) -> list[str]:
         return ["all"]
@@ -369,8 +357,6 @@ class PatchFoolSuite(AttackSuite):
     option_names = ("save", "checks", "eps") + attack_options
     check_kinds = ("model",)
     bounded = False
-    demo_specs = ("patch_fool:limit=100:steps=50:save=8",)
-    quick_specs = ("patch_fool:limit=50:steps=20",)
 
     def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
         kw = super().attack_kwargs(ctx)
@@ -405,8 +391,6 @@ class TransferSuite(AttackSuite):
     attack_options = ("steps", "step_size", "restarts", "random_start")
     option_names = COMMON_OPTIONS + attack_options + ("attack", "cache_gb")
     check_kinds = ()
-    demo_specs = ()
-    demo_skip_reason = "the demo evaluates its models one at a time; run `robustvit eval --model A,B --suite transfer`"
 
     def __init__(self, limit: int | None = None, **options: Any) -> None:
         super().__init__(limit, **options)
@@ -420,8 +404,7 @@ class TransferSuite(AttackSuite):
     def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
         kw = super().attack_kwargs(ctx)
         if self.attack_name == "pgd":
-            kw.setdefault("steps", 10)
-            kw.setdefault("step_size", kw["eps"] / 4)
+            kw.setdefault("steps", 10)   # step 2.5·ε/steps, the attack's own rule
         return kw
 
     def parts(self, ctx: EvalContext) -> list[str]:

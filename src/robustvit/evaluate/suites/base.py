@@ -74,11 +74,6 @@ class Suite:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     option_names: ClassVar[tuple[str, ...]] = ()
-    #: How ``robustvit demo`` runs this suite: suite specs (default: the bare name), or ``()`` to skip
-    #: it, with ``demo_skip_reason`` saying why (e.g. it needs ImageNet data).
-    demo_specs: ClassVar[tuple[str, ...] | None] = None
-    quick_specs: ClassVar[tuple[str, ...] | None] = None   # the same for ``demo --quick`` (default: demo_specs)
-    demo_skip_reason: ClassVar[str] = ""
 
     def __init__(self, limit: int | None = None, **options: Any) -> None:
         unknown = set(options) - set(self.option_names)

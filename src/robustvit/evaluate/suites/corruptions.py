@@ -126,8 +126,6 @@ class Corruptions(Suite):
     option_names = ("corruptions", "severities", "preset", "jpeg_quality", "source")
     # 19 × 5 units + clean: ~1 minute per demo model on a 2-core CPU at 100 images (the model's forward pass
     # dominates: ~0.5 s per 100 32-px images for vit_cifar_micro); --quick: 3 severities, 40 images.
-    demo_specs = ("corruptions:limit=100",)
-    quick_specs = ("corruptions:limit=40:severities=1+3+5",)
 
     def __init__(self, limit: int | None = None, **options: Any) -> None:
         super().__init__(limit, **options)

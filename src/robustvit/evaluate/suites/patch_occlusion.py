@@ -52,8 +52,6 @@ class PatchOcclusion(Suite):
     name = "patch_occlusion"
     description = "accuracy with a fraction rho of the patches replaced by uniform noise (AFAT), spread over random masks"
     option_names = ("rhos", "masks", "mode", "patch_size")
-    demo_specs = ("patch_occlusion:limit=500:masks=3",)
-    quick_specs = ("patch_occlusion:limit=100:rhos=0.1+0.3+0.5:masks=3",)
 
     def __init__(self, limit: int | None = None, **options: Any) -> None:
         super().__init__(limit, **options)

@@ -107,8 +107,6 @@ class Perturbations(Suite):
     name = "perturbations"
     description = "ImageNet-P perturbation sequences: flip probability, top-5 distance, mFR / mT5D"
     option_names = ("perturbations", "difficulty", "baseline", "source", "preset")
-    demo_specs = ("perturbations:limit=24",)
-    quick_specs = ("perturbations:limit=12:perturbations=gaussian_noise+motion_blur+rotate+translate",)
 
     def __init__(self, limit: int | None = None, **options: Any) -> None:
         super().__init__(limit, **options)

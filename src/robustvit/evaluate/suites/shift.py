@@ -40,8 +40,6 @@ class ShiftSuite(Suite):
 
     dataset_name: ClassVar[str] = ""
     option_names = ("root", "crop_pct")
-    demo_specs = ()
-    demo_skip_reason = "needs the data set on disk and a 1000-class ImageNet model (pass root=DIR)"
 
     def __init__(self, limit: int | None = None, **options: Any) -> None:
         super().__init__(limit, **options)
