@@ -6,7 +6,8 @@ from robustvit.models import create_model, list_models, load_checkpoint, save_ch
 from robustvit.models.factory import OWN_MODELS
 
 TINY = {"vit_cifar_micro": dict(embed_dim=32, depth=2, num_heads=2), "vit_cifar_tiny": dict(embed_dim=32, depth=2, num_heads=2), "vit_cifar_small": dict(embed_dim=32, depth=2, num_heads=2),
-        "resnet_cifar18": dict(width_mult=0.0625)}
+        "resnet_cifar18": dict(width_mult=0.0625),
+        **{name: dict(embed_dim=32, depth=1, num_heads=2, img_size=32) for name in OWN_MODELS if name.startswith("fan_")}}
 
 
 @pytest.mark.parametrize("name", OWN_MODELS)
@@ -27,7 +28,7 @@ def test_own_models_visible_to_timm_and_listed():
 
     for name in OWN_MODELS:
         assert timm.is_model(name)
-        assert name in list_models("*cifar*")
+        assert name in list_models("*cifar*" if "cifar" in name else "fan_*")
     assert "vit_small_patch16_224" in list_models("vit_small*")
 
 

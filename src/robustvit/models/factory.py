@@ -20,10 +20,11 @@ from torch import nn
 import robustvit
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.models import cifar as _cifar  # noqa: F401  (registers robustvit's architectures with timm)
+from robustvit.models import fan as _fan  # registers the FAN architectures with timm
 from robustvit.models.spec import ModelSpec
 from robustvit.models.wrapper import Normalized
 
-OWN_MODELS = ("vit_cifar_micro", "vit_cifar_tiny", "vit_cifar_small", "resnet_cifar18")
+OWN_MODELS = ("vit_cifar_micro", "vit_cifar_tiny", "vit_cifar_small", "resnet_cifar18") + tuple(_fan.VARIANTS)
 WEIGHTS_FILE, SPEC_FILE = "model.safetensors", "spec.json"
 
 
