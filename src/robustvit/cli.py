@@ -195,7 +195,7 @@ def add_corrupt(sub: argparse._SubParsersAction) -> None:
 def cmd_corrupt(a: argparse.Namespace) -> int:
     # A corruption-only process: back its large CPU tensors with huge pages (docs/guide.md#speed-on-the-cpu).
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-    from robustvit.corruptions.export import ExportConfig, export_corrupted
+    from robustvit.data.export import ExportConfig, export_corrupted
 
     r = export_corrupted(ExportConfig(data=a.data, out=a.out, layout=a.layout, corruptions=a.corruptions,
                                       severities=a.severities, preset=a.preset, seed=a.seed, batch_size=a.batch_size,

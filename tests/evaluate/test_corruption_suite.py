@@ -16,7 +16,7 @@ from robustvit.data.shift import imagenet_wnids
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.runner import EvalConfig, run_eval
 from robustvit.evaluate.suites import create_suite
-from robustvit.evaluate.suites.corruptions import parse_corruptions, parse_severities
+from robustvit.corruptions.params import parse_corruptions, parse_severities
 from robustvit.metrics.corruption import ALEXNET_CLEAN_ERROR, ALEXNET_ERRORS
 from robustvit.models import create_model, save_checkpoint
 from robustvit.utils import derive_seed

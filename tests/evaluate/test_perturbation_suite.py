@@ -11,7 +11,8 @@ from robustvit.errors import RobustvitError
 from robustvit.evaluate.runner import EvalConfig, run_eval
 from robustvit.evaluate.suites import create_suite
 from robustvit.evaluate.suites.perturbations import parse_perturbations
-from robustvit.metrics.perturbation import TEST_PERTURBATIONS, flip_probability, ranking, top5_distance
+from robustvit.corruptions.perturbations import TEST_PERTURBATIONS
+from robustvit.metrics.perturbation import flip_probability, ranking, top5_distance
 from robustvit.models import create_model, save_checkpoint
 
 DATA = "synthshapes:test,count=6,size=16"

@@ -6,7 +6,8 @@ import torch
 from scipy.stats import rankdata
 
 from robustvit.errors import RobustvitError
-from robustvit.metrics.perturbation import (TEST_PERTURBATIONS, finalize_perturbation_stats, flip_probability,
+from robustvit.corruptions.perturbations import TEST_PERTURBATIONS
+from robustvit.metrics.perturbation import (finalize_perturbation_stats, flip_probability,
                                             flip_rate, frame_pairs, mfr, mt5d, perturbation_stats, ranking,
                                             top5_distance, top5_distance_pairs)
 
@@ -118,9 +119,9 @@ def test_flip_rate_and_means():
     assert flip_rate(0.1, 0.0) is None and flip_rate(None, 0.2) is None
     fp = {n: 0.1 * (i + 1) for i, n in enumerate(TEST_PERTURBATIONS)}
     base = {n: 0.2 * (i + 1) for i, n in enumerate(TEST_PERTURBATIONS)}
-    assert mfr(fp, base) == pytest.approx(0.5)
-    assert mt5d({n: 1.0 for n in TEST_PERTURBATIONS}, {n: 4.0 for n in TEST_PERTURBATIONS}) == pytest.approx(0.25)
-    assert mfr(fp, {k: v for k, v in base.items() if k != "snow"}) is None
+    assert mfr(fp, base, TEST_PERTURBATIONS) == pytest.approx(0.5)
+    assert mt5d({n: 1.0 for n in TEST_PERTURBATIONS}, {n: 4.0 for n in TEST_PERTURBATIONS}, TEST_PERTURBATIONS) == pytest.approx(0.25)
+    assert mfr(fp, {k: v for k, v in base.items() if k != "snow"}, TEST_PERTURBATIONS) is None
     assert mfr({"rotate": 0.3, "tilt": 0.1}, {"rotate": 0.6, "tilt": 0.4}, names=["rotate", "tilt"]) == pytest.approx(0.375)
     assert finalize_perturbation_stats({})["flip_probability"] is None
 

@@ -159,6 +159,40 @@ def check_severity(severity: int) -> int:
     return severity
 
 
+def parse_corruptions(spec: str) -> list[str]:
+    """A group name (all, benchmark, noise, blur, weather, digital, extra) or names joined by ``+`` or ``,``
+    → the checked corruption names, duplicates removed, in the order given."""
+    spec = str(spec).strip()
+    if spec in CORRUPTION_GROUPS:
+        return list(CORRUPTION_GROUPS[spec])
+    names: list[str] = []
+    for n in (t.strip() for t in spec.replace(",", "+").split("+") if t.strip()):
+        if n not in _TABLES:
+            raise unknown_name("corruption", n, list(_TABLES) + list(CORRUPTION_GROUPS),
+                               hint="give a group (all, benchmark, noise, blur, weather, digital, extra) or names joined by +")
+        if n not in names:
+            names.append(n)
+    if not names:
+        raise RobustvitError("give at least one corruption: a group such as all, or names joined by +")
+    return names
+
+
+def parse_severities(spec: str | int) -> list[int]:
+    """``"1-5"`` / ``"2-4"`` / ``"3"`` / ``"1+3+5"`` / ``"1,3,5"`` → the sorted severities, each in 1-5."""
+    text = str(spec).strip()
+    try:
+        if "-" in text:
+            a, b = (int(t) for t in text.split("-", 1))
+            sev = list(range(a, b + 1))
+        else:
+            sev = [int(t) for t in text.replace(",", "+").split("+") if t.strip()]
+    except ValueError:
+        raise RobustvitError(f"severities must look like 1-5, 3 or 1+3+5, got {text!r}") from None
+    if not sev or any(not 1 <= s <= 5 for s in sev):
+        raise RobustvitError(f"severities must lie in 1-5, got {text!r}")
+    return sorted(set(sev))
+
+
 def resolve_preset(preset: str | None, height: int, width: int) -> str:
     """The preset to use: ``preset`` if given (checked), else ``cifar`` when min(H, W) ≤ 64, else ``imagenet``."""
     if preset is None:
@@ -201,6 +235,3 @@ def zoom_factors(start: float, stop: float, step: float) -> list[float]:
     return [start + i * step for i in range(n)]
 
 
-def all_names() -> tuple[str, ...]:
-    """Every corruption name, benchmark ones first."""
-    return CORRUPTION_GROUPS["all"]

@@ -41,10 +41,11 @@ from robustvit.corruptions.params import PRESET_SIZES, resolve_preset
 from robustvit.corruptions.sampling import poisson, randn
 from robustvit.corruptions.spatter import water_layer
 from robustvit.errors import RobustvitError, unknown_name
-from robustvit.metrics.perturbation import TEST_PERTURBATIONS as _TEST
 
 #: The 10 test perturbations of ImageNet-P (mFR / mT5D average over these).
-TEST_PERTURBATIONS: tuple[str, ...] = _TEST
+#: The 10 test perturbations of ImageNet-P, over which mFR / mT5D average.
+TEST_PERTURBATIONS: tuple[str, ...] = ("gaussian_noise", "shot_noise", "motion_blur", "zoom_blur", "snow",
+                                       "brightness", "translate", "rotate", "tilt", "scale")
 #: The 4 validation perturbations.
 VALIDATION_PERTURBATIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "shear")
 PERTURBATION_GROUPS: dict[str, tuple[str, ...]] = {

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from robustvit.corruptions.params import CORRUPTION_GROUPS
 from robustvit.data.base import FileImageDataset, ImageDataset, to_float
 from robustvit.errors import RobustvitError
 
@@ -41,9 +42,7 @@ SEVERITIES = (1, 2, 3, 4, 5)
 
 
 def _all_corruptions() -> list[str]:
-    from robustvit.corruptions import list_corruptions   # data/ may not import corruptions/ at module level
-
-    return list_corruptions()
+    return list(CORRUPTION_GROUPS["all"])
 
 
 def read_classes_file(root: Path) -> list[str] | None:

@@ -32,9 +32,6 @@ import torch
 from robustvit.errors import RobustvitError
 
 TOPK = 5
-#: The 10 test perturbations of ImageNet-P, over which mFR / mT5D average.
-TEST_PERTURBATIONS: tuple[str, ...] = ("gaussian_noise", "shot_noise", "motion_blur", "zoom_blur", "snow",
-                                       "brightness", "translate", "rotate", "tilt", "scale")
 
 
 def ranking(logits: torch.Tensor, k: int = TOPK) -> torch.Tensor:
@@ -119,8 +116,8 @@ def flip_rate(fp: float | None, fp_base: float | None) -> float | None:
 
 
 def _mean_ratio(values: Mapping[str, float | None], base: Mapping[str, float | None],
-                names: Iterable[str] | None) -> float | None:
-    names = list(TEST_PERTURBATIONS if names is None else names)
+                names: Iterable[str]) -> float | None:
+    names = list(names)
     ratios = [flip_rate(values.get(n), base.get(n)) for n in names]
     if not ratios or any(r is None for r in ratios):
         return None
@@ -128,17 +125,18 @@ def _mean_ratio(values: Mapping[str, float | None], base: Mapping[str, float | N
 
 
 def mfr(fp: Mapping[str, float | None], fp_base: Mapping[str, float | None],
-        names: Iterable[str] | None = None) -> float | None:
-    """mFR: mean of FP[name] / FP_base[name] over ``names`` (default: the 10 test perturbations);
+        names: Iterable[str]) -> float | None:
+    """mFR: mean of FP[name] / FP_base[name] over ``names`` (ImageNet-P: the 10 test perturbations,
+    ``robustvit.corruptions.perturbations.TEST_PERTURBATIONS``);
     None if any of them is missing or has a zero baseline."""
     return _mean_ratio(fp, fp_base, names)
 
 
 def mt5d(t5d: Mapping[str, float | None], t5d_base: Mapping[str, float | None],
-         names: Iterable[str] | None = None) -> float | None:
-    """mT5D: mean of T5D[name] / T5D_base[name] over ``names`` (default: the 10 test perturbations)."""
+         names: Iterable[str]) -> float | None:
+    """mT5D: mean of T5D[name] / T5D_base[name] over ``names`` (as :func:`mfr`)."""
     return _mean_ratio(t5d, t5d_base, names)
 
 
-__all__ = ["TEST_PERTURBATIONS", "ranking", "frame_pairs", "top5_distance_pairs", "perturbation_stats", "finalize_perturbation_stats",
+__all__ = ["ranking", "frame_pairs", "top5_distance_pairs", "perturbation_stats", "finalize_perturbation_stats",
            "flip_probability", "top5_distance", "flip_rate", "mfr", "mt5d"]

@@ -32,7 +32,6 @@ torch.Size([2, 10])
 from __future__ import annotations
 
 import math
-from functools import partial
 from typing import Any
 
 import torch

@@ -40,12 +40,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from robustvit.corruptions import BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, corrupt, list_corruptions
-from robustvit.corruptions.params import resolve_preset
+from robustvit.corruptions import BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, corrupt
+from robustvit.corruptions.params import parse_corruptions, parse_severities, resolve_preset
 from robustvit.data import UNREADABLE, parse_data_spec
 from robustvit.data.base import ImageDataset
 from robustvit.data.corrupted import CorruptedSource, open_corrupted
-from robustvit.errors import RobustvitError, unknown_name
+from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
 from robustvit.metrics.corruption import (ALEXNET_ERRORS, NOISE_CORRUPTIONS, corruption_error, mean_or_none,
                                           relative_corruption_error, retention)
@@ -54,37 +54,6 @@ GROUP_NAMES = ("noise", "blur", "weather", "digital", "extra")
 CLEAN = "clean"
 #: Threads decoding image files of a ``source`` tree (PIL releases the GIL while decoding).
 READ_THREADS = 8
-
-
-def parse_corruptions(spec: str) -> list[str]:
-    """A group name or ``+``-separated corruption names → the list (checked, duplicates removed)."""
-    spec = str(spec).strip()
-    if spec in CORRUPTION_GROUPS:
-        return list_corruptions(spec)
-    names: list[str] = []
-    for n in (s.strip() for s in spec.split("+")):
-        if n not in list_corruptions():
-            raise unknown_name("corruption", n, list_corruptions() + list(CORRUPTION_GROUPS),
-                               hint="give a group (all, benchmark, noise, blur, weather, digital, extra) or names joined by +")
-        if n not in names:
-            names.append(n)
-    return names
-
-
-def parse_severities(spec: str | int) -> list[int]:
-    """``"1-5"`` / ``"2-4"`` / ``"3"`` / ``"1+3+5"`` → sorted severities in 1-5."""
-    text = str(spec).strip()
-    try:
-        if "-" in text:
-            a, b = (int(t) for t in text.split("-", 1))
-            sev = list(range(a, b + 1))
-        else:
-            sev = [int(t) for t in text.replace(",", "+").split("+") if t.strip()]
-    except ValueError:
-        raise RobustvitError(f"severities must look like 1-5, 3 or 1+3+5, got {text!r}") from None
-    if not sev or any(s < 1 or s > 5 for s in sev):
-        raise RobustvitError(f"severities must lie in 1-5, got {text!r}")
-    return sorted(set(sev))
 
 
 def part_name(name: str, severity: int) -> str:
@@ -132,8 +101,8 @@ class Corruptions(Suite):
         self.names = parse_corruptions(options.get("corruptions", "all"))
         self.severities = parse_severities(options.get("severities", "1-5"))
         self.preset = options.get("preset")
-        if self.preset is not None and self.preset not in ("imagenet", "cifar"):
-            raise unknown_name("preset", str(self.preset), ["imagenet", "cifar"])
+        if self.preset is not None:
+            resolve_preset(self.preset, 0, 0)   # checks the name
         q = options.get("jpeg_quality")
         try:
             self.jpeg_quality = None if q in (None, "", "none") else int(q)

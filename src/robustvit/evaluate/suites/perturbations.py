@@ -228,7 +228,7 @@ class Perturbations(Suite):
         tr = {n: flip_rate(t5d[n], bt5d.get(n)) for n in self.names}
         missing = [n for n in TEST_PERTURBATIONS if fr.get(n) is None or tr.get(n) is None]
         reason = None
-        m_fr, m_t5 = mfr(fp, bfp), mt5d(t5d, bt5d)
+        m_fr, m_t5 = mfr(fp, bfp, TEST_PERTURBATIONS), mt5d(t5d, bt5d, TEST_PERTURBATIONS)
         if missing:
             reason = (f"mFR / mT5D need all 10 test perturbations with a non-zero baseline; missing or zero: "
                       f"{', '.join(missing)}")

@@ -1,4 +1,4 @@
-"""``robustvit corrupt`` (corruptions/export.py) and the ImageNet-C / CIFAR-C readers (data/corrupted.py):
+"""``robustvit corrupt`` (data/export.py) and the ImageNet-C / CIFAR-C readers (data/corrupted.py):
 round trips through both layouts, resumption, reproducibility, and one-line errors."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from PIL import Image
 
 from robustvit.cli import main
 from robustvit.corruptions import corrupt, to_uint8
-from robustvit.corruptions.export import ExportConfig, export_corrupted
+from robustvit.data.export import ExportConfig, export_corrupted
 from robustvit.data import create_dataset
 from robustvit.data.corrupted import detect_layout, open_corrupted
 from robustvit.errors import RobustvitError

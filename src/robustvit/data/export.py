@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,13 +35,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from robustvit.corruptions.engine import corrupt, list_corruptions
+from robustvit.corruptions.engine import corrupt
 from robustvit.corruptions.jpeg import to_uint8
-from robustvit.corruptions.params import CORRUPTION_GROUPS, resolve_preset
+from robustvit.corruptions.params import parse_corruptions, parse_severities, resolve_preset
 from robustvit.data import UNREADABLE, create_dataset
 from robustvit.data.base import FileImageDataset, ImageDataset
 from robustvit.data.corrupted import CLASSES_FILE, LAYOUTS, read_classes_file
-from robustvit.errors import RobustvitError, unknown_name
+from robustvit.errors import RobustvitError
 from robustvit.progress import progress_bar
 from robustvit.utils import derive_seed, resolve_device
 
@@ -68,37 +67,6 @@ class ExportConfig:
     jpeg_quality: int = 85
     image_size: int | None = None          # file-based data: resize (shorter side, centre crop); default 224
     progress: bool = True
-
-
-def parse_names(spec: str) -> list[str]:
-    """A group or names joined by ``+`` or ``,`` → checked corruption names."""
-    spec = str(spec).strip()
-    if spec in CORRUPTION_GROUPS:
-        return list_corruptions(spec)
-    names: list[str] = []
-    for n in (t.strip() for t in spec.replace(",", "+").split("+") if t.strip()):
-        if n not in list_corruptions():
-            raise unknown_name("corruption", n, list_corruptions() + list(CORRUPTION_GROUPS))
-        if n not in names:
-            names.append(n)
-    if not names:
-        raise RobustvitError("give at least one corruption (a group such as all, or names joined by +)")
-    return names
-
-
-def parse_severity_list(spec: str) -> list[int]:
-    text = str(spec).strip()
-    try:
-        if "-" in text:
-            a, b = (int(t) for t in text.split("-", 1))
-            sev = list(range(a, b + 1))
-        else:
-            sev = [int(t) for t in text.replace(",", "+").split("+") if t.strip()]
-    except ValueError:
-        raise RobustvitError(f"--severities must look like 1-5, 3 or 1,3,5, got {text!r}") from None
-    if not sev or any(not 1 <= s <= 5 for s in sev):
-        raise RobustvitError(f"--severities must lie in 1-5, got {text!r}")
-    return sorted(set(sev))
 
 
 def _safe(name: str) -> str:
@@ -152,11 +120,11 @@ class _Exporter:
             raise RobustvitError(f"--batch-size must be >= 1, got {cfg.batch_size}")
         if cfg.limit is not None and cfg.limit < 1:
             raise RobustvitError(f"--limit must be >= 1, got {cfg.limit}")
-        if cfg.preset is not None and cfg.preset not in ("imagenet", "cifar"):
-            raise unknown_name("preset", cfg.preset, ["imagenet", "cifar"])
+        if cfg.preset is not None:
+            resolve_preset(cfg.preset, 0, 0)   # checks the name
         self.cfg = cfg
-        self.names = parse_names(cfg.corruptions)
-        self.severities = parse_severity_list(cfg.severities)
+        self.names = parse_corruptions(cfg.corruptions)
+        self.severities = parse_severities(cfg.severities)
         if cfg.layout == "cifar-c" and self.severities != [1, 2, 3, 4, 5]:
             raise RobustvitError("a CIFAR-C file holds all 5 severities; drop --severities or use --format imagenet-c")
         self.device = resolve_device(cfg.device)
@@ -336,9 +304,4 @@ def export_corrupted(cfg: ExportConfig) -> dict[str, Any]:
     return _Exporter(cfg).run()
 
 
-def remove_partial(out: str | Path) -> None:
-    """Delete the temporary files of an interrupted CIFAR-C export (``OUT/.partial``)."""
-    shutil.rmtree(Path(out) / ".partial", ignore_errors=True)
-
-
-__all__ = ["ExportConfig", "IMAGE_FORMATS", "export_corrupted", "parse_names", "parse_severity_list", "remove_partial"]
+__all__ = ["ExportConfig", "IMAGE_FORMATS", "export_corrupted"]
