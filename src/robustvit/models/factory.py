@@ -20,6 +20,7 @@ from torch import nn
 import robustvit
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.models import cifar as _cifar  # noqa: F401  (registers robustvit's architectures with timm)
+from robustvit.models import fan as _fan  # noqa: F401  (registers FAN with timm)
 from robustvit.models.spec import ModelSpec
 from robustvit.models.wrapper import Normalized
 
