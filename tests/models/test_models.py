@@ -5,7 +5,7 @@ from robustvit.errors import RobustvitError
 from robustvit.models import create_model, list_models, load_checkpoint, save_checkpoint
 from robustvit.models.factory import OWN_MODELS
 
-TINY = {"vit_cifar_micro": dict(embed_dim=32, depth=2, num_heads=2), "vit_cifar_tiny": dict(embed_dim=32, depth=2, num_heads=2), "vit_cifar_small": dict(embed_dim=32, depth=2, num_heads=2),
+TINY = {"vit_cifar_micro": dict(embed_dim=32, depth=2, num_heads=2), "vit_cifar_demo": dict(embed_dim=32, depth=2, num_heads=2), "vit_cifar_tiny": dict(embed_dim=32, depth=2, num_heads=2), "vit_cifar_small": dict(embed_dim=32, depth=2, num_heads=2),
         "resnet_cifar18": dict(width_mult=0.0625),
         **{name: dict(embed_dim=32, depth=1, num_heads=2, img_size=32) for name in OWN_MODELS if name.startswith("fan_")}}
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from timm.layers import PatchEmbed
 from timm.models import register_model
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
@@ -56,6 +57,42 @@ def vit_cifar_micro(pretrained: bool = False, **kwargs: Any) -> VisionTransforme
     trains markedly faster from scratch on small data (~0.55 M params)."""
     return _vit(pretrained, {"embed_dim": 128, "depth": 4, "num_heads": 4, "mlp_ratio": 2.0,
                              "class_token": False, "global_pool": "avg"}, **kwargs)
+
+
+class ConvStemPatchEmbed(PatchEmbed):
+    """A convolutional stem in place of the linear patch projection (Xiao et al., "Early convolutions help
+    transformers see better", arXiv:2106.14881): ``log2(patch)`` 3×3 stride-2 convs (BatchNorm, ReLU), widths
+    ``stem_width · 2^i``, then a 1×1 projection ``proj`` to the embedding width. Same token grid, ``patch_size``
+    and ``grid_size`` as timm's ``PatchEmbed``, so the ViT tools see an ordinary ViT."""
+
+    def __init__(self, img_size: int = 32, patch_size: int = 4, in_chans: int = 3, embed_dim: int = 128,
+                 stem_width: int = 32, bias: bool = True, **kwargs: Any) -> None:
+        super().__init__(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim,
+                         bias=bias, **kwargs)
+        n = patch_size.bit_length() - 1
+        if patch_size < 2 or 2 ** n != patch_size:
+            raise ValueError(f"a conv stem needs a power-of-2 patch size, got {patch_size}")
+        layers: list[nn.Module] = []
+        c = in_chans
+        for i in range(n):
+            w = stem_width * 2 ** i
+            layers += [nn.Conv2d(c, w, 3, 2, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True)]
+            c = w
+        self.stem = nn.Sequential(*layers)
+        self.proj = nn.Conv2d(c, embed_dim, 1, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj(self.stem(x))
+        return self.norm(x.flatten(2).transpose(1, 2) if self.flatten else x)
+
+
+@register_model
+def vit_cifar_demo(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+    """The CPU-demo ViT: ``vit_cifar_micro``'s transformer (width 128, 4 heads, 4 blocks, MLP ratio 2, global
+    average pooling) on a convolutional stem (``ConvStemPatchEmbed``, 4×4 token grid cells)."""
+    return _vit(pretrained, {"embed_dim": 128, "depth": 4, "num_heads": 4, "mlp_ratio": 2.0,
+                             "class_token": False, "global_pool": "avg", "embed_layer": ConvStemPatchEmbed},
+                **kwargs)
 
 
 @register_model

@@ -24,7 +24,7 @@ from robustvit.models import fan as _fan  # registers the FAN architectures with
 from robustvit.models.spec import ModelSpec
 from robustvit.models.wrapper import Normalized
 
-OWN_MODELS = ("vit_cifar_micro", "vit_cifar_tiny", "vit_cifar_small", "resnet_cifar18") + tuple(_fan.VARIANTS)
+OWN_MODELS = ("vit_cifar_micro", "vit_cifar_tiny", "vit_cifar_small", "vit_cifar_demo", "resnet_cifar18") + tuple(timm.list_models("fan_*"))
 WEIGHTS_FILE, SPEC_FILE = "model.safetensors", "spec.json"
 
 
