@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import os
 import shlex
 import sys
 import traceback
@@ -193,8 +192,6 @@ def add_corrupt(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_corrupt(a: argparse.Namespace) -> int:
-    # A corruption-only process: back its large CPU tensors with huge pages (docs/guide.md#speed-on-the-cpu).
-    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     from robustvit.data.export import ExportConfig, export_corrupted
 
     r = export_corrupted(ExportConfig(data=a.data, out=a.out, layout=a.layout, corruptions=a.corruptions,

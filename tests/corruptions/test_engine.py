@@ -142,7 +142,7 @@ def test_bad_images(x, match):
 
 
 @pytest.mark.parametrize("n", [1, 40])          # one chunk; several chunks on the coding threads
-def test_jpeg_checks_the_range_in_its_own_pass(n):
+def test_jpeg_checks_the_range(n):
     x = torch.rand(n, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     x[-1, 2, 5, 7] = -0.25                      # in the last chunk
     with pytest.raises(RobustvitError, match=r"x must lie in \[0, 1\], got values in \[-0.25, ") as e:

@@ -15,7 +15,6 @@ Building blocks (stable names, reused by the ImageNet-P sequences): :func:`gauss
 :func:`rgb_to_hsv` / :func:`hsv_to_rgb`, :func:`warp_bilinear`.
 """
 
-from robustvit.corruptions.buffers import release_buffers
 from robustvit.corruptions.color import hsv_to_rgb, rgb_to_gray, rgb_to_hsv
 from robustvit.corruptions.compat import corrupt_image, get_corruption_names
 from robustvit.corruptions.engine import corrupt, is_random, list_corruptions
@@ -33,7 +32,6 @@ __all__ = [
     # engine
     "corrupt", "list_corruptions", "is_random", "corruption_params", "CorruptionParams", "resolve_preset",
     "BENCHMARK_CORRUPTIONS", "EXTRA_CORRUPTIONS", "CORRUPTION_GROUPS", "PRESET_SIZES", "FUNCTIONS",
-    "release_buffers",
     # imagecorruptions drop-in
     "corrupt_image", "get_corruption_names",
     # building blocks

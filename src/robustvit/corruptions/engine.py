@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from robustvit.corruptions.functional import FUNCTIONS, IN_RANGE, SELF_CHECKED
+from robustvit.corruptions.functional import FUNCTIONS, IN_RANGE
 from robustvit.corruptions.jpeg import jpeg_roundtrip
 from robustvit.corruptions.params import (CORRUPTION_GROUPS, check_name, check_severity, corruption_params,
                                           resolve_preset)
@@ -81,7 +81,7 @@ def corrupt(x: torch.Tensor, name: str, severity: int, *, seed: int | None = Non
     """
     check_name(name)
     check_severity(severity)
-    check_images(x, name="x", check_range=name not in SELF_CHECKED)
+    check_images(x, name="x")
     quality = _check_quality(jpeg_quality)
     n, _, h, w = x.shape
     preset = resolve_preset(preset, h, w)

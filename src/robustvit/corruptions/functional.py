@@ -13,7 +13,6 @@ from functools import lru_cache
 
 import torch
 
-from robustvit.corruptions import buffers
 from robustvit.corruptions.color import rgb_to_gray
 from robustvit.corruptions.filters import defocus, gaussian_blur, gaussian_filter, next_power_of_2
 from robustvit.corruptions.fractal import plasma_fractal
@@ -53,7 +52,7 @@ def impulse_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> t
     u = rand((2, *x.shape), g, x)
     flipped = u[0] < p.c
     salt = u[1] < 0.5
-    return torch.where(flipped, salt, x, out=buffers.empty_like(x))
+    return torch.where(flipped, salt, x, out=torch.empty_like(x))
 
 
 def speckle_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
@@ -83,7 +82,7 @@ def motion_blur_corruption(x: torch.Tensor, p: CorruptionParams, g: torch.Genera
 def zoom_blur(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """Mean of x and its centre zooms by each factor of ``arange(start, stop, step)``."""
     factors = zoom_factors(p.start, p.stop, p.step)
-    out = buffers.empty_like(x).copy_(x)
+    out = torch.empty_like(x).copy_(x)
     for z in factors:
         out += clipped_zoom(x, z)
     return out.div_(len(factors) + 1)
@@ -111,7 +110,7 @@ def snow(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tens
     n, _, h, w = x.shape
     layer = snow_layer(n, h, w, p, g, x)
     bright = torch.maximum(x, rgb_to_gray(x) * 1.5 + 0.5).mul_(1 - p.blend)
-    y = torch.mul(x, p.blend, out=buffers.empty_like(x)).add_(bright)     # in place: one full-size output
+    y = torch.mul(x, p.blend, out=torch.empty_like(x)).add_(bright)     # in place: one full-size output
     return y.add_(layer).add_(layer.flip(-2, -1))
 
 
@@ -119,7 +118,7 @@ def frost(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Ten
     """a·x + b·frost, with a procedural frost texture (see :mod:`robustvit.corruptions.frost`)."""
     n, _, h, w = x.shape
     tex = frost_texture(n, h, w, g, scale=p.crystal_size, device=x.device, dtype=x.dtype).mul_(p.frost_weight)
-    return torch.mul(x, p.image_weight, out=buffers.empty_like(x)).add_(tex)
+    return torch.mul(x, p.image_weight, out=torch.empty_like(x)).add_(tex)
 
 
 def fog(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
@@ -146,7 +145,7 @@ def brightness(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torc
 def contrast(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """(x − μ)·c + μ with μ the per-image, per-channel mean."""
     mean = x.mean(dim=(2, 3), keepdim=True)
-    return torch.sub(x, mean, out=buffers.empty_like(x)).mul_(p.c).add_(mean)
+    return torch.sub(x, mean, out=torch.empty_like(x)).mul_(p.c).add_(mean)
 
 
 def _affine_grid(n: int, h: int, w: int, jitter: float, g: torch.Generator,
@@ -213,7 +212,7 @@ def pixelate(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.
     counts = rows.sum(1)[:, None] * cols.sum(1)[None, :]
     small.div_(counts.clamp_min(1).to(device=x.device, dtype=x.dtype)).clamp_(0, 1)     # the engine's clamp, small
     up = (_nearest_index(sh, h)[:, None] * sw + _nearest_index(sw, w)[None, :]).view(-1).to(x.device)
-    out = buffers.empty_like(x)
+    out = torch.empty_like(x)
     torch.index_select(small.view(n * c, sh * sw), 1, up, out=out.view(n * c, h * w))   # one gather
     return out
 
@@ -238,7 +237,7 @@ def _nearest_index(n_in: int, n_out: int) -> torch.Tensor:
 
 def jpeg_compression(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
     """JPEG encode at ``quality`` and decode (uint8 round trip)."""
-    return jpeg_roundtrip(x, int(p.quality), check_range=True)     # fused into its conversion pass
+    return jpeg_roundtrip(x, int(p.quality))
 
 
 # ---------------------------------------------------------------- extra
@@ -295,8 +294,6 @@ FUNCTIONS: dict[str, tuple[CorruptionFn, bool]] = {
     "saturate": (saturate, False),
 }
 
-#: corruptions that check their input's range themselves, in a pass they make anyway (the engine skips its check)
-SELF_CHECKED = frozenset({"jpeg_compression"})
 #: corruptions whose function returns values in [0, 1] (the engine skips its final clamp for them)
 IN_RANGE = frozenset({"gaussian_noise", "shot_noise", "speckle_noise", "pixelate", "jpeg_compression"})
 

@@ -16,18 +16,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-from robustvit.corruptions import buffers
 from robustvit.errors import RobustvitError
-from robustvit.utils import check_unit_range
 
 try:  # pragma: no cover - depends on the torchvision build
     from torchvision.io import decode_jpeg, encode_jpeg
 except ImportError:  # pragma: no cover
     encode_jpeg = decode_jpeg = None
-# torchvision >= 0.29 warns on every codec call (it moves them to TorchCodec): that one message is
-# filtered once, here.
-warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision are deprecated",
-                        category=DeprecationWarning)
+#: torchvision >= 0.29 warns on every codec call (it moves the codecs to TorchCodec); silenced around our calls.
+_CODEC_DEPRECATION = "The image decoding and encoding capabilities of TorchVision are deprecated"
 
 
 #: CPU chunk size (values): 4 images of 224 × 224 × 3, 2.4 MB of float32 — the conversions stay in cache.
@@ -44,15 +40,12 @@ def to_uint8(x: torch.Tensor, rounding: str = "floor") -> torch.Tensor:
     return y.to(torch.uint8)            # truncation toward zero = floor for these non-negative values
 
 
-def _roundtrip_chunk(src: np.ndarray, dst: np.ndarray, quality: int, offset: float,
-                     measure: bool = False) -> tuple[float, float] | None:
+def _roundtrip_chunk(src: np.ndarray, dst: np.ndarray, quality: int, offset: float) -> None:
     """JPEG round trip of ``src`` (n, 3, H, W) floats into ``dst``: the arithmetic of :func:`to_uint8` and
     ``decoded / 255`` in ``src``'s dtype. NumPy only around the codec: it runs on worker threads, where a
     torch op would start an OpenMP team per thread; the uint8 images are laid out (H, W, 3) so that the
-    encoder needs no copy of its own, and the decoder's (H, W, 3) output is read in place. With
-    ``measure``, returns the chunk's minimum and maximum (read while the chunk is in cache)."""
+    encoder needs no copy of its own, and the decoder's (H, W, 3) output is read in place."""
     one = src.dtype.type
-    extremes = (float(src.min()), float(src.max())) if measure else None
     scaled = np.multiply(src, one(255))
     np.add(scaled, one(offset), out=scaled)
     np.clip(scaled, 0, 255, out=scaled)
@@ -61,7 +54,6 @@ def _roundtrip_chunk(src: np.ndarray, dst: np.ndarray, quality: int, offset: flo
         hwc[..., c] = scaled[:, c]                      # truncation toward zero = floor here
     for img, out in zip(_codec(hwc, quality), dst):
         np.divide(img, one(255), out=out, dtype=dst.dtype)
-    return extremes
 
 
 def _codec(hwc: np.ndarray, quality: int) -> list[np.ndarray]:
@@ -73,20 +65,19 @@ def _codec(hwc: np.ndarray, quality: int) -> list[np.ndarray]:
             Image.fromarray(img).save(buf, "JPEG", quality=quality)
             decoded.append(np.asarray(Image.open(buf).convert("RGB")).transpose(2, 0, 1))
         return decoded
-    coded = encode_jpeg([torch.from_numpy(img).permute(2, 0, 1) for img in hwc], quality=quality)
-    return [img.numpy() for img in decode_jpeg(coded)]     # (H, W, 3) memory, seen as (3, H, W)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_CODEC_DEPRECATION, category=DeprecationWarning)
+        coded = encode_jpeg([torch.from_numpy(img).permute(2, 0, 1) for img in hwc], quality=quality)
+        return [img.numpy() for img in decode_jpeg(coded)]     # (H, W, 3) memory, seen as (3, H, W)
 
 
-def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round",
-                   check_range: bool = False) -> torch.Tensor:
+def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") -> torch.Tensor:
     """Encode every image of ``x`` (N, 3, H, W) in [0, 1] as JPEG at ``quality`` and decode it again.
 
     The images are first quantised to uint8 (``rounding`` ``"round"``, as PIL does for 8-bit images, or
     ``"floor"``, as the released ImageNet-C files were). Chroma is subsampled 4:2:0 as in PIL's default.
     On CUDA the batch goes through nvjpeg at once; on the CPU, chunks of a few images (small enough to stay
-    in cache) are coded by libjpeg-turbo on ``torch.get_num_threads()`` threads at once. ``check_range``
-    raises the error of :func:`robustvit.utils.check_images` for values outside [0, 1]; on the CPU it is
-    measured in the conversion pass (the corruption ``jpeg_compression`` relies on this).
+    in cache) are coded by libjpeg-turbo on ``torch.get_num_threads()`` threads at once.
 
     >>> jpeg_roundtrip(torch.rand(2, 3, 32, 32), 85).shape
     torch.Size([2, 3, 32, 32])
@@ -95,24 +86,22 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round",
     if rounding not in _OFFSETS:
         raise RobustvitError(f"rounding must be 'round' or 'floor', got {rounding!r}")
     if x.device.type == "cuda" and encode_jpeg is not None:
-        if check_range and x.numel():
-            lo, hi = torch.aminmax(x)
-            check_unit_range(lo.item(), hi.item(), name="x")
-        enc = encode_jpeg(list(to_uint8(x, rounding).unbind(0)), quality=q)
-        return torch.stack(decode_jpeg(enc, device=x.device)).to(x.dtype).div_(255)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_CODEC_DEPRECATION, category=DeprecationWarning)
+            enc = encode_jpeg(list(to_uint8(x, rounding).unbind(0)), quality=q)
+            return torch.stack(decode_jpeg(enc, device=x.device)).to(x.dtype).div_(255)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     src = x.detach().to("cpu", work).contiguous()       # no copy for a contiguous CPU float batch
-    out = buffers.empty_like(src)
+    out = torch.empty_like(src)
     a, b = src.numpy(), out.numpy()
     step = max(1, _CHUNK_PIXELS // max(1, src[0].numel()))
     jobs = [(a[i:i + step], b[i:i + step]) for i in range(0, len(a), step)]
     offset = _OFFSETS[rounding]
     threads = min(torch.get_num_threads(), len(jobs))
     if threads <= 1:
-        extremes = [_roundtrip_chunk(chunk, dst, q, offset, check_range) for chunk, dst in jobs]
+        for chunk, dst in jobs:
+            _roundtrip_chunk(chunk, dst, q, offset)
     else:
         with ThreadPoolExecutor(threads) as pool:
-            extremes = list(pool.map(lambda job: _roundtrip_chunk(job[0], job[1], q, offset, check_range), jobs))
-    if check_range and jobs:
-        check_unit_range(min(e[0] for e in extremes), max(e[1] for e in extremes), name="x")
+            list(pool.map(lambda job: _roundtrip_chunk(job[0], job[1], q, offset), jobs))
     return out.to(x.device, x.dtype)

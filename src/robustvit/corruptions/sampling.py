@@ -10,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from robustvit.corruptions import buffers
 
 #: values per CPU chunk of :func:`poisson`: a 64 × 3 × 224 × 224 batch makes 10 chunks
 POISSON_CHUNK = 1 << 20
@@ -20,7 +19,7 @@ def randn(shape: tuple[int, ...], g: torch.Generator, like: torch.Tensor) -> tor
     """Standard normal values of ``like``'s dtype, drawn from ``g`` and moved to ``like``'s device (drawn
     into a recycled buffer when they are on the same device: callers may work on them in place)."""
     if g.device == like.device:
-        return torch.randn(shape, generator=g, out=buffers.empty(shape, like.dtype, like.device))
+        return torch.randn(shape, generator=g, out=torch.empty(shape, dtype=like.dtype, device=like.device))
     return torch.randn(shape, generator=g, device=g.device, dtype=like.dtype).to(like.device)
 
 
@@ -28,7 +27,7 @@ def rand(shape: tuple[int, ...], g: torch.Generator, like: torch.Tensor) -> torc
     """Uniform [0, 1) values of ``like``'s dtype, drawn from ``g`` and moved to ``like``'s device (into a
     recycled buffer, as :func:`randn`)."""
     if g.device == like.device:
-        return torch.rand(shape, generator=g, out=buffers.empty(shape, like.dtype, like.device))
+        return torch.rand(shape, generator=g, out=torch.empty(shape, dtype=like.dtype, device=like.device))
     return torch.rand(shape, generator=g, device=g.device, dtype=like.dtype).to(like.device)
 
 
@@ -42,7 +41,7 @@ def poisson(rate: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     if rate.device.type != "cpu" or rate.numel() <= POISSON_CHUNK:
         return torch.poisson(rate, generator=g)
     flat = rate.contiguous().view(-1)
-    out = buffers.empty_like(flat)
+    out = torch.empty_like(flat)
     starts = range(0, flat.numel(), POISSON_CHUNK)
     seeds = torch.randint(0, 2**62, (len(starts),), generator=g, device=g.device).tolist()
 
