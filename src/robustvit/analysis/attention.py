@@ -74,7 +74,7 @@ def plot_attention_distance(result: dict[str, Any], out: Path) -> list[str]:
     L, H = d.shape
     fig, ax = plt.subplots(figsize=(5, 3.8))
     for h in range(H):
-        ax.scatter(torch.arange(L) + 1, d[:, h], s=14, alpha=0.8, label=f"head {h}" if H <= 8 else None)
+        ax.scatter((torch.arange(L) + 1).numpy(), d[:, h].numpy(), s=14, alpha=0.8, label=f"head {h}" if H <= 8 else None)
     ax.set_xlabel("network depth (layer)"), ax.set_ylabel("mean attention distance (pixels)")
     gh, gw = result["grid"]
     ax.set_ylim(0, max(float(d.max()) * 1.1, 1e-3))
@@ -211,13 +211,16 @@ def plot_pos_embed(result: dict[str, Any], out: Path) -> list[str]:
 
     gh, gw = result["grid"]
     sim = torch.tensor(result["similarity"]).view(gh, gw, gh, gw)
-    fig, axes = plt.subplots(gh, gw, figsize=(min(12, 0.6 * gw + 1), min(12, 0.6 * gh + 1)), squeeze=False)
-    for r in range(gh):
-        for c in range(gw):
-            im = axes[r, c].imshow(sim[r, c].numpy(), vmin=-1, vmax=1, cmap="viridis")
-            axes[r, c].set_xticks([]), axes[r, c].set_yticks([])
-    fig.supxlabel("input patch column"), fig.supylabel("input patch row")
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="cosine similarity")
+    # the grid of grids as one mosaic: tile (r, c) holds patch (r, c)'s similarity to every position
+    pad = torch.full((gh, gw, gh + 1, gw + 1), float("nan"))
+    pad[:, :, :gh, :gw] = sim
+    mosaic = pad.permute(0, 2, 1, 3).reshape(gh * (gh + 1), gw * (gw + 1))
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    im = ax.imshow(mosaic.numpy(), vmin=-1, vmax=1, cmap="viridis")
+    ax.set_xticks([(c + 0.5) * (gw + 1) - 1 for c in range(gw)], [str(c) for c in range(gw)], fontsize=6)
+    ax.set_yticks([(r + 0.5) * (gh + 1) - 1 for r in range(gh)], [str(r) for r in range(gh)], fontsize=6)
+    ax.set_xlabel("input patch column"), ax.set_ylabel("input patch row")
+    fig.colorbar(im, ax=ax, shrink=0.8, label="cosine similarity")
     fig.suptitle(f"Position embedding similarity — {result.get('model', '')}", fontsize=9)
     fig.savefig(out / "pos_embed_similarity.png", dpi=110)
     plt.close(fig)

@@ -129,7 +129,7 @@ def plot_correlation(result: dict[str, Any], out: Path) -> list[str]:
     fig, axes = plt.subplots(1, 2, figsize=(9, 4))
     label = "|Pearson ρ|" if result["method"] == "pearson" else "linear CKA"
     for ax, key, title in zip(axes, ("all_tokens", "cls_token"), ("all tokens", "CLS / pooled token")):
-        im = ax.imshow(torch.tensor(result[key]), vmin=0, vmax=1, cmap="viridis")
+        im = ax.imshow(torch.tensor(result[key]).numpy(), vmin=0, vmax=1, cmap="viridis")
         ax.set_title(f"{label}: {title}")
         n = len(result["layers"])
         ticks = list(range(n))
