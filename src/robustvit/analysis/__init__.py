@@ -29,6 +29,10 @@ def _load() -> None:
 
 ANALYSES: Registry[Analysis] = Registry("analysis", loader=_load, hint="see `robustvit list analyses`")
 
+#: What ``robustvit demo`` runs per model family (issue 11), with default options.
+DEMO_ANALYSES = {"vit": ["correlation", "lesion", "restricted_attention", "attention_distance", "attention_stability"],
+                 "cnn": ["correlation", "lesion"]}
+
 
 def list_analyses(pattern: str | None = None) -> list[str]:
     """Registered analysis names, optionally filtered by a shell-style pattern."""
@@ -62,7 +66,7 @@ from robustvit.analysis.grouping import grouping  # noqa: E402
 from robustvit.analysis.stability import attention_stability  # noqa: E402
 from robustvit.analysis.semantics import perturbation_semantics  # noqa: E402
 
-__all__ = ["ANALYSES", "FAMILIES", "Analysis", "Context", "analyses_for", "attach_analyses", "attention_distance",
+__all__ = ["ANALYSES", "DEMO_ANALYSES", "FAMILIES", "Analysis", "Context", "analyses_for", "attach_analyses", "attention_distance",
            "attention_maps", "attention_stability", "check_family", "correlation", "family_of", "get_analysis",
            "grouping", "lesion", "list_analyses", "load_analysis_folder", "make_context", "perturbation_semantics",
            "pos_embed_similarity", "restricted_attention", "run_analyses"]
