@@ -151,6 +151,7 @@ LISTS: dict[str, Callable[[str | None], list[str]]] = {
                                          if pattern is None or fnmatch.fnmatch(n, pattern)],
     "data": _lister("robustvit.data", "list_sources"),
     "losses": _lister("robustvit.training", "list_losses"),
+    "analyses": _lister("robustvit.analysis", "list_analyses"),
 }
 
 
@@ -204,6 +205,40 @@ def cmd_corrupt(a: argparse.Namespace) -> int:
 
 
 COMMANDS.append(add_corrupt)
+
+
+def add_analyze(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("analyze", help="explain a model: layer correlation, lesion, restricted attention, attention "
+                       "distance/maps, grouping, stability, perturbation semantics (resumable)")
+    p.add_argument("analyses", help="comma-separated analyses, each name[:key=value…] (see `robustvit list analyses`)")
+    p.add_argument("--model", required=True, help="model name or checkpoint folder")
+    p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
+    p.add_argument("--out", required=True, help="output folder (re-running resumes)")
+    p.add_argument("--limit", type=int, help="use only the first N images")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_analyze)
+
+
+def cmd_analyze(a: argparse.Namespace) -> int:
+    from robustvit.analysis import run_analyses
+    from robustvit.data import create_dataset
+    from robustvit.models import create_model, is_checkpoint_dir
+
+    model = create_model(a.model)
+    dataset = create_dataset(a.data, image_size=model.spec.image_size)
+    name = model.spec.architecture if is_checkpoint_dir(a.model) else a.model
+    res = run_analyses(model, dataset, _csv(a.analyses), a.out, limit=a.limit, seed=a.seed, batch_size=a.batch_size,
+                       device=a.device, progress=not a.no_progress, model_name=name, data_spec=a.data, source=a.model,
+                       command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
+    for key, r in res.items():
+        print(f"{key}: wrote {Path(a.out) / (key + '.json')}" + (f" and {', '.join(r.get('figures', []))}" if r.get("figures") else ""))
+    return 0
+
+
+COMMANDS.append(add_analyze)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -62,3 +62,75 @@ def test_attention_mask(tiny_vit):
 def test_unsupported_model_error(tiny_resnet):
     with pytest.raises(RobustvitError, match="supports timm VisionTransformer"):
         ViTProbe(tiny_resnet)
+
+
+# -- BlockProbe: XCiT, Swin, FAN-like stand-ins, CNNs --------------------------------------------------------
+def _stand_in_fan():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "analysis" / "standins.py"
+    spec = importlib.util.spec_from_file_location("robustvit_test_standins", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.stand_in_fan()
+
+
+def test_forward_with_attention_modules_are_probed_generically():
+    from robustvit.models.probe import BlockProbe, make_probe
+    m = _stand_in_fan()
+    probe = make_probe(m)
+    assert isinstance(probe, BlockProbe) and probe.family == "fan" and probe.maskable
+    x = torch.rand(2, 3, 16, 16)
+    with torch.no_grad():
+        out = probe.run(x, attentions=True)
+        assert torch.allclose(out.logits, m(x), atol=1e-6)
+        assert len(out.attentions) == 3 and out.attentions[0].shape == (2, 2, 16, 16)
+        eye = torch.eye(16, dtype=torch.bool)
+        masked = probe.run(x, attentions=True, attn_mask=eye)
+        assert torch.allclose(masked.attentions[1], eye.float().expand(2, 2, 16, 16))
+        # removing the attention branch: the block adds only its MLP
+        blk = m.net.blocks[0]
+        no_attn = probe.run(x, remove={0: "attn"})
+        h = m.net.patch_embed((x - m.mean) / m.std)
+        assert torch.allclose(no_attn.tokens[0], h + blk.gamma2 * blk.mlp(blk.norm2(h)), atol=1e-5)
+    assert "forward" not in m.net.blocks[0].attn.__dict__           # the override is undone
+
+
+def test_block_probe_on_xcit_and_swin_restores_fused_attention():
+    from robustvit.models import create_model
+    from robustvit.models.probe import make_probe
+    torch.manual_seed(0)
+    for name, kw in (("xcit_nano_12_p16_224", dict(img_size=32, depth=2)),
+                     ("swin_tiny_patch4_window7_224", dict(img_size=56, depths=(2, 2), num_heads=(2, 4), embed_dim=16))):
+        m = create_model(name, num_classes=5, **kw).eval()
+        probe = make_probe(m)
+        for a in probe.attn_modules:
+            a.fused_attn = True
+        x = torch.rand(2, 3, m.spec.image_size, m.spec.image_size)
+        with torch.no_grad():
+            out = probe.run(x, attentions=True)
+            assert torch.allclose(out.logits, m(x), atol=1e-4)
+        assert all(a.fused_attn for a in probe.attn_modules)
+        assert len(out.attentions) == probe.num_blocks
+        for a in out.attentions:
+            assert torch.allclose(a.sum(-1), torch.ones(a.shape[:-1]), atol=1e-5)
+    assert probe.family == "swin" and out.attentions[0].shape == (2, 2, 14 * 14, 49)
+
+
+def test_cnn_residual_block_removal(tiny_resnet):
+    from robustvit.models.probe import make_probe
+    probe = make_probe(tiny_resnet)
+    assert probe.family == "cnn" and probe.remove_modes == ("block",) and [len(s) for s in probe.stages] == [2, 2, 2, 2]
+    x = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        full = probe.run(x)
+        out = probe.run(x, remove={1: "block"})       # an identity-shortcut block: output = input
+        assert torch.equal(out.tokens[1], full.tokens[0])
+        blk = tiny_resnet.net.stages[1][0]             # a downsampling block: projection shortcut + ReLU
+        inp = full.tokens[1].transpose(1, 2).reshape(2, -1, 32, 32)
+        out = probe.run(x, remove={2: "block"})
+        ref = torch.relu(blk.shortcut(inp)).flatten(2).transpose(1, 2)
+        assert torch.allclose(out.tokens[2], ref, atol=1e-6)
+    with pytest.raises(RobustvitError, match="modes block"):
+        probe.run(x, remove={1: "attn"})

@@ -49,16 +49,21 @@ def renderer_for(key: str) -> Renderer:
 
 def load_results(paths: list[str | Path]) -> list[dict[str, Any]]:
     out = []
+    from robustvit.analysis import attach_analyses, load_analysis_folder
+
     for p in map(Path, paths):
         f = p / "results.json" if p.is_dir() else p
+        if not f.is_file() and p.is_dir() and (analysis := load_analysis_folder(p)) is not None:
+            out.append(analysis)
+            continue
         if not f.is_file():
-            raise RobustvitError(f"{p} holds no results.json; pass folders written by `robustvit eval`")
+            raise RobustvitError(f"{p} holds no results.json; pass folders written by `robustvit eval` or `robustvit analyze`")
         try:
             res = json.loads(f.read_text())
         except json.JSONDecodeError as e:
             raise RobustvitError(f"{f} is not valid JSON ({e})") from None
         res["_dir"] = str(f.parent)
-        out.append(res)
+        out.append(attach_analyses(res, f.parent / "analysis"))
     return out
 
 

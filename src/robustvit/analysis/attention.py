@@ -1,0 +1,252 @@
+"""Attention distance, attention maps / rollout and position-embedding similarity (Dosovitskiy et al.,
+"An Image is Worth 16x16 Words", arXiv:2010.11929, Fig. 6, 7 and 10).
+
+* ``attention_distance``: per head and layer, the mean over images and query patches of
+  Σ_k a(q, k)·‖pos(q) − pos(k)‖ in pixels over key patches (patch centres; prefix tokens neither query nor
+  key, the weights not renormalised — with a CLS token the patches' attention mass is below 1);
+* ``attention_maps``: the attention of one query patch (default: the centre patch), averaged over heads,
+  in every layer, and attention rollout from CLS (Abnar & Zuidema, arXiv:2005.00928: heads averaged,
+  0.5·A + 0.5·I, rows renormalised, multiplied over layers; models without CLS: the mean over patch
+  queries), drawn over the image;
+* ``pos_embed_similarity``: cosine similarity of each patch's learned position embedding with all others.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robustvit.analysis.base import Analysis, Context, make_context, tolist
+from robustvit.errors import RobustvitError
+
+
+def patch_distances(grid: tuple[int, int], patch_size: int) -> torch.Tensor:
+    """(P, P) Euclidean distance in pixels between patch centres."""
+    gh, gw = grid
+    r, c = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    pos = torch.stack([r.flatten(), c.flatten()], 1).double() * patch_size
+    return torch.cdist(pos, pos)
+
+
+def mean_attention_distance(attn: torch.Tensor, grid: tuple[int, int], patch_size: int,
+                            num_prefix: int) -> torch.Tensor:
+    """(N, heads, T, T) attention of one layer → (N, heads) mean attention distance in pixels."""
+    a = attn[:, :, num_prefix:, num_prefix:].double()
+    dist = patch_distances(grid, patch_size).to(a.device)
+    return (a * dist).sum(-1).mean(-1)
+
+
+def _need_grid(probe: Any, what: str) -> None:
+    if probe.grid_size is None or probe.patch_size is None or getattr(probe, "kind", "") in ("swin", "cnn") \
+            or probe.family == "xcit":
+        raise RobustvitError(f"{what} needs global attention between patch tokens (ViT, DeiT, FAN)")
+
+
+def compute_attention_distance(ctx: Context) -> dict[str, Any]:
+    probe = ctx.probe
+    _need_grid(probe, "attention distance")
+
+    def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
+        maps = probe.run(x, tokens=False, attentions=True).attentions
+        d = torch.stack([mean_attention_distance(a, probe.grid_size, probe.patch_size, probe.num_prefix_tokens)
+                         for a in maps], 1)   # (N, L, H)
+        yield "distance", {"sum": d.sum(0).cpu().tolist(), "n": int(x.shape[0])}
+
+    st = ctx.units(["distance"], unit)["distance"]
+    dist = torch.tensor(st["sum"], dtype=torch.float64) / st["n"]
+    return {"distance": tolist(dist, 4), "num_layers": probe.num_blocks, "num_heads": probe.num_heads,
+            "patch_size": probe.patch_size, "grid": list(probe.grid_size),
+            "convention": "distances between patch centres in pixels; prefix tokens excluded, weights not renormalised"}
+
+
+def attention_distance(model: torch.nn.Module, dataset: Any, **common: Any) -> dict[str, Any]:
+    """Mean attention distance in pixels: ``{"distance": layers × heads}``. ``common``: limit, batch_size,
+    seed, device, store, progress."""
+    return compute_attention_distance(make_context(model, dataset, name="attention_distance", **common))
+
+
+def plot_attention_distance(result: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    d = torch.tensor(result["distance"])
+    L, H = d.shape
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    for h in range(H):
+        ax.scatter((torch.arange(L) + 1).numpy(), d[:, h].numpy(), s=14, alpha=0.8, label=f"head {h}" if H <= 8 else None)
+    ax.set_xlabel("network depth (layer)"), ax.set_ylabel("mean attention distance (pixels)")
+    gh, gw = result["grid"]
+    ax.set_ylim(0, max(float(d.max()) * 1.1, 1e-3))
+    ax.set_title(f"Attention distance — {result.get('model', '')}")
+    if H <= 8:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "attention_distance.png", dpi=110)
+    plt.close(fig)
+    return ["attention_distance.png"]
+
+
+class AttentionDistance(Analysis):
+    name = "attention_distance"
+    families = ("vit", "deit", "fan")
+    description = "mean attention distance in pixels per head and layer (ViT Fig. 7 right, Fig. 10)"
+    options: dict[str, Any] = {}
+
+    def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
+        return compute_attention_distance(ctx)
+
+    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
+        return plot_attention_distance(result, out)
+
+
+# -- attention maps and rollout -----------------------------------------------------------------------------
+def attention_rollout(attns: list[torch.Tensor], residual: bool = True) -> torch.Tensor:
+    """(N, heads, T, T) per layer → (N, T, T) rollout: Π over layers of (0.5·Ā + 0.5·I), rows renormalised."""
+    out = None
+    for a in attns:
+        m = a.double().mean(1)
+        if residual:
+            m = 0.5 * m + 0.5 * torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
+            m = m / m.sum(-1, keepdim=True)
+        out = m if out is None else m @ out
+    assert out is not None
+    return out
+
+
+def compute_attention_maps(ctx: Context, images: int = 4, query: int = -1) -> dict[str, Any]:
+    probe = ctx.probe
+    _need_grid(probe, "attention maps")
+    gh, gw = probe.grid_size
+    P, pre = gh * gw, probe.num_prefix_tokens
+    q = (gh // 2) * gw + gw // 2 if query < 0 else int(query)
+    if not 0 <= q < P:
+        raise RobustvitError(f"query patch {query} is outside the {gh}×{gw} grid (0..{P - 1})")
+    x, y = ctx.batch(0, min(images, ctx.num_images))
+    with torch.no_grad():
+        out = probe.run(x, tokens=False, attentions=True)
+    maps = torch.stack([a[:, :, pre + q, pre:].mean(1) for a in out.attentions], 1)   # (N, L, P)
+    roll = attention_rollout(out.attentions)
+    src = roll[:, 0, pre:] if pre else roll[:, pre:, pre:].mean(1)
+    return {"query": q, "query_rc": [q // gw, q % gw], "grid": [gh, gw], "num_images": int(x.shape[0]),
+            "query_maps": tolist(maps.view(-1, probe.num_blocks, gh, gw), 5),
+            "rollout": tolist(src.view(-1, gh, gw), 5),
+            "rollout_source": "CLS" if pre else "mean over patch queries",
+            "_images": x.cpu()}
+
+
+def _overlay(ax: Any, img: torch.Tensor, m: torch.Tensor, title: str = "") -> None:
+    import torch.nn.functional as F
+
+    H, W = img.shape[-2:]
+    up = F.interpolate(m[None, None].float(), size=(H, W), mode="nearest")[0, 0]
+    ax.imshow(img.permute(1, 2, 0).clamp(0, 1).numpy())
+    ax.imshow(up.numpy(), cmap="inferno", alpha=0.6)
+    ax.set_title(title, fontsize=7)
+    ax.axis("off")
+
+
+def plot_attention_maps(result: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    imgs = result.get("_images")
+    if imgs is None:
+        return []
+    maps = torch.tensor(result["query_maps"])
+    roll = torch.tensor(result["rollout"])
+    N, L = maps.shape[:2]
+    fig, axes = plt.subplots(N, L + 2, figsize=(1.6 * (L + 2), 1.7 * N), squeeze=False)
+    r0, c0 = result["query_rc"]
+    for i in range(N):
+        img = imgs[i]
+        axes[i, 0].imshow(img.permute(1, 2, 0).numpy())
+        ps = img.shape[-1] / result["grid"][1]
+        axes[i, 0].add_patch(plt.Rectangle((c0 * ps, r0 * ps), ps, ps, fill=False, color="cyan", lw=1.5))
+        axes[i, 0].set_title("image, query", fontsize=7)
+        axes[i, 0].axis("off")
+        for l in range(L):
+            _overlay(axes[i, l + 1], img, maps[i, l], f"layer {l}")
+        _overlay(axes[i, L + 1], img, roll[i], f"rollout ({result['rollout_source']})")
+    fig.suptitle(f"Attention of the query patch per layer, and rollout — {result.get('model', '')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "attention_maps.png", dpi=110)
+    plt.close(fig)
+    return ["attention_maps.png"]
+
+
+class AttentionMaps(Analysis):
+    name = "attention_maps"
+    families = ("vit", "deit", "fan")
+    description = "attention of a query patch per layer and attention rollout, over the image (ViT Fig. 6)"
+    options = {"images": 4, "query": -1}
+
+    def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
+        return compute_attention_maps(ctx, int(options["images"]), int(options["query"]))
+
+    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
+        return plot_attention_maps(result, out)
+
+
+# -- position embeddings ------------------------------------------------------------------------------------
+def compute_pos_embed_similarity(ctx: Context) -> dict[str, Any]:
+    probe = ctx.probe
+    pos = getattr(probe.net, "pos_embed", None)
+    if not isinstance(pos, torch.Tensor) or probe.grid_size is None:
+        raise RobustvitError("pos_embed_similarity needs a learned position embedding (ViT, DeiT)")
+    gh, gw = probe.grid_size
+    P = gh * gw
+    pe = pos.detach()[0].double()
+    if pe.shape[0] == P + probe.num_prefix_tokens:
+        pe = pe[probe.num_prefix_tokens:]
+    elif pe.shape[0] != P:
+        raise RobustvitError(f"position embedding has {pe.shape[0]} entries for a {gh}×{gw} grid")
+    pe = torch.nn.functional.normalize(pe, dim=-1)
+    sim = pe @ pe.T
+    sim.fill_diagonal_(1.0)
+    return {"similarity": tolist(sim, 5), "grid": [gh, gw], "num_images": 0}
+
+
+def plot_pos_embed(result: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    gh, gw = result["grid"]
+    sim = torch.tensor(result["similarity"]).view(gh, gw, gh, gw)
+    # the grid of grids as one mosaic: tile (r, c) holds patch (r, c)'s similarity to every position
+    pad = torch.full((gh, gw, gh + 1, gw + 1), float("nan"))
+    pad[:, :, :gh, :gw] = sim
+    mosaic = pad.permute(0, 2, 1, 3).reshape(gh * (gh + 1), gw * (gw + 1))
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    im = ax.imshow(mosaic.numpy(), vmin=-1, vmax=1, cmap="viridis")
+    ax.set_xticks([(c + 0.5) * (gw + 1) - 1 for c in range(gw)], [str(c) for c in range(gw)], fontsize=6)
+    ax.set_yticks([(r + 0.5) * (gh + 1) - 1 for r in range(gh)], [str(r) for r in range(gh)], fontsize=6)
+    ax.set_xlabel("input patch column"), ax.set_ylabel("input patch row")
+    fig.colorbar(im, ax=ax, shrink=0.8, label="cosine similarity")
+    fig.suptitle(f"Position embedding similarity — {result.get('model', '')}", fontsize=9)
+    fig.savefig(out / "pos_embed_similarity.png", dpi=110)
+    plt.close(fig)
+    return ["pos_embed_similarity.png"]
+
+
+class PosEmbedSimilarity(Analysis):
+    name = "pos_embed_similarity"
+    families = ("vit", "deit")
+    description = "cosine similarity of each position embedding with all others (ViT Fig. 7 centre)"
+    options: dict[str, Any] = {}
+    needs_data = False
+
+    def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
+        return compute_pos_embed_similarity(ctx)
+
+    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
+        return plot_pos_embed(result, out)
+
+
+def attention_maps(model: torch.nn.Module, dataset: Any, *, images: int = 4, query: int = -1,
+                   **common: Any) -> dict[str, Any]:
+    """Per-layer attention of a query patch and attention rollout for the first ``images`` images."""
+    return compute_attention_maps(make_context(model, dataset, name="attention_maps", **common), images, query)
+
+
+def pos_embed_similarity(model: torch.nn.Module, dataset: Any = None, **common: Any) -> dict[str, Any]:
+    """``{"similarity": P × P cosine similarities of the patch position embeddings, "grid"}``."""
+    return compute_pos_embed_similarity(make_context(model, dataset, name="pos_embed_similarity", **common))

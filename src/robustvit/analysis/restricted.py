@@ -1,0 +1,188 @@
+"""Restricted attention (Bhojanapalli et al., arXiv:2103.14586, Section 4.3, Fig. 9).
+
+* ``local``: a patch may attend to a patch only if their distance along x and along y on the patch grid is
+  at most d (CLS and other prefix tokens ↔ every token always allowed), in every block;
+* ``random``: the same number of masked patch pairs, chosen by a fixed random permutation of the
+  off-diagonal patch-pair entries (the local masks never mask the diagonal either; a fixed permutation
+  makes the random masks nested as d grows);
+* ``cls_only_first`` / ``cls_only_last``: in the first / last k blocks patches attend only to the prefix
+  tokens (no patch↔patch attention); for models without a prefix token, only to themselves.
+
+Variants without any masked pair are the clean model by definition and reuse the clean pass. Other
+variants run in groups stacked along the batch (the embedding computed once per chunk; "last k" variants
+start from the clean pass's tokens).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robustvit.analysis.base import Analysis, Context, accuracy, accuracy_stats, make_context
+from robustvit.errors import RobustvitError
+from robustvit.utils import derive_seed
+
+
+def grid_coords(grid: tuple[int, int]) -> torch.Tensor:
+    gh, gw = grid
+    r, c = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+    return torch.stack([r.flatten(), c.flatten()], 1)
+
+
+def local_patch_mask(grid: tuple[int, int], d: int) -> torch.Tensor:
+    """(P, P) bool, True = may attend: |Δrow| ≤ d and |Δcol| ≤ d."""
+    rc = grid_coords(grid)
+    diff = (rc[:, None, :] - rc[None, :, :]).abs()
+    return (diff <= d).all(-1)
+
+
+def random_patch_mask(num_patches: int, num_masked: int, seed: int) -> torch.Tensor:
+    """(P, P) bool with ``num_masked`` off-diagonal pairs masked (False), the first ones of a fixed permutation."""
+    P = num_patches
+    off = (~torch.eye(P, dtype=torch.bool)).flatten().nonzero().flatten()
+    if num_masked > len(off):
+        raise RobustvitError(f"cannot mask {num_masked} of {len(off)} off-diagonal pairs")
+    g = torch.Generator().manual_seed(derive_seed(seed, "restricted_attention", "permutation"))
+    perm = off[torch.randperm(len(off), generator=g)]
+    mask = torch.ones(P * P, dtype=torch.bool)
+    mask[perm[:num_masked]] = False
+    return mask.view(P, P)
+
+
+def full_mask(patch_mask: torch.Tensor, num_prefix: int) -> torch.Tensor:
+    """(T, T) token mask from a (P, P) patch mask; prefix tokens attend and are attended freely."""
+    P = patch_mask.shape[0]
+    m = torch.ones(num_prefix + P, num_prefix + P, dtype=torch.bool)
+    m[num_prefix:, num_prefix:] = patch_mask
+    return m
+
+
+def cls_only_mask(num_patches: int, num_prefix: int) -> torch.Tensor:
+    """Patches attend only to the prefix tokens (to themselves when there is none)."""
+    return full_mask(torch.eye(num_patches, dtype=torch.bool) if num_prefix == 0 else
+                     torch.zeros(num_patches, num_patches, dtype=torch.bool), num_prefix)
+
+
+def variants(probe: Any, distances: list[int], seed: int) -> dict[str, dict[int, torch.Tensor]]:
+    """part → {block: (T, T) mask}; an empty dict = nothing masked (the clean model)."""
+    grid, pre, L = probe.grid_size, probe.num_prefix_tokens, probe.num_blocks
+    P = grid[0] * grid[1]
+    out: dict[str, dict[int, torch.Tensor]] = {"clean": {}}
+    for d in distances:
+        local = local_patch_mask(grid, d)
+        masked = int((~local).sum())
+        rand = random_patch_mask(P, masked, seed)
+        out[f"local:{d}"] = {} if masked == 0 else {i: full_mask(local, pre) for i in range(L)}
+        out[f"random:{d}"] = {} if masked == 0 else {i: full_mask(rand, pre) for i in range(L)}
+    only = cls_only_mask(P, pre)
+    for k in range(L + 1):
+        out[f"first:{k}"] = {i: only for i in range(k)}
+        out[f"last:{k}"] = {i: only for i in range(L - k, L)}
+    return out
+
+
+def compute_restricted(ctx: Context, distances: list[int] | None = None, group: int = 0) -> dict[str, Any]:
+    probe = ctx.probe
+    if probe.grid_size is None or not (probe.can_start or getattr(probe, "maskable", False)):
+        raise RobustvitError("restricted attention needs global token attention on a patch grid (ViT, DeiT, FAN)")
+    grid, L = probe.grid_size, probe.num_blocks
+    G = max(grid)
+    ds = list(range(G)) if not distances else sorted({int(d) for d in distances})
+    masks = variants(probe, ds, ctx.seed)
+    parts = list(masks)
+
+    def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
+        n = x.shape[0]
+        if probe.can_start:
+            h0 = probe.embed(x)
+            clean = probe.run(None, tokens=True, start=(0, h0))
+            hs = [h0] + clean.tokens[:-1]
+        else:
+            clean = probe.run(x, tokens=False)
+        yield "clean", accuracy_stats(clean.logits, y)
+        todo = [p for p in pending if p != "clean"]
+        same = [p for p in todo if not masks[p]]
+        for p in same:
+            yield p, accuracy_stats(clean.logits, y)
+        todo = [p for p in todo if masks[p]]
+        size = group or max(1, ctx.batch_size // n)
+        # group variants with the same first masked block so they can share a start
+        todo.sort(key=lambda p: min(masks[p]))
+        while todo:
+            first = min(masks[todo[0]])
+            grp = [p for p in todo if min(masks[p]) == first][:size]
+            todo = [p for p in todo if p not in grp]
+            k = len(grp)
+            per_block = {}
+            for i in range(first, L):
+                ms = [masks[p].get(i) for p in grp]
+                if all(m is None for m in ms):
+                    continue
+                T = next(m for m in ms if m is not None).shape[0]
+                full = torch.stack([m if m is not None else torch.ones(T, T, dtype=torch.bool) for m in ms])
+                per_block[i] = full.to(ctx.device).repeat_interleave(n, 0)[:, None]   # (k·n, 1, T, T)
+            if probe.can_start:
+                h = hs[first].repeat(k, 1, 1)
+                logits = probe.run(None, tokens=False, attn_mask=per_block, start=(first, h)).logits
+            else:
+                logits = probe.run(x.repeat(k, 1, 1, 1), tokens=False, attn_mask=per_block).logits
+            for j, p in enumerate(grp):
+                yield p, accuracy_stats(logits[j * n:(j + 1) * n], y)
+
+    st = ctx.units(parts, unit)
+    P = grid[0] * grid[1]
+    notes = [] if probe.num_prefix_tokens else ["no prefix token: `cls_only_*` lets patches attend only to themselves"]
+    return {"clean_accuracy": accuracy(st["clean"]), "grid": list(grid), "num_blocks": L,
+            "local": {str(d): accuracy(st[f"local:{d}"]) for d in ds},
+            "random": {str(d): accuracy(st[f"random:{d}"]) for d in ds},
+            "masked_pairs": {str(d): int((~local_patch_mask(grid, d)).sum()) for d in ds},
+            "num_patch_pairs": P * P,
+            "cls_only_first": {str(k): accuracy(st[f"first:{k}"]) for k in range(L + 1)},
+            "cls_only_last": {str(k): accuracy(st[f"last:{k}"]) for k in range(L + 1)},
+            "notes": notes}
+
+
+def restricted_attention(model: torch.nn.Module, dataset: Any, *, distances: list[int] | None = None,
+                         **common: Any) -> dict[str, Any]:
+    """Accuracy with local / random / CLS-only attention masks: ``{"clean_accuracy", "local", "random",
+    "cls_only_first", "cls_only_last"}``. ``common``: limit, batch_size, seed, device, store, progress."""
+    return compute_restricted(make_context(model, dataset, name="restricted_attention", **common), distances)
+
+
+def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    ax = axes[0]
+    ds = sorted(int(d) for d in result["local"])
+    ax.plot(ds, [result["local"][str(d)] for d in ds], marker="o", label="local (distance ≤ d)")
+    ax.plot(ds, [result["random"][str(d)] for d in ds], marker="s", label="random, same number masked")
+    ax.axhline(result["clean_accuracy"], color="k", ls="--", lw=1, label="full attention")
+    ax.set_xlabel("d (patches)"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02), ax.legend(fontsize=8)
+    ax.set_title("Restricted attention")
+    ax = axes[1]
+    ks = sorted(int(k) for k in result["cls_only_first"])
+    ax.plot(ks, [result["cls_only_first"][str(k)] for k in ks], marker="o", label="first k blocks")
+    ax.plot(ks, [result["cls_only_last"][str(k)] for k in ks], marker="s", label="last k blocks")
+    ax.set_xlabel("k"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02), ax.legend(fontsize=8)
+    ax.set_title("Patches attend only to CLS")
+    fig.suptitle(f"Restricted attention — {result.get('model', '')}")
+    fig.tight_layout()
+    fig.savefig(out / "restricted_attention.png", dpi=110)
+    plt.close(fig)
+    return ["restricted_attention.png"]
+
+
+class RestrictedAttention(Analysis):
+    name = "restricted_attention"
+    families = ("vit", "deit", "fan")
+    description = "accuracy with local / random / CLS-only attention masks (Bhojanapalli Fig. 9)"
+    options = {"distances": [], "group": 0}
+
+    def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
+        return compute_restricted(ctx, list(options["distances"]) or None, int(options["group"]))
+
+    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
+        return plot_restricted(result, out)

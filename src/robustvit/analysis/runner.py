@@ -1,0 +1,151 @@
+"""``run_analyses``: run registered analyses on one model and data set, write ``DIR/<analysis>.json``, its
+PNG plots and the folder's manifest ``DIR/analyses.json`` (model, data, run, the analyses done); resumable
+through the unit store ``DIR/analysis_units.sqlite``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import robustvit
+from robustvit.analysis.base import PAPER_IMAGES, make_context
+from robustvit.analysis.store import UnitStore
+from robustvit.errors import RobustvitError
+
+MANIFEST = "analyses.json"
+
+
+def parse_analysis_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``"lesion:samples=10"`` → ``("lesion", {"samples": "10"})``."""
+    name, *opts = spec.strip().split(":")
+    options: dict[str, str] = {}
+    for opt in opts:
+        if "=" not in opt:
+            raise RobustvitError(f"analysis option {opt!r} in {spec!r} must look like key=value")
+        k, v = opt.split("=", 1)
+        options[k.strip().replace("-", "_")] = v.strip()
+    return name.strip(), options
+
+
+def _jsonable(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if not k.startswith("_")}
+
+
+def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir: str | Path | None, *,
+                 limit: int | None = None, seed: int = 0, batch_size: int = 64, device: str | torch.device = "auto",
+                 progress: bool = False, model_name: str | None = None, data_spec: str | None = None,
+                 source: str | None = None, command: str | None = None) -> dict[str, dict[str, Any]]:
+    """Run analyses (``"name[:key=value…]"`` specs, a list or a comma-separated string) on ``model``
+    (a robustvit ``Normalized`` model) over ``dataset``; returns {name: result}. With ``out_dir``, writes
+    ``out_dir/<name>.json`` + PNGs + ``analyses.json`` and resumes from ``analysis_units.sqlite``."""
+    from robustvit.analysis import check_family, family_of, get_analysis
+
+    specs = [s for s in (names.split(",") if isinstance(names, str) else names) if s.strip()]
+    if not specs:
+        raise RobustvitError("give at least one analysis (see `robustvit list analyses`)")
+    parsed = [parse_analysis_spec(s) for s in specs]
+    if len({n for n, _ in parsed}) != len(parsed):
+        raise RobustvitError("an analysis is listed twice")
+    spec = getattr(model, "spec", None)
+    model_name = model_name or (spec.architecture if spec is not None else type(model).__name__)
+    data_spec = data_spec or getattr(dataset, "spec", "") or ""
+    family = family_of(model)
+    todo = []
+    for name, raw in parsed:
+        a = get_analysis(name)
+        check_family(name, family, model_name)
+        todo.append((a, a.parse_options(raw)))
+    if spec is not None and dataset is not None and spec.num_classes < getattr(dataset, "num_classes", 0):
+        raise RobustvitError(f"model {model_name} has {spec.num_classes} classes but {data_spec} has "
+                             f"{dataset.num_classes}; analyse it on data with matching classes")
+    out = Path(out_dir) if out_dir is not None else None
+    store = UnitStore(out) if out is not None else None
+    ctx = make_context(model, dataset, limit=limit, batch_size=batch_size, seed=seed, device=device, store=store,
+                       progress=progress)
+    if limit is not None and dataset is not None and limit > len(dataset):
+        raise RobustvitError(f"--limit {limit} is larger than the data set ({len(dataset)} images)")
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        for a, opts in todo:
+            ctx.name = a.name
+            fp = {"model": model_name, "source": source or model_name, "data": data_spec, "limit": limit, "seed": seed,
+                  "batch_size": batch_size, "options": {k: str(v) for k, v in sorted(opts.items())}}
+            ctx.store.check_fingerprint(a.name, fp)
+            t0, before = time.time(), ctx.store.seconds(a.name)
+            res = a.compute(ctx, **opts)
+            n = ctx.num_images if a.needs_data else 0
+            notes = list(res.pop("notes", []))
+            paper = PAPER_IMAGES.get(a.name)
+            if paper and n < paper:
+                notes.append(f"{n} images (the paper used {paper})")
+            head = {"analysis": a.name, "model": model_name, "family": family, "data": data_spec,
+                    "num_images": res.pop("num_images", n), "seed": seed, "batch_size": batch_size, "options": opts,
+                    "comparable": not notes, "notes": notes,
+                    "seconds": round(before + time.time() - t0, 3)}
+            res = {**head, **res}
+            if out is not None:
+                tmp = out / f"{a.name}.json.tmp"
+                tmp.write_text(json.dumps(_jsonable(res), indent=1))
+                res["figures"] = a.plot(res, out)
+                data = _jsonable(res)
+                tmp.write_text(json.dumps(data, indent=1))
+                tmp.replace(out / f"{a.name}.json")
+            results[a.name] = res
+        if out is not None:
+            _write_manifest(out, model, model_name, source, data_spec, dataset, ctx, results, command)
+    finally:
+        ctx.store.close()
+    return results
+
+
+def _write_manifest(out: Path, model: nn.Module, name: str, source: str | None, data_spec: str, dataset: Any,
+                    ctx: Any, results: dict[str, Any], command: str | None) -> None:
+    path = out / MANIFEST
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    spec = getattr(model, "spec", None)
+    man = {
+        "schema": 1, "kind": "analysis",
+        "run": {"robustvit": robustvit.__version__, "torch": torch.__version__, "device": str(ctx.device),
+                "seed": ctx.seed, "batch_size": ctx.batch_size, "limit": ctx.limit,
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command or " ".join(sys.argv)},
+        "model": {"name": name, "source": source or name, "params": sum(p.numel() for p in model.parameters()),
+                  "spec": spec.to_dict() if spec is not None else {"family": "other", "input_size": [3, 0, 0]}},
+        "data": {"spec": data_spec, "num_images": ctx.num_images,
+                 "num_classes": getattr(dataset, "num_classes", None)},
+        "analyses": sorted(set(old.get("analyses", [])) | set(results)),
+    }
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(man, indent=1))
+    tmp.replace(path)
+
+
+def load_analysis_folder(folder: str | Path) -> dict[str, Any] | None:
+    """A results-like dict (``model``, ``data``, ``run``, ``suites: {"analysis": {name: result}}``) for a
+    folder written by ``run_analyses``; None when the folder holds no ``analyses.json``."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        man = json.loads(path.read_text())
+        analyses = {n: json.loads((folder / f"{n}.json").read_text()) for n in man["analyses"]
+                    if (folder / f"{n}.json").is_file()}
+    except (json.JSONDecodeError, KeyError) as e:
+        raise RobustvitError(f"{path} is not a valid analysis manifest ({e})") from None
+    return {"schema": 1, "run": man["run"], "model": man["model"], "data": man["data"],
+            "suites": {"analysis": {"dir": str(folder), "results": analyses}}, "_dir": str(folder)}
+
+
+def attach_analyses(result: dict[str, Any], folder: str | Path) -> dict[str, Any]:
+    """Add the analyses written to ``folder`` to an evaluation results dict (``suites["analysis"]``), so the
+    report's "Inside the models" section shows them; unchanged when the folder holds none."""
+    loaded = load_analysis_folder(folder)
+    if loaded is not None:
+        result.setdefault("suites", {})["analysis"] = loaded["suites"]["analysis"]
+    return result

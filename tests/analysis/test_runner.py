@@ -1,0 +1,104 @@
+import json
+import sqlite3
+
+import pytest
+import torch
+
+from robustvit.analysis import analyses_for, list_analyses, run_analyses
+from robustvit.analysis.store import DB_NAME
+from robustvit.cli import main
+from robustvit.errors import RobustvitError
+
+ALL = ["attention_distance", "attention_maps", "attention_stability", "correlation", "grouping", "lesion",
+       "perturbation_semantics", "pos_embed_similarity", "restricted_attention"]
+
+
+def test_registry_lists_every_analysis_and_families():
+    assert list_analyses() == ALL
+    assert list_analyses("attention_*") == ALL[:3]
+    assert analyses_for("cnn") == ["correlation", "lesion", "perturbation_semantics"]
+    assert set(analyses_for("vit")) == set(ALL)
+    assert "restricted_attention" not in analyses_for("xcit") and "attention_stability" in analyses_for("swin")
+
+
+def test_unsupported_pair_is_a_one_line_error_naming_what_applies(tiny_resnet, tiny_data):
+    with pytest.raises(RobustvitError, match="for cnn use: correlation, lesion, perturbation_semantics") as e:
+        run_analyses(tiny_resnet, tiny_data, ["restricted_attention"], None)
+    assert "\n" not in str(e.value)
+    with pytest.raises(RobustvitError, match="takes no option 'depth'"):
+        run_analyses(tiny_resnet, tiny_data, ["lesion:depth=3"], None)
+
+
+def test_resume_after_lost_units_gives_the_same_result(cls_vit, tiny_data, tmp_path):
+    first = run_analyses(cls_vit, tiny_data, "lesion:samples=2", tmp_path, batch_size=4, device="cpu")["lesion"]
+    db = sqlite3.connect(tmp_path / DB_NAME)
+    total = db.execute("SELECT COUNT(*) FROM units").fetchone()[0]
+    assert total == 3 * (1 + 3 * 3 + 2 * 2)        # chunks × (clean + 9 single + n∈{1,2} × 2 samples)
+    db.execute("DELETE FROM units WHERE chunk = 2 AND part LIKE 'random%'")   # as if killed in chunk 2
+    db.commit()
+    db.close()
+    again = run_analyses(cls_vit, tiny_data, "lesion:samples=2", tmp_path, batch_size=4, device="cpu")["lesion"]
+    assert {k: again[k] for k in ("clean_accuracy", "single", "random")} == \
+           {k: first[k] for k in ("clean_accuracy", "single", "random")}
+    with pytest.raises(RobustvitError, match="other settings"):
+        run_analyses(cls_vit, tiny_data, "lesion:samples=3", tmp_path, batch_size=4, device="cpu")
+
+
+def test_stand_in_fan_runs_its_analyses(stand_in_fan, tiny_data):
+    names = analyses_for("fan")
+    assert "pos_embed_similarity" not in names and "restricted_attention" in names
+    opts = {"lesion": "lesion:samples=2", "attention_stability": "attention_stability:masks=2:images=2",
+            "perturbation_semantics": "perturbation_semantics:steps=1:vis_steps=1:classes=2",
+            "attention_maps": "attention_maps:images=2", "grouping": "grouping:images=2"}
+    res = run_analyses(stand_in_fan, tiny_data, [opts.get(n, n) for n in names], None, batch_size=6, limit=6)
+    r = res["restricted_attention"]
+    assert r["local"]["3"] == r["clean_accuracy"] == res["lesion"]["clean_accuracy"]
+    assert r["cls_only_first"]["0"] == r["clean_accuracy"]
+    assert torch.tensor(res["attention_distance"]["distance"]).shape == (3, 2)
+
+
+def test_cli_analyze_writes_json_keys_and_report(tmp_path, capsys):
+    out = tmp_path / "an"
+    rc = main(["analyze", "correlation,lesion:samples=2,restricted_attention,attention_distance,attention_stability:masks=2",
+               "--model", "vit_cifar_micro", "--data", "synthshapes:test,count=8", "--out", str(out), "--limit", "8",
+               "--batch-size", "8", "--device", "cpu", "--no-progress"])
+    assert rc == 0
+    keys = {"correlation": ["all_tokens", "cls_token"], "lesion": ["clean_accuracy", "single", "random"],
+            "restricted_attention": ["clean_accuracy", "local", "random", "cls_only_first", "cls_only_last"],
+            "attention_distance": ["distance"], "attention_stability": ["cosine"]}
+    for name, ks in keys.items():
+        r = json.loads((out / f"{name}.json").read_text())
+        assert all(k in r for k in ks), name
+        assert r["model"] == "vit_cifar_micro" and r["num_images"] == 8 and r["seed"] == 0 and "comparable" in r
+        assert all((out / f).is_file() for f in r["figures"])
+    les = json.loads((out / "lesion.json").read_text())
+    assert set(les["single"]) == {"block", "attention", "mlp"} and len(les["single"]["block"]) == 4
+    assert set(les["random"]["2"]) >= {"mean", "stderr", "min", "max"}
+    assert len(json.loads((out / "attention_distance.json").read_text())["distance"]) == 4
+    assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Inside the models" in md and "lesion: clean accuracy" in md
+    assert main(["list", "analyses"]) == 0
+    assert "restricted_attention" in capsys.readouterr().out
+    assert main(["analyze", "restricted_attention", "--model", "resnet_cifar18", "--data", "synthshapes:test,count=4",
+                 "--out", str(tmp_path / "x"), "--device", "cpu"]) == 2
+    assert "for cnn use: correlation, lesion, perturbation_semantics" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_every_vit_analysis_on_vit_small_patch16_224(tmp_path):
+    from robustvit.data import create_dataset
+    from robustvit.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("vit_small_patch16_224", num_classes=10)
+    data = create_dataset("synthshapes:test,count=2", image_size=224)
+    specs = {"lesion": "lesion:samples=1:random=false", "restricted_attention": "restricted_attention:distances=13",
+             "attention_stability": "attention_stability:masks=1:images=1", "attention_maps": "attention_maps:images=1",
+             "grouping": "grouping:images=1", "perturbation_semantics": "perturbation_semantics:steps=1:vis_steps=1:classes=1"}
+    res = run_analyses(model, data, [specs.get(n, n) for n in ALL], tmp_path, limit=2, batch_size=2, device="cpu")
+    assert set(res) == set(ALL)
+    assert torch.tensor(res["attention_distance"]["distance"]).shape == (12, 6)
+    assert torch.tensor(res["correlation"]["all_tokens"]).shape == (12, 12)
+    assert res["restricted_attention"]["local"]["13"] == res["restricted_attention"]["clean_accuracy"]
+    assert torch.tensor(res["pos_embed_similarity"]["similarity"]).shape == (196, 196)
