@@ -1,12 +1,13 @@
 """``robustvit demo``: the main job on the embedded default, end to end on a CPU.
 
-1. generate ``synthshapes`` (train / test / cue-conflict) in memory;
-2. train a small ViT (``vit_cifar_micro``) and a small ResNet (``resnet_cifar18``) on it;
-3. evaluate both with every registered suite, as planned in ``DEMO_SUITES``;
-4. write ``OUT/<model>/results.json``, ``OUT/<model>/checkpoint/`` and a side-by-side ``OUT/report.md`` /
-   ``OUT/report.html``.
+1. generate ``synthshapes`` (train / test / cue-conflict);
+2. train three small models on it (``DEMO_MODELS``): a ViT, a ResNet and the same ViT trained adversarially;
+3. evaluate each with every registered suite, as planned in ``DEMO_SUITES``;
+4. explain: run the internals analyses on each (``DemoModel.analyses``);
+5. write ``OUT/<model>/results.json``, ``OUT/<model>/checkpoint/``, ``OUT/<model>/analysis/`` and a
+   side-by-side ``OUT/report.md`` / ``OUT/report.html``.
 
-Re-running resumes: finished training and evaluation units are skipped.
+Re-running resumes: finished training, evaluation and analysis units are skipped.
 """
 
 from __future__ import annotations
@@ -17,34 +18,55 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from robustvit.analysis import DEMO_ANALYSES, attach_analyses, run_analyses
+from robustvit.data import create_dataset
 from robustvit.evaluate.runner import EvalConfig, run_eval
 from robustvit.evaluate.suites import list_suites
+from robustvit.models import create_model
 from robustvit.report import write_report
 from robustvit.training import TrainConfig, train
+from robustvit.utils import resolve_device
 
 
 @dataclass(frozen=True)
 class DemoPlan:
     train_count: int
     test_count: int
-    epochs: dict[str, int]
+    epochs: dict[str, int]   # per demo model
     batch_size: int
     eval_limit: int | None   # None: the whole test split (so `robustvit eval ... --data synthshapes:test` reproduces it)
+    analysis_limit: int
 
+
+@dataclass(frozen=True)
+class DemoModel:
+    """One model of the demo: the architecture, how it is trained (``TrainConfig`` fields) and which analyses
+    run on it."""
+
+    architecture: str
+    family: str
+    train: dict[str, Any]
+    analyses: tuple[str, ...]
+
+
+VIT_ANALYSES, CNN_ANALYSES = tuple(DEMO_ANALYSES["vit"]), tuple(DEMO_ANALYSES["cnn"])
+
+#: The three demo models (folder name → model): a ViT, a ResNet and the same ViT adversarially trained
+#: (FGSM with random start at ε = 4/255, Wong et al. 2020), so the report shows what hardening buys.
+DEMO_MODELS: dict[str, DemoModel] = {
+    "vit_cifar_demo": DemoModel("vit_cifar_demo", "vit", {"lr": 2e-3, "weight_decay": 0.05}, VIT_ANALYSES),
+    "resnet_cifar18": DemoModel("resnet_cifar18", "resnet", {"lr": 2e-3, "model_kwargs": {"width_mult": 0.25}},
+                                CNN_ANALYSES),
+    "vit_cifar_demo_fgsm_rs": DemoModel("vit_cifar_demo", "vit", {"lr": 2e-3, "weight_decay": 0.05, "loss": "fgsm_rs",
+                                                                  "eps": "4/255"}, VIT_ANALYSES),
+}
 
 PLANS = {
-    "default": DemoPlan(train_count=10_000, test_count=2_000, epochs={"vit": 6, "resnet": 2}, batch_size=64, eval_limit=None),
-    "quick": DemoPlan(train_count=3_000, test_count=500, epochs={"vit": 4, "resnet": 2}, batch_size=64, eval_limit=200),
+    "default": DemoPlan(train_count=10_000, test_count=2_000, batch_size=64, eval_limit=None, analysis_limit=200,
+                        epochs={"vit_cifar_demo": 6, "resnet_cifar18": 2, "vit_cifar_demo_fgsm_rs": 6}),
+    "quick": DemoPlan(train_count=3_000, test_count=500, batch_size=64, eval_limit=200, analysis_limit=50,
+                      epochs={"vit_cifar_demo": 3, "resnet_cifar18": 2, "vit_cifar_demo_fgsm_rs": 3}),
 }
-
-#: The two demo models: name → (family, architecture kwargs). Small enough to train on 2 CPU cores.
-DEMO_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
-    "vit_cifar_micro": ("vit", {}),
-    "resnet_cifar18": ("resnet", {"width_mult": 0.25}),
-}
-VIT_LR, RESNET_LR = 1e-3, 2e-3
 
 
 #: How the demo runs each suite: (default plan specs, quick plan specs); an empty tuple skips the suite.
@@ -95,35 +117,44 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
     out = Path(out)
     train_spec = f"synthshapes:train,count={plan.train_count}"
     test_spec = "synthshapes:test" if plan.eval_limit is None else f"synthshapes:test,count={plan.test_count}"
+    command = f"robustvit demo --out {out}" + (" --quick" if quick else "")
     suites, skipped = demo_suites(quick)
     results: dict[str, dict[str, Any]] = {}
     t_start = time.time()
-    for name, (family, kwargs) in DEMO_MODELS.items():
+    for name, dm in DEMO_MODELS.items():
         mdir = out / name
         ckpt = mdir / "checkpoint"
         if not (ckpt / "spec.json").is_file():
-            print(f"[demo] training {name} ({family}) on {train_spec}", flush=True)
-            cfg = TrainConfig(model=name, data=train_spec, out=str(mdir), epochs=plan.epochs[family],
-                              batch_size=plan.batch_size, lr=VIT_LR if family == "vit" else RESNET_LR,
-                              warmup_epochs=0.5 if quick else 1.0, model_kwargs=kwargs, val_data=test_spec,
-                              val_limit=500, seed=seed, device=device)
+            print(f"[demo] training {name} on {train_spec}", flush=True)
+            cfg = TrainConfig(model=dm.architecture, data=train_spec, out=str(mdir), epochs=plan.epochs[name],
+                              batch_size=plan.batch_size, warmup_epochs=0.5 if quick else 1.0, val_data=test_spec,
+                              val_limit=500, seed=seed, device=device, **dm.train)
             train(cfg, resume=(mdir / "last" / "train_state.pt").is_file(), progress=progress)
         print(f"[demo] evaluating {name}: {', '.join(suites)}", flush=True)
         ecfg = EvalConfig(models=[str(ckpt)], data=test_spec, suites=suites, out=str(mdir),
                           limit=plan.eval_limit, batch_size=100, device=device, seed=seed,
-                          progress=progress, command=f"robustvit demo --out {out}" + (" --quick" if quick else ""))
-        res = run_eval(ecfg)
-        results[name] = {**next(iter(res.values())), "_dir": str(mdir)}   # saved examples live there
+                          progress=progress, command=command)
+        res = {**next(iter(run_eval(ecfg).values())), "_dir": str(mdir)}   # saved examples live there
+        res["model"]["name"] = name
+        print(f"[demo] analysing {name}: {', '.join(dm.analyses)}", flush=True)
+        model = create_model(str(ckpt)).to(resolve_device(device)).eval()
+        run_analyses(model, create_dataset(test_spec), list(dm.analyses), mdir / "analysis", limit=plan.analysis_limit,
+                     seed=seed, batch_size=100, device=device, progress=progress, model_name=name,
+                     data_spec=test_spec, command=command)
+        results[name] = attach_analyses(res, mdir / "analysis")
     notes = [f"Models trained on {train_spec} ({'quick' if quick else 'default'} plan) and evaluated on {test_spec} "
-             f"({plan.eval_limit or plan.test_count} images); total {time.time() - t_start:.0f} s on "
-             f"{'CUDA' if torch.cuda.is_available() and device != 'cpu' else 'CPU'}.",
-             "ResNet: resnet_cifar18 with width_mult=0.25 (a quarter of the channels) so that it trains on a CPU in minutes."]
+             f"({plan.eval_limit or plan.test_count} images; analyses on the first {plan.analysis_limit}); total "
+             f"{time.time() - t_start:.0f} s on {'CUDA' if resolve_device(device).type == 'cuda' else 'CPU'}.",
+             "vit_cifar_demo: a 4-block ViT on a convolutional stem; vit_cifar_demo_fgsm_rs: the same ViT trained "
+             "adversarially (FGSM-RS, ε = 4/255); resnet_cifar18 with width_mult=0.25 (a quarter of the channels) "
+             "so that it trains on a CPU in minutes."]
     notes += [f"Not run by the demo — {s}" for s in skipped]
     for name in results:
         metrics = out / name / "metrics.jsonl"
         if metrics.is_file():
             results[name]["training"] = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    md, html = write_report(list(results.values()), out, title="robustvit demo: ViT vs ResNet on synthshapes", notes=notes)
+    md, html = write_report(list(results.values()), out, title="robustvit demo: evaluate, explain and harden on synthshapes",
+                            notes=notes)
     for name, r in results.items():
         print(f"[demo] {name}: clean top-1 {r['suites']['clean']['top1']:.3f}")
     print(f"[demo] report: {md} and {html}", flush=True)
