@@ -37,47 +37,104 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
-def add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a model (AdamW, warm-up + cosine, checkpoints, --resume)")
+def _train_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags ``train`` and ``finetune`` share: one per common TrainConfig field, plus ``--set`` for any field."""
     p.add_argument("--config", help="YAML TrainConfig; command-line flags override it")
+    p.add_argument("--recipe", help="start from a recipe (see `robustvit list recipes`); flags override its fields")
     p.add_argument("--model", help="timm name, robustvit architecture, or checkpoint folder (fine-tuning)")
     p.add_argument("--data", help="data spec, e.g. synthshapes:train or folder:/path/train")
     p.add_argument("--out", help="output folder")
     p.add_argument("--epochs", type=int)
-    p.add_argument("--batch-size", type=int)
+    p.add_argument("--batch-size", type=int, help="images per optimizer step and process")
     p.add_argument("--lr", type=float)
     p.add_argument("--weight-decay", type=float)
     p.add_argument("--warmup-epochs", type=float)
     p.add_argument("--label-smoothing", type=float)
-    p.add_argument("--loss", help="training loss (default ce)")
-    p.add_argument("--val-data", help="data spec evaluated after every epoch")
+    p.add_argument("--loss", help="training loss: ce, pgd_at, fgsm_rs, trades, afat, … (`robustvit list losses`)")
+    p.add_argument("--eps", help="adversarial training budget, e.g. 4/255")
+    p.add_argument("--attack-steps", type=int, help="steps of the inner attack (pgd_at, trades)")
+    p.add_argument("--eps-schedule", choices=["constant", "linear"], help="ε warm-up schedule")
+    p.add_argument("--eps-warmup-epochs", type=float)
+    p.add_argument("--loss-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="loss option, repeatable, e.g. --loss-option beta=6")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="any TrainConfig field, repeatable, e.g. --set ema_decay=0.999 --set accum_steps=2")
+    p.add_argument("--val-data", help="data spec evaluated after every epoch (a held-out split)")
+    p.add_argument("--select-best", choices=["clean", "robust"], help="keep the epoch with the best validation accuracy")
     p.add_argument("--model-kwargs", help='JSON dict passed to the architecture, e.g. \'{"depth": 4}\'')
     p.add_argument("--seed", type=int)
     p.add_argument("--device")
     p.add_argument("--workers", type=int)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
-    p.set_defaults(func=cmd_train)
 
 
-def cmd_train(a: argparse.Namespace) -> int:
-    from robustvit.training import TrainConfig, train
+_TRAIN_FLAGS = ("recipe", "model", "data", "out", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs",
+                "label_smoothing", "loss", "eps", "attack_steps", "eps_schedule", "eps_warmup_epochs", "val_data",
+                "select_best", "seed", "device", "workers", "pretrained", "img_size", "patch_size", "pos_embed_interp")
 
-    fields = ("model", "data", "out", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs",
-              "label_smoothing", "loss", "val_data", "seed", "device", "workers")
-    overrides: dict[str, Any] = {k: getattr(a, k) for k in fields if getattr(a, k) is not None}
+
+def _key_values(items: list[str], flag: str) -> dict[str, Any]:
+    """``key=value`` pairs with YAML-typed values (``6`` → int, ``true`` → bool, ``4/255`` stays a string)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise RobustvitError(f"{flag} takes KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip().replace("-", "_")] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[key.strip().replace("-", "_")] = value
+    return out
+
+
+def _train_config(a: argparse.Namespace) -> Any:
+    from robustvit.training import TrainConfig
+
+    overrides: dict[str, Any] = {k: getattr(a, k) for k in _TRAIN_FLAGS if getattr(a, k, None) not in (None, False)}
+    overrides.update(_key_values(a.set, "--set"))
     if a.model_kwargs:
         try:
             overrides["model_kwargs"] = json.loads(a.model_kwargs)
         except json.JSONDecodeError as e:
             raise RobustvitError(f"--model-kwargs is not valid JSON ({e})") from None
+    if a.loss_option:
+        overrides["loss_options"] = {**overrides.get("loss_options", {}), **_key_values(a.loss_option, "--loss-option")}
     if a.config:
-        cfg = TrainConfig.load(a.config, **overrides)
-    else:
-        missing = [f"--{k}" for k in ("model", "data", "out") if k not in overrides]
-        if missing:
-            raise RobustvitError(f"train needs {', '.join(missing)} (or --config FILE)")
-        cfg = TrainConfig(**overrides)
-    path = train(cfg, resume=a.resume)
+        return TrainConfig.load(a.config, **overrides)
+    return TrainConfig.from_dict({}, "command line", overrides)
+
+
+def add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a model: robust losses, recipes, checkpoints, --resume, torchrun")
+    _train_arguments(p)
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(a: argparse.Namespace) -> int:
+    from robustvit.training import train
+
+    path = train(_train_config(a), resume=a.resume)
+    print(f"saved {path}")
+    return 0
+
+
+def add_finetune(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("finetune", help="fine-tune a model: new zero-initialised head, new resolution / patch size, "
+                       "(adversarial) training with any loss")
+    _train_arguments(p)
+    p.add_argument("--pretrained", action="store_true", help="start from the architecture's pretrained weights")
+    p.add_argument("--img-size", type=int, help="new input resolution (position embeddings resampled)")
+    p.add_argument("--patch-size", type=int, help="new patch size (linear projection resampled; conv-stem strides)")
+    p.add_argument("--pos-embed-interp", choices=["bicubic", "linear"], help="position-embedding resampling")
+    p.set_defaults(func=cmd_finetune)
+
+
+def cmd_finetune(a: argparse.Namespace) -> int:
+    from robustvit.training.finetune import finetune
+
+    path = finetune(_train_config(a), resume=a.resume)
     print(f"saved {path}")
     return 0
 
@@ -151,6 +208,7 @@ LISTS: dict[str, Callable[[str | None], list[str]]] = {
                                          if pattern is None or fnmatch.fnmatch(n, pattern)],
     "data": _lister("robustvit.data", "list_sources"),
     "losses": _lister("robustvit.training", "list_losses"),
+    "recipes": _lister("robustvit.training", "list_recipes"),
     "analyses": _lister("robustvit.analysis", "list_analyses"),
 }
 
@@ -205,6 +263,7 @@ def cmd_corrupt(a: argparse.Namespace) -> int:
 
 
 COMMANDS.append(add_corrupt)
+COMMANDS.append(add_finetune)
 
 
 def add_analyze(sub: argparse._SubParsersAction) -> None:

@@ -30,7 +30,7 @@ from torch import nn
 
 from robustvit.attacks.base import Attack, register_attack
 from robustvit.attacks.fgsm import ascent_direction
-from robustvit.attacks.losses import ce_loss
+from robustvit.attacks.losses import LossFn, ce_loss
 from robustvit.errors import RobustvitError
 from robustvit.utils import make_generator, parse_eps
 
@@ -39,12 +39,14 @@ from robustvit.utils import make_generator, parse_eps
 class PGD(Attack):
     """PGD. Keywords: ``eps`` (8/255), ``norm`` ("linf"/"l2"), ``steps`` (10), ``step_size``
     (2.5·ε/steps), ``random_start`` (True), ``restarts`` (1), ``batch_restarts`` (True),
-    ``targeted`` (False; then ``y`` holds target classes), ``seed`` (0)."""
+    ``targeted`` (False; then ``y`` holds target classes), ``seed`` (0), ``loss`` (None = per-sample
+    cross-entropy; any callable ``(logits, y) -> (N,)`` to maximise, e.g. TRADES's KL to the clean output)."""
 
     name = "pgd"
 
     def __init__(self, model: nn.Module, *, steps: int = 10, step_size: float | str | None = None,
-                 random_start: bool = True, restarts: int = 1, batch_restarts: bool = True, **kwargs) -> None:
+                 random_start: bool = True, restarts: int = 1, batch_restarts: bool = True,
+                 loss: LossFn | None = None, **kwargs) -> None:
         super().__init__(model, **kwargs)
         if int(steps) < 1 or int(restarts) < 1:
             raise RobustvitError(f"{self.name}: steps and restarts must be >= 1, got {steps} and {restarts}")
@@ -53,6 +55,7 @@ class PGD(Attack):
         self.step_size = 2.5 * self.eps / self.steps if step_size is None else parse_eps(step_size)
         self.use_random_start = bool(random_start)
         self.batch_restarts = bool(batch_restarts)
+        self.loss_fn = loss
 
     # ---- algorithm ----------------------------------------------------------------------------
     def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -72,18 +75,18 @@ class PGD(Attack):
         if self.norm == "linf":
             lo, hi = self.linf_box(x)
             for _ in range(self.steps):
-                _, grad, _ = self.loss_and_grad(x_adv, y)
+                _, grad, _ = self.loss_and_grad(x_adv, y, self.loss_fn)
                 x_adv = torch.clamp(x_adv.add(grad.sign_(), alpha=self.step_size), lo, hi)
             return x_adv
         for _ in range(self.steps):
-            _, grad, _ = self.loss_and_grad(x_adv, y)
+            _, grad, _ = self.loss_and_grad(x_adv, y, self.loss_fn)
             x_adv = self.project(x, x_adv + self.step_size * ascent_direction(grad, self.norm))
         return x_adv
 
     def score(self, x_adv: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Per-sample score used to pick among restarts: +inf when the attack succeeds, else the loss."""
         logits = self.predict(x_adv)
-        loss = ce_loss(logits, y)
+        loss = (self.loss_fn or ce_loss)(logits, y)
         loss = -loss if self.targeted else loss
         return torch.where(self.success(logits, y), torch.full_like(loss, float("inf")), loss)
 

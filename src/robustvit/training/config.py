@@ -1,4 +1,8 @@
-"""``TrainConfig``: every setting of a training run; saved as ``config.yaml`` next to its results."""
+"""``TrainConfig``: every setting of a training run; saved as ``config.yaml`` next to its results.
+
+Precedence when a run is set up: the dataclass defaults < the recipe (``recipe``, :mod:`.recipes`) < a
+YAML file (``--config``) < command-line flags.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,10 @@ from typing import Any
 import yaml
 
 from robustvit.errors import RobustvitError
+from robustvit.training.schedules import check_schedule
+
+LR_SCALINGS = ("linear", "sqrt")
+SELECT_BEST = ("clean", "robust")
 
 
 @dataclass
@@ -16,23 +24,47 @@ class TrainConfig:
     model: str
     data: str
     out: str
+    recipe: str | None = None        # the recipe whose settings this config started from (saved for the record)
     epochs: int = 10
-    batch_size: int = 128
+    batch_size: int = 128            # images per optimizer step and process (global batch = batch_size × processes)
     lr: float = 1e-3                 # peak learning rate (AdamW), reached after the warm-up
+    lr_batch_ref: int | None = None  # if set, lr is for this global batch and is rescaled to the actual one
+    lr_scaling: str = "linear"       # rescaling rule with lr_batch_ref: linear or sqrt
     min_lr: float = 1e-5
     weight_decay: float = 0.05
     warmup_epochs: float = 1.0
     label_smoothing: float = 0.1
+    drop_path: float = 0.0           # stochastic depth rate (timm ``drop_path_rate``)
+    normalize: bool = True           # False: the model sees [0, 1] inputs (mean 0, std 1), as in the light recipe
     crop_padding: int = 4            # random crop after zero padding (0 = off)
     flip: bool = True                # random horizontal flip
+    rand_augment: str | None = None  # timm RandAugment config string, e.g. rand-m9-mstd0.5-inc1
+    mixup: float = 0.0               # timm Mixup alpha (0 = off)
+    cutmix: float = 0.0              # timm CutMix alpha (0 = off)
+    random_erasing: float = 0.0      # timm RandomErasing probability (0 = off)
     loss: str = "ce"
     loss_options: dict[str, Any] = field(default_factory=dict)
+    eps: str | None = None           # adversarial budget, e.g. "4/255" (None: the loss's default)
+    attack_steps: int | None = None  # inner attack steps K (None: the loss's default)
+    eps_schedule: str | None = None  # constant or linear (ε warm-up)
+    eps_warmup_epochs: float | None = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
+    pretrained: bool = False         # fine-tuning: start from the architecture's pretrained weights
+    img_size: int | None = None      # fine-tuning: new input resolution (position embeddings resampled)
+    patch_size: int | None = None    # fine-tuning: new patch size (linear projection resampled / conv stem strides)
+    pos_embed_interp: str = "bicubic"
     val_data: str | None = None
     val_limit: int | None = 1000
+    select_best: str | None = None   # keep the best epoch by "robust" or "clean" validation accuracy
+    val_attack: str = "pgd"          # robust validation attack (pgd or fgsm)
+    val_eps: str = "4/255"
+    val_attack_steps: int = 10
     seed: int = 0
     device: str = "auto"
     amp: bool = True                 # bf16 autocast on CUDA (ignored on CPU)
+    channels_last: bool = False
+    accum_steps: int = 1             # gradient accumulation: micro-batches per optimizer step
+    ema_decay: float | None = None   # timm ModelEmaV3; validation and checkpoint/ then use the EMA weights
     workers: int = 0
     grad_clip: float | None = None
 
@@ -43,20 +75,59 @@ class TrainConfig:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}
+
+    @classmethod
     def load(cls, path: str | Path, **overrides: Any) -> "TrainConfig":
         try:
             data = yaml.safe_load(Path(path).read_text()) or {}
         except (OSError, yaml.YAMLError) as e:
             raise RobustvitError(f"cannot read config {path} ({e})") from None
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
+        return cls.from_dict(data, str(path), overrides)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config",
+                  overrides: dict[str, Any] | None = None) -> "TrainConfig":
+        """Defaults < the recipe named in ``values``/``overrides`` < ``values`` < ``overrides`` (None skipped)."""
+        from robustvit.training.recipes import get_recipe
+
+        data = {**values, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+        unknown = set(data) - cls.field_names()
         if unknown:
-            raise RobustvitError(f"config {path} has unknown key {sorted(unknown)[0]!r}")
-        return cls(**data)
+            raise RobustvitError(f"{source} has unknown key {sorted(unknown)[0]!r}")
+        recipe = data.get("recipe")
+        merged = {**(get_recipe(recipe).settings if recipe else {}), **data}
+        missing = [k for k in ("model", "data", "out") if merged.get(k) is None]
+        if missing:
+            raise RobustvitError(f"training needs {', '.join('--' + m for m in missing)} (or --config FILE)")
+        return cls(**merged)
 
     def validate(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1:
-            raise RobustvitError("epochs and batch size must be >= 1")
+        if self.epochs < 1 or self.batch_size < 1 or self.accum_steps < 1:
+            raise RobustvitError("epochs, batch size and accum steps must be >= 1")
+        if self.accum_steps > self.batch_size:
+            raise RobustvitError(f"accum_steps {self.accum_steps} exceeds the batch size {self.batch_size}")
         if self.lr <= 0:
             raise RobustvitError(f"lr must be > 0, got {self.lr}")
+        if self.lr_scaling not in LR_SCALINGS:
+            raise RobustvitError(f"lr_scaling must be one of {', '.join(LR_SCALINGS)}, got {self.lr_scaling!r}")
+        if self.select_best is not None and self.select_best not in SELECT_BEST:
+            raise RobustvitError(f"select_best must be one of {', '.join(SELECT_BEST)}, got {self.select_best!r}")
+        if self.select_best and not self.val_data:
+            raise RobustvitError("select_best needs validation data; pass --val-data (a held-out split)")
+        if self.val_attack not in ("pgd", "fgsm"):
+            raise RobustvitError(f"val_attack must be pgd or fgsm, got {self.val_attack!r}")
+        if self.eps_schedule is not None:
+            check_schedule(self.eps_schedule)
+        if (self.mixup > 0 or self.cutmix > 0) and self.loss != "ce":
+            raise RobustvitError(f"MixUp/CutMix give soft targets, which only the ce loss takes (loss is {self.loss!r})")
+        if self.pos_embed_interp not in ("bicubic", "linear"):
+            raise RobustvitError(f"pos_embed_interp must be bicubic or linear, got {self.pos_embed_interp!r}")
+
+    def effective_lr(self, world_size: int = 1) -> float:
+        """``lr`` rescaled from ``lr_batch_ref`` to the global batch (linear: × B/ref; sqrt: × √(B/ref))."""
+        if not self.lr_batch_ref:
+            return self.lr
+        r = self.batch_size * world_size / self.lr_batch_ref
+        return self.lr * (r if self.lr_scaling == "linear" else r ** 0.5)

@@ -1,34 +1,45 @@
-"""The training loop: AdamW, linear warm-up + cosine schedule, label smoothing, batched flip/crop
-augmentation, bf16 autocast on CUDA, per-epoch JSONL metrics, a checkpoint every epoch and ``--resume``.
+"""The training loop: AdamW, linear warm-up + cosine schedule, pluggable (robust) losses, batched flip/crop
+(or timm's DeiT augmentations), bf16 autocast on CUDA, channels_last, gradient accumulation, EMA,
+data-parallel training under ``torchrun`` (DistributedDataParallel; gloo on CPU), per-epoch JSONL metrics,
+best-epoch selection on (robust) validation accuracy and an exact ``--resume``.
 
 Output folder::
 
-    OUT/config.yaml        the TrainConfig
-    OUT/metrics.jsonl      one line per epoch (loss, accuracy, lr, val accuracy, seconds)
-    OUT/last/              checkpoint after the latest epoch + train_state.pt (optimizer, epoch)
-    OUT/checkpoint/        the final model (``create_model(checkpoint=OUT/checkpoint)``)
+    OUT/config.yaml        the TrainConfig (with its recipe)
+    OUT/metrics.jsonl      one line per epoch (loss, accuracy, lr, val accuracy, robust val accuracy, best, seconds)
+    OUT/last/              checkpoint after the latest epoch + train_state.pt (optimizer, step, EMA, loss state
+                           such as AFAT's corruption model, RNG states, best score)
+    OUT/best/              the best epoch so far (with ``select_best``)
+    OUT/checkpoint/        the final model: the best epoch with ``select_best``, else the last (EMA weights if on)
+
+A resumed run continues from ``last/`` and gives the same weights as an uninterrupted one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
 from robustvit.data import UNREADABLE, ImageDataset, create_dataset
 from robustvit.errors import RobustvitError
-from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir, save_checkpoint
-from robustvit.training.augment import random_crop_flip
+from robustvit.models.finetune import adapt_input, reset_head
+from robustvit.progress import progress_bar
+from robustvit.training.augment import TimmAugment, random_crop_flip
 from robustvit.training.config import TrainConfig
-from robustvit.training.losses import create_loss
+from robustvit.training.losses import TrainingLoss, create_loss, hard_labels, loss_keywords
 from robustvit.utils import derive_seed, resolve_device
 
 STATE_FILE = "train_state.pt"
@@ -42,52 +53,106 @@ def lr_at(step: int, total: int, warmup: int, peak: float, floor: float) -> floa
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, t)))
 
 
+# ---- models --------------------------------------------------------------------------------------------
 def build_model(cfg: TrainConfig, dataset: ImageDataset) -> Normalized:
-    """The model to train; a checkpoint with another class count gets a new zero-initialised head
-    (the ViT fine-tuning recipe, Dosovitskiy et al.)."""
+    """The model to train. A checkpoint or pretrained model with another class count gets a new zero-initialised
+    head (the ViT fine-tuning recipe, Dosovitskiy et al.); ``img_size``/``patch_size`` adapt its input."""
     kwargs = dict(cfg.model_kwargs)
+    if cfg.drop_path > 0:
+        kwargs.setdefault("drop_path_rate", cfg.drop_path)
     if is_checkpoint_dir(cfg.model):
         model = create_model(cfg.model)
-        if model.spec.num_classes != dataset.num_classes:
-            model.net.reset_classifier(dataset.num_classes)
-            head = model.net.get_classifier()
-            if isinstance(head, nn.Linear):
-                nn.init.zeros_(head.weight), nn.init.zeros_(head.bias)
-            model.spec.num_classes = dataset.num_classes
-            model.spec.kwargs["num_classes"] = dataset.num_classes
+    elif cfg.pretrained:
+        model = _create_pretrained(cfg.model, kwargs)
     else:
         kwargs.setdefault("num_classes", dataset.num_classes)
         model = create_model(cfg.model, **kwargs)
+    if model.spec.num_classes != dataset.num_classes:
+        reset_head(model, dataset.num_classes)
+    if cfg.img_size is not None or cfg.patch_size is not None:
+        adapt_input(model, cfg.img_size, cfg.patch_size, cfg.pos_embed_interp)
+    if not cfg.normalize:
+        set_identity_normalisation(model)
     model.spec.class_names = list(dataset.classes)
     return model
 
 
+def _create_pretrained(name: str, kwargs: dict[str, Any]) -> Normalized:
+    try:
+        return create_model(name, pretrained=True, **kwargs)
+    except TypeError as e:
+        raise RobustvitError(f"this robustvit's create_model does not take pretrained weights ({e})") from None
+
+
+def set_identity_normalisation(model: Normalized) -> None:
+    """Mean 0, std 1: the network sees [0, 1] pixels (Debenedetti's light recipe)."""
+    model.spec.mean, model.spec.std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    model.mean.zero_()
+    model.std.fill_(1.0)
+
+
+class TrainStep(nn.Module):
+    """The model and its loss as one module, so that DistributedDataParallel sees every forward the loss makes
+    (attacks, AFAT's probe and corruption model) and averages every gradient."""
+
+    def __init__(self, model: Normalized, loss: TrainingLoss) -> None:
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, epoch: int):  # noqa: D102
+        return self.loss(self.model, x, y, epoch)
+
+
+def build_loss(cfg: TrainConfig) -> TrainingLoss:
+    """The loss from ``cfg.loss``; shared settings (ε, steps, schedule, label smoothing, seed) go to losses that
+    take them, ``loss_options`` override them."""
+    shared = {"eps": cfg.eps, "attack_steps": cfg.attack_steps, "eps_schedule": cfg.eps_schedule,
+              "eps_warmup_epochs": cfg.eps_warmup_epochs, "label_smoothing": cfg.label_smoothing, "seed": cfg.seed}
+    accepted = loss_keywords(cfg.loss)
+    opts = {k: v for k, v in shared.items() if v is not None and (accepted is None or k in accepted)}
+    return create_loss(cfg.loss, **{**opts, **cfg.loss_options})
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW; no weight decay on biases, norms, position embeddings and tokens."""
+    def decays(n: str, p: torch.Tensor) -> bool:
+        return p.ndim > 1 and "pos_embed" not in n and "token" not in n
+    named = list(model.named_parameters())
+    return torch.optim.AdamW([{"params": [p for n, p in named if decays(n, p)], "weight_decay": cfg.weight_decay},
+                              {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0}], lr=cfg.lr)
+
+
+# ---- data ----------------------------------------------------------------------------------------------
 def batches(dataset: ImageDataset, batch_size: int, seed: int, shuffle: bool, workers: int = 0,
-            limit: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield (float images, labels) on the CPU; in-memory data skips the DataLoader. Unreadable files
-    (label −1) are dropped."""
+            limit: int | None = None, rank: int = 0, world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    """Yield (float images, labels, global batch size) on the CPU. With ``world`` > 1 every process walks the
+    same order in global batches of ``batch_size × world`` and takes its own slice. In-memory data skips the
+    DataLoader; unreadable files (label −1) are dropped."""
     n = len(dataset) if limit is None else min(limit, len(dataset))
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(dataset), generator=gen)[:n] if shuffle else torch.arange(n)
+    steps = [chunk for chunk in order.split(batch_size * world) if len(chunk) >= world]
+    mine = [(chunk.tensor_split(world)[rank], len(chunk)) for chunk in steps]
     if hasattr(dataset, "get_batch"):
-        for i in range(0, n, batch_size):
-            yield dataset.get_batch(order[i:i + batch_size])
+        for idx, total in mine:
+            x, y = dataset.get_batch(idx)
+            yield x, y, total
         return
-    loader = DataLoader(torch.utils.data.Subset(dataset, order.tolist()), batch_size=batch_size,
-                        num_workers=workers, shuffle=False)
-    for x, y in loader:
+    loader = DataLoader(dataset, batch_sampler=[idx.tolist() for idx, _ in mine], num_workers=workers)
+    for (x, y), (_, total) in zip(loader, mine):
         keep = y != UNREADABLE
         if keep.any():
-            yield x[keep], y[keep]
+            yield x[keep], y[keep], total
 
 
+# ---- evaluation ----------------------------------------------------------------------------------------
 @torch.no_grad()
 def evaluate_accuracy(model: nn.Module, dataset: ImageDataset, device: torch.device, batch_size: int = 256,
                       limit: int | None = None) -> float:
     was = model.training
     model.eval()
     correct = total = 0
-    for x, y in batches(dataset, batch_size, 0, shuffle=False, limit=limit):
+    for x, y, _ in batches(dataset, batch_size, 0, shuffle=False, limit=limit):
         pred = model(x.to(device)).argmax(1).cpu()
         correct += int((pred == y).sum())
         total += len(y)
@@ -95,81 +160,285 @@ def evaluate_accuracy(model: nn.Module, dataset: ImageDataset, device: torch.dev
     return correct / max(total, 1)
 
 
-def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> Path:
-    """Train ``cfg.model`` on ``cfg.data``; returns the path of the final checkpoint folder."""
-    cfg.validate()
-    out = Path(cfg.out)
-    device = resolve_device(cfg.device)
-    torch.manual_seed(cfg.seed)
+def robust_accuracy(model: nn.Module, dataset: ImageDataset, device: torch.device, attack: str = "pgd",
+                    eps: str | float = "4/255", steps: int = 10, batch_size: int = 256, limit: int | None = None,
+                    seed: int = 0) -> float:
+    """Accuracy under ``attack`` (pgd or fgsm from robustvit.attacks) on the first ``limit`` images."""
+    from robustvit.attacks import create_attack
+
+    was = model.training
+    model.eval()
+    kw = {"steps": steps} if attack == "pgd" else {}
+    atk = create_attack(attack, model, eps=eps, seed=seed, **kw)
+    correct = total = 0
+    for x, y, _ in batches(dataset, batch_size, 0, shuffle=False, limit=limit):
+        x, y = x.to(device), y.to(device)
+        with torch.no_grad():
+            pred = model(atk(x, y)).argmax(1)
+        correct += int((pred == y).sum())
+        total += len(y)
+    model.train(was)
+    return correct / max(total, 1)
+
+
+# ---- the run -------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """Everything a training run holds between epochs."""
+
+    cfg: TrainConfig
+    out: Path
+    device: torch.device
+    rank: int
+    world: int
+    dataset: ImageDataset
+    val: ImageDataset | None
+    model: Normalized
+    loss: TrainingLoss
+    step: nn.Module                       # TrainStep, DDP-wrapped with world > 1
+    opt: torch.optim.Optimizer
+    ema: Any = None
+    augment: TimmAugment | None = None
+    start_epoch: int = 0
+    best: float = -1.0
+    steps_per_epoch: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def eval_model(self) -> Normalized:
+        return self.ema.module if self.ema is not None else self.model
+
+
+def init_distributed(device: torch.device) -> tuple[int, int, torch.device]:
+    """Rank, world size and device under ``torchrun`` (NCCL on CUDA, gloo on CPU); (0, 1, device) otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if not dist.is_initialized():
+        return 0, 1, device
+    rank = dist.get_rank()
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+        torch.cuda.set_device(device)
+    return rank, dist.get_world_size(), device
+
+
+def load_data(cfg: TrainConfig) -> tuple[ImageDataset, ImageDataset | None]:
     dataset = create_dataset(cfg.data)
     if len(dataset) == 0:
         raise RobustvitError(f"data set {cfg.data} is empty")
     val = create_dataset(cfg.val_data) if cfg.val_data else None
     if val is not None and val.num_classes != dataset.num_classes:
         raise RobustvitError(f"validation data has {val.num_classes} classes but training data {dataset.num_classes}")
-    start_epoch, model, opt_state = 0, None, None
+    return dataset, val
+
+
+def check_out_dir(out: Path, resume: bool) -> bool:
+    """True when there is a run to resume; errors for --resume without state or a reused folder."""
     if resume and (out / "last" / STATE_FILE).is_file():
-        model = create_model(checkpoint=out / "last")
-        state = torch.load(out / "last" / STATE_FILE, map_location="cpu", weights_only=True)
-        start_epoch, opt_state = int(state["epoch"]) + 1, state["optimizer"]
-    elif resume:
+        return True
+    if resume:
         raise RobustvitError(f"nothing to resume in {out} (no last/{STATE_FILE}); run without --resume")
-    elif (out / "metrics.jsonl").exists():
+    if (out / "metrics.jsonl").exists():
         raise RobustvitError(f"{out} already holds a training run; pass --resume to continue it or choose a new --out")
-    if model is None:
-        model = build_model(cfg, dataset)
+    return False
+
+
+def setup_run(cfg: TrainConfig, resume: bool) -> Run:
+    cfg.validate()
+    out = Path(cfg.out)
+    rank, world, device = init_distributed(resolve_device(cfg.device))
+    torch.manual_seed(cfg.seed)
+    dataset, val = load_data(cfg)
+    resuming = check_out_dir(out, resume)
+    model = create_model(checkpoint=out / "last") if resuming else build_model(cfg, dataset)
     if model.spec.num_classes != dataset.num_classes:
         raise RobustvitError(f"model has {model.spec.num_classes} classes but {cfg.data} has {dataset.num_classes}")
-    out.mkdir(parents=True, exist_ok=True)
-    cfg.save(out / "config.yaml")
     model.to(device).train()
-    decay = [p for n, p in model.named_parameters() if p.ndim > 1 and "pos_embed" not in n and "token" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.ndim > 1 and "pos_embed" not in n and "token" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
-    if opt_state is not None:
-        opt.load_state_dict(opt_state)
-    loss_fn = create_loss(cfg.loss, **({"label_smoothing": cfg.label_smoothing} if cfg.loss == "ce" else {}),
-                          **cfg.loss_options).to(device)
-    steps_per_epoch = math.ceil(len(dataset) / cfg.batch_size)
-    total, warmup = cfg.epochs * steps_per_epoch, int(cfg.warmup_epochs * steps_per_epoch)
-    autocast = device.type == "cuda" and cfg.amp
+    if cfg.channels_last:
+        model.to(memory_format=torch.channels_last)
+    loss = build_loss(cfg).to(device)
+    loss.setup(model)
+    loss.to(device)
+    step: nn.Module = TrainStep(model, loss)
+    if world > 1:
+        step = nn.parallel.DistributedDataParallel(step, device_ids=[device.index] if device.type == "cuda" else None)
+    run = Run(cfg=cfg, out=out, device=device, rank=rank, world=world, dataset=dataset, val=val, model=model,
+              loss=loss, step=step, opt=build_optimizer(model, cfg), ema=_build_ema(model, cfg),
+              augment=_build_augment(cfg, model, dataset))
+    run.steps_per_epoch = max(1, math.ceil(len(dataset) / (cfg.batch_size * world)))
+    if resuming:
+        load_state(run)
+    return run
+
+
+def _build_ema(model: Normalized, cfg: TrainConfig) -> Any:
+    if not cfg.ema_decay:
+        return None
+    from timm.utils import ModelEmaV3
+
+    return ModelEmaV3(model, decay=cfg.ema_decay)
+
+
+def _build_augment(cfg: TrainConfig, model: Normalized, dataset: ImageDataset) -> TimmAugment | None:
+    aug = TimmAugment(dataset.num_classes, model.spec.mean if cfg.normalize else (0.485, 0.456, 0.406),
+                      model.spec.std if cfg.normalize else (0.229, 0.224, 0.225), rand_augment=cfg.rand_augment,
+                      mixup=cfg.mixup, cutmix=cfg.cutmix, random_erasing=cfg.random_erasing,
+                      label_smoothing=cfg.label_smoothing, image_size=model.spec.image_size)
+    return aug if aug.active else None
+
+
+# ---- state ---------------------------------------------------------------------------------------------
+def save_state(run: Run, epoch: int) -> None:
+    """``last/``: the weights and everything else a resumed run needs to continue bit-for-bit."""
+    save_checkpoint(run.model, run.out / "last", extra={"epoch": epoch + 1})
+    state = {"epoch": epoch, "optimizer": run.opt.state_dict(), "loss": run.loss.state_dict(), "best": run.best,
+             "rng": torch.get_rng_state(),
+             "cuda_rng": torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None,
+             "ema": run.ema.state_dict() if run.ema is not None else None}
+    tmp = run.out / "last" / (STATE_FILE + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(run.out / "last" / STATE_FILE)
+
+
+def load_state(run: Run) -> None:
+    state = torch.load(run.out / "last" / STATE_FILE, map_location="cpu", weights_only=True)
+    run.start_epoch, run.best = int(state["epoch"]) + 1, float(state.get("best", -1.0))
+    run.opt.load_state_dict(state["optimizer"])
+    if state.get("loss"):
+        run.loss.load_state_dict(state["loss"])
+    if run.ema is not None and state.get("ema") is not None:
+        run.ema.load_state_dict(state["ema"])
+    torch.set_rng_state(state["rng"])
+    if state.get("cuda_rng") is not None and run.device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"], run.device)
+
+
+# ---- one epoch -----------------------------------------------------------------------------------------
+def train_epoch(run: Run, epoch: int, progress: bool) -> dict[str, float]:
+    """One pass over the training data; returns summed loss, correct predictions and count (all processes)."""
+    cfg, device = run.cfg, run.device
     aug_gen = torch.Generator(device=device)
-    for epoch in range(start_epoch, cfg.epochs):
-        t0 = time.time()
-        aug_gen.manual_seed(derive_seed(cfg.seed, "augment", epoch))
-        sums = {"loss": 0.0, "correct": 0, "n": 0}
-        with progress_bar(progress, f"epoch {epoch + 1}/{cfg.epochs}", steps_per_epoch) as tick:
-            for i, (x, y) in enumerate(batches(dataset, cfg.batch_size, derive_seed(cfg.seed, "shuffle", epoch),
-                                                shuffle=True, workers=cfg.workers)):
-                lr = lr_at(epoch * steps_per_epoch + i, total, warmup, cfg.lr, cfg.min_lr)
-                for g in opt.param_groups:
-                    g["lr"] = lr
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                x = random_crop_flip(x, aug_gen, cfg.crop_padding, cfg.flip)
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                    loss, logits, _ = loss_fn(model, x, y, epoch)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip:
-                    nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                opt.step()
-                sums["loss"] += float(loss.detach()) * len(y)
-                sums["correct"] += int((logits.detach().argmax(1) == y).sum())
-                sums["n"] += len(y)
-                tick(f"loss {sums['loss'] / sums['n']:.3f}")
-        if not math.isfinite(sums["loss"]):
-            raise RobustvitError(f"training diverged at epoch {epoch + 1} (loss is not finite); lower --lr")
-        record: dict[str, Any] = {"epoch": epoch + 1, "lr": lr, "train_loss": sums["loss"] / sums["n"],
-                                  "train_acc": sums["correct"] / sums["n"]}
-        if val is not None:
-            record["val_acc"] = evaluate_accuracy(model, val, device, limit=cfg.val_limit)
+    aug_gen.manual_seed(derive_seed(cfg.seed, "augment", epoch, *((run.rank,) if run.world > 1 else ())))
+    if run.augment is not None:
+        run.augment.reseed(derive_seed(cfg.seed, "timm-augment", epoch, run.rank))
+    total = cfg.epochs * run.steps_per_epoch
+    warmup = int(cfg.warmup_epochs * run.steps_per_epoch)
+    peak = cfg.effective_lr(run.world)
+    sums = torch.zeros(3, dtype=torch.float64)
+    data = batches(run.dataset, cfg.batch_size, derive_seed(cfg.seed, "shuffle", epoch), shuffle=True,
+                   workers=cfg.workers, rank=run.rank, world=run.world)
+    with progress_bar(progress and run.main, f"epoch {epoch + 1}/{cfg.epochs}", run.steps_per_epoch) as tick:
+        for i, (x, y, n_global) in enumerate(data):
+            lr = lr_at(epoch * run.steps_per_epoch + i, total, warmup, peak, cfg.min_lr)
+            for g in run.opt.param_groups:
+                g["lr"] = lr
+            sums += optimizer_step(run, x, y, n_global, epoch, aug_gen)
+            tick(f"loss {sums[0] / max(sums[2], 1):.3f}")
+    if run.world > 1:
+        dist.all_reduce(sums)
+    return {"loss": float(sums[0]), "correct": float(sums[1]), "n": float(sums[2]), "lr": lr}
+
+
+def optimizer_step(run: Run, x: torch.Tensor, y: torch.Tensor, n_global: int, epoch: int,
+                   aug_gen: torch.Generator) -> torch.Tensor:
+    """Augment, forward/backward ``accum_steps`` micro-batches (each loss weighted by its share of the global
+    batch, so accumulation and data parallelism give the gradient of the global mean), then one step."""
+    cfg, device = run.cfg, run.device
+    if run.augment is not None:
+        x, y = run.augment(x, y)
+    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    x = random_crop_flip(x, aug_gen, cfg.crop_padding, cfg.flip)
+    if cfg.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    autocast = device.type == "cuda" and cfg.amp
+    run.opt.zero_grad(set_to_none=True)
+    sums = torch.zeros(3, dtype=torch.float64)
+    micro = list(zip(x.tensor_split(cfg.accum_steps), y.tensor_split(cfg.accum_steps)))
+    micro = [(a, b) for a, b in micro if len(a)]
+    for j, (xm, ym) in enumerate(micro):
+        sync = j == len(micro) - 1 or run.world == 1
+        ctx = run.step.no_sync() if not sync and hasattr(run.step, "no_sync") else contextlib.nullcontext()
+        with ctx:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                loss, logits, _ = run.step(xm, ym, epoch)
+            (loss * (len(xm) * run.world / n_global)).backward()
+        sums += torch.tensor([float(loss.detach()) * len(xm),
+                              float((logits.detach().argmax(1) == hard_labels(ym)).sum()), len(xm)], dtype=torch.float64)
+    if cfg.grad_clip:
+        nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+    run.opt.step()
+    run.loss.after_step()
+    if run.ema is not None:
+        run.ema.update(run.model)
+    return sums
+
+
+def validate(run: Run) -> dict[str, Any]:
+    """Clean (and robust, with ``select_best="robust"``) validation accuracy of the evaluated (EMA) model."""
+    cfg, record = run.cfg, {}
+    if run.val is None:
+        return record
+    model = run.eval_model()
+    record["val_acc"] = evaluate_accuracy(model, run.val, run.device, limit=cfg.val_limit)
+    if cfg.select_best == "robust":
+        record["val_robust_acc"] = robust_accuracy(model, run.val, run.device, cfg.val_attack, cfg.val_eps,
+                                                   cfg.val_attack_steps, limit=cfg.val_limit, seed=cfg.seed)
+        record["val_attack"] = f"{cfg.val_attack} eps={cfg.val_eps}" + (f" steps={cfg.val_attack_steps}"
+                                                                        if cfg.val_attack == "pgd" else "")
+    return record
+
+
+def finish_epoch(run: Run, epoch: int, sums: dict[str, float], t0: float, progress: bool) -> None:
+    """Validate, keep the best epoch, write the checkpoint and the metrics line (main process only)."""
+    if not math.isfinite(sums["loss"]):
+        raise RobustvitError(f"training diverged at epoch {epoch + 1} (loss is not finite); lower --lr")
+    if run.main:
+        record: dict[str, Any] = {"epoch": epoch + 1, "lr": sums["lr"], "train_loss": sums["loss"] / sums["n"],
+                                  "train_acc": sums["correct"] / sums["n"], **run.loss.metrics(), **validate(run)}
+        if run.cfg.select_best:
+            score = record["val_robust_acc" if run.cfg.select_best == "robust" else "val_acc"]
+            record["best"] = score > run.best
+            if record["best"]:
+                run.best = score
+                save_checkpoint(run.eval_model(), run.out / "best", extra={"epoch": epoch + 1, "score": score})
         record["seconds"] = round(time.time() - t0, 2)
-        save_checkpoint(model, out / "last", extra={"epoch": epoch + 1})
-        torch.save({"epoch": epoch, "optimizer": opt.state_dict()}, out / "last" / STATE_FILE)
-        with open(out / "metrics.jsonl", "a") as f:
+        save_state(run, epoch)
+        with open(run.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if progress:
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()), flush=True)
+    else:
+        run.loss.metrics()
+    if run.world > 1:
+        dist.barrier()
+
+
+def final_checkpoint(run: Run) -> Path:
+    """``checkpoint/``: the best epoch's weights with ``select_best``, else the last (EMA) weights."""
+    model = run.eval_model()
     model.eval()
-    return save_checkpoint(model, out / "checkpoint", extra={"train_config": cfg.to_dict()})
+    if run.cfg.select_best and (run.out / "best").is_dir():
+        model = create_model(checkpoint=run.out / "best")
+    path = run.out / "checkpoint"
+    if run.main:
+        save_checkpoint(model, path, extra={"train_config": run.cfg.to_dict()})
+    if run.world > 1:
+        dist.barrier()
+    return path
+
+
+def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> Path:
+    """Train ``cfg.model`` on ``cfg.data``; returns the path of the final checkpoint folder."""
+    run = setup_run(cfg, resume)
+    if run.main:
+        run.out.mkdir(parents=True, exist_ok=True)
+        cfg.save(run.out / "config.yaml")
+    for epoch in range(run.start_epoch, cfg.epochs):
+        t0 = time.time()
+        sums = train_epoch(run, epoch, progress)
+        finish_epoch(run, epoch, sums, t0, progress)
+    return final_checkpoint(run)

@@ -1,0 +1,127 @@
+"""Model surgery for fine-tuning (Dosovitskiy et al., arXiv:2010.11929, §3.2; Debenedetti, arXiv:2209.07399).
+
+* :func:`reset_head` — a new, zero-initialised classification head for a new class count.
+* :func:`resample_pos_embed` — 2-D resampling of a learned position embedding to a new patch grid: the
+  prefix (CLS) entries are kept, the grid is reshaped and resized. ``bicubic`` is timm's
+  ``resample_abs_pos_embed`` (antialiased, as DeiT/timm); ``linear`` is order-1 interpolation with the
+  corner samples aligned, as ``scipy.ndimage.zoom(order=1)`` in Google's ViT code.
+* :func:`adapt_input` — a new input resolution and/or patch size for a timm ViT (linear patch projection:
+  the kernel is resampled with timm's ``resample_patch_embed``, PI-resize of FlexiViT) or for an XCiT-style
+  convolutional stem (the first stride-2 convolutions get stride 1: patch 16 → 4 on 32×32 CIFAR images, as
+  Debenedetti did; XCiT computes its position encoding for any grid).
+
+All functions change the model in place and keep its :class:`ModelSpec` in step (input size, patch size, the
+constructor keywords ``img_size``/``patch_size`` so that a checkpoint of a timm ViT rebuilds).
+
+>>> m = create_model("vit_cifar_micro", num_classes=10)
+>>> adapt_input(m, img_size=48)                 # 12×12 grid, position embedding resampled
+>>> reset_head(m, 5)                            # zero-initialised 5-class head
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robustvit.errors import RobustvitError
+from robustvit.models.wrapper import Normalized
+
+INTERPOLATIONS = ("bicubic", "linear")
+
+
+def reset_head(model: Normalized, num_classes: int) -> None:
+    """Replace the classifier with a zero-initialised one for ``num_classes`` classes."""
+    net = model.net
+    if not hasattr(net, "reset_classifier"):
+        raise RobustvitError(f"{type(net).__name__} has no reset_classifier(); cannot give it a new head")
+    net.reset_classifier(num_classes)
+    head = net.get_classifier() if hasattr(net, "get_classifier") else None
+    if isinstance(head, nn.Linear):
+        nn.init.zeros_(head.weight)
+        if head.bias is not None:
+            nn.init.zeros_(head.bias)
+    model.spec.num_classes = int(num_classes)
+    model.spec.kwargs["num_classes"] = int(num_classes)
+
+
+def resample_pos_embed(posemb: torch.Tensor, new_grid: tuple[int, int], old_grid: tuple[int, int],
+                       num_prefix_tokens: int = 1, mode: str = "bicubic") -> torch.Tensor:
+    """(1, prefix + Hₒ·Wₒ, D) → (1, prefix + Hₙ·Wₙ, D); identity (the same values) when the grid is unchanged."""
+    if mode not in INTERPOLATIONS:
+        raise RobustvitError(f"unknown position-embedding interpolation {mode!r}; use bicubic or linear")
+    new_grid, old_grid = (int(new_grid[0]), int(new_grid[1])), (int(old_grid[0]), int(old_grid[1]))
+    if new_grid == old_grid:
+        return posemb
+    if mode == "bicubic":
+        from timm.layers import resample_abs_pos_embed
+
+        return resample_abs_pos_embed(posemb, list(new_grid), list(old_grid), num_prefix_tokens=num_prefix_tokens,
+                                      interpolation="bicubic", antialias=True)
+    prefix, grid = posemb[:, :num_prefix_tokens], posemb[:, num_prefix_tokens:]
+    d = grid.shape[-1]
+    g = grid.reshape(1, *old_grid, d).permute(0, 3, 1, 2).float()
+    g = F.interpolate(g, size=new_grid, mode="bilinear", align_corners=True)
+    g = g.permute(0, 2, 3, 1).reshape(1, -1, d).to(posemb.dtype)
+    return torch.cat([prefix, g], dim=1)
+
+
+def _conv_stem_strides(stem: nn.Module) -> list[nn.Conv2d]:
+    return [m for m in stem.modules() if isinstance(m, nn.Conv2d) and m.stride == (2, 2)]
+
+
+def adapt_input(model: Normalized, img_size: int | None = None, patch_size: int | None = None,
+                interpolation: str = "bicubic") -> None:
+    """Set a new input resolution and/or patch size (see the module docstring)."""
+    net = model.net
+    pe = getattr(net, "patch_embed", None)
+    if pe is None:
+        if patch_size is not None:
+            raise RobustvitError(f"{type(net).__name__} has no patch embedding; --patch-size does not apply")
+        if img_size is not None:
+            model.spec.input_size = (3, int(img_size), int(img_size))   # convolutional nets take any size
+        return
+    old_grid = tuple(getattr(pe, "grid_size", ()) or ())
+    if patch_size is not None:
+        _set_patch_size(pe, int(patch_size))
+    size = int(img_size or model.spec.image_size)
+    if hasattr(pe, "_init_img_size"):
+        pe.img_size, pe.grid_size, pe.num_patches = pe._init_img_size(size)
+    elif hasattr(pe, "img_size"):
+        pe.img_size = size
+    pos = getattr(net, "pos_embed", None)
+    if isinstance(pos, nn.Parameter) and old_grid and not getattr(pe, "dynamic_img_pad", False):
+        prefix = 0 if getattr(net, "no_embed_class", False) else int(getattr(net, "num_prefix_tokens", 1))
+        new = resample_pos_embed(pos.data, tuple(pe.grid_size), old_grid, prefix, interpolation)
+        if new is not pos.data:
+            net.pos_embed = nn.Parameter(new, requires_grad=pos.requires_grad)
+    model.spec.input_size = (3, size, size)
+    ps = getattr(pe, "patch_size", None)
+    if ps is not None:
+        model.spec.patch_size = int(ps[0] if isinstance(ps, (tuple, list)) else ps)
+    if hasattr(pe, "_init_img_size"):   # timm ViT: the constructor rebuilds these shapes from a checkpoint's spec
+        model.spec.kwargs["img_size"] = size
+        model.spec.kwargs["patch_size"] = model.spec.patch_size
+
+
+def _set_patch_size(pe: nn.Module, patch: int) -> None:
+    proj = getattr(pe, "proj", None)
+    old = getattr(pe, "patch_size", None)
+    old = int(old[0] if isinstance(old, (tuple, list)) else old) if old is not None else None
+    if isinstance(proj, nn.Conv2d) and hasattr(pe, "set_input_size"):   # linear projection (timm PatchEmbed)
+        pe.set_input_size(patch_size=patch)
+        return
+    if proj is not None and old is not None:                             # convolutional stem (XCiT)
+        strided = _conv_stem_strides(proj)
+        if patch > old or old % patch or (old // patch) & (old // patch - 1):
+            raise RobustvitError(f"a convolutional stem can go from patch {old} to {old}/2^k, not to {patch}")
+        k = int(math.log2(old // patch))
+        if k > len(strided):
+            raise RobustvitError(f"the stem has only {len(strided)} stride-2 convolutions; cannot reach patch {patch}")
+        for conv in strided[:k]:
+            conv.stride = (1, 1)
+        pe.patch_size = patch
+        return
+    raise RobustvitError(f"cannot change the patch size of {type(pe).__name__}")

@@ -1,0 +1,28 @@
+"""ε schedules for adversarial training, per epoch.
+
+* ``constant``: ε every epoch.
+* ``linear``: ε warm-up as in Debenedetti's light recipe (arXiv:2209.07399, dedeswim/vits-robustness-torch):
+  ε_e = e / period · ε for e < period (so epoch 0 trains on clean images), then ε.
+
+>>> eps_at(0, 4 / 255, "linear", 4), eps_at(2, 4 / 255, "linear", 4) * 255, eps_at(9, 4 / 255, "linear", 4) * 255
+(0.0, 2.0, 4.0)
+"""
+
+from __future__ import annotations
+
+from robustvit.errors import RobustvitError
+
+EPS_SCHEDULES = ("constant", "linear")
+
+
+def eps_at(epoch: int, eps: float, schedule: str = "constant", period: float = 0) -> float:
+    """ε for a 0-based ``epoch`` under ``schedule`` with a warm-up of ``period`` epochs."""
+    check_schedule(schedule)
+    if schedule == "constant" or period <= 0 or epoch >= period:
+        return float(eps)
+    return float(eps) * epoch / period
+
+
+def check_schedule(schedule: str) -> None:
+    if schedule not in EPS_SCHEDULES:
+        raise RobustvitError(f"unknown eps schedule {schedule!r}; use one of {', '.join(EPS_SCHEDULES)}")
