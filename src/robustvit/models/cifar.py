@@ -2,6 +2,7 @@
 
 * ``vit_cifar_micro`` / ``vit_cifar_tiny`` / ``vit_cifar_small``: ViT (Dosovitskiy et al., arXiv:2010.11929) with 4×4 patches
   (an 8×8 grid + CLS token) — timm ``VisionTransformer`` instances, so every ViT tool works on them.
+* ``vit_cifar_demo``: ``vit_cifar_micro`` on a convolutional stem (Xiao et al., arXiv:2106.14881), the demo's ViT.
 * ``resnet_cifar18``: the CIFAR variant of ResNet-18 (He et al., arXiv:1512.03385): 3×3 stem, no max-pool,
   four stages of two basic blocks (64-128-256-512 channels × ``width_mult``).
 

@@ -69,7 +69,8 @@ class ConvPatchEmbed(nn.Module):
         super().__init__()
         n = int(math.log2(patch_size)) if patch_size >= 2 else 0
         if n < 1 or 2 ** n != patch_size:
-            raise RobustvitError(f"FAN's conv patch embedding needs a patch size that is a power of 2 (≥ 2), got {patch_size}")
+            raise RobustvitError(f"FAN's conv patch embedding needs a patch size that is a power of 2 (≥ 2), "
+                                 f"got {patch_size}")
         layers: list[nn.Module] = []
         cin = in_chans
         for i in range(n):
@@ -165,7 +166,10 @@ class TokenMixing(nn.Module):
         logits = (q * self.scale) @ k.transpose(-2, -1)
         if mask is not None:
             mask = mask.to(logits.device)
-            logits = logits.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else logits + mask.to(logits.dtype)
+            if mask.dtype == torch.bool:
+                logits = logits.masked_fill(~mask, float("-inf"))
+            else:
+                logits = logits + mask.to(logits.dtype)
         attn = logits.softmax(dim=-1)
         return self._out(self.attn_drop(attn) @ v), attn
 
