@@ -11,9 +11,11 @@ from robustvit.evaluate.suites import create_suite, list_suites
 def test_quick_demo_end_to_end(tmp_path):
     results = run_demo(out=tmp_path, quick=True, device="cpu", progress=False)
     assert set(results) == set(DEMO_MODELS)
-    for name, (family, _) in DEMO_MODELS.items():
+    for name, dm in DEMO_MODELS.items():
         res = json.loads((tmp_path / name / "results.json").read_text())
-        assert res["model"]["spec"]["family"] == family
+        assert res["model"]["spec"]["family"] == dm.family
+        for analysis in dm.analyses:   # explain: every planned analysis wrote its JSON
+            assert (tmp_path / name / "analysis" / f"{analysis}.json").is_file(), (name, analysis)
         assert (tmp_path / name / "checkpoint" / "model.safetensors").is_file()
         assert 0.0 <= res["suites"]["clean"]["top1"] <= 1.0
     # the quick plan is too short for the ViT to take off (ViTs start slowly from scratch); the CNN learns
@@ -21,7 +23,7 @@ def test_quick_demo_end_to_end(tmp_path):
     html = (tmp_path / "report.html").read_text()
     assert all(name in html for name in DEMO_MODELS) and "data:image/png;base64" in html
     md = (tmp_path / "report.md").read_text()
-    assert md.startswith("# robustvit demo")
+    assert md.startswith("# robustvit demo") and "Inside the models" in md
     # ViT and ResNet perturbations side by side (Bhojanapalli et al. Fig. 5) from the examples the suites saved
     assert "figures/adversarial_examples.png" in md and (tmp_path / "figures" / "adversarial_examples.png").is_file()
     # re-running resumes: nothing is trained or evaluated again, the results are the same
