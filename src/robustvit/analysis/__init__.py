@@ -29,7 +29,7 @@ def _load() -> None:
 
 ANALYSES: Registry[Analysis] = Registry("analysis", loader=_load, hint="see `robustvit list analyses`")
 
-#: What ``robustvit demo`` runs per model family (issue 11), with default options.
+#: What ``robustvit demo`` runs per model family, with default options.
 DEMO_ANALYSES = {"vit": ["correlation", "lesion", "restricted_attention", "attention_distance", "attention_stability"],
                  "cnn": ["correlation", "lesion"]}
 
