@@ -29,6 +29,15 @@ def make_generator(seed: int | None = None, device: torch.device | str = "cpu",
     return g
 
 
+def default_generator(device: torch.device | str = "cpu") -> torch.Generator:
+    """torch's global generator for ``device`` (what ``torch.manual_seed`` seeds), as torchvision transforms
+    and kornia draw from when no generator is given."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.default_generators[dev.index if dev.index is not None else torch.cuda.current_device()]
+    return torch.default_generator
+
+
 def parse_eps(eps: float | int | str) -> float:
     """Parse an ε given as a number or a string such as ``"4/255"`` or ``"0.5"``."""
     if isinstance(eps, (int, float)):

@@ -162,3 +162,14 @@ def test_larger_images_use_imagenet_parameters():
     for name in ("motion_blur", "snow", "glass_blur", "spatter", "frost", "elastic_transform"):
         y = corrupt(x, name, 2, seed=0)
         assert y.shape == x.shape and 0 <= y.min() and y.max() <= 1
+
+
+def test_unseeded_calls_draw_from_torchs_global_generator():
+    x = torch.full((2, 3, 32, 32), 0.5)
+    a, b = corrupt(x, "gaussian_noise", 3), corrupt(x, "gaussian_noise", 3)
+    assert not torch.equal(a, b)                      # a loop over batches gets fresh noise each time
+    torch.manual_seed(0)
+    c = corrupt(x, "gaussian_noise", 3)
+    torch.manual_seed(0)
+    assert torch.equal(c, corrupt(x, "gaussian_noise", 3))
+    assert torch.equal(corrupt(x, "gaussian_noise", 3, seed=4), corrupt(x, "gaussian_noise", 3, seed=4))

@@ -23,7 +23,7 @@ from robustvit.corruptions.jpeg import jpeg_roundtrip
 from robustvit.corruptions.params import (CORRUPTION_GROUPS, check_name, check_severity, corruption_params,
                                           resolve_preset)
 from robustvit.errors import RobustvitError, unknown_name
-from robustvit.utils import check_images, make_generator
+from robustvit.utils import check_images, default_generator, make_generator
 
 
 def list_corruptions(group: str | None = None) -> list[str]:
@@ -61,8 +61,10 @@ def corrupt(x: torch.Tensor, name: str, severity: int, *, seed: int | None = Non
         x: float images (N, 3, H, W) in [0, 1], on any device.
         name: one of :func:`list_corruptions` (e.g. ``"gaussian_noise"``).
         severity: 1 (mild) to 5 (strong).
-        seed: seeds a new generator on ``x``'s device when ``generator`` is None (default 0).
-        generator: the source of every random number (its device may differ from ``x``'s).
+        seed: seeds a new generator on ``x``'s device when ``generator`` is None.
+        generator: the source of every random number (its device may differ from ``x``'s). With neither
+            ``seed`` nor ``generator``, torch's global generator is used (``torch.manual_seed`` governs it),
+            so successive calls draw different noise.
         preset: ``"imagenet"`` (224-px parameters) or ``"cifar"`` (32-px); default by size:
             ``cifar`` when min(H, W) ≤ 64, else ``imagenet``. Spatial parameters are scaled by
             min(H, W) / preset size (see :func:`corruption_params`).
@@ -89,7 +91,8 @@ def corrupt(x: torch.Tensor, name: str, severity: int, *, seed: int | None = Non
         return x.clone()
     params = corruption_params(name, severity, preset, size=(h, w) if size_scaling else None)
     fn = FUNCTIONS[name][0]
-    g = make_generator(seed, x.device, generator)
+    g = generator if generator is not None else (default_generator(x.device) if seed is None
+                                                   else make_generator(seed, x.device))
     work = x if x.dtype in (torch.float32, torch.float64) else x.float()
     with torch.no_grad():
         y = fn(work, params, g)
