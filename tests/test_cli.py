@@ -20,13 +20,14 @@ def run(capsys, *args):
     (["eval", "--model", "resnet_cifar18", "--data", "synthshapes:test", "--suite", "clena", "--out", "X"], "did you mean clean"),
     (["eval", "--model", "resnet_cifar18", "--data", "folder:/no/such/dir", "--out", "X"], "does not exist"),
     (["eval", "--model", "resnet_cifar18", "--data", "synthshapes:test,count=10", "--limit", "11", "--out", "X"], "--limit 11 is larger"),
-    (["train", "--model", "resnet_cifar18"], "train needs --data, --out"),
+    (["train", "--model", "resnet_cifar18"], "needs --data, --out"),
 ])
 def test_errors_are_one_line(capsys, tmp_path, monkeypatch, args, match):
     monkeypatch.chdir(tmp_path)
     code, out, err = run(capsys, *args)
     assert code == 2
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    errors = [line for line in err.strip().splitlines() if not line.startswith("robustvit: warning:")]
+    assert len(errors) == 1 and errors[0].startswith("robustvit: error:") and "Traceback" not in err
     assert match in err
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import warnings
 import json
 import shlex
 import sys
@@ -19,6 +20,14 @@ from robustvit.errors import RobustvitError
 
 def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def add_weights_args(p: argparse.ArgumentParser) -> None:
+    """``--pretrained`` / ``--weights FILE`` for commands that build a model from a timm name."""
+    p.add_argument("--pretrained", action="store_true",
+                   help="load timm's pretrained weights (Hugging Face hub or its cache; HF_HUB_OFFLINE is respected)")
+    p.add_argument("--weights", metavar="FILE",
+                   help="a .safetensors/.pth state dict for the named architecture (loaded tensors-only)")
 
 
 def add_demo(sub: argparse._SubParsersAction) -> None:
@@ -157,6 +166,7 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--norm", choices=["linf", "l2"], help="attack norm")
     p.add_argument("--steps", type=int, help="attack iterations")
     p.add_argument("--no-progress", action="store_true")
+    add_weights_args(p)
     p.set_defaults(func=cmd_eval)
 
 
@@ -166,6 +176,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     cfg = EvalConfig(models=_csv(a.model), data=a.data, suites=_csv(a.suite), out=a.out, limit=a.limit,
                      batch_size=a.batch_size, device=a.device, seed=a.seed, strict=a.strict, workers=a.workers,
                      options={"eps": a.eps, "norm": a.norm, "steps": a.steps}, progress=not a.no_progress,
+                     pretrained=a.pretrained, weights=a.weights,
                      command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
     results = run_eval(cfg)
     for name, res in results.items():
@@ -272,6 +283,7 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
     p.add_argument("analyses", help="comma-separated analyses, each name[:key=value…] (see `robustvit list analyses`)")
     p.add_argument("--model", required=True, help="model name or checkpoint folder")
     p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
+    add_weights_args(p)
     p.add_argument("--out", required=True, help="output folder (re-running resumes)")
     p.add_argument("--limit", type=int, help="use only the first N images")
     p.add_argument("--seed", type=int, default=0)
@@ -285,8 +297,10 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     from robustvit.analysis import run_analyses
     from robustvit.data import create_dataset
     from robustvit.models import create_model, is_checkpoint_dir
+    from robustvit.models.factory import warn_if_random
 
-    model = create_model(a.model)
+    model = create_model(a.model, pretrained=a.pretrained and not is_checkpoint_dir(a.model), checkpoint=a.weights)
+    warn_if_random(a.model, model)
     dataset = create_dataset(a.data, image_size=model.spec.image_size)
     name = model.spec.architecture if is_checkpoint_dir(a.model) else a.model
     res = run_analyses(model, dataset, _csv(a.analyses), a.out, limit=a.limit, seed=a.seed, batch_size=a.batch_size,
@@ -317,13 +331,21 @@ def _version() -> str:
     return f"robustvit {robustvit.__version__}"
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """Warnings on the command line: one line each, like the errors."""
+    print(f"robustvit: warning: {message}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)
         args.argv = argv
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(args.func(args) or 0)
     except RobustvitError as e:
         if debug:
             traceback.print_exc()

@@ -26,6 +26,7 @@ from robustvit.evaluate.store import ResultStore, sum_stats
 from robustvit.evaluate.suites import Batch, EvalContext, Suite, create_suite
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
+from robustvit.models.factory import warn_if_random
 from robustvit.utils import derive_seed, resolve_device
 
 RESULTS_FILE = "results.json"
@@ -46,6 +47,8 @@ class EvalConfig:
     options: dict[str, Any] = field(default_factory=dict)   # global suite options: eps, norm, steps, …
     progress: bool = True
     command: str | None = None
+    pretrained: bool = False        # timm models: load timm's pretrained weights (HF hub / cache)
+    weights: str | None = None      # a .safetensors/.pth state dict for the (single) named architecture
 
 
 def model_dir_name(name: str, model: Normalized) -> str:
@@ -68,9 +71,13 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     rank, world = _init_distributed(device)
     if world > 1 and device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+    if cfg.weights is not None and len(cfg.models) != 1:
+        raise RobustvitError("--weights FILE applies to one model; evaluate the models one at a time")
     models: dict[str, Normalized] = {}
     for name in cfg.models:
-        m = create_model(name).to(device).eval()
+        m = create_model(name, pretrained=cfg.pretrained and not is_checkpoint_dir(name),
+                         checkpoint=cfg.weights).to(device).eval()
+        warn_if_random(name, m)
         key = model_dir_name(name, m)
         if key in models:
             key = f"{key}-{len(models)}"
@@ -232,7 +239,8 @@ def _finalize(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: l
                 "command": cfg.command or " ".join(sys.argv), "world_size": world, "batch_size": cfg.batch_size,
                 "limit": cfg.limit, "options": {k: v for k, v in cfg.options.items() if v is not None}},
         "model": {"name": ctx.model_name, "source": cfg.models[list(ctx.models).index(ctx.model_name)],
-                  "params": sum(p.numel() for p in model.parameters()), "spec": model.spec.to_dict()},
+                  "params": sum(p.numel() for p in model.parameters()), "spec": model.spec.to_dict(),
+                  "pretrained": model.weights["pretrained"], "weights": model.weights},
         "data": {"spec": cfg.data, "num_images": int(data_stats.get("n", 0)) - int(data_stats.get("unreadable", 0)),
                  "num_unreadable": int(data_stats.get("unreadable", 0)), "unreadable_files": files,
                  "num_classes": dataset.num_classes},

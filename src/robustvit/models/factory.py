@@ -8,7 +8,9 @@ architecture from the registry and loads tensors only — no code from the file 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +58,10 @@ def create_model(name: str | None = None, *, pretrained: bool = False, num_class
     if name is not None and is_checkpoint_dir(name):
         name, checkpoint = None, name
     if checkpoint is not None and is_checkpoint_dir(checkpoint):
-        return load_checkpoint(checkpoint, expect_architecture=name)
+        model = load_checkpoint(checkpoint, expect_architecture=name)
+        model.weights = {"pretrained": True, "source": f"checkpoint:{checkpoint}",
+                         "sha256": file_sha256(Path(checkpoint) / WEIGHTS_FILE)}
+        return model
     if checkpoint is not None and not Path(checkpoint).exists():
         raise RobustvitError(f"checkpoint {checkpoint} does not exist; pass a folder written by `robustvit train` "
                              "(model.safetensors + spec.json) or a state-dict file")
@@ -74,9 +79,31 @@ def create_model(name: str | None = None, *, pretrained: bool = False, num_class
         build_kwargs["img_size"] = int(img_size)
     net = _build(name, pretrained, build_kwargs)
     spec = spec_from_timm(name, net, build_kwargs)
+    weights: dict[str, Any] = {"pretrained": bool(pretrained), "source": f"timm:{name}" if pretrained else "random"}
     if checkpoint is not None:
         load_state_dict_file(net, checkpoint, name)
-    return Normalized(net, spec)
+        weights = {"pretrained": True, "source": f"file:{checkpoint}", "sha256": file_sha256(checkpoint)}
+    model = Normalized(net, spec)
+    model.weights = weights
+    return model
+
+
+def warn_if_random(name: str, model: Normalized) -> None:
+    """Say so when a model is evaluated with randomly initialised weights (its numbers measure an untrained
+    network); the result records ``model.pretrained: false``."""
+    if model.weights.get("source") == "random":
+        msg = (f"{name} has random weights (no --pretrained, --weights or checkpoint): its results describe an "
+               "untrained network")
+        warnings.warn(msg, stacklevel=2)
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file (weights provenance recorded in results)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _build(name: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:

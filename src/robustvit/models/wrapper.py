@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -20,6 +22,9 @@ class Normalized(nn.Module):
         super().__init__()
         self.model = model
         self.spec = spec
+        #: where the weights came from: {"pretrained": bool, "source": "random" | "timm:NAME" | "file:PATH" |
+        #: "checkpoint:DIR", "sha256": … (files)}; set by ``create_model``
+        self.weights: dict[str, Any] = {"pretrained": False, "source": "unknown"}
         self.register_buffer("mean", torch.tensor(spec.mean, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(spec.std, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
 

@@ -86,11 +86,21 @@ def _scalar_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     return Section(f"Suite `{key}`", md_table(["metric"] + [r["model"]["name"] for r in results], rows))
 
 
+def _weights(model: dict[str, Any]) -> str:
+    """The weights column: where they came from; random weights are flagged."""
+    source = model.get("weights", {}).get("source", "not recorded")
+    return "**random (untrained)**" if source == "random" else source
+
+
 def _overview(results: list[dict[str, Any]]) -> Section:
     rows = [[r["model"]["name"], r["model"]["spec"]["family"], f"{r['model']['params'] / 1e6:.2f} M",
-             "×".join(map(str, r["model"]["spec"]["input_size"][1:])), r["data"]["spec"], r["data"]["num_images"],
-             r["run"]["device"]] for r in results]
-    md = md_table(["model", "family", "params", "input", "data", "images", "device"], rows)
+             "×".join(map(str, r["model"]["spec"]["input_size"][1:])), _weights(r["model"]), r["data"]["spec"],
+             r["data"]["num_images"], r["run"]["device"]] for r in results]
+    md = md_table(["model", "family", "params", "input", "weights", "data", "images", "device"], rows)
+    random = [r["model"]["name"] for r in results if r["model"].get("weights", {}).get("source") == "random"]
+    if random:
+        md += (f"\n\n**Warning:** {', '.join(random)} evaluated with randomly initialised weights (no `--pretrained`, "
+               "`--weights` or checkpoint): those results describe an untrained network.")
     fig = None
     if all("clean" in r["suites"] for r in results):
         f, ax = plt.subplots(figsize=(4 + len(results), 3))
