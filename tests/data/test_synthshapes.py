@@ -55,3 +55,18 @@ def test_dataset_specs():
 def test_errors(spec, match):
     with pytest.raises(RobustvitError, match=match):
         create_dataset(spec)
+
+
+def test_dataset_renders_on_demand_and_matches_the_full_render():
+    ds = create_dataset("synthshapes:test,count=700,size=24,seed=3")
+    x, y, t = render_synthshapes(700, size=24, seed=3)
+    assert ds._chunks == {}                                       # nothing rendered to build the data set
+    assert torch.equal(ds.labels, y) and torch.equal(ds.extra["texture_labels"], t) and len(ds) == 700
+    idx = torch.tensor([3, 0, 499])                              # all in the first chunk
+    a, b = ds.get_batch(idx)
+    assert list(ds._chunks) == [0]
+    assert torch.equal(a, x[idx].float() / 255) and torch.equal(b, y[idx])
+    idx = torch.tensor([699, 3, 520, 500])                       # across the chunk boundary
+    assert torch.equal(ds.get_batch(idx)[0], x[idx].float() / 255)
+    img, label = ds[650]
+    assert torch.equal(img, x[650].float() / 255) and label == int(y[650])

@@ -77,11 +77,7 @@ class Context:
     def batch(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Images [start, stop) of the data set on the device."""
         ids = torch.arange(start, min(stop, self.num_images))
-        if hasattr(self.dataset, "get_batch"):
-            x, y = self.dataset.get_batch(ids)
-        else:
-            items = [self.dataset[int(i)] for i in ids]
-            x, y = torch.stack([t for t, _ in items]), torch.tensor([int(c) for _, c in items])
+        x, y = self.dataset.get_batch(ids)
         return x.to(self.device).float(), torch.as_tensor(y).to(self.device)
 
     def units(self, parts: list[str], fn: UnitFn, *, max_images: int | None = None) -> dict[str, Any]:

@@ -6,6 +6,8 @@ the evaluation runner drops and counts such samples. With ``strict=True`` it rai
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import warnings
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,10 @@ from torch.utils.data import Dataset
 from robustvit.errors import RobustvitError
 
 UNREADABLE = -1
+
+
+#: Threads decoding image files in :meth:`ImageDataset.get_batch`.
+READ_THREADS = 8
 
 
 class ImageDataset(Dataset):
@@ -31,6 +37,20 @@ class ImageDataset(Dataset):
 
     def info(self) -> dict[str, Any]:
         return {"spec": self.spec, "num_images": len(self), "num_classes": self.num_classes}
+
+    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images ``index`` as (float (n, 3, H, W) in [0, 1], long labels (n,)). This default reads the items
+        on a few threads (file decoding releases the GIL); in-memory data sets override it with a gather."""
+        ids = torch.as_tensor(index).long().reshape(-1).tolist()
+        if not ids:
+            raise RobustvitError("get_batch needs at least one index")
+        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(ids))) as pool:
+            items = list(pool.map(self.__getitem__, ids))
+        shapes = {tuple(it[0].shape) for it in items}
+        if len(shapes) > 1:
+            raise RobustvitError(f"images of different sizes {sorted(shapes)[:2]} in one batch of {self.spec}; "
+                                 "give the data set a size (e.g. folder:/path,size=224 or --image-size)")
+        return torch.stack([it[0] for it in items]), torch.tensor([int(it[1]) for it in items], dtype=torch.long)
 
 
 class TensorImageDataset(ImageDataset):

@@ -80,15 +80,8 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 def _load(ds: ImageDataset, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    if hasattr(ds, "get_batch"):
-        x, y = ds.get_batch(torch.tensor(ids))
-        return x, torch.as_tensor(y).long()
-    with ThreadPoolExecutor(max_workers=min(THREADS, len(ids))) as pool:
-        items = list(pool.map(ds.__getitem__, ids))
-    shapes = {tuple(it[0].shape) for it in items}
-    if len(shapes) > 1:
-        raise RobustvitError(f"images of different sizes {sorted(shapes)[:2]} in one batch; pass --image-size")
-    return torch.stack([it[0] for it in items]), torch.tensor([int(it[1]) for it in items])
+    x, y = ds.get_batch(torch.tensor(ids))
+    return x, torch.as_tensor(y).long()
 
 
 def _names(ds: ImageDataset, n: int) -> list[str]:

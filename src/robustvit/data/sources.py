@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from robustvit.data.base import FileImageDataset, ImageDataset, TensorImageDataset
-from robustvit.data.synthshapes import MAX_CLASSES, SHAPES, SPLITS, render_synthshapes
+from robustvit.data.synthshapes import MAX_CLASSES, SPLITS, SynthShapesDataset
 from robustvit.errors import RobustvitError
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -33,10 +33,9 @@ def synthshapes(arg: str, options: dict[str, Any], image_size: int | None, stric
     k = int(options.pop("classes", 10))
     tc = float(options.pop("texture_correlation", 0.5))
     _no_more(options, "synthshapes")
-    x, y, t = render_synthshapes(count, size=size, seed=seed, classes=k, texture_correlation=tc,
-                                 cue_conflict=split == "cue_conflict")
     spec = f"synthshapes:{split},size={size},count={count},seed={seed},classes={k},texture_correlation={tc:g}"
-    return TensorImageDataset(x, y, list(SHAPES[:k]), spec, extra={"texture_labels": t})
+    return SynthShapesDataset(count, size=size, seed=seed, classes=k, texture_correlation=tc,
+                              cue_conflict=split == "cue_conflict", spec=spec)
 
 
 def folder(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:

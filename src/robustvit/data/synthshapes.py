@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from robustvit.data.base import ImageDataset, to_float
 from robustvit.errors import RobustvitError
 from robustvit.utils import derive_seed
 
@@ -158,14 +159,7 @@ def _render_chunk(labels: torch.Tensor, tex: torch.Tensor, size: int, gen: torch
     return (img.clamp(0, 1) * 255 + 0.5).to(torch.uint8)
 
 
-def render_synthshapes(count: int, size: int = 32, seed: int = 0, classes: int = 10,
-                       texture_correlation: float = 0.5, cue_conflict: bool = False
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Render ``count`` images → (uint8 images (N, 3, size, size), shape labels (N,), texture labels (N,)).
-
-    Classes are exactly balanced within every block of ``K·⌈500/K⌉`` images. In the cue-conflict variant
-    the texture is always another class's texture.
-    """
+def _check(count: int, size: int, classes: int, texture_correlation: float) -> None:
     if not 2 <= classes <= MAX_CLASSES:
         raise RobustvitError(f"synthshapes supports 2 to {MAX_CLASSES} classes, got {classes}")
     if not 8 <= size <= 224:
@@ -174,20 +168,93 @@ def render_synthshapes(count: int, size: int = 32, seed: int = 0, classes: int =
         raise RobustvitError(f"texture_correlation must be in [0, 1], got {texture_correlation}")
     if count < 1:
         raise RobustvitError(f"count must be >= 1, got {count}")
-    chunk = classes * math.ceil(_CHUNK_TARGET / classes)
-    xs, ys, ts = [], [], []
-    for c in range(math.ceil(count / chunk)):
-        gen = torch.Generator().manual_seed(derive_seed(seed, "synthshapes", c, size, classes,
-                                                        texture_correlation, cue_conflict))
-        labels = (torch.arange(chunk) % classes)[torch.randperm(chunk, generator=gen)]
-        rand_tex = torch.randint(classes, (chunk,), generator=gen)
-        if cue_conflict:
-            shift = torch.randint(1, classes, (chunk,), generator=gen)
-            tex = (labels + shift) % classes
-        else:
-            tied = torch.rand(chunk, generator=gen) < texture_correlation
-            tex = torch.where(tied, labels, rand_tex)
-        n = min(chunk, count - c * chunk)
-        img = _render_chunk(labels, tex, size, gen)  # whole chunk, so image i never depends on count
-        xs.append(img[:n]), ys.append(labels[:n]), ts.append(tex[:n])
-    return torch.cat(xs), torch.cat(ys), torch.cat(ts)
+
+
+def chunk_size(classes: int) -> int:
+    """Images are generated in chunks of ``K·⌈500/K⌉``, each from its own seed."""
+    return classes * math.ceil(_CHUNK_TARGET / classes)
+
+
+def _chunk_labels(c: int, size: int, seed: int, classes: int, texture_correlation: float, cue_conflict: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Generator]:
+    """Shape and texture labels of chunk ``c`` and the generator, positioned to render its images."""
+    chunk = chunk_size(classes)
+    gen = torch.Generator().manual_seed(derive_seed(seed, "synthshapes", c, size, classes,
+                                                    texture_correlation, cue_conflict))
+    labels = (torch.arange(chunk) % classes)[torch.randperm(chunk, generator=gen)]
+    rand_tex = torch.randint(classes, (chunk,), generator=gen)
+    if cue_conflict:
+        shift = torch.randint(1, classes, (chunk,), generator=gen)
+        tex = (labels + shift) % classes
+    else:
+        tied = torch.rand(chunk, generator=gen) < texture_correlation
+        tex = torch.where(tied, labels, rand_tex)
+    return labels, tex, gen
+
+
+def synthshapes_labels(count: int, size: int = 32, seed: int = 0, classes: int = 10,
+                       texture_correlation: float = 0.5, cue_conflict: bool = False
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The shape and texture labels of :func:`render_synthshapes` without rendering any image."""
+    _check(count, size, classes, texture_correlation)
+    chunk = chunk_size(classes)
+    parts = [_chunk_labels(c, size, seed, classes, texture_correlation, cue_conflict)[:2]
+             for c in range(math.ceil(count / chunk))]
+    return torch.cat([p[0] for p in parts])[:count], torch.cat([p[1] for p in parts])[:count]
+
+
+def render_chunk(c: int, size: int = 32, seed: int = 0, classes: int = 10, texture_correlation: float = 0.5,
+                 cue_conflict: bool = False) -> torch.Tensor:
+    """uint8 images (chunk size, 3, size, size) of chunk ``c`` (the same as in :func:`render_synthshapes`)."""
+    labels, tex, gen = _chunk_labels(c, size, seed, classes, texture_correlation, cue_conflict)
+    return _render_chunk(labels, tex, size, gen)
+
+
+def render_synthshapes(count: int, size: int = 32, seed: int = 0, classes: int = 10,
+                       texture_correlation: float = 0.5, cue_conflict: bool = False
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Render ``count`` images → (uint8 images (N, 3, size, size), shape labels (N,), texture labels (N,)).
+
+    Classes are exactly balanced within every block of ``K·⌈500/K⌉`` images. In the cue-conflict variant
+    the texture is always another class's texture.
+    """
+    y, t = synthshapes_labels(count, size, seed, classes, texture_correlation, cue_conflict)
+    chunk = chunk_size(classes)
+    x = torch.cat([render_chunk(c, size, seed, classes, texture_correlation, cue_conflict)
+                   for c in range(math.ceil(count / chunk))])
+    return x[:count], y, t
+
+
+class SynthShapesDataset(ImageDataset):
+    """synthshapes generated on demand: a batch renders only the chunks its images fall in, and rendered
+    chunks are kept (shuffled training revisits them), so ``--limit 50`` at 224 px renders one chunk, not the
+    whole split. Image ``i`` is the same as ``render_synthshapes(...)[0][i]``."""
+
+    def __init__(self, count: int, size: int = 32, seed: int = 0, classes: int = 10,
+                 texture_correlation: float = 0.5, cue_conflict: bool = False, spec: str = "") -> None:
+        self.labels, tex = synthshapes_labels(count, size, seed, classes, texture_correlation, cue_conflict)
+        self.classes, self.spec = list(SHAPES[:classes]), spec
+        self.extra = {"texture_labels": tex}
+        self._args = (size, seed, classes, texture_correlation, cue_conflict)
+        self._chunk = chunk_size(classes)
+        self._chunks: dict[int, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x, y = self.get_batch(torch.tensor([int(i)]))
+        return x[0], int(y[0])
+
+    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.as_tensor(index, dtype=torch.long)
+        if len(index) and (int(index.min()) < 0 or int(index.max()) >= len(self)):
+            raise IndexError(f"synthshapes index out of range 0..{len(self) - 1}")
+        chunks = index // self._chunk
+        out = torch.empty(len(index), 3, self._args[0], self._args[0], dtype=torch.uint8)
+        for c in chunks.unique().tolist():
+            sel = chunks == c
+            if c not in self._chunks:
+                self._chunks[c] = render_chunk(c, *self._args)
+            out[sel] = self._chunks[c][index[sel] - c * self._chunk]
+        return to_float(out), self.labels[index]

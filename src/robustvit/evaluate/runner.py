@@ -206,7 +206,7 @@ def _load_chunks(ds: ImageDataset, chunks: list[int], cfg: EvalConfig):  # noqa:
     """Yield (x, y, index) for each chunk (CPU tensors)."""
     b, n = cfg.batch_size, len(ds)
     index_lists = [list(range(c * b, min((c + 1) * b, n))) for c in chunks]
-    if hasattr(ds, "get_batch"):
+    if cfg.workers == 0:
         for ids in index_lists:
             t = torch.tensor(ids)
             x, y = ds.get_batch(t)

@@ -133,10 +133,12 @@ def batches(dataset: ImageDataset, batch_size: int, seed: int, shuffle: bool, wo
     order = torch.randperm(len(dataset), generator=gen)[:n] if shuffle else torch.arange(n)
     steps = [chunk for chunk in order.split(batch_size * world) if len(chunk) >= world]
     mine = [(chunk.tensor_split(world)[rank], len(chunk)) for chunk in steps]
-    if hasattr(dataset, "get_batch"):
+    if workers == 0:
         for idx, total in mine:
             x, y = dataset.get_batch(idx)
-            yield x, y, total
+            keep = y != UNREADABLE
+            if keep.any():
+                yield x[keep], y[keep], total
         return
     loader = DataLoader(dataset, batch_sampler=[idx.tolist() for idx, _ in mine], num_workers=workers)
     for (x, y), (_, total) in zip(loader, mine):

@@ -33,7 +33,6 @@ ImageNet-C-like data, else null with ``mce_reason``), ``preset``, ``jpeg_quality
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,6 @@ from robustvit.metrics.corruption import (ALEXNET_ERRORS, NOISE_CORRUPTIONS, cor
 GROUP_NAMES = ("noise", "blur", "weather", "digital", "extra")
 CLEAN = "clean"
 #: Threads decoding image files of a ``source`` tree (PIL releases the GIL while decoding).
-READ_THREADS = 8
 
 
 def part_name(name: str, severity: int) -> str:
@@ -79,13 +77,8 @@ class _UnitIndex(ImageDataset):
 
 def load_images(ds: Any, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Images ``index`` of a data set as (float (n, 3, H, W), long labels (n,)); files decoded in threads."""
-    idx = index.cpu().long()
-    if hasattr(ds, "get_batch"):
-        x, y = ds.get_batch(idx)
-        return x, torch.as_tensor(y).long()
-    with ThreadPoolExecutor(max_workers=min(READ_THREADS, max(1, len(idx)))) as pool:
-        items = list(pool.map(ds.__getitem__, idx.tolist()))
-    return torch.stack([it[0] for it in items]), torch.tensor([int(it[1]) for it in items], dtype=torch.long)
+    x, y = ds.get_batch(index.cpu().long())
+    return x, torch.as_tensor(y).long()
 
 
 @register_suite

@@ -209,7 +209,7 @@ class Perturbations(Suite):
         if self.preset:
             return str(self.preset)
         ds = ctx.dataset
-        if ds is not None and len(ds) and hasattr(ds, "get_batch"):
+        if ds is not None and len(ds):
             h, w = ds.get_batch(torch.tensor([0]))[0].shape[-2:]
             return resolve_preset(None, int(h), int(w))
         return resolve_preset(None, size, size)

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from robustvit.data import create_dataset
-from robustvit.data.base import FileImageDataset, ImageDataset, TensorImageDataset
-from robustvit.data.synthshapes import MAX_CLASSES, SHAPES
+from robustvit.data.base import FileImageDataset, ImageDataset
+from robustvit.data.synthshapes import MAX_CLASSES, SHAPES, SynthShapesDataset
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
 from robustvit.metrics.shape_bias import geirhos_categories, imagenet_to_16, shape_bias_counts, shape_bias_summary, \
@@ -113,7 +113,7 @@ class ShapeBias(Suite):
         if self.max_images is not None:
             spec += f",count={self.max_images}"
         ds = create_dataset(spec)
-        assert isinstance(ds, TensorImageDataset)
+        assert isinstance(ds, SynthShapesDataset)
         return _Stimuli(ds, ds.extra["texture_labels"].long(), list(ds.classes), False, ds.spec)
 
     def dataset(self, ctx: EvalContext) -> ImageDataset:
