@@ -116,6 +116,20 @@ class Registry(Generic[T]):
         return obj(*args, **kwargs)  # type: ignore[operator]
 
 
+def parse_spec(spec: str, kind: str) -> tuple[str, dict[str, str]]:
+    """A registry name with options, as the CLI takes them: ``"pgd:eps=1/255:steps=20"`` →
+    ``("pgd", {"eps": "1/255", "steps": "20"})`` (dashes in keys become underscores). ``kind`` names the
+    thing in the error message."""
+    name, *opts = spec.strip().split(":")
+    options: dict[str, str] = {}
+    for opt in opts:
+        if "=" not in opt:
+            raise RobustvitError(f"{kind} option {opt!r} in {spec!r} must look like key=value")
+        k, v = opt.split("=", 1)
+        options[k.strip().replace("-", "_")] = v.strip()
+    return name.strip(), options
+
+
 def accepted_keywords(obj: Any) -> set[str] | None:
     """Keyword names accepted by a function or a class constructor; None when any keyword is accepted.
 

@@ -17,20 +17,14 @@ import robustvit
 from robustvit.analysis.base import PAPER_IMAGES, make_context
 from robustvit.analysis.store import UnitStore
 from robustvit.errors import RobustvitError
+from robustvit.registry import parse_spec
 
 MANIFEST = "analyses.json"
 
 
 def parse_analysis_spec(spec: str) -> tuple[str, dict[str, str]]:
     """``"lesion:samples=10"`` → ``("lesion", {"samples": "10"})``."""
-    name, *opts = spec.strip().split(":")
-    options: dict[str, str] = {}
-    for opt in opts:
-        if "=" not in opt:
-            raise RobustvitError(f"analysis option {opt!r} in {spec!r} must look like key=value")
-        k, v = opt.split("=", 1)
-        options[k.strip().replace("-", "_")] = v.strip()
-    return name.strip(), options
+    return parse_spec(spec, "analysis")
 
 
 def _jsonable(result: dict[str, Any]) -> dict[str, Any]:

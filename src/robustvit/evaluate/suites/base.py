@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from robustvit.errors import RobustvitError
-from robustvit.registry import Registry
+from robustvit.registry import Registry, parse_spec
 
 
 @dataclass
@@ -125,14 +125,7 @@ def get_suite_class(name: str) -> type[Suite]:
 
 def parse_suite_spec(spec: str) -> tuple[str, dict[str, str]]:
     """``"pgd:eps=1/255:steps=20"`` → ``("pgd", {"eps": "1/255", "steps": "20"})``."""
-    name, *opts = spec.strip().split(":")
-    options: dict[str, str] = {}
-    for opt in opts:
-        if "=" not in opt:
-            raise RobustvitError(f"suite option {opt!r} in {spec!r} must look like key=value")
-        k, v = opt.split("=", 1)
-        options[k.strip().replace("-", "_")] = v.strip()
-    return name, options
+    return parse_spec(spec, "suite")
 
 
 def create_suite(spec: str) -> Suite:
