@@ -132,6 +132,11 @@ def cmd_versions(a: argparse.Namespace) -> None:
             out[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             out[pkg] = None
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("imagecorruptions")
+    out["frost_dir"] = os.path.join(list(spec.submodule_search_locations)[0], "frost") if spec else None
     print(json.dumps(out))
 
 

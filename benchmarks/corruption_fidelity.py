@@ -1,9 +1,16 @@
 """Fidelity of robustvit's corruptions against the reference package ``imagecorruptions`` 1.1.2.
 
-Real photos: scikit-image's bundled sample photos (astronaut, coffee, chelsea, …; Resize 256 + CenterCrop 224,
-as ImageNet-C) and CIFAR-10 test images (32 px) taken from a CIFAR-10 JPEG tarball extracted to a temporary
-folder. imagecorruptions always applies its ImageNet parameters; robustvit is therefore run with
-``preset="imagenet", size_scaling=False`` here, i.e. the same parameters at both sizes.
+Real photos: scikit-image's bundled sample photos (astronaut, coffee, chelsea, rocket, …) and matplotlib's
+grace_hopper (Resize 256 + CenterCrop 224, as ImageNet-C), and CIFAR-10 test images (32 px) taken from a
+CIFAR-10 JPEG tarball extracted to a temporary folder. imagecorruptions always applies its ImageNet
+parameters; robustvit is therefore run with ``preset="imagenet", size_scaling=False`` here, i.e. the same
+parameters at both sizes.
+
+Rows are the reference's corruptions. ``frost`` uses the reference's own frost photographs (robustvit is pointed
+at them with ``ROBUSTVIT_FROST_DIR``); ``frost@procedural`` is robustvit's procedural texture against the same
+reference. ``elastic_transform`` is imagecorruptions' elastic transform, compared with robustvit's
+``elastic_transform@imagecorruptions``; ``elastic_transform@imagenet-c`` is the ImageNet-C script's (the helper's
+re-implementation), compared with robustvit's default ``elastic_transform``.
 
 - deterministic corruptions: mean absolute difference (MAD) in grey levels after converting robustvit's output
   to uint8 the way the reference does (truncation; rounding for pixelate, whose reference goes through PIL).
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -41,6 +49,10 @@ HERE = Path(__file__).resolve().parent
 REF = HERE / "_ref_corruptions.py"
 ROUNDED = {"pixelate"}
 ELASTIC_IC = "elastic_transform@imagenet-c"
+FROST_PROCEDURAL = "frost@procedural"
+#: reference row → (robustvit corruption, frost source); rows not listed use the same name and the photos
+OURS = {"elastic_transform": ("elastic_transform@imagecorruptions", None), ELASTIC_IC: ("elastic_transform", None),
+        FROST_PROCEDURAL: ("frost", "procedural")}
 
 
 def ref_call(py: str, *args: str) -> str:
@@ -67,7 +79,9 @@ def cifar_images(tarball: Path, per_class: int = 4) -> np.ndarray:
         return np.stack([np.asarray(Image.open(f).convert("RGB")) for f in files])
 
 
-def ours(imgs: np.ndarray, name: str, severity: int, repeats: int, seed: int) -> np.ndarray:
+def ours(imgs: np.ndarray, row: str, severity: int, repeats: int, seed: int, frost_dir: str) -> np.ndarray:
+    name, frost = OURS.get(row, (row, None))
+    os.environ["ROBUSTVIT_FROST_DIR"] = frost or frost_dir
     x = torch.from_numpy(imgs).permute(0, 3, 1, 2).float() / 255
     rounding = "round" if name in ROUNDED else "floor"
     outs = []
@@ -75,6 +89,21 @@ def ours(imgs: np.ndarray, name: str, severity: int, repeats: int, seed: int) ->
         y = corrupt(x, name, severity, seed=seed + r, preset="imagenet", size_scaling=False)
         outs.append(to_uint8(y, rounding).permute(0, 2, 3, 1).numpy())
     return np.stack(outs)
+
+
+def matplotlib_photos(size: int = 224) -> list[np.ndarray]:
+    """matplotlib's sample photo grace_hopper, Resize 256 + CenterCrop 224 as the helper's photos."""
+    from matplotlib import cbook
+    from PIL import Image
+
+    with cbook.get_sample_data("grace_hopper.jpg") as f:
+        pil = Image.open(f).convert("RGB")
+    s = 256 * size // 224
+    w, h = pil.size
+    pil = pil.resize((round(w * s / min(w, h)), round(h * s / min(w, h))), Image.BILINEAR)
+    w, h = pil.size
+    left, top = (w - size) // 2, (h - size) // 2
+    return [np.asarray(pil.crop((left, top, left + size, top + size)))]
 
 
 def compare(clean: np.ndarray, mine: np.ndarray, ref: np.ndarray, random: bool) -> dict:
@@ -89,19 +118,20 @@ def compare(clean: np.ndarray, mine: np.ndarray, ref: np.ndarray, random: bool) 
 
 
 def run_set(label: str, imgs: np.ndarray, names: list[str], py: str, repeats: int, seed: int,
-            tmp: Path) -> list[dict]:
+            tmp: Path, frost_dir: str) -> list[dict]:
     np.save(tmp / f"{label}.npy", imgs)
     rows = []
     for name in names:
-        random = name == ELASTIC_IC or is_random(name)
+        ref_name = "frost" if name == FROST_PROCEDURAL else name
+        random = is_random(OURS.get(name, (name, None))[0])
         reps = 1 if not random else (1 if name == "glass_blur" and label == "224" else repeats)
         t0 = time.perf_counter()
-        ref_call(py, "corrupt", "--images", str(tmp / f"{label}.npy"), "--names", name, "--repeats", str(reps),
+        ref_call(py, "corrupt", "--images", str(tmp / f"{label}.npy"), "--names", ref_name, "--repeats", str(reps),
                  "--seed", str(seed), "--out", str(tmp / "ref.npz"))
         ref = np.load(tmp / "ref.npz")
         for sev in range(1, 6):
-            mine = ours(imgs, "elastic_transform" if name == ELASTIC_IC else name, sev, reps, seed)
-            row = compare(imgs, mine, ref[f"{name}/{sev}"].astype(np.float64), random)
+            mine = ours(imgs, name, sev, reps, seed, frost_dir)
+            row = compare(imgs, mine, ref[f"{ref_name}/{sev}"].astype(np.float64), random)
             row.update(set=label, name=name, severity=sev, random=random, n=int(len(imgs) * reps))
             rows.append(row)
         print(f"[{label}] {name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
@@ -115,7 +145,7 @@ def verdict(row: dict) -> bool:
 
 
 def markdown(rows: list[dict], label: str) -> str:
-    lines = [f"| corruption | kind | s1 | s2 | s3 | s4 | s5 | within target |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| corruption | kind | s1 | s2 | s3 | s4 | s5 | within target |", "|---|---|---|---|---|---|---|---|"]
     names = list(dict.fromkeys(r["name"] for r in rows if r["set"] == label))
     for name in names:
         rs = [r for r in rows if r["set"] == label and r["name"] == name]
@@ -183,8 +213,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ref-python", help="python of the reference env (imagecorruptions 1.1.2)")
     p.add_argument("--cifar", type=Path, help="cifar10-jpg.tar.gz (optional: adds the 32-px table)")
-    p.add_argument("--names", default=",".join(list_corruptions() + [ELASTIC_IC]))
-    p.add_argument("--repeats", type=int, default=3, help="draws per image for random corruptions")
+    p.add_argument("--names", default=",".join(list_corruptions() + [FROST_PROCEDURAL, ELASTIC_IC]))
+    p.add_argument("--repeats", type=int, default=4, help="draws per image for random corruptions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("corruption_fidelity.json"))
     p.add_argument("--grid", type=Path, help="also draw the corruption × severity grid to this PNG")
@@ -201,10 +231,11 @@ def main() -> None:
         tmp = Path(tmpdir)
         versions = json.loads(ref_call(a.ref_python, "versions"))
         ref_call(a.ref_python, "images", "--out", str(tmp / "photos.npy"))
-        photos = np.load(tmp / "photos.npy")
-        rows += run_set("224", photos, names, a.ref_python, a.repeats, a.seed, tmp)
+        photos = np.concatenate([np.load(tmp / "photos.npy"), np.stack(matplotlib_photos())])
+        frost_dir = versions.pop("frost_dir")
+        rows += run_set("224", photos, names, a.ref_python, a.repeats, a.seed, tmp, frost_dir)
         if a.cifar:
-            rows += run_set("32", cifar_images(a.cifar), names, a.ref_python, a.repeats, a.seed, tmp)
+            rows += run_set("32", cifar_images(a.cifar), names, a.ref_python, a.repeats, a.seed, tmp, frost_dir)
     md = []
     for label in dict.fromkeys(r["set"] for r in rows):
         n_img = {"224": len(photos)}.get(label, 40)

@@ -6,6 +6,8 @@ import torch
 
 # Two threads (the CI machine has 2 cores); OMP_NUM_THREADS=1 when the cores are shared with other jobs.
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", min(2, os.cpu_count() or 1))))
+# frost's source must not depend on whether imagecorruptions happens to be installed (tests set it explicitly)
+os.environ.setdefault("ROBUSTVIT_FROST_DIR", "procedural")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

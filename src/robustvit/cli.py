@@ -5,6 +5,7 @@ themselves via ``COMMANDS``). Errors caused by the input print one line and exit
 from __future__ import annotations
 
 import argparse
+import os
 import fnmatch
 import warnings
 import json
@@ -20,6 +21,12 @@ from robustvit.errors import RobustvitError
 
 def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def add_frost_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--frost-dir", help="folder of the ImageNet-C frost photographs (frost1.png … frost5.jpg) for the "
+                   "frost corruption; default $ROBUSTVIT_FROST_DIR, else an installed imagecorruptions package's, "
+                   "else a procedural texture ('procedural' forces it)")
 
 
 def add_weights_args(p: argparse.ArgumentParser) -> None:
@@ -167,6 +174,7 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, help="attack iterations")
     p.add_argument("--no-progress", action="store_true")
     add_weights_args(p)
+    add_frost_arg(p)
     p.set_defaults(func=cmd_eval)
 
 
@@ -258,6 +266,7 @@ def add_corrupt(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--limit", type=int, help="only the first N images")
     p.add_argument("--no-progress", action="store_true")
+    add_frost_arg(p)
     p.set_defaults(func=cmd_corrupt)
 
 
@@ -343,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.argv = argv
+        if getattr(args, "frost_dir", None):
+            os.environ["ROBUSTVIT_FROST_DIR"] = args.frost_dir      # read by robustvit.corruptions.frost
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return int(args.func(args) or 0)

@@ -97,6 +97,11 @@ class Registry(Generic[T]):
     def items(self) -> list[tuple[str, T]]:
         return [(n, self._items[n]) for n in self.list()]
 
+    def values(self) -> list[T]:
+        """The registered objects in the order they were registered."""
+        self._load()
+        return list(self._items.values())
+
     # -- construction ---------------------------------------------------------------------------------
     def keywords(self, name: str) -> set[str] | None:
         """Keyword arguments the registered callable accepts (following ``**kwargs`` up a class's MRO);

@@ -56,6 +56,7 @@ def test_cifar_c_layout_and_reproducibility(exported):
     assert torch.equal(ys, y) and torch.allclose(xs, torch.from_numpy(a[20:40]).permute(0, 3, 1, 2).float() / 255)
     meta = json.loads((exported / "cc" / "corrupt.json").read_text())
     assert meta["seed"] == 0 and meta["preset"] == "cifar" and meta["num_images"] == 20
+    assert meta["frost_source"] is None                    # no frost in this export; else its source
 
 
 def test_imagenet_c_png_equals_cifar_c_rows(exported):
@@ -186,3 +187,15 @@ def test_cli_corrupt(tmp_path, capsys):
     assert np.load(out / "brightness.npy").shape == (50, 16, 16, 3) and np.load(out / "labels.npy").shape == (50,)
     assert main(["corrupt", "--data", DATA, "--out", str(out), "--format", "cifar-c", "--severities", "2"]) == 2
     assert "all 5 severities" in capsys.readouterr().err
+
+
+def test_frost_source_is_recorded_and_fixed_for_resumption(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROBUSTVIT_FROST_DIR", "procedural")
+    _export(tmp_path / "f", "cifar-c", corruptions="frost", limit=4)
+    assert json.loads((tmp_path / "f" / "corrupt.json").read_text())["frost_source"] == "procedural"
+    rng = np.random.default_rng(0)
+    for f in ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg"):
+        Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(tmp_path / f)
+    monkeypatch.setenv("ROBUSTVIT_FROST_DIR", str(tmp_path))       # resuming with the photos would mix sources
+    with pytest.raises(RobustvitError, match="frost_source"):
+        _export(tmp_path / "f", "cifar-c", corruptions="frost", limit=4)

@@ -178,3 +178,37 @@ def test_report_section():
     assert list(line.get_xdata()) == [0, 1, 2] and list(line.get_ydata()) == [0.75, 0.5, 0.25]
     assert corruptions_section("corruptions", [{"model": {"name": "x"}, "suites": {}}]) is None
 
+
+
+def test_mce_protocol_in_memory(monkeypatch, tmp_path):
+    """In-memory ImageNet corruption: JPEG 85 by default (the released files' pipeline); anything that
+    differs from the released files (size, no JPEG, procedural frost) is listed and labels mCE approximate."""
+    from robustvit.corruptions.frost import FROST_ENV
+
+    ctx = lambda data, nc, size=224: SimpleNamespace(  # noqa: E731
+        data_spec=data, dataset=SimpleNamespace(num_classes=nc), model=SimpleNamespace(spec=SimpleNamespace(image_size=size)))
+    auto = create_suite("corruptions")
+    assert auto._jpeg_quality(ctx("imagenet:/val", 1000)) == 85
+    assert auto._jpeg_quality(ctx("cifar10:test", 10)) is None
+    assert create_suite("corruptions:jpeg_quality=none")._jpeg_quality(ctx("imagenet:/val", 1000)) is None
+    monkeypatch.setenv(FROST_ENV, "procedural")
+    approx = auto._approximations(ctx("imagenet:/val", 1000, 384))
+    assert len(approx) == 2 and "384 px" in approx[0] and "frost" in approx[1]
+    no_jpeg = create_suite("corruptions:jpeg_quality=none")._approximations(ctx("imagenet:/val", 1000))
+    assert any("JPEG" in a for a in no_jpeg)
+    rng = np.random.default_rng(0)
+    for f in ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg"):
+        Image.fromarray(rng.integers(0, 256, (300, 300, 3), dtype=np.uint8)).save(tmp_path / f)
+    monkeypatch.setenv(FROST_ENV, str(tmp_path))
+    assert auto._approximations(ctx("imagenet:/val", 1000)) == []          # the released files' pipeline
+
+
+def test_report_marks_approximate_mce():
+    from robustvit.report.sections.corruptions import corruptions_section
+
+    res = {"corruption_accuracy": {"fog": 0.5}, "clean_accuracy": 0.75, "severity_accuracy": {"1": 0.5},
+           "mce": 61.25, "relative_mce": 80.5, "mce_protocol": "approximate", "frost_source": "procedural",
+           "mce_approximations": ["no JPEG quality-85 round trip"], "severities": [1], "num_images": 8}
+    md = corruptions_section("corruptions", [{"model": {"name": "vit"}, "suites": {"corruptions": res}}]).markdown
+    assert "(approximate)" in md and "not comparable with the published ImageNet-C tables" in md
+    assert "frost layer: procedural" in md

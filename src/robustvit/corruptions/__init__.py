@@ -21,21 +21,24 @@ from robustvit.corruptions.engine import corrupt, is_random, list_corruptions
 from robustvit.corruptions.filters import defocus, disk_kernel, filter2d, gaussian_blur, gaussian_filter, pad
 from robustvit.corruptions.fractal import plasma_fractal
 from robustvit.corruptions.frost import frost_texture
-from robustvit.corruptions.functional import FUNCTIONS, snow_layer
-from robustvit.corruptions.geometry import clipped_zoom, motion_blur, motion_kernel, warp_bilinear
+from robustvit.corruptions.functional import snow_flakes, snow_layer
+from robustvit.corruptions.geometry import clipped_zoom, motion_blur, motion_kernel, warp_bilinear, zoom_factors
 from robustvit.corruptions.glass import glass_shuffle
 from robustvit.corruptions.jpeg import jpeg_roundtrip, to_uint8
 from robustvit.corruptions.params import (BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, EXTRA_CORRUPTIONS, PRESET_SIZES,
-                                          CorruptionParams, corruption_params, resolve_preset, zoom_factors)
+                                          corruption_params, resolve_preset)
+from robustvit.corruptions.spec import CORRUPTIONS, Corruption, CorruptionParams, Draw, register_corruption
 
 __all__ = [
     # engine
     "corrupt", "list_corruptions", "is_random", "corruption_params", "CorruptionParams", "resolve_preset",
-    "BENCHMARK_CORRUPTIONS", "EXTRA_CORRUPTIONS", "CORRUPTION_GROUPS", "PRESET_SIZES", "FUNCTIONS",
+    "BENCHMARK_CORRUPTIONS", "EXTRA_CORRUPTIONS", "CORRUPTION_GROUPS", "PRESET_SIZES",
+    # one corruption = one spec
+    "CORRUPTIONS", "Corruption", "Draw", "register_corruption",
     # imagecorruptions drop-in
     "corrupt_image", "get_corruption_names",
     # building blocks
     "gaussian_blur", "gaussian_filter", "motion_blur", "motion_kernel", "clipped_zoom", "plasma_fractal",
-    "snow_layer", "frost_texture", "disk_kernel", "defocus", "filter2d", "pad", "glass_shuffle",
+    "snow_layer", "snow_flakes", "frost_texture", "disk_kernel", "defocus", "filter2d", "pad", "glass_shuffle",
     "jpeg_roundtrip", "to_uint8", "rgb_to_hsv", "hsv_to_rgb", "rgb_to_gray", "warp_bilinear", "zoom_factors",
 ]

@@ -18,30 +18,38 @@ from __future__ import annotations
 
 import torch
 
-from robustvit.corruptions.functional import FUNCTIONS, IN_RANGE
 from robustvit.corruptions.jpeg import jpeg_roundtrip
-from robustvit.corruptions.params import (CORRUPTION_GROUPS, check_name, check_severity, corruption_params,
-                                          resolve_preset)
+from robustvit.corruptions.params import BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, check_name, check_severity, resolve_preset
+from robustvit.corruptions.spec import CORRUPTIONS
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.utils import check_images, default_generator, make_generator
 
 
 def list_corruptions(group: str | None = None) -> list[str]:
-    """Corruption names, benchmark ones first. ``group``: noise, blur, weather, digital, extra, benchmark, all.
+    """Corruption names, benchmark ones first. ``group``: noise, blur, weather, digital, extra, benchmark,
+    all, or the group of a corruption registered with :func:`register_corruption`; ``variants``: the
+    alternative implementations (``elastic_transform@imagecorruptions``).
 
     >>> list_corruptions("noise")
     ['gaussian_noise', 'shot_noise', 'impulse_noise']
     """
-    if group is None:
-        group = "all"
-    if group not in CORRUPTION_GROUPS:
-        raise unknown_name("corruption group", str(group), CORRUPTION_GROUPS)
-    return list(CORRUPTION_GROUPS[group])
+    group = "all" if group is None else group
+    if group == "variants":
+        return [s.name for s in CORRUPTIONS.values() if s.variant_of is not None]
+    if group == "benchmark":
+        return list(BENCHMARK_CORRUPTIONS)
+    specs = [s for s in CORRUPTIONS.values() if s.variant_of is None]
+    known = set(CORRUPTION_GROUPS) | {s.group for s in specs} | {"variants"}
+    if group not in known:
+        raise unknown_name("corruption group", str(group), known)
+    order = {n: i for i, n in enumerate(BENCHMARK_CORRUPTIONS)}
+    chosen = [s.name for s in specs if group == "all" or s.group == group]
+    return sorted(chosen, key=lambda n: order.get(n, len(order)))
 
 
 def is_random(name: str) -> bool:
     """Whether corruption ``name`` draws random numbers (deterministic ones ignore the seed)."""
-    return FUNCTIONS[check_name(name)][1]
+    return CORRUPTIONS.get(check_name(name)).random
 
 
 def _check_quality(q: int | None) -> int | None:
@@ -89,17 +97,14 @@ def corrupt(x: torch.Tensor, name: str, severity: int, *, seed: int | None = Non
     preset = resolve_preset(preset, h, w)
     if n == 0:
         return x.clone()
-    params = corruption_params(name, severity, preset, size=(h, w) if size_scaling else None)
-    fn = FUNCTIONS[name][0]
+    spec = CORRUPTIONS.get(name)
+    params = spec.params(severity, preset, size=(h, w) if size_scaling else None)
     g = generator if generator is not None else (default_generator(x.device) if seed is None
                                                    else make_generator(seed, x.device))
     work = x if x.dtype in (torch.float32, torch.float64) else x.float()
     with torch.no_grad():
-        y = fn(work, params, g)
-        if quality is not None:
+        draw = spec.sample(n, (h, w), params, g, device=x.device, dtype=work.dtype)
+        y = spec.apply(work, params, draw)
+        if quality is not None:     # the released ImageNet-C files: uint8 then JPEG quality 85
             y = jpeg_roundtrip(y, quality, rounding="floor")
-    if quality is not None or name in IN_RANGE:      # a JPEG round trip's output is uint8 / 255
-        return y.to(x.dtype)
-    shares_input = y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
-    y = y.clamp(0, 1) if shares_input else y.clamp_(0, 1)      # in place unless y is (a view of) the input
     return y.to(x.dtype)

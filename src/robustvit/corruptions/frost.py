@@ -1,8 +1,16 @@
-"""Procedural frost textures (a documented deviation from the reference).
+"""Frost layers: the ImageNet-C frost photographs when they are available, else a procedural texture.
 
 The reference frost corruption (Hendrycks & Dietterich 2019, arXiv:1903.12261) blends a random crop of one
-of a handful of bundled frost *photographs* into the image: ``out = a·x + b·frost``. robustvit does not ship
-those photos; it synthesises a frost-like texture per image instead, seeded from the generator:
+of five frost *photographs* into the image: ``out = a·x + b·frost`` (``make_imagenet_c.py`` crops 224 px from
+the photo as it is; ``make_cifar_c.py`` first resizes it by 0.2). robustvit does not ship those photos. It
+uses them when it finds them (:func:`frost_photo_dir`): the folder in ``$ROBUSTVIT_FROST_DIR``
+(``robustvit eval --frost-dir``), else the ``frost/`` folder of an installed ``imagecorruptions`` package
+(found without importing it). The photo is scaled by the spec's ``crystal_size`` (1 at 224 px, 0.2 at 32 px,
+times the image size over the preset's), enlarged further when it is still smaller than the image (×1.1 over
+the minimum, as ``imagecorruptions`` does), and one of the five is cropped at a uniform random position per
+image. :func:`frost_source` names the source used; results and exports record it.
+
+Without the photos it synthesises a frost-like texture per image instead, seeded from the generator:
 
 - a cloudy base: a diamond-square plasma (decay 2), the ice sheet's uneven thickness;
 - ice crystals: sparse seeds smeared into needles along three directions 120° apart (hexagonal ice, a
@@ -19,11 +27,104 @@ across photos ≈ 0.13–0.19, within-crop standard deviation ≈ 0.09. ``scale`
 
 from __future__ import annotations
 
+import importlib.util
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
 import torch
+import torch.nn.functional as F
 
 from robustvit.corruptions.filters import gaussian_blur, next_power_of_2
 from robustvit.corruptions.fractal import plasma_fractal
 from robustvit.corruptions.geometry import motion_kernel, motion_offsets
+from robustvit.errors import RobustvitError
+
+#: The environment variable naming the folder of the frost photographs ("procedural" forces the texture).
+FROST_ENV = "ROBUSTVIT_FROST_DIR"
+#: The photographs the reference chooses from (``np.random.randint(5)``: its sixth file is never used).
+FROST_FILES: tuple[str, ...] = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg")
+
+
+def frost_photo_dir() -> Path | None:
+    """The folder of the ImageNet-C frost photographs, or None for the procedural texture.
+
+    ``$ROBUSTVIT_FROST_DIR`` if set (``procedural`` forces the texture; a folder without the five files is an
+    error), else the ``frost/`` folder of an installed ``imagecorruptions`` package, else None.
+    """
+    env = os.environ.get(FROST_ENV, "").strip()
+    if env == "procedural":
+        return None
+    if env:
+        folder = Path(env).expanduser()
+        missing = [f for f in FROST_FILES if not (folder / f).is_file()]
+        if missing:
+            raise RobustvitError(f"{FROST_ENV}={env} lacks {', '.join(missing)}: point it at the ImageNet-C frost "
+                                 "photographs (imagecorruptions' frost/ folder), or set it to 'procedural'")
+        return folder
+    spec = importlib.util.find_spec("imagecorruptions")
+    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+        folder = Path(loc) / "frost"
+        if all((folder / f).is_file() for f in FROST_FILES):
+            return folder
+    return None
+
+
+def frost_source() -> str:
+    """``"photos:<folder>"`` or ``"procedural"``: what :func:`frost_layer` uses now."""
+    folder = frost_photo_dir()
+    return "procedural" if folder is None else f"photos:{folder}"
+
+
+@lru_cache(maxsize=2)
+def _photos(folder: str) -> tuple[torch.Tensor, ...]:
+    """The five photographs as uint8 (3, H, W) RGB (alpha dropped, as ``cv2.imread`` does)."""
+    from PIL import Image
+
+    out = []
+    for f in FROST_FILES:
+        with Image.open(Path(folder) / f) as im:
+            out.append(torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1))
+    return tuple(out)
+
+
+@lru_cache(maxsize=8)
+def _scaled_photos(folder: str, scale: float, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The photographs scaled by ``scale`` (bilinear when shrinking, as ``cv2.resize``'s default in
+    ``make_cifar_c.py``; bicubic when enlarging, as ``imagecorruptions``) and enlarged to cover
+    ``height`` × ``width``, zero-padded into one float stack (5, 3, Hmax, Wmax) in [0, 1], with their sizes (5, 2)."""
+    scaled = []
+    for photo in _photos(folder):
+        ph, pw = photo.shape[-2:]
+        k = float(scale)
+        if ph * k < height or pw * k < width:            # still too small: cover the image, plus 10 %
+            k = max(height / ph, width / pw) * 1.1
+        size = (max(height + 1, int(round(ph * k))), max(width + 1, int(round(pw * k))))
+        img = photo[None].float()
+        if size != (ph, pw):
+            mode = "bilinear" if k < 1 else "bicubic"
+            img = F.interpolate(img, size=size, mode=mode, align_corners=False).clamp(0, 255).round()
+        scaled.append(img[0] / 255)
+    hmax, wmax = max(p.shape[1] for p in scaled), max(p.shape[2] for p in scaled)
+    stack = torch.stack([F.pad(p, (0, wmax - p.shape[2], 0, hmax - p.shape[1])) for p in scaled])
+    return stack, torch.tensor([p.shape[1:] for p in scaled])
+
+
+def photo_frost(n: int, height: int, width: int, generator: torch.Generator, folder: Path, *,
+                scale: float = 1.0) -> dict[str, torch.Tensor]:
+    """Crops of the frost photographs in ``folder``: one photo (uniform over the five) and a uniform
+    position per image. Returns ``photo`` (n,), ``top_left`` (n, 2) and ``texture`` (n, 3, H, W) (CPU)."""
+    stack, sizes = _scaled_photos(str(folder), float(scale), int(height), int(width))
+    g = generator
+    photo = torch.randint(0, len(FROST_FILES), (n,), generator=g, device=g.device).cpu()
+    u = torch.rand((n, 2), generator=g, device=g.device, dtype=torch.float64).cpu()
+    room = (sizes[photo] - torch.tensor([height, width])).clamp_min(1)     # randint(0, size − side)
+    top_left = (u * room).floor().long()
+    rows = top_left[:, :1] + torch.arange(height)                            # (n, H)
+    cols = top_left[:, 1:] + torch.arange(width)                             # (n, W)
+    texture = stack.permute(0, 2, 3, 1)[photo[:, None, None], rows[:, :, None], cols[:, None, :]]
+    return {"photo": photo, "top_left": top_left, "texture": texture.permute(0, 3, 1, 2).contiguous()}
 
 
 def _standardise(t: torch.Tensor) -> torch.Tensor:

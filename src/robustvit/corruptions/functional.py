@@ -1,14 +1,14 @@
-"""The 19 common corruptions of Hendrycks & Dietterich 2019 (arXiv:1903.12261), batched.
+"""The 19 common corruptions of Hendrycks & Dietterich 2019 (arXiv:1903.12261), batched, each registered
+as one :class:`~robustvit.corruptions.spec.Corruption`: its parameter table (presets ``imagenet``, from
+``make_imagenet_c.py`` at 224 px, and ``cifar``, from ``make_cifar_c.py`` at 32 px), its group, and its
+``sample`` (the random parameters of a batch, drawn from a generator) / ``apply`` (images, parameters,
+draw → corrupted images) pair. Use :func:`robustvit.corruptions.corrupt`, which checks the inputs.
 
-Each function takes images ``x`` (N, 3, H, W) in [0, 1], the :class:`CorruptionParams` of one severity
-(already scaled to the image size) and a ``torch.Generator``; it returns images of the same shape in [0, 1].
-Random parameters are drawn for the whole batch from the generator first, then applied — so a call can be
-replayed exactly with the same seed. Use :func:`robustvit.corruptions.corrupt`, which checks the inputs.
+Spatial fields (lengths in pixels) are scaled by k = image side / preset size; see ``params.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import lru_cache
 
 import torch
@@ -16,70 +16,89 @@ import torch
 from robustvit.corruptions.color import rgb_to_gray
 from robustvit.corruptions.filters import defocus, gaussian_blur, gaussian_filter, next_power_of_2
 from robustvit.corruptions.fractal import plasma_fractal
-from robustvit.corruptions.frost import frost_texture
-from robustvit.corruptions.geometry import clipped_zoom, motion_blur, warp_bilinear
-from robustvit.corruptions.glass import glass_shuffle
+from robustvit.corruptions.frost import frost_photo_dir, frost_texture, photo_frost
+from robustvit.corruptions.geometry import clipped_zoom, motion_blur, warp_bilinear, zoom_factors
+from robustvit.corruptions.glass import glass_offsets, shuffle_with_offsets
 from robustvit.corruptions.jpeg import jpeg_roundtrip
-from robustvit.corruptions.params import CorruptionParams, zoom_factors
 from robustvit.corruptions.sampling import poisson, rand, randn
 from robustvit.corruptions.spatter import mud_layer, water_layer
+from robustvit.corruptions.spec import Corruption, CorruptionParams, Draw, register_corruption
 
-#: (images, parameters, generator) → corrupted images, *not yet clamped* to [0, 1] unless the name is in
-#: :data:`IN_RANGE`: :func:`robustvit.corruptions.corrupt` clamps once, in place
-CorruptionFn = Callable[[torch.Tensor, CorruptionParams, torch.Generator], torch.Tensor]
+Size = tuple[int, int]
 
 
-# ---------------------------------------------------------------- random draws (on the generator's device)
-def _uniform_angles(n: int, lo: float, hi: float, g: torch.Generator) -> torch.Tensor:
-    u = torch.rand((n,), generator=g, device=g.device, dtype=torch.float64).cpu()
-    return lo + (hi - lo) * u
+def _angles(n: int, lo: float, hi: float, g: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    """U(lo, hi) degrees per image, float64 (drawn on the generator's device)."""
+    u = torch.rand((n,), generator=g, device=g.device, dtype=torch.float64)
+    return (lo + (hi - lo) * u).to(like.device)
+
+
+def _sample_noise(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    """One full-size standard-normal field (N, 3, H, W)."""
+    return {"noise": randn((n, 3, *size), g, like)}
 
 
 # ---------------------------------------------------------------- noise
-def gaussian_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
-    """x + N(0, c²), independently per pixel and channel (in place on the draw: no other full-size tensor)."""
-    return randn(tuple(x.shape), g, x).mul_(p.c).add_(x).clamp_(0, 1)
+def gaussian_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
+    """x + N(0, c²), independently per pixel and channel."""
+    return torch.mul(d["noise"], p.c).add_(x).clamp_(0, 1)
 
 
-def shot_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
-    """Poisson(x·c)/c (photon noise)."""
-    lam = (x * p.c).to(g.device)
-    return poisson(lam, g).to(x.device, x.dtype).div_(p.c).clamp_(0, 1)
+def _sample_shot(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    # Poisson counts depend on the image, so the draw is the seed of the Poisson sampler
+    return {"seed": torch.randint(0, 2**62, (1,), generator=g, device=g.device)}
 
 
-def impulse_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
-    """Salt and pepper: each value flipped with probability c, to 1 or 0 with probability ½ each."""
-    u = rand((2, *x.shape), g, x)
-    flipped = u[0] < p.c
-    salt = u[1] < 0.5
-    return torch.where(flipped, salt, x, out=torch.empty_like(x))
+def shot_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
+    """Poisson(x·c)/c (photon noise); the counts come from a sampler seeded with the draw's ``seed``."""
+    g = torch.Generator(device=x.device).manual_seed(int(d["seed"].item()))
+    return poisson(x * p.c, g).to(x.dtype).div_(p.c).clamp_(0, 1)
 
 
-def speckle_noise(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
-    """x + x·N(0, c²) (in place on the draw)."""
-    return randn(tuple(x.shape), g, x).mul_(x).mul_(p.c).add_(x).clamp_(0, 1)
+def _sample_impulse(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    return {"uniform": rand((2, n, 3, *size), g, like)}
+
+
+def impulse_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
+    """Salt and pepper: each value flipped with probability c (``uniform[0]`` < c), to 1 or 0 with
+    probability ½ each (``uniform[1]`` < ½)."""
+    u = d["uniform"]
+    return torch.where(u[0] < p.c, u[1] < 0.5, x, out=torch.empty_like(x))
+
+
+def speckle_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
+    """x + x·N(0, c²)."""
+    return torch.mul(d["noise"], x).mul_(p.c).add_(x).clamp_(0, 1)
 
 
 # ---------------------------------------------------------------- blur
-def defocus_blur(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def defocus_blur(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Filter with an anti-aliased disk of the given radius (border reflect-101)."""
     return defocus(x, p.radius, p.alias)
 
 
-def glass_blur(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
-    """Gaussian blur → uint8 → local pixel walk (``iters`` passes, distance ``dist``) → Gaussian blur."""
+def _sample_glass(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    return {"offsets": glass_offsets(n, *size, max(1, int(round(p.dist))), int(p.iters), g, like.device)}
+
+
+def glass_blur(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
+    """Gaussian blur → uint8 → local pixel walk (``iters`` passes of ``offsets``, distance ``dist``) →
+    Gaussian blur."""
     y = torch.floor(gaussian_blur(x, p.sigma) * 255 + 1e-4)
-    y = glass_shuffle(y, max(1, int(round(p.dist))), int(p.iters), g)
+    y = shuffle_with_offsets(y, max(1, int(round(p.dist))), d["offsets"])
     return gaussian_blur(y / 255, p.sigma)
 
 
-def motion_blur_corruption(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def _sample_motion(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    return {"angle": _angles(n, -45.0, 45.0, g, like)}
+
+
+def motion_blur_corruption(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """One-sided Gaussian motion blur along a random angle θ ~ U(−45°, 45°) per image."""
-    angle = _uniform_angles(x.shape[0], -45.0, 45.0, g)
-    return motion_blur(x, p.radius, p.sigma, angle)
+    return motion_blur(x, p.radius, p.sigma, d["angle"])
 
 
-def zoom_blur(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def zoom_blur(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Mean of x and its centre zooms by each factor of ``arange(start, stop, step)``."""
     factors = zoom_factors(p.start, p.stop, p.step)
     out = torch.empty_like(x).copy_(x)
@@ -88,49 +107,68 @@ def zoom_blur(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch
     return out.div_(len(factors) + 1)
 
 
-def gaussian_blur_corruption(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def gaussian_blur_corruption(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Gaussian blur with σ pixels (mode nearest, truncate 4)."""
     return gaussian_blur(x, p.sigma)
 
 
 # ---------------------------------------------------------------- weather
-def snow_layer(n: int, height: int, width: int, p: CorruptionParams, g: torch.Generator,
-               like: torch.Tensor) -> torch.Tensor:
-    """The snow flakes (N, 1, H, W): N(mean, std) → zoom → threshold → motion blur at U(−135°, −45°) → 8 bit."""
-    layer = randn((n, 1, height, width), g, like) * p.std + p.mean
+def _sample_snow(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    flakes = randn((n, 1, *size), g, like)
+    return {"flakes": flakes, "angle": _angles(n, -135.0, -45.0, g, like)}
+
+
+def snow_flakes(p: CorruptionParams, d: Draw) -> torch.Tensor:
+    """The snow layer (N, 1, H, W) of a draw: N(mean, std) → zoom → threshold → motion blur at the drawn
+    angle (U(−135°, −45°)) → 8 bit."""
+    layer = d["flakes"] * p.std + p.mean
     layer = clipped_zoom(layer, max(1.0, p.zoom))
     layer = torch.where(layer < p.threshold, torch.zeros_like(layer), layer).clamp(0, 1)
-    angle = _uniform_angles(n, -135.0, -45.0, g)
-    layer = motion_blur(layer, p.radius, p.sigma, angle)
+    layer = motion_blur(layer, p.radius, p.sigma, d["angle"])
     return torch.round(layer * 255) / 255
 
 
-def snow(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def snow_layer(n: int, height: int, width: int, p: CorruptionParams, g: torch.Generator,
+               like: torch.Tensor) -> torch.Tensor:
+    """``n`` snow layers (N, 1, H, W) drawn from ``g`` (see :func:`snow_flakes`)."""
+    return snow_flakes(p, _sample_snow(n, (height, width), p, g, like))
+
+
+def snow(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Snow: flakes plus their 180° rotation over a whitened (blend ``blend``) image."""
-    n, _, h, w = x.shape
-    layer = snow_layer(n, h, w, p, g, x)
+    layer = snow_flakes(p, d)
     bright = torch.maximum(x, rgb_to_gray(x) * 1.5 + 0.5).mul_(1 - p.blend)
-    y = torch.mul(x, p.blend, out=torch.empty_like(x)).add_(bright)     # in place: one full-size output
+    y = torch.mul(x, p.blend, out=torch.empty_like(x)).add_(bright)
     return y.add_(layer).add_(layer.flip(-2, -1))
 
 
-def frost(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
-    """a·x + b·frost, with a procedural frost texture (see :mod:`robustvit.corruptions.frost`)."""
-    n, _, h, w = x.shape
-    tex = frost_texture(n, h, w, g, scale=p.crystal_size, device=x.device, dtype=x.dtype).mul_(p.frost_weight)
-    return torch.mul(x, p.image_weight, out=torch.empty_like(x)).add_(tex)
+def _sample_frost(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    folder = frost_photo_dir()
+    if folder is None:
+        return {"texture": frost_texture(n, *size, g, scale=p.crystal_size, device=like.device, dtype=like.dtype)}
+    draw = photo_frost(n, *size, g, folder, scale=p.crystal_size)
+    return {k: v.to(like.device, like.dtype if k == "texture" else v.dtype) for k, v in draw.items()}
 
 
-def fog(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def frost(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
+    """a·x + b·frost: a crop of an ImageNet-C frost photograph, or the procedural texture (see
+    :mod:`robustvit.corruptions.frost`)."""
+    return torch.mul(x, p.image_weight).add_(d["texture"] * p.frost_weight)
+
+
+def _sample_fog(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    side = next_power_of_2(max(size))
+    plasma = plasma_fractal(n, side, p.decay, g, device=like.device, dtype=like.dtype)
+    return {"plasma": plasma[:, None, :size[0], :size[1]]}
+
+
+def fog(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """x + c·plasma (same on all channels), rescaled by max(x)/(max(x) + c)."""
-    n, _, h, w = x.shape
-    size = next_power_of_2(max(h, w))
-    plasma = plasma_fractal(n, size, p.decay, g, device=x.device, dtype=x.dtype)[:, None, :h, :w]
     peak = x.amax(dim=(1, 2, 3), keepdim=True)
-    return (x + p.strength * plasma) * peak / (peak + p.strength)
+    return (x + p.strength * d["plasma"]) * peak / (peak + p.strength)
 
 
-def brightness(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def brightness(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """HSV value V ← clip(V + c), hue and saturation kept (scikit-image HSV conventions).
 
     With H and S fixed, RGB is proportional to V, so this is x·V'/V (and V' grey where V = 0).
@@ -142,19 +180,21 @@ def brightness(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torc
 
 
 # ---------------------------------------------------------------- digital
-def contrast(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def contrast(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """(x − μ)·c + μ with μ the per-image, per-channel mean."""
     mean = x.mean(dim=(2, 3), keepdim=True)
     return torch.sub(x, mean, out=torch.empty_like(x)).mul_(p.c).add_(mean)
 
 
-def _affine_grid(n: int, h: int, w: int, jitter: float, g: torch.Generator,
+def _affine_grid(h: int, w: int, jitter: float, u: torch.Tensor,
                  like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Source coordinates of a random affine map fixing three points up to U(−jitter, jitter) (OpenCV style)."""
+    """Source coordinates of the affine map moving three fixed points by (2u − 1)·jitter, u (N, 3, 2) in
+    [0, 1) (OpenCV ``getAffineTransform`` + ``warpAffine``)."""
     cy, cx = h // 2, w // 2
     s = min(h, w) // 3
     src = torch.tensor([[cx + s, cy + s], [cx + s, cy - s], [cx - s, cy - s]], dtype=torch.float64)
-    u = torch.rand((n, 3, 2), generator=g, device=g.device, dtype=torch.float64).cpu()
+    n = u.shape[0]
+    u = u.cpu()
     dst = src + (2 * u - 1) * jitter
     a = torch.cat((src, torch.ones(3, 1, dtype=torch.float64)), 1)            # (3, 3)
     m = torch.linalg.solve(a, dst).transpose(1, 2)                             # (n, 2, 3): dst = M·[src; 1]
@@ -167,18 +207,41 @@ def _affine_grid(n: int, h: int, w: int, jitter: float, g: torch.Generator,
     return sy, sx
 
 
-def elastic_transform(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def _sample_elastic(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    affine = torch.rand((n, 3, 2), generator=g, device=g.device, dtype=torch.float64)
+    field = torch.rand((n, 2, *size), generator=g, device=g.device, dtype=torch.float64)
+    return {"affine": affine.to(like.device), "field": field.to(like.device)}
+
+
+def elastic_transform(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Random affine warp (reflect-101), then a smooth random displacement field (α, σ; scipy reflect)."""
     n, _, h, w = x.shape
-    sy, sx = _affine_grid(n, h, w, p.affine, g, x)
+    sy, sx = _affine_grid(h, w, p.affine, d["affine"], x)
     y = warp_bilinear(x, sy, sx, "mirror")
-    field = torch.rand((n, 2, h, w), generator=g, device=g.device, dtype=torch.float64).to(x.device) * 2 - 1
+    field = d["field"].to(x.device) * 2 - 1
     field = gaussian_filter(field, p.sigma, truncate=3.0, mode="reflect") * p.alpha
     field = field.to(torch.float32)
     ys, xs = torch.meshgrid(torch.arange(h, device=x.device, dtype=torch.float32),
                             torch.arange(w, device=x.device, dtype=torch.float32), indexing="ij")
     y = warp_bilinear(y, ys + field[:, 1], xs + field[:, 0], "reflect")
     return y.to(x.dtype)
+
+
+def _sample_elastic_ic(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    return {"field": torch.rand((n, 2, *size), generator=g, device=g.device, dtype=torch.float64).to(like.device)}
+
+
+def elastic_transform_ic(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
+    """``imagecorruptions``' elastic transform: no affine step; a displacement field U(−m, m) per pixel
+    (m = ``max_shift``), Gaussian-smoothed (σ, truncate 3, reflect) and scaled by α; bilinear, scipy reflect.
+    (``imagecorruptions`` uses σ = 1 % of each side and m = ½ % of the height; here both follow the shorter
+    side, which is the same for square images.)"""
+    n, _, h, w = x.shape
+    field = (d["field"].to(x.device) * 2 - 1) * p.max_shift
+    field = (gaussian_filter(field, p.sigma, truncate=3.0, mode="reflect") * p.alpha).to(torch.float32)
+    ys, xs = torch.meshgrid(torch.arange(h, device=x.device, dtype=torch.float32),
+                            torch.arange(w, device=x.device, dtype=torch.float32), indexing="ij")
+    return warp_bilinear(x, ys + field[:, 1], xs + field[:, 0], "reflect").to(x.dtype)
 
 
 @lru_cache(maxsize=64)
@@ -199,11 +262,11 @@ def _pil_box_members(n_in: int, n_out: int) -> torch.Tensor:
     return m
 
 
-def pixelate(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def pixelate(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Downsample to ``int(side·c)`` with PIL's BOX filter, back up with nearest neighbour.
 
     Rows, then columns, are summed into their boxes (:func:`_box_sum`); the upsampling is one gather into
-    a recycled output buffer. No full-size temporaries: this corruption is memory-bound.
+    the output. No full-size temporaries: this corruption is memory-bound.
     """
     n, c, h, w = x.shape
     sh, sw = max(1, int(h * p.c)), max(1, int(w * p.c))
@@ -235,16 +298,19 @@ def _nearest_index(n_in: int, n_out: int) -> torch.Tensor:
     return torch.clamp(((torch.arange(n_out, dtype=torch.float64) + 0.5) * scale).floor().long(), max=n_in - 1)
 
 
-def jpeg_compression(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def jpeg_compression(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """JPEG encode at ``quality`` and decode (uint8 round trip)."""
     return jpeg_roundtrip(x, int(p.quality))
 
 
 # ---------------------------------------------------------------- extra
-def spatter(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def _sample_spatter(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    return {"liquid": randn((n, 1, *size), g, like)}
+
+
+def spatter(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Water drops (severities 1–3 in the table: ``mud`` = 0) or mud splashes (``mud`` = 1)."""
-    n, _, h, w = x.shape
-    liquid = randn((n, 1, h, w), g, x) * p.std + p.mean
+    liquid = d["liquid"] * p.std + p.mean
     liquid = gaussian_blur(liquid, p.sigma)
     liquid = torch.where(liquid < p.threshold, torch.zeros_like(liquid), liquid)
     if p.mud:
@@ -256,7 +322,7 @@ def spatter(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.T
     return x + m * colour
 
 
-def saturate(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.Tensor:
+def saturate(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """HSV saturation S ← clip(S·factor + shift), hue and value kept (scikit-image HSV conventions).
 
     Every channel is V·(1 − S·w) with w = (V − x)/(V − min x) fixed by the hue, so the new image is
@@ -271,29 +337,106 @@ def saturate(x: torch.Tensor, p: CorruptionParams, g: torch.Generator) -> torch.
     return v - s2 * v * w
 
 
-#: name → (function, uses randomness)
-FUNCTIONS: dict[str, tuple[CorruptionFn, bool]] = {
-    "gaussian_noise": (gaussian_noise, True),
-    "shot_noise": (shot_noise, True),
-    "impulse_noise": (impulse_noise, True),
-    "defocus_blur": (defocus_blur, False),
-    "glass_blur": (glass_blur, True),
-    "motion_blur": (motion_blur_corruption, True),
-    "zoom_blur": (zoom_blur, False),
-    "snow": (snow, True),
-    "frost": (frost, True),
-    "fog": (fog, True),
-    "brightness": (brightness, False),
-    "contrast": (contrast, False),
-    "elastic_transform": (elastic_transform, True),
-    "pixelate": (pixelate, False),
-    "jpeg_compression": (jpeg_compression, False),
-    "speckle_noise": (speckle_noise, True),
-    "gaussian_blur": (gaussian_blur_corruption, False),
-    "spatter": (spatter, True),
-    "saturate": (saturate, False),
-}
+# ---------------------------------------------------------------- the registry, in the order of the tables
+def _elastic_rescale(values: dict[str, float], k: float) -> None:
+    values["alpha"] *= k      # α ∝ k² (spatial, times k once more): the displacement ∝ α/σ then grows ∝ k
 
-#: corruptions whose function returns values in [0, 1] (the engine skips its final clamp for them)
-IN_RANGE = frozenset({"gaussian_noise", "shot_noise", "speckle_noise", "pixelate", "jpeg_compression"})
 
+def _spatter_rescale(values: dict[str, float], k: float) -> None:
+    if values["mud"]:         # the mud mask's smoothing σ is "intensity" (spatial); the water intensity is not
+        values["intensity"] *= k
+
+
+for _spec in (
+    Corruption("gaussian_noise", "noise", ("c",), {
+        "imagenet": [(.08,), (.12,), (.18,), (.26,), (.38,)],
+        "cifar": [(.04,), (.06,), (.08,), (.09,), (.10,)]},
+        gaussian_noise, _sample_noise, in_range=True),
+    Corruption("shot_noise", "noise", ("c",), {
+        "imagenet": [(60,), (25,), (12,), (5,), (3,)],
+        "cifar": [(500,), (250,), (100,), (75,), (50,)]},
+        shot_noise, _sample_shot, in_range=True),
+    Corruption("impulse_noise", "noise", ("c",), {
+        "imagenet": [(.03,), (.06,), (.09,), (.17,), (.27,)],
+        "cifar": [(.01,), (.02,), (.03,), (.05,), (.07,)]},
+        impulse_noise, _sample_impulse),
+    Corruption("defocus_blur", "blur", ("radius", "alias"), {
+        "imagenet": [(3, .1), (4, .5), (6, .5), (8, .5), (10, .5)],
+        "cifar": [(.3, .4), (.4, .5), (.5, .6), (1, .2), (1.5, .1)]},
+        defocus_blur, spatial=("radius", "alias")),
+    Corruption("glass_blur", "blur", ("sigma", "dist", "iters"), {
+        "imagenet": [(.7, 1, 2), (.9, 2, 1), (1, 2, 3), (1.1, 3, 2), (1.5, 4, 2)],
+        "cifar": [(.05, 1, 1), (.25, 1, 1), (.4, 1, 1), (.25, 1, 2), (.4, 1, 2)]},
+        glass_blur, _sample_glass, spatial=("sigma", "dist")),
+    Corruption("motion_blur", "blur", ("radius", "sigma"), {
+        "imagenet": [(10, 3), (15, 5), (15, 8), (15, 12), (20, 15)],
+        "cifar": [(6, 1), (6, 1.5), (6, 2), (8, 2), (9, 2.5)]},
+        motion_blur_corruption, _sample_motion, spatial=("radius", "sigma")),
+    # zoom factors: numpy.arange(start, stop, step) (stop exclusive)
+    Corruption("zoom_blur", "blur", ("start", "stop", "step"), {
+        "imagenet": [(1, 1.11, .01), (1, 1.16, .01), (1, 1.21, .02), (1, 1.26, .02), (1, 1.31, .03)],
+        "cifar": [(1, 1.06, .01), (1, 1.11, .01), (1, 1.16, .01), (1, 1.21, .01), (1, 1.26, .01)]},
+        zoom_blur),
+    Corruption("snow", "weather", ("mean", "std", "zoom", "threshold", "radius", "sigma", "blend"), {
+        "imagenet": [(.1, .3, 3, .5, 10, 4, .8), (.2, .3, 2, .5, 12, 4, .7), (.55, .3, 4, .9, 12, 8, .7),
+                     (.55, .3, 4.5, .85, 12, 8, .65), (.55, .3, 2.5, .85, 12, 12, .55)],
+        "cifar": [(.1, .2, 1, .6, 8, 3, .95), (.1, .2, 1, .5, 10, 4, .9), (.15, .3, 1.75, .55, 10, 4, .9),
+                  (.25, .3, 2.25, .6, 12, 6, .85), (.3, .3, 1.25, .65, 14, 12, .8)]},
+        snow, _sample_snow, spatial=("zoom", "radius", "sigma")),
+    # frost: image weight, texture weight, photo scale / crystal size (the CIFAR script shrinks the photos by 0.2)
+    Corruption("frost", "weather", ("image_weight", "frost_weight", "crystal_size"), {
+        "imagenet": [(1, .4, 1), (.8, .6, 1), (.7, .7, 1), (.65, .7, 1), (.6, .75, 1)],
+        "cifar": [(1, .2, .2), (1, .3, .2), (.9, .4, .2), (.85, .4, .2), (.75, .45, .2)]},
+        frost, _sample_frost, spatial=("crystal_size",)),
+    Corruption("fog", "weather", ("strength", "decay"), {
+        "imagenet": [(1.5, 2), (2., 2), (2.5, 1.7), (2.5, 1.5), (3., 1.4)],
+        "cifar": [(.2, 3), (.5, 3), (.75, 2.5), (1, 2), (1.5, 1.75)]},
+        fog, _sample_fog),
+    Corruption("brightness", "weather", ("c",), {
+        "imagenet": [(.1,), (.2,), (.3,), (.4,), (.5,)],
+        "cifar": [(.05,), (.1,), (.15,), (.2,), (.3,)]},
+        brightness),
+    Corruption("contrast", "digital", ("c",), {
+        "imagenet": [(.4,), (.3,), (.2,), (.1,), (.05,)],
+        "cifar": [(.75,), (.5,), (.4,), (.3,), (.15,)]},
+        contrast),
+    Corruption("elastic_transform", "digital", ("alpha", "sigma", "affine"), {
+        "imagenet": [(244 * 2, 244 * .7, 244 * .1), (244 * 2, 244 * .08, 244 * .2),
+                     (244 * .05, 244 * .01, 244 * .02), (244 * .07, 244 * .01, 244 * .02),
+                     (244 * .12, 244 * .01, 244 * .02)],
+        "cifar": [(32 * 0, 32 * 0, 32 * .08), (32 * .05, 32 * .2, 32 * .07), (32 * .08, 32 * .06, 32 * .06),
+                  (32 * .1, 32 * .04, 32 * .05), (32 * .1, 32 * .03, 32 * .03)]},
+        elastic_transform, _sample_elastic, spatial=("alpha", "sigma", "affine"), rescale=_elastic_rescale),
+    Corruption("pixelate", "digital", ("c",), {
+        "imagenet": [(.6,), (.5,), (.4,), (.3,), (.25,)],
+        "cifar": [(.95,), (.9,), (.85,), (.75,), (.65,)]},
+        pixelate, in_range=True),
+    Corruption("jpeg_compression", "digital", ("quality",), {
+        "imagenet": [(25,), (18,), (15,), (10,), (7,)],
+        "cifar": [(80,), (65,), (58,), (50,), (40,)]},
+        jpeg_compression, in_range=True),
+    Corruption("speckle_noise", "extra", ("c",), {
+        "imagenet": [(.15,), (.2,), (.35,), (.45,), (.6,)],
+        "cifar": [(.06,), (.1,), (.12,), (.16,), (.2,)]},
+        speckle_noise, _sample_noise, in_range=True),
+    Corruption("gaussian_blur", "extra", ("sigma",), {
+        "imagenet": [(1,), (2,), (3,), (4,), (6,)],
+        "cifar": [(.4,), (.6,), (.7,), (.8,), (1,)]},
+        gaussian_blur_corruption, spatial=("sigma",)),
+    Corruption("spatter", "extra", ("mean", "std", "sigma", "threshold", "intensity", "mud"), {
+        "imagenet": [(.65, .3, 4, .69, .6, 0), (.65, .3, 3, .68, .6, 0), (.65, .3, 2, .68, .5, 0),
+                     (.65, .3, 1, .65, 1.5, 1), (.67, .4, 1, .65, 1.5, 1)],
+        "cifar": [(.62, .1, .7, .7, .5, 0), (.65, .1, .8, .7, .5, 0), (.65, .3, 1, .69, .5, 0),
+                  (.65, .1, .7, .69, .6, 1), (.65, .1, .5, .68, .6, 1)]},
+        spatter, _sample_spatter, spatial=("sigma",), rescale=_spatter_rescale),
+    Corruption("saturate", "extra", ("factor", "shift"), {
+        "imagenet": [(.3, 0), (.1, 0), (2, 0), (5, .1), (20, .2)],
+        "cifar": [(.3, 0), (.1, 0), (1.5, 0), (2, .1), (2.5, .2)]},
+        saturate),
+    # imagecorruptions 1.1.2's elastic transform, size-relative (σ = 1 %, max shift = ½ % of the side)
+    Corruption("elastic_transform@imagecorruptions", "digital", ("alpha", "sigma", "max_shift"), {
+        "imagenet": [(250 * a, .01 * 224, .005 * 224) for a in (.05, .065, .085, .1, .12)],
+        "cifar": [(250 * a, .01 * 32, .005 * 32) for a in (.05, .065, .085, .1, .12)]},
+        elastic_transform_ic, _sample_elastic_ic, spatial=("sigma", "max_shift"), variant_of="elastic_transform"),
+):
+    register_corruption(_spec)

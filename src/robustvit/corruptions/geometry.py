@@ -41,6 +41,12 @@ def clipped_zoom(x: torch.Tensor, factor: float) -> torch.Tensor:
     return out.reshape(*lead, h, w)
 
 
+def zoom_factors(start: float, stop: float, step: float) -> list[float]:
+    """``numpy.arange(start, stop, step)`` for floats: ``ceil((stop - start) / step)`` values."""
+    n = math.ceil((stop - start) / step)
+    return [start + i * step for i in range(n)]
+
+
 def motion_kernel(radius: float, sigma: float) -> torch.Tensor:
     """One-sided motion kernel: width 2⌈r⌉+1, weights ∝ exp(−i²/2σ²), i = 0…width−1, sum 1 (float64)."""
     width = 2 * math.ceil(float(radius)) + 1

@@ -14,15 +14,28 @@ from __future__ import annotations
 import torch
 
 
-def _pass_sources(n: int, h: int, w: int, d: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    """Flat source index (N, H·W) of every pixel after one sequential pass (identity outside the walk)."""
-    rows = torch.arange(d + 1, h - d + 1, device=device)        # visited rows (any order)
-    cols = torch.arange(d + 1, w - d + 1, device=device)
-    nr, nc = rows.numel(), cols.numel()
+def glass_offsets(n: int, h: int, w: int, dist: int, iters: int, generator: torch.Generator,
+                  device: torch.device | str | None = None) -> torch.Tensor:
+    """The random offsets of ``iters`` passes, (iters, N, 2, rows, cols) int64: (dx, dy) uniform in
+    −dist…dist−1 for every visited pixel (rows ``dist+1…H−dist``, cols ``dist+1…W−dist``)."""
+    d = int(dist)
+    shape = (n, 2, max(0, h - 2 * d), max(0, w - 2 * d))
+    if min(shape[2:]) <= 0:
+        return torch.zeros((int(iters), *shape), dtype=torch.int64, device=device)
+    passes = [torch.randint(-d, d, shape, generator=generator, device=generator.device) for _ in range(int(iters))]
+    return torch.stack(passes).to(device if device is not None else generator.device)
+
+
+def _pass_sources(off: torch.Tensor, h: int, w: int, d: int) -> torch.Tensor:
+    """Flat source index (N, H·W) of every pixel after one sequential pass with offsets ``off``
+    (N, 2, rows, cols) (identity outside the walk)."""
+    n, _, nr, nc = off.shape
+    device = off.device
     ident = torch.arange(h * w, device=device).expand(n, h * w).clone()
     if nr <= 0 or nc <= 0:
         return ident
-    off = torch.randint(-d, d, (n, 2, nr, nc), generator=generator, device=generator.device).to(device)
+    rows = torch.arange(d + 1, h - d + 1, device=device)        # visited rows (any order)
+    cols = torch.arange(d + 1, w - d + 1, device=device)
     dx, dy = off[:, 0], off[:, 1]
     ph = rows.view(1, nr, 1)
     pw = cols.view(1, 1, nc)
@@ -45,11 +58,17 @@ def _pass_sources(n: int, h: int, w: int, d: int, generator: torch.Generator, de
     return src.gather(1, nxt)
 
 
-def glass_shuffle(x: torch.Tensor, dist: int, iters: int, generator: torch.Generator) -> torch.Tensor:
-    """Apply ``iters`` passes of the reference's local pixel walk with max displacement ``dist`` to (N, C, H, W)."""
+def shuffle_with_offsets(x: torch.Tensor, dist: int, offsets: torch.Tensor) -> torch.Tensor:
+    """Apply the passes of :func:`glass_offsets` (in order) to (N, C, H, W)."""
     n, c, h, w = x.shape
     flat = x.reshape(n, c, h * w)
-    for _ in range(int(iters)):
-        src = _pass_sources(n, h, w, int(dist), generator, x.device)
+    for off in offsets.to(x.device):
+        src = _pass_sources(off, h, w, int(dist))
         flat = flat.gather(2, src.unsqueeze(1).expand(n, c, h * w))
     return flat.reshape(n, c, h, w)
+
+
+def glass_shuffle(x: torch.Tensor, dist: int, iters: int, generator: torch.Generator) -> torch.Tensor:
+    """Apply ``iters`` passes of the reference's local pixel walk with max displacement ``dist`` to (N, C, H, W)."""
+    n, _, h, w = x.shape
+    return shuffle_with_offsets(x, dist, glass_offsets(n, h, w, dist, iters, generator, x.device))

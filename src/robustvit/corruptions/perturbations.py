@@ -42,7 +42,6 @@ from robustvit.corruptions.sampling import poisson, randn
 from robustvit.corruptions.spatter import water_layer
 from robustvit.errors import RobustvitError, unknown_name
 
-#: The 10 test perturbations of ImageNet-P (mFR / mT5D average over these).
 #: The 10 test perturbations of ImageNet-P, over which mFR / mT5D average.
 TEST_PERTURBATIONS: tuple[str, ...] = ("gaussian_noise", "shot_noise", "motion_blur", "zoom_blur", "snow",
                                        "brightness", "translate", "rotate", "tilt", "scale")
@@ -69,7 +68,7 @@ _PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "snow": {"frames": 31, "mean": 0.05, "std": 0.3, "zoom": 3.0, "threshold": 0.5, "radius": 14.0,
                  "sigma": 4.0, "angle0": -150.0, "angle_step": 4.0, "blend": 0.85},
         "brightness": {"frames": 31, "step": 0.02},
-        "translate": {"frames": 41, "shift0": -20.0},
+        "translate": {"frames": 41, "shift0": -20.0, "shift_step": 1.0},
         "rotate": {"frames": 31, "step": 1.0},
         "tilt": {"frames": 31, "step": 1.0},
         "scale": {"frames": 31, "start": 0.40, "step": 0.025},
@@ -87,7 +86,7 @@ _PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "snow": {"frames": 31, "mean": 0.05, "std": 0.3, "zoom": 2.0, "threshold": 0.5, "radius": 10.0,
                  "sigma": 2.0, "angle0": -150.0, "angle_step": 4.0, "blend": 0.85},
         "brightness": {"frames": 31, "step": 0.015},
-        "translate": {"frames": 16, "shift0": -7.0},
+        "translate": {"frames": 16, "shift0": -7.0, "shift_step": 1.0},
         "rotate": {"frames": 31, "step": 1.0},
         "tilt": {"frames": 31, "step": 0.75},
         "scale": {"frames": 31, "start": 0.70, "step": 0.02},
@@ -98,7 +97,7 @@ _PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     },
 }
 # Keys multiplied by k = size / native size (lengths in pixels); everything else is size-free.
-_LENGTH_KEYS = frozenset({"radius", "sigma", "zoom", "shift0", "sigma0", "sigma_step"})
+_LENGTH_KEYS = frozenset({"radius", "sigma", "zoom", "shift0", "shift_step", "sigma0", "sigma_step"})
 
 #: Default pixel budget of one block of frames (N · t · H · W); about 400 MB of float32 frames.
 DEFAULT_BLOCK_PIXELS = 1 << 25
@@ -238,29 +237,43 @@ def _tilt_frames(x: torch.Tensor, thetas: list[float]) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- frame makers
-# Each maker gets (x, frame indices, params, generator, state dict) and returns (N, t, C, H, W).
-Maker = Callable[[torch.Tensor, list[int], dict[str, Any], torch.Generator, dict[str, Any]], torch.Tensor]
+# A maker gets the images, the sequence's parameters, the blocks of frame indices (in order) and the
+# generator, and yields one (N, t, C, H, W) tensor per block. What a sequence carries from block to block
+# (zoom_blur's running sum, spatter's dripping liquid) lives in the maker's local variables; its random
+# draws are made once, before the first frame (snow, spatter) or one frame at a time (noise).
+Blocks = list[list[int]]
+Maker = Callable[[torch.Tensor, dict[str, Any], Blocks, torch.Generator], Iterator[torch.Tensor]]
+FrameFn = Callable[[torch.Tensor, list[int], dict[str, Any]], torch.Tensor]
 
 
-def _noise_maker(kind: str) -> Maker:
-    def make(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
-        level = st["level"]
-        frames = []
-        for i in idx:   # one batched draw per frame: the stream does not depend on the block size
-            if i == 0:
-                frames.append(x)
-            elif kind == "gaussian":
-                frames.append((x + level * randn(tuple(x.shape), g, x)).clamp(0, 1))
-            elif kind == "speckle":
-                frames.append((x + x * level * randn(tuple(x.shape), g, x)).clamp(0, 1))
-            else:
-                rate = (x * level).to(device=g.device, dtype=torch.float32)
-                frames.append((poisson(rate, g).to(device=x.device, dtype=x.dtype) / level).clamp(0, 1))
-        return torch.stack(frames, 1)
+def _per_block(fn: FrameFn) -> Maker:
+    """A maker for a sequence whose frames are a pure function of (x, frame indices, parameters)."""
+    def make(x: torch.Tensor, p: dict[str, Any], blocks: Blocks, g: torch.Generator) -> Iterator[torch.Tensor]:
+        for idx in blocks:
+            yield fn(x, idx, p)
     return make
 
 
-def _motion_blur(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
+def _noise_maker(kind: str) -> Maker:
+    def make(x: torch.Tensor, p: dict[str, Any], blocks: Blocks, g: torch.Generator) -> Iterator[torch.Tensor]:
+        level = p["level"]
+        for idx in blocks:
+            frames = []
+            for i in idx:   # one batched draw per frame: the stream does not depend on the block size
+                if i == 0:
+                    frames.append(x)
+                elif kind == "gaussian":
+                    frames.append((x + level * randn(tuple(x.shape), g, x)).clamp(0, 1))
+                elif kind == "speckle":
+                    frames.append((x + x * level * randn(tuple(x.shape), g, x)).clamp(0, 1))
+                else:
+                    rate = (x * level).to(device=g.device, dtype=torch.float32)
+                    frames.append((poisson(rate, g).to(device=x.device, dtype=x.dtype) / level).clamp(0, 1))
+            yield torch.stack(frames, 1)
+    return make
+
+
+def _motion_blur(x: torch.Tensor, idx: list[int], p: dict[str, Any]) -> torch.Tensor:
     n, c, h, w = x.shape
     angles = torch.tensor([p["angle0"] + p["angle_step"] * i for i in idx], dtype=torch.float64)
     xs = x.unsqueeze(1).expand(n, len(idx), c, h, w).reshape(-1, c, h, w)
@@ -268,47 +281,40 @@ def _motion_blur(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Ge
     return out.clamp(0, 1).reshape(n, len(idx), c, h, w)
 
 
-def _zoom_blur(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
-    # frame i = mean(x, zoom(1 + step·1), …, zoom(1 + step·i)); the running sum is carried between blocks
-    n, c, h, w = x.shape
-    todo = list(range(st.get("next", 0), max(idx) + 1))
-    if todo and todo[0] < min(idx):
-        raise AssertionError("zoom_blur frames must be requested in order")
-    out = []
-    total = st.get("sum")
-    zs = [i for i in todo if i > 0]
-    zooms = {}
-    if zs:
+def _zoom_blur(x: torch.Tensor, p: dict[str, Any], blocks: Blocks, g: torch.Generator) -> Iterator[torch.Tensor]:
+    # frame i = mean(x, zoom(1 + step·1), …, zoom(1 + step·i)): a running sum over the frames
+    total = x.clone()
+    for idx in blocks:
+        zs = [i for i in idx if i > 0]
         scales = torch.tensor([1 + p["step"] * i for i in zs], dtype=torch.float64)
-        eye = torch.eye(2, dtype=torch.float64).expand(len(zs), 2, 2) * scales.reshape(-1, 1, 1)
-        warped = _affine_frames(x, eye, torch.zeros(len(zs), 2, dtype=torch.float64))
-        zooms = {i: warped[:, j] for j, i in enumerate(zs)}
-    for i in todo:
-        total = x.clone() if i == 0 else total + zooms[i]
-        if i in idx:
+        warped = _affine_frames(x, torch.eye(2, dtype=torch.float64).expand(len(zs), 2, 2) * scales.reshape(-1, 1, 1),
+                                torch.zeros(len(zs), 2, dtype=torch.float64)) if zs else None
+        out = []
+        for i in idx:
+            if i > 0:
+                total = total + warped[:, zs.index(i)]
             out.append(total / (i + 1))
-    st["sum"], st["next"] = total, max(idx) + 1
-    return torch.stack(out, 1).clamp(0, 1)
+        yield torch.stack(out, 1).clamp(0, 1)
 
 
-def _snow(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
+def _snow(x: torch.Tensor, p: dict[str, Any], blocks: Blocks, g: torch.Generator) -> Iterator[torch.Tensor]:
     n, c, h, w = x.shape
-    if "layer" not in st:   # one flake layer per image, drawn once (as the reference), 8-bit like its PNG
-        layer = randn((n, 1, h, w), g, x) * p["std"] + p["mean"]
-        layer = clipped_zoom(layer, max(1.0, p["zoom"]))
-        layer = torch.where(layer < p["threshold"], torch.zeros_like(layer), layer).clamp(0, 1)
-        st["layer"] = torch.floor(layer * 255) / 255
-        bright = torch.maximum(x, rgb_to_gray(x) * 1.5 + 0.5)
-        st["base"] = p["blend"] * x + (1 - p["blend"]) * bright
-    t = len(idx)
-    angles = torch.tensor([p["angle0"] + p["angle_step"] * i for i in idx], dtype=torch.float64)
-    layers = st["layer"].unsqueeze(1).expand(n, t, 1, h, w).reshape(n * t, 1, h, w)
-    moving = motion_blur(layers, p["radius"], p["sigma"], angles.repeat(n))
-    moving = (torch.round(moving.clamp(0, 1) * 255) / 255).reshape(n, t, 1, h, w)
-    return (st["base"].unsqueeze(1) + moving + moving.flip(-2, -1)).clamp(0, 1)
+    # one flake layer per image, drawn once (as the reference), 8-bit like its PNG
+    layer = randn((n, 1, h, w), g, x) * p["std"] + p["mean"]
+    layer = clipped_zoom(layer, max(1.0, p["zoom"]))
+    layer = torch.where(layer < p["threshold"], torch.zeros_like(layer), layer).clamp(0, 1)
+    layer = torch.floor(layer * 255) / 255
+    base = p["blend"] * x + (1 - p["blend"]) * torch.maximum(x, rgb_to_gray(x) * 1.5 + 0.5)
+    for idx in blocks:
+        t = len(idx)
+        angles = torch.tensor([p["angle0"] + p["angle_step"] * i for i in idx], dtype=torch.float64)
+        layers = layer.unsqueeze(1).expand(n, t, 1, h, w).reshape(n * t, 1, h, w)
+        moving = motion_blur(layers, p["radius"], p["sigma"], angles.repeat(n))
+        moving = (torch.round(moving.clamp(0, 1) * 255) / 255).reshape(n, t, 1, h, w)
+        yield (base.unsqueeze(1) + moving + moving.flip(-2, -1)).clamp(0, 1)
 
 
-def _brightness(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
+def _brightness(x: torch.Tensor, idx: list[int], p: dict[str, Any]) -> torch.Tensor:
     # HSV V ← clip(V + c) with H, S kept: RGB ∝ V, so x·V'/V (grey V' where V = 0), scikit-image conventions
     cs = torch.tensor([(i - 15) * p["step"] for i in idx], device=x.device, dtype=x.dtype).reshape(1, -1, 1, 1, 1)
     v = x.amax(1, keepdim=True).unsqueeze(1)                                 # (N, 1, 1, H, W)
@@ -318,36 +324,35 @@ def _brightness(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Gen
     return torch.where(v > 0, xs * ratio, v2.expand(-1, -1, x.shape[1], -1, -1)).clamp(0, 1)
 
 
-def _translate(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
+def _translate(x: torch.Tensor, idx: list[int], p: dict[str, Any]) -> torch.Tensor:
     t = len(idx)
-    k = p["shift0"] / _PARAMS[st["preset"]]["translate"]["shift0"]        # the size scale
-    shifts = torch.tensor([[p["shift0"] + k * i, 0.0] for i in idx], dtype=torch.float64)
+    shifts = torch.tensor([[p["shift0"] + p["shift_step"] * i, 0.0] for i in idx], dtype=torch.float64)
     return _affine_frames(x, torch.eye(2, dtype=torch.float64).expand(t, 2, 2), shifts)
 
 
-def _rotate(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
+def _rotate(x: torch.Tensor, idx: list[int], p: dict[str, Any]) -> torch.Tensor:
     a = torch.tensor([(i - 15) * p["step"] for i in idx], dtype=torch.float64)
     mats = _rotation_shear(a, torch.zeros_like(a), torch.ones_like(a))
     return _affine_frames(x, mats, torch.zeros(len(idx), 2, dtype=torch.float64))
 
 
-def _shear(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
+def _shear(x: torch.Tensor, idx: list[int], p: dict[str, Any]) -> torch.Tensor:
     s = torch.tensor([(i - 15) * p["step"] for i in idx], dtype=torch.float64)
     mats = _rotation_shear(torch.zeros_like(s), s, torch.ones_like(s))
     return _affine_frames(x, mats, torch.zeros(len(idx), 2, dtype=torch.float64))
 
 
-def _scale(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
+def _scale(x: torch.Tensor, idx: list[int], p: dict[str, Any]) -> torch.Tensor:
     s = torch.tensor([p["start"] + p["step"] * i for i in idx], dtype=torch.float64)
     mats = torch.eye(2, dtype=torch.float64).expand(len(idx), 2, 2) * s.reshape(-1, 1, 1)
     return _affine_frames(x, mats, torch.zeros(len(idx), 2, dtype=torch.float64))
 
 
-def _tilt(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
+def _tilt(x: torch.Tensor, idx: list[int], p: dict[str, Any]) -> torch.Tensor:
     return _tilt_frames(x, [(i - 15) * p["step"] for i in idx])
 
 
-def _gaussian_blur(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
+def _gaussian_blur(x: torch.Tensor, idx: list[int], p: dict[str, Any]) -> torch.Tensor:
     # scikit-image gaussian(sigma, truncate, mode="nearest"), one σ per frame (batched over the images)
     frames = [gaussian_filter(x, p["sigma0"] + p["sigma_step"] * i, truncate=p["truncate"], mode="nearest")
               for i in idx]
@@ -369,34 +374,27 @@ def _drip(liquid: torch.Tensor, kernel: tuple[float, ...]) -> torch.Tensor:
     return out
 
 
-def _spatter(x: torch.Tensor, idx: list[int], p: dict[str, Any], g: torch.Generator, st: dict[str, Any]) -> torch.Tensor:
+def _spatter(x: torch.Tensor, p: dict[str, Any], blocks: Blocks, g: torch.Generator) -> Iterator[torch.Tensor]:
     n, c, h, w = x.shape
-    if "liquid" not in st:
-        liquid = randn((n, 1, h, w), g, x) * p["std"] + p["mean"]
-        liquid = gaussian_filter(liquid, p["sigma"])
-        st["liquid"] = torch.where(liquid < p["threshold"], torch.zeros_like(liquid), liquid)
-        st["next"] = 0
-    if min(idx) < st["next"]:
-        raise AssertionError("spatter frames must be requested in order")
+    liquid = gaussian_filter(randn((n, 1, h, w), g, x) * p["std"] + p["mean"], p["sigma"])
+    liquid = torch.where(liquid < p["threshold"], torch.zeros_like(liquid), liquid)
     colour = torch.tensor([175, 238, 238], device=x.device, dtype=x.dtype).view(1, 1, 3, 1, 1) / 255
-    layers = []
-    liquid = st["liquid"]
-    for i in range(st["next"], max(idx) + 1):   # the drip is sequential; the water shading is batched
-        if i in idx:
+    for idx in blocks:   # the drip is sequential; the water shading is batched
+        layers = []
+        for _ in idx:
             layers.append(liquid)
-        liquid = _drip(liquid, p["drip"])
-    st["liquid"], st["next"] = liquid, max(idx) + 1
-    t = len(layers)
-    stacked = torch.stack(layers, 1).reshape(n * t, 1, h, w)
-    m = (water_layer(stacked) * p["intensity"]).reshape(n, t, 1, h, w)
-    return (x.unsqueeze(1) + m * colour).clamp(0, 1)
+            liquid = _drip(liquid, p["drip"])
+        t = len(layers)
+        m = (water_layer(torch.stack(layers, 1).reshape(n * t, 1, h, w)) * p["intensity"]).reshape(n, t, 1, h, w)
+        yield (x.unsqueeze(1) + m * colour).clamp(0, 1)
 
 
 _MAKERS: dict[str, Maker] = {
     "gaussian_noise": _noise_maker("gaussian"), "shot_noise": _noise_maker("shot"),
-    "speckle_noise": _noise_maker("speckle"), "motion_blur": _motion_blur, "zoom_blur": _zoom_blur,
-    "snow": _snow, "brightness": _brightness, "translate": _translate, "rotate": _rotate, "tilt": _tilt,
-    "scale": _scale, "gaussian_blur": _gaussian_blur, "spatter": _spatter, "shear": _shear,
+    "speckle_noise": _noise_maker("speckle"), "motion_blur": _per_block(_motion_blur), "zoom_blur": _zoom_blur,
+    "snow": _snow, "brightness": _per_block(_brightness), "translate": _per_block(_translate),
+    "rotate": _per_block(_rotate), "tilt": _per_block(_tilt), "scale": _per_block(_scale),
+    "gaussian_blur": _per_block(_gaussian_blur), "spatter": _spatter, "shear": _per_block(_shear),
 }
 #: Perturbations that act on the uncropped image when ``crop`` is given (the reference warps the
 #: Resize(256) image before CenterCrop(224)); the others crop first.
@@ -435,22 +433,20 @@ def iter_perturbation_frames(x: torch.Tensor, name: str, *, difficulty: int = 1,
     preset = resolve_preset(preset, *out_hw)
     params = perturbation_params(name, preset, size=min(out_hw))
     g = _generator(x, seed, generator)
-    state: dict[str, Any] = {"preset": preset}
+    values = dict(params.values)
     if name in NOISE_PERTURBATIONS:
-        state["level"] = params.values["level"][difficulty - 1]
+        values["level"] = values["level"][difficulty - 1]
     n = x.shape[0]
     t_all = params.frames
     if block_frames is None:
         block_frames = max(1, int(block_pixels) // max(1, n * src.shape[-2] * src.shape[-1]))
     block_frames = max(1, min(int(block_frames), t_all))
-    maker = _MAKERS[name]
     compute = src.float() if src.dtype in (torch.float16, torch.bfloat16) else src
-    for start in range(0, t_all, block_frames):
-        idx = list(range(start, min(t_all, start + block_frames)))
-        frames = maker(compute, idx, params.values, g, state)
+    blocks = [list(range(s, min(t_all, s + block_frames))) for s in range(0, t_all, block_frames)]
+    for idx, frames in zip(blocks, _MAKERS[name](compute, values, blocks, g)):
         if name in GEOMETRIC_ON_FULL and crop is not None:
             frames = _center_crop(frames, out_hw)
-        yield start, frames.to(x.dtype).contiguous()
+        yield idx[0], frames.to(x.dtype).contiguous()
 
 
 def perturbation_sequence(x: torch.Tensor, name: str, *, difficulty: int = 1, seed: int | None = None,

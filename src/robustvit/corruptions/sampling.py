@@ -16,16 +16,14 @@ POISSON_CHUNK = 1 << 20
 
 
 def randn(shape: tuple[int, ...], g: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-    """Standard normal values of ``like``'s dtype, drawn from ``g`` and moved to ``like``'s device (drawn
-    into a recycled buffer when they are on the same device: callers may work on them in place)."""
+    """Standard normal values of ``like``'s dtype, drawn from ``g`` and moved to ``like``'s device."""
     if g.device == like.device:
         return torch.randn(shape, generator=g, out=torch.empty(shape, dtype=like.dtype, device=like.device))
     return torch.randn(shape, generator=g, device=g.device, dtype=like.dtype).to(like.device)
 
 
 def rand(shape: tuple[int, ...], g: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-    """Uniform [0, 1) values of ``like``'s dtype, drawn from ``g`` and moved to ``like``'s device (into a
-    recycled buffer, as :func:`randn`)."""
+    """Uniform [0, 1) values of ``like``'s dtype, drawn from ``g`` and moved to ``like``'s device."""
     if g.device == like.device:
         return torch.rand(shape, generator=g, out=torch.empty(shape, dtype=like.dtype, device=like.device))
     return torch.rand(shape, generator=g, device=g.device, dtype=like.dtype).to(like.device)

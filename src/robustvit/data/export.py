@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from robustvit.corruptions.engine import corrupt
+from robustvit.corruptions.frost import frost_source
 from robustvit.corruptions.jpeg import to_uint8
 from robustvit.corruptions.params import parse_corruptions, parse_severities, resolve_preset
 from robustvit.data import UNREADABLE, create_dataset
@@ -140,7 +141,8 @@ class _Exporter:
         return {"data": c.data, "layout": c.layout, "num_images": self.n, "image_size": [self.h, self.w],
                 "preset": self.preset, "seed": c.seed, "batch_size": c.batch_size, "device_type": self.device.type,
                 "image_format": c.image_format if c.layout == "imagenet-c" else "npy",
-                "jpeg_quality": c.jpeg_quality if c.layout == "imagenet-c" and c.image_format == "jpeg" else None}
+                "jpeg_quality": c.jpeg_quality if c.layout == "imagenet-c" and c.image_format == "jpeg" else None,
+                "frost_source": frost_source() if "frost" in self.names else None}
 
     def _check_meta(self) -> None:
         """Refuse to mix two different exports in one folder; write classes.txt and corrupt.json."""
@@ -148,7 +150,8 @@ class _Exporter:
         meta = self._meta()
         if f.is_file():
             old = json.loads(f.read_text())
-            fixed = ("data", "layout", "num_images", "image_size", "preset", "seed", "image_format", "jpeg_quality")
+            fixed = ("data", "layout", "num_images", "image_size", "preset", "seed", "image_format", "jpeg_quality",
+                     "frost_source")
             diff = [k for k in fixed if old.get(k) != meta.get(k)]
             if diff:
                 raise RobustvitError(f"{self.out} holds an export with other settings ({diff[0]}: {old.get(diff[0])!r} "

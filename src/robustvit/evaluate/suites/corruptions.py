@@ -15,7 +15,10 @@ Options (``corruptions:corruptions=noise:severities=1-3``):
   ``digital``, ``extra``) or ``+``-separated names (``fog+snow``);
 * ``severities``: ``1-5`` (default), ``3``, ``1+3+5``;
 * ``preset``: ``imagenet`` or ``cifar`` parameter table (default: by image size, see ``docs/corruptions.md``);
-* ``jpeg_quality``: JPEG round trip after truncation to uint8 (85 mimics the released ImageNet-C files);
+* ``jpeg_quality``: JPEG round trip after truncation to uint8, as the released ImageNet-C files (quality 85).
+  Default ``auto``: 85 when the images are ImageNet validation images (1000 classes) corrupted with the
+  ``imagenet`` parameters — the released files' pipeline, so that mCE compares with the published tables —
+  else none; ``none`` turns it off;
 * ``source``: an ImageNet-C tree or CIFAR-C folder to read instead of corrupting. The ``clean`` part then
   reads the run's ``--data`` at the same positions (e.g. ``imagenet:/val`` for ImageNet-C, ``cifar10:test``
   for CIFAR-10-C) when it has as many images and classes; else clean accuracy is null;
@@ -27,8 +30,10 @@ benchmark corruptions evaluated, else over all), ``mean_accuracy`` (over the 15 
 evaluated), ``mean_accuracy_all`` (every corruption evaluated), ``mean_accuracy_without_noise`` (the 12
 non-noise benchmark corruptions), ``groups`` (mean per group), ``retention`` (mean_accuracy /
 clean_accuracy), ``ce`` / ``relative_ce`` / ``mce`` / ``relative_mce`` (AlexNet-normalised, percent; only for
-ImageNet-C-like data, else null with ``mce_reason``), ``preset``, ``jpeg_quality``, ``severities``,
-``corruptions``, ``source``, ``num_images``.
+ImageNet-C-like data, else null with ``mce_reason``), ``mce_protocol`` (``imagenet-c`` when the images match
+the released files: 224 px, JPEG 85, the frost photographs; else ``approximate``, with the differences in
+``mce_approximations``), ``frost_source`` (``photos:<folder>`` or ``procedural``, when frost was made in
+memory), ``preset``, ``jpeg_quality``, ``severities``, ``corruptions``, ``source``, ``num_images``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from robustvit.corruptions import BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, corrupt
+from robustvit.corruptions.frost import frost_source
 from robustvit.corruptions.params import parse_corruptions, parse_severities, resolve_preset
 from robustvit.data import UNREADABLE, parse_data_spec
 from robustvit.data.base import ImageDataset
@@ -96,9 +102,10 @@ class Corruptions(Suite):
         self.preset = options.get("preset")
         if self.preset is not None:
             resolve_preset(self.preset, 0, 0)   # checks the name
-        q = options.get("jpeg_quality")
+        q = options.get("jpeg_quality", "auto")
+        self.auto_jpeg = q == "auto"
         try:
-            self.jpeg_quality = None if q in (None, "", "none") else int(q)
+            self.jpeg_quality = None if q in (None, "", "none", "auto") else int(q)
         except ValueError:
             raise RobustvitError(f"jpeg_quality must be an integer 1-100, got {q!r}") from None
         if self.jpeg_quality is not None and not 1 <= self.jpeg_quality <= 100:
@@ -157,7 +164,7 @@ class Corruptions(Suite):
         name, sev = part.rsplit("/", 1)
         if self._src is None:
             x = corrupt(batch.x, name, int(sev), generator=batch.generator, preset=self.preset,
-                        jpeg_quality=self.jpeg_quality)
+                        jpeg_quality=self._jpeg_quality(ctx))
             return x, batch.y
         x, y = load_images(self._src.unit(name, int(sev)), batch.index)
         return x.to(ctx.device, non_blocking=True), y.to(ctx.device)
@@ -184,6 +191,32 @@ class Corruptions(Suite):
         if size is None:
             return self.preset
         return resolve_preset(self.preset, int(size), int(size))
+
+    def _imagenet_in_memory(self, ctx: EvalContext) -> bool:
+        """Whether ImageNet validation images (1000 classes) are corrupted in memory with the imagenet table."""
+        source = parse_data_spec(ctx.data_spec)[0] if ":" in ctx.data_spec else ctx.data_spec
+        return (self._src is None and source == "imagenet" and getattr(ctx.dataset, "num_classes", None) == 1000
+                and self._preset(ctx) == "imagenet")
+
+    def _jpeg_quality(self, ctx: EvalContext) -> int | None:
+        if self.auto_jpeg and self._src is None:
+            return 85 if self._imagenet_in_memory(ctx) else None
+        return self.jpeg_quality
+
+    def _approximations(self, ctx: EvalContext) -> list[str]:
+        """How images corrupted in memory differ from the released ImageNet-C files (empty: they match)."""
+        if self._src is not None:
+            return []
+        out = []
+        size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
+        if size is not None and int(size) != 224:
+            out.append(f"corrupted at {size} px, not 224: the spatial parameters were scaled")
+        if self._jpeg_quality(ctx) != 85:
+            out.append("no JPEG quality-85 round trip (the released files have one): use jpeg_quality=85")
+        if "frost" in self.names and frost_source() == "procedural":
+            out.append("frost used the procedural texture, not the ImageNet-C photographs: set ROBUSTVIT_FROST_DIR "
+                       "(--frost-dir) or install imagecorruptions")
+        return out
 
     def _mce_reason(self, ctx: EvalContext) -> str | None:
         """None when the AlexNet normalisation applies, else why not."""
@@ -235,6 +268,7 @@ class Corruptions(Suite):
                 rm = mean_or_none([rce.get(n) for n in BENCHMARK_CORRUPTIONS])
             else:
                 reason = "relative mCE needs the clean accuracy (give --data with the clean images of the source)"
+        approximations = self._approximations(ctx) if m is not None else []
         n_images = max((stats.get(p, {}).get("n", 0) + stats.get(p, {}).get("unreadable", 0) for p in stats), default=0)
         unreadable = sum(int(s.get("unreadable", 0)) for s in stats.values())
         return {
@@ -245,7 +279,10 @@ class Corruptions(Suite):
             "mean_accuracy_without_noise": mean_or_none([per_corr[n] for n in no_noise]) if no_noise else None,
             "groups": groups, "retention": retention(mean_bench, clean),
             "ce": ce, "relative_ce": rce, "mce": m, "relative_mce": rm, "mce_reason": reason,
-            "preset": self._preset(ctx), "jpeg_quality": self.jpeg_quality, "severities": list(self.severities),
+            "mce_protocol": None if m is None else ("approximate" if approximations else "imagenet-c"),
+            "mce_approximations": approximations,
+            "frost_source": frost_source() if self._src is None and "frost" in self.names else None,
+            "preset": self._preset(ctx), "jpeg_quality": self._jpeg_quality(ctx), "severities": list(self.severities),
             "corruptions": list(self.names), "source": None if self.source is None else str(Path(self.source)),
             "source_layout": None if self._src is None else self._src.layout,
             "num_images": int(n_images), "num_unreadable": unreadable,

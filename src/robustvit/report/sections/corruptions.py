@@ -15,8 +15,8 @@ import matplotlib.pyplot as plt
 from robustvit.report.builder import Figure, Section, md_table, register_section
 
 
-def _pct(v: Any) -> Any:
-    return None if v is None else f"{v:.1f}"
+def _pct(v: Any, suffix: str = "") -> Any:
+    return None if v is None else f"{v:.1f}{suffix}"
 
 
 @register_section("corruptions*")
@@ -35,8 +35,9 @@ def corruptions_section(key: str, results: list[dict[str, Any]]) -> Section | No
     rows.append(["**mean w/o noise**"] + [s.get("mean_accuracy_without_noise") for _, s in runs])
     rows.append(["**retention**"] + [s.get("retention") for _, s in runs])
     if any(s.get("mce") is not None for _, s in runs):
-        rows.append(["**mCE (%)**"] + [_pct(s.get("mce")) for _, s in runs])
-        rows.append(["**relative mCE (%)**"] + [_pct(s.get("relative_mce")) for _, s in runs])
+        approx = [" (approximate)" if s.get("mce_protocol") == "approximate" else "" for _, s in runs]
+        rows.append(["**mCE (%)**"] + [_pct(s.get("mce"), a) for (_, s), a in zip(runs, approx)])
+        rows.append(["**relative mCE (%)**"] + [_pct(s.get("relative_mce"), a) for (_, s), a in zip(runs, approx)])
     groups: list[str] = []
     for _, s in runs:
         groups += [g for g in (s.get("groups") or {}) if g not in groups]
@@ -51,6 +52,13 @@ def corruptions_section(key: str, results: list[dict[str, Any]]) -> Section | No
              "accuracy (FAN). mCE: AlexNet-normalised corruption error (lower is better)."]
     reasons = {s.get("mce_reason") for _, s in runs if s.get("mce_reason")}
     notes += [f"mCE: {r}" for r in sorted(reasons)]
+    approximations = sorted({a for _, s in runs for a in s.get("mce_approximations") or []})
+    if approximations:
+        notes.append("mCE marked approximate is not comparable with the published ImageNet-C tables: "
+                     + "; ".join(approximations) + ".")
+    frost = sorted({s["frost_source"] for _, s in runs if s.get("frost_source")})
+    if frost:
+        notes.append("frost layer: " + ", ".join(frost) + ".")
     md = (md_table(header, rows) + "\n\n" + "Mean accuracy per group:\n\n" + md_table(["group"] + header[1:], grows)
           + "\n\n" + "\n\n".join(notes))
 
