@@ -69,3 +69,12 @@ def test_a_registered_corruption_is_usable_everywhere(invert):
     assert list_corruptions("test_group") == ["test_invert"]
     assert "test_invert" in list_corruptions("all") and "test_invert" not in list_corruptions("benchmark")
     assert parse_corruptions("fog+test_invert") == ["fog", "test_invert"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_memory_layout_does_not_matter(name):
+    """Images decoded as (N, H, W, 3) and permuted (channels-last strides) corrupt like contiguous ones."""
+    hwc = torch.rand(2, 36, 40, 3)
+    x = hwc.permute(0, 3, 1, 2)
+    assert not x.is_contiguous()
+    assert torch.allclose(corrupt(x, name, 2, seed=0), corrupt(x.contiguous(), name, 2, seed=0), atol=1e-6)

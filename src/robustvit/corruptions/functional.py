@@ -275,8 +275,8 @@ def pixelate(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     counts = rows.sum(1)[:, None] * cols.sum(1)[None, :]
     small.div_(counts.clamp_min(1).to(device=x.device, dtype=x.dtype)).clamp_(0, 1)     # the engine's clamp, small
     up = (_nearest_index(sh, h)[:, None] * sw + _nearest_index(sw, w)[None, :]).view(-1).to(x.device)
-    out = torch.empty_like(x)
-    torch.index_select(small.view(n * c, sh * sw), 1, up, out=out.view(n * c, h * w))   # one gather
+    out = torch.empty((n, c, h, w), dtype=x.dtype, device=x.device)
+    torch.index_select(small.reshape(n * c, sh * sw), 1, up, out=out.view(n * c, h * w))   # one gather
     return out
 
 
