@@ -11,7 +11,9 @@ from robustvit.errors import RobustvitError
 from robustvit.evaluate.runner import EvalConfig, run_eval
 from robustvit.evaluate.suites import create_suite
 from robustvit.evaluate.suites.perturbations import parse_perturbations
-from robustvit.corruptions.perturbations import TEST_PERTURBATIONS
+from robustvit.corruptions import to_uint8
+from robustvit.corruptions.perturbations import CIFAR_P_TEST_PERTURBATIONS, TEST_PERTURBATIONS, perturbation_sequence
+from robustvit.data.perturbed import x264_roundtrip
 from robustvit.metrics.perturbation import flip_probability, ranking, top5_distance
 from robustvit.models import create_model, save_checkpoint
 
@@ -55,12 +57,11 @@ def test_suite_matches_direct_computation_and_normalises(tmp_path, ckpt):
     fp = r["flip_probability"]
     assert r["mean_flip_probability"] == pytest.approx(sum(fp.values()) / 2)
     # deterministic sequences: recompute the rotate numbers by hand from the model and the frames
-    from robustvit.corruptions.perturbations import perturbation_sequence
     from robustvit.data import create_dataset
 
     m = create_model(ckpt).eval()
     x, _ = create_dataset(DATA).get_batch(torch.arange(6))
-    seq = perturbation_sequence(x, "rotate")
+    seq = to_uint8(perturbation_sequence(x, "rotate")).float() / 255          # 8-bit frames, as CIFAR-P stores them
     with torch.no_grad():
         logits = m(seq.reshape(-1, 3, 16, 16)).reshape(6, 31, -1)
     assert fp["rotate"] == pytest.approx(flip_probability(logits, noise=False))
@@ -118,13 +119,32 @@ def test_suite_reads_a_cifar_p_folder(tmp_path, ckpt):
     assert r["flip_probability"]["rotate"] == pytest.approx(flip_probability(logits, noise=False))
 
 
-def test_video_reader_says_what_to_install(tmp_path):
+def test_video_reader_says_what_to_install(tmp_path, monkeypatch):
     from robustvit.data import perturbed
 
-    if perturbed._decoders():
-        pytest.skip("a video decoder is installed; no offline mp4 writer to make a test video")
+    monkeypatch.setattr(perturbed, "_decoders", lambda: [])
     with pytest.raises(RobustvitError, match="pip install av"):
         read_video_frames(tmp_path / "x.mp4")
+
+
+def test_suite_reads_an_imagenet_p_folder(tmp_path, ckpt):
+    """ImageNet-P layout ROOT/<perturbation>/<wnid>/<id>.mp4: the suite decodes every video and scores it."""
+    from robustvit.data.perturbed import encode_x264
+
+    torch.manual_seed(0)
+    frames = (torch.rand(4, 31, 3, 1, 1) * 255).to(torch.uint8).expand(4, 31, 3, 16, 16)
+    for i in range(4):
+        f = tmp_path / "ip" / "rotate" / f"n0000000{i // 2}" / f"{i}.mp4"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(encode_x264(frames[i], noise=False))
+    r = _eval(ckpt, tmp_path / "o", f"perturbations:perturbations=rotate:source={tmp_path / 'ip'}")
+    assert r["num_sequences"] == 4 and r["benchmark"] == "imagenet-p" and r["encoding"] is None
+    decoded = torch.stack([read_video_frames(f) for f in sorted((tmp_path / "ip" / "rotate").rglob("*.mp4"))])
+    assert decoded.shape == (4, 31, 3, 16, 16) and float((decoded.float() - frames.float()).abs().mean()) < 4
+    m = create_model(ckpt).eval()
+    with torch.no_grad():
+        logits = m(decoded.float().div(255).reshape(-1, 3, 16, 16)).reshape(4, 31, -1)
+    assert r["flip_probability"]["rotate"] == pytest.approx(flip_probability(logits, noise=False))
 
 
 def test_report_section(tmp_path):
@@ -132,12 +152,39 @@ def test_report_section(tmp_path):
 
     s = {"flip_probability": {"rotate": 0.1, "tilt": 0.2}, "top5_distance": {"rotate": 1.0, "tilt": 2.0},
          "mean_flip_probability": 0.15, "mean_top5_distance": 1.5, "mfr": None, "mt5d": None, "difficulty": 1,
-         "num_sequences": 10, "preset": "cifar", "source": None, "normalisation_reason": "no baseline given"}
+         "num_sequences": 10, "preset": "cifar", "source": None, "normalisation_reason": "no baseline given",
+         "benchmark": "cifar-p", "encoding": "8-bit", "approximations": ["sequences at 16 px, not 32"]}
     res = [{"model": {"name": "a"}, "suites": {"perturbations": s}},
            {"model": {"name": "b"}, "suites": {"perturbations": {**s, "flip_probability": {"rotate": 0.3}}}}]
     sec = perturbations_section("perturbations", res)
     assert "a FP" in sec.markdown and "b T5D" in sec.markdown and "0.3000" in sec.markdown
     assert "no baseline given" in sec.markdown and len(sec.figures) == 1 and sec.figures[0].name == "perturbations"
+    assert "CIFAR-10-P test perturbations" in sec.markdown and "Approximate" in sec.markdown and "16 px" in sec.markdown
     import matplotlib.pyplot as plt
 
     plt.close(sec.figures[0].fig)
+
+
+def test_cifar_p_test_set_and_protocol_labels(tmp_path, ckpt):
+    """32-px-preset sequences use CIFAR-10-P's test set (spatter, not snow) and 8-bit frames; a 16-px run is
+    labelled approximate."""
+    r = _eval(ckpt, tmp_path / "a", "perturbations:limit=2")
+    assert r["benchmark"] == "cifar-p" and r["perturbations"] == list(CIFAR_P_TEST_PERTURBATIONS)
+    assert "spatter" in r["mean_over"] and "snow" not in r["mean_over"]
+    assert r["encoding"] == "8-bit" and r["protocol"] == "approximate" and "16 px, not 32" in r["approximations"][0]
+
+
+def test_imagenet_p_sequences_are_encoded_as_h264(tmp_path, ckpt):
+    spec = "perturbations:perturbations=rotate:preset=imagenet:encode=x264"
+    r = _eval(ckpt, tmp_path / "v", spec)
+    assert r["benchmark"] == "imagenet-p" and r["encoding"] == "x264"
+    m = create_model(ckpt).eval()
+    from robustvit.data import create_dataset
+
+    x, _ = create_dataset(DATA).get_batch(torch.arange(6))
+    seq = to_uint8(perturbation_sequence(x, "rotate", preset="imagenet"))
+    videos = torch.stack([x264_roundtrip(s, noise=False) for s in seq]).float() / 255
+    assert videos.shape == (6, 31, 3, 16, 16) and 0 < float((videos - seq.float() / 255).abs().mean()) < 0.05
+    with torch.no_grad():
+        logits = m(videos.reshape(-1, 3, 16, 16)).reshape(6, 31, -1)
+    assert r["flip_probability"]["rotate"] == pytest.approx(flip_probability(logits, noise=False))

@@ -45,6 +45,8 @@ from robustvit.errors import RobustvitError, unknown_name
 #: The 10 test perturbations of ImageNet-P, over which mFR / mT5D average.
 TEST_PERTURBATIONS: tuple[str, ...] = ("gaussian_noise", "shot_noise", "motion_blur", "zoom_blur", "snow",
                                        "brightness", "translate", "rotate", "tilt", "scale")
+#: CIFAR-10-P's test set: the reference evaluation averages over spatter where ImageNet-P has snow.
+CIFAR_P_TEST_PERTURBATIONS: tuple[str, ...] = tuple("spatter" if n == "snow" else n for n in TEST_PERTURBATIONS)
 #: The 4 validation perturbations.
 VALIDATION_PERTURBATIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "shear")
 PERTURBATION_GROUPS: dict[str, tuple[str, ...]] = {
@@ -477,6 +479,6 @@ def perturbation_sequence(x: torch.Tensor, name: str, *, difficulty: int = 1, se
     return torch.cat(blocks, 1)
 
 
-__all__ = ["TEST_PERTURBATIONS", "VALIDATION_PERTURBATIONS", "PERTURBATION_GROUPS", "NOISE_PERTURBATIONS",
+__all__ = ["TEST_PERTURBATIONS", "CIFAR_P_TEST_PERTURBATIONS", "VALIDATION_PERTURBATIONS", "PERTURBATION_GROUPS", "NOISE_PERTURBATIONS",
            "GEOMETRIC_ON_FULL", "PerturbationParams", "list_perturbations", "is_noise", "num_frames",
            "perturbation_params", "perturbation_sequence", "iter_perturbation_frames", "tilt_homography"]

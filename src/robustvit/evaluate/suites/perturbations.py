@@ -11,20 +11,27 @@ kept to compute flip probability and top-5 distance (``robustvit.metrics.perturb
 
 Options:
 
-* ``perturbations``: a group (``test`` — default —, ``validation``, ``all``, ``noise``, ``geometric``) or
-  ``+``-separated names (``rotate+translate``); one part per perturbation;
+* ``perturbations``: a group (``test`` — default: ImageNet-P's 10, or CIFAR-10-P's, where spatter replaces
+  snow, for 32-px data —, ``validation``, ``all``, ``noise``, ``geometric``) or ``+``-separated names
+  (``rotate+translate``); one part per perturbation;
 * ``difficulty``: 1 (default), 2 or 3 (noise: stronger noise; others: every d-th frame);
 * ``baseline``: another model's ``results.json`` (or its folder) holding a ``perturbations`` result; then
   ``flip_rate[name]`` = FP / FP_baseline, ``mfr`` and ``mt5d`` (means over the 10 test perturbations);
   else those are null with ``normalisation_reason``;
 * ``source``: a CIFAR-10-P / ImageNet-P root instead of generating (frames resized to the model's input);
 * ``preset``: ``imagenet`` or ``cifar`` parameters for generated sequences (default: by image size);
+* ``encode``: ``auto`` (default), ``x264`` or ``none``. Generated frames are stored as the released ones are:
+  8 bit, and for ImageNet-P (``imagenet`` preset) as H.264 videos — libx264, ``-tune grain`` for noise,
+  ``-crf 20`` otherwise (needs PyAV: ``pip install av``; ``auto`` uses it when installed);
 * ``limit``: number of sequences.
 
 Result (``suites.perturbations``): ``flip_probability[name]``, ``top5_distance[name]``,
 ``mean_flip_probability`` / ``mean_top5_distance`` (over the test perturbations evaluated, listed in
 ``mean_over``), ``flip_rate[name]``, ``top5_distance_rate[name]``, ``mfr``, ``mt5d``, ``baseline``,
-``normalisation_reason``, ``difficulty``, ``num_frames[name]``, ``num_sequences``, ``preset``, ``source``.
+``normalisation_reason``, ``difficulty``, ``num_frames[name]``, ``num_sequences``, ``preset``, ``source``,
+``benchmark`` (``imagenet-p`` or ``cifar-p``: which test set the means use), ``encoding`` (``x264``, ``8-bit``
+or null for stored sequences), ``protocol`` (the benchmark's name when generated sequences follow the
+released files, else ``approximate``) and ``approximations`` (how they differ).
 """
 
 from __future__ import annotations
@@ -36,11 +43,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from robustvit.corruptions.params import resolve_preset
-from robustvit.corruptions.perturbations import (PERTURBATION_GROUPS, TEST_PERTURBATIONS, is_noise,
-                                                 iter_perturbation_frames, list_perturbations, num_frames)
+from robustvit.corruptions.jpeg import to_uint8
+from robustvit.corruptions.params import PRESET_SIZES, resolve_preset
+from robustvit.corruptions.perturbations import (CIFAR_P_TEST_PERTURBATIONS, DEFAULT_BLOCK_PIXELS, PERTURBATION_GROUPS,
+                                                 TEST_PERTURBATIONS, is_noise, iter_perturbation_frames,
+                                                 list_perturbations, num_frames, perturbation_sequence)
 from robustvit.data.base import ImageDataset
-from robustvit.data.perturbed import PerturbationSource, open_perturbation_source
+from robustvit.data.perturbed import PerturbationSource, open_perturbation_source, x264_available, x264_roundtrip
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
 from robustvit.metrics.perturbation import (finalize_perturbation_stats, flip_rate, mfr, mt5d, perturbation_stats,
@@ -106,11 +115,17 @@ def load_baseline(path: str | Path) -> tuple[str, dict[str, Any]]:
 class Perturbations(Suite):
     name = "perturbations"
     description = "ImageNet-P perturbation sequences: flip probability, top-5 distance, mFR / mT5D"
-    option_names = ("perturbations", "difficulty", "baseline", "source", "preset")
+    option_names = ("perturbations", "difficulty", "baseline", "source", "preset", "encode")
 
     def __init__(self, limit: int | None = None, **options: Any) -> None:
         super().__init__(limit, **options)
+        self.test_default = options.get("perturbations", "test") == "test"
         self.names = parse_perturbations(options.get("perturbations", "test"))
+        self.encode = str(options.get("encode", "auto"))
+        if self.encode not in ("auto", "x264", "none"):
+            raise RobustvitError(f"encode must be auto, x264 or none, got {self.encode!r}")
+        if self.encode == "x264" and not x264_available():
+            raise RobustvitError("encode=x264 needs PyAV with libx264: pip install av")
         try:
             self.difficulty = int(options.get("difficulty", 1))
         except ValueError:
@@ -131,7 +146,18 @@ class Perturbations(Suite):
         self._sources: dict[str, PerturbationSource] = {}
 
     # ------------------------------------------------------------ data
+    def _benchmark(self, ctx: EvalContext) -> str:
+        """``cifar-p`` for CIFAR-P files or 32-px (``cifar`` preset) sequences, else ``imagenet-p``."""
+        if self.source is not None:
+            return "cifar-p" if any(Path(self.source).glob("*.npy")) else "imagenet-p"
+        return "cifar-p" if self._preset(ctx) == "cifar" else "imagenet-p"
+
+    def _test_set(self, ctx: EvalContext) -> tuple[str, ...]:
+        return CIFAR_P_TEST_PERTURBATIONS if self._benchmark(ctx) == "cifar-p" else TEST_PERTURBATIONS
+
     def parts(self, ctx: EvalContext) -> list[str]:
+        if self.test_default:
+            self.names = list(self._test_set(ctx))
         return list(self.names)
 
     def _source(self, name: str) -> PerturbationSource:
@@ -170,11 +196,45 @@ class Perturbations(Suite):
         if self.source is not None:
             frames, _ = self._source(part).get_sequences(batch.index.cpu())
             top = self._top5(ctx, frames, bs)
-        else:
-            blocks = [self._top5(ctx, f, bs) for _, f in iter_perturbation_frames(
+        elif self._encoding(ctx) == "x264":
+            top = self._video_top5(ctx, batch, part, bs)
+        else:   # 8-bit frames, as the released files store them
+            blocks = [self._top5(ctx, to_uint8(f, "floor").float().div_(255), bs) for _, f in iter_perturbation_frames(
                 batch.x, part, difficulty=self.difficulty, generator=batch.generator, preset=self.preset)]
             top = torch.cat(blocks, 1)
         return perturbation_stats(top, noise=is_noise(part), difficulty=self.difficulty)
+
+    def _encoding(self, ctx: EvalContext) -> str | None:
+        if self.source is not None:
+            return None
+        video = self._benchmark(ctx) == "imagenet-p" and self.encode != "none"
+        return "x264" if video and (self.encode == "x264" or x264_available()) else "8-bit"
+
+    def _video_top5(self, ctx: EvalContext, batch: Batch, part: str, bs: int) -> torch.Tensor:
+        """Top-5 of sequences made, encoded as H.264 videos and decoded again, a few whole sequences at a time."""
+        x = batch.x
+        frames = num_frames(part, self._preset(ctx))
+        per = max(1, DEFAULT_BLOCK_PIXELS // (frames * x.shape[-2] * x.shape[-1]))
+        tops = []
+        for i in range(0, len(x), per):
+            seq = perturbation_sequence(x[i:i + per], part, difficulty=self.difficulty, generator=batch.generator,
+                                        preset=self.preset)
+            videos = [x264_roundtrip(s, noise=is_noise(part)) for s in to_uint8(seq, "floor").cpu()]  # a codec call per video
+            tops.append(self._top5(ctx, torch.stack(videos).float().div_(255), bs))
+        return torch.cat(tops)
+
+    def _approximations(self, ctx: EvalContext) -> list[str]:
+        """How generated sequences differ from the released files (empty: they follow them)."""
+        if self.source is not None:
+            return []
+        out = []
+        bench, preset = self._benchmark(ctx), self._preset(ctx)
+        size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
+        if size is not None and int(size) != PRESET_SIZES[preset]:
+            out.append(f"sequences at {size} px, not {PRESET_SIZES[preset]}: lengths in pixels were scaled")
+        if bench == "imagenet-p" and self._encoding(ctx) != "x264":
+            out.append("frames were not encoded as H.264 videos like the released ones (pip install av)")
+        return out
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         fp: dict[str, float | None] = {}
@@ -187,16 +247,20 @@ class Perturbations(Suite):
             fp[name], t5d[name] = r["flip_probability"], r["top5_distance"]
             frames[name] = self._frames(ctx, name)
             n_seq = max(n_seq, r["num_sequences"])
-        over = [n for n in TEST_PERTURBATIONS if n in self.names and fp.get(n) is not None]
+        test_set = self._test_set(ctx)
+        over = [n for n in test_set if n in self.names and fp.get(n) is not None]
         mean = lambda d: (sum(d[n] for n in over) / len(over)) if over else None  # noqa: E731
         out: dict[str, Any] = {
             "perturbations": list(self.names), "difficulty": self.difficulty,
             "preset": None if self.source else self._preset(ctx), "source": self.source,
             "flip_probability": fp, "top5_distance": t5d,
             "mean_flip_probability": mean(fp), "mean_top5_distance": mean(t5d), "mean_over": over,
-            "num_frames": frames, "num_sequences": n_seq,
+            "num_frames": frames, "num_sequences": n_seq, "benchmark": self._benchmark(ctx),
+            "encoding": self._encoding(ctx),
         }
-        out.update(self._normalise(fp, t5d))
+        approximations = self._approximations(ctx)
+        out.update(protocol="approximate" if approximations else out["benchmark"], approximations=approximations)
+        out.update(self._normalise(fp, t5d, test_set))
         return out
 
     def _frames(self, ctx: EvalContext, name: str) -> int:
@@ -214,7 +278,8 @@ class Perturbations(Suite):
             return resolve_preset(None, int(h), int(w))
         return resolve_preset(None, size, size)
 
-    def _normalise(self, fp: dict[str, float | None], t5d: dict[str, float | None]) -> dict[str, Any]:
+    def _normalise(self, fp: dict[str, float | None], t5d: dict[str, float | None],
+                   test_set: tuple[str, ...]) -> dict[str, Any]:
         empty = {"baseline": None, "flip_rate": None, "top5_distance_rate": None, "mfr": None, "mt5d": None}
         if self.baseline is None:
             return {**empty, "normalisation_reason": "no baseline given: add baseline=PATH/results.json (a "
@@ -226,9 +291,9 @@ class Perturbations(Suite):
         bfp, bt5d = base.get("flip_probability") or {}, base.get("top5_distance") or {}
         fr = {n: flip_rate(fp[n], bfp.get(n)) for n in self.names}
         tr = {n: flip_rate(t5d[n], bt5d.get(n)) for n in self.names}
-        missing = [n for n in TEST_PERTURBATIONS if fr.get(n) is None or tr.get(n) is None]
+        missing = [n for n in test_set if fr.get(n) is None or tr.get(n) is None]
         reason = None
-        m_fr, m_t5 = mfr(fp, bfp, TEST_PERTURBATIONS), mt5d(t5d, bt5d, TEST_PERTURBATIONS)
+        m_fr, m_t5 = mfr(fp, bfp, test_set), mt5d(t5d, bt5d, test_set)
         if missing:
             reason = (f"mFR / mT5D need all 10 test perturbations with a non-zero baseline; missing or zero: "
                       f"{', '.join(missing)}")

@@ -38,6 +38,13 @@ def perturbations_section(key: str, results: list[dict[str, Any]]) -> Section | 
              + ". FP: flip probability (share of frame pairs whose top-1 changes); T5D: top-5 distance."]
     reasons = {s.get("normalisation_reason") for _, s in runs if s.get("normalisation_reason")}
     notes += [f"Normalisation: {r}" for r in sorted(reasons)]
+    bench = first.get("benchmark")
+    if bench:
+        notes.append(f"Means over the {'CIFAR-10-P' if bench == 'cifar-p' else 'ImageNet-P'} test perturbations"
+                     + (f"; frames stored as {first['encoding']}" if first.get("encoding") else "") + ".")
+    approximations = sorted({a for _, s in runs for a in s.get("approximations") or []})
+    if approximations:
+        notes.append("Approximate — not comparable with published tables: " + "; ".join(approximations) + ".")
     md = md_table(header, rows) + "\n\n" + "\n\n".join(notes)
 
     fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(names) * max(1, len(runs)) + 2), 3.4))
