@@ -11,7 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from robustvit.corruptions.filters import pad
+from robustvit.corruptions.filters import fft_chunks, pad
 
 
 def clipped_zoom(x: torch.Tensor, factor: float) -> torch.Tensor:
@@ -101,16 +101,21 @@ def motion_blur(x: torch.Tensor, radius: float, sigma: float, angle_deg: float |
     inside = (dy.abs() < h) & (dx.abs() < w)
     valid = torch.cumprod(inside.to(torch.int64), dim=1).bool()
     weights = k.unsqueeze(0) * valid                          # (N, width) float64
-    p = width - 1
-    hp, wp = _fft_size(h + 2 * p), _fft_size(w + 2 * p)
+    used_y, used_x = dy[valid], dx[valid]                     # pad only as far as the taps reach
+    top, bottom = max(0, -int(used_y.min())), max(0, int(used_y.max()))
+    left, right = max(0, -int(used_x.min())), max(0, int(used_x.max()))
+    hp, wp = _fft_size(h + top + bottom), _fft_size(w + left + right)
     real = torch.float64 if x.dtype == torch.float64 else torch.float32
-    xp = pad(x.to(real), p, hp - h - p, p, wp - w - p, "nearest")
     pos = (torch.remainder(-dy, hp) * wp + torch.remainder(-dx, wp)).to(x.device)
-    kern = torch.zeros(n, hp * wp, dtype=real, device=x.device)
-    kern.scatter_add_(1, pos, weights.to(device=x.device, dtype=real))
-    spec = torch.fft.rfft2(xp) * torch.fft.rfft2(kern.view(n, 1, hp, wp))
-    out = torch.fft.irfft2(spec, s=(hp, wp))[..., p:p + h, p:p + w]
-    return out.to(x.dtype).contiguous()
+    weights = weights.to(device=x.device, dtype=real)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    for part in fft_chunks(n, (c + 1) * hp * wp, x.device):
+        xp = pad(x[part].to(real), top, hp - h - top, left, wp - w - left, "nearest")
+        kern = torch.zeros(len(weights[part]), hp * wp, dtype=real, device=x.device)
+        kern.scatter_add_(1, pos[part], weights[part])
+        spec = torch.fft.rfft2(xp).mul_(torch.fft.rfft2(kern.view(-1, 1, hp, wp)))
+        out[part] = torch.fft.irfft2(spec, s=(hp, wp))[..., top:top + h, left:left + w]
+    return out
 
 
 def warp_bilinear(x: torch.Tensor, ys: torch.Tensor, xs: torch.Tensor, mode: str) -> torch.Tensor:
