@@ -91,6 +91,20 @@ def test_versions_match_the_reference():
     assert all(kw.get("eot_iter") == 20 for _, kw in VERSIONS["rand"])
 
 
+def test_square_member_uses_the_reference_schedule(tiny_model):
+    """fra31/auto-attack builds Square with n_queries=5000, p_init=.8, resc_schedule=False: its p_selection
+    then counts iterations as they are (hand-computed values of the reference's piecewise schedule)."""
+    from robustvit.attacks.square import p_schedule
+
+    for version in ("standard", "plus"):
+        atk = create_attack("autoattack", tiny_model, version=version)
+        square = atk.build_member("square", dict(VERSIONS[version])["square"], n_classes=10)
+        assert (square.n_queries, square.p_init, square.rescale_schedule) == (5000, 0.8, False)
+    expected = {0: .8, 10: .8, 11: .4, 50: .4, 200: .2, 500: .1, 1000: .05, 2000: .025, 4000: .0125, 4999: .00625}
+    for it, p in expected.items():
+        assert p_schedule(it, square.n_queries, square.p_init, square.rescale_schedule) == pytest.approx(p)
+
+
 def test_target_count_adapts_to_classes(make_linear, make_images, monkeypatch):
     monkeypatch.setitem(base.ATTACKS._items, "fab-t", stub("fab-t"))
     model = make_linear(5).eval()

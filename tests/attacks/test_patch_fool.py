@@ -101,3 +101,23 @@ def test_non_vit_models_get_a_clear_error():
         from timm.models.vision_transformer import VisionTransformer
         create_attack("patch-fool", VisionTransformer(img_size=16, patch_size=4, embed_dim=16, depth=2, num_heads=2),
                       selection="best")
+
+
+def test_final_scoring_is_the_last_iterate_and_best_keeps_any_fooling_one(tiny_vit16):
+    """The reference scores the final iterate; ``scoring="best"`` returns, per image, a fooling iterate when
+    there was one, so it fools every image the final iterate fools, and possibly more."""
+    x = images(8, seed=4)
+    with torch.no_grad():
+        y = tiny_vit16(x).argmax(1)
+    kw = dict(num_patches=2, steps=12, seed=0)
+    final = create_attack("patch-fool", tiny_vit16, **kw)
+    assert final.scoring == "final"
+    best = create_attack("patch-fool", tiny_vit16, scoring="best", **kw)
+    xf, xb = final(x, y), best(x, y)
+    with torch.no_grad():
+        fooled_f, fooled_b = tiny_vit16(xf).argmax(1) != y, tiny_vit16(xb).argmax(1) != y
+    assert bool((fooled_b | ~fooled_f).all()) and int(fooled_b.sum()) >= int(fooled_f.sum())
+    # where best found nothing it returns the final iterate, which is what "final" returns (same seed)
+    assert torch.equal(xb[~fooled_b], xf[~fooled_b])
+    with pytest.raises(RobustvitError, match="scoring"):
+        create_attack("patch-fool", tiny_vit16, scoring="strongest")

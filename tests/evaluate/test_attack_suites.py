@@ -29,8 +29,8 @@ class SmallNet(nn.Module):
         return self.f(x - 0.5) * 4
 
 
-def make_ctx(model: nn.Module, tmp_path, models: dict | None = None, **options) -> EvalContext:
-    return EvalContext(model=model, model_name="m", models=models or {"m": model}, data_spec="test", dataset=None,
+def make_ctx(model: nn.Module, tmp_path, models: dict | None = None, data: str = "test", **options) -> EvalContext:
+    return EvalContext(model=model, model_name="m", models=models or {"m": model}, data_spec=data, dataset=None,
                        num_classes=10, device=torch.device("cpu"), seed=0, options=options, out_dir=tmp_path)
 
 
@@ -55,7 +55,7 @@ def evaluate(spec: str, ctx: EvalContext, batches: list[Batch]) -> dict:
 def test_pgd_defaults_keys_and_bounds(tmp_path):
     model = SmallNet()
     res = evaluate("pgd", make_ctx(model, tmp_path), [make_batch(model)])
-    assert res["eps"] == pytest.approx(4 / 255) and res["norm"] == "linf"
+    assert res["eps"] == pytest.approx(4 / 255) and res["norm"] == "linf" and res["eps_source"] == "default:imagenet"
     assert res["steps"] == 10 and res["step_size"] == pytest.approx(1 / 255)
     assert res["clean_accuracy"] == pytest.approx(0.75) and res["num_images"] == 16
     assert 0 <= res["accuracy"] <= res["clean_accuracy"]
@@ -64,6 +64,22 @@ def test_pgd_defaults_keys_and_bounds(tmp_path):
         assert set(res["flags"][name]) == {"flag", "detail", "message"}
     assert res["flags"]["more_steps"]["detail"]["steps"] == [10, 20]
     json.dumps(res)
+
+
+def test_default_budget_follows_the_data_set_convention(tmp_path):
+    """RobustBench: CIFAR-10/100 L∞ 8/255 (L2 0.5), ImageNet L∞ 4/255; --eps and suite options win."""
+    model = SmallNet()
+    suite = create_suite("pgd")
+    settings = lambda ctx: suite.settings(ctx)  # noqa: E731
+    cifar = settings(make_ctx(model, tmp_path, data="cifar10:test"))
+    assert cifar["eps"] == pytest.approx(8 / 255) and cifar["eps_source"] == "default:cifar"
+    l2 = settings(make_ctx(model, tmp_path, data="cifar100:test", norm="l2"))
+    assert l2["eps"] == pytest.approx(0.5) and l2["norm"] == "l2"
+    assert settings(make_ctx(model, tmp_path, data="imagenet:/val"))["eps"] == pytest.approx(4 / 255)
+    run = settings(make_ctx(model, tmp_path, data="cifar10:test", eps="2/255"))
+    assert run["eps"] == pytest.approx(2 / 255) and run["eps_source"] == "run"
+    opt = create_suite("pgd:eps=1/255").settings(make_ctx(model, tmp_path, data="cifar10:test", eps="2/255"))
+    assert opt["eps"] == pytest.approx(1 / 255) and opt["eps_source"] == "option"
 
 
 def test_option_precedence_and_stronger_settings(tmp_path):
@@ -101,9 +117,13 @@ def test_save_writes_images_with_rescaled_perturbation(tmp_path):
     adv = np.asarray(Image.open(folder / "00001_adv.png")).astype(float) / 255
     delta = np.asarray(Image.open(folder / "00001_delta.png")).astype(float) / 255
     eps = 4 / 255
-    np.testing.assert_allclose(delta, np.clip((adv - clean + eps) / (2 * eps), 0, 1), atol=0.75)  # 8-bit rounding of ±ε
-    assert np.abs(adv - clean).max() <= eps + 1 / 255
+    # delta = (δ + ε) / 2ε, all three 8-bit: PNG rounding moves adv − clean by ≤ 1/255, i.e. delta by ≤ 1/8
+    np.testing.assert_allclose(delta, (adv - clean + eps) / (2 * eps), atol=1 / 8 + 1 / 255)
+    assert np.abs(adv - clean).max() <= eps + 1 / 255 and np.abs(adv - clean).max() >= eps - 1 / 255
     assert abs(delta.mean() - 0.5) < 0.25 and delta.std() > 0.05      # δ spans the ε-ball, centred on grey
+    # the saved clean image is the data set's image
+    x0 = batch.x[1].permute(1, 2, 0).numpy()
+    np.testing.assert_allclose(clean, np.round(x0 * 255) / 255, atol=1e-9)
 
 
 def test_autoattack_per_attack_is_cumulative(tmp_path):
@@ -121,7 +141,9 @@ def test_spatial_suite_reports_grid_and_throughput(tmp_path):
     model = SmallNet()
     res = evaluate("spatial:translations=3:rotations=5", make_ctx(model, tmp_path), [make_batch(model)])
     assert res["grid"] == "3x3x5" and res["transforms"] == 45 and res["reduced_grid"] is True
-    assert res["max_translation"] == pytest.approx(16 / 224 * 224)    # plain module: 224-px default
+    # a plain module is taken at 224 px: Bhojanapalli et al.'s ±16 px at 384 px, scaled
+    assert res["max_translation"] == pytest.approx(16 * 224 / 384)
+    assert res["translation_convention"].startswith("Bhojanapalli")
     assert res["transforms_per_s"] > 0 and res["accuracy"] <= res["clean_accuracy"]
     assert "eps" not in res
 
@@ -132,8 +154,17 @@ def test_patch_fool_suite_skips_cnns_and_runs_on_vits(tmp_path, tiny_vit16):
     suite = create_suite("patch_fool")
     assert suite.parts(ctx) == []
     assert "skipped" in suite.finalize(ctx, {})
-    res = evaluate("patch_fool:steps=3:checks=0", make_ctx(tiny_vit16, tmp_path), [make_batch(tiny_vit16)])
-    assert res["attack"] == "patch-fool" and res["eps"] is None and res["accuracy"] <= res["clean_accuracy"]
+    batch = make_batch(tiny_vit16)
+    res = evaluate("patch_fool:steps=3:checks=0", make_ctx(tiny_vit16, tmp_path), [batch])
+    assert res["attack"] == "patch-fool" and res["eps"] is None and res["scoring"] == "final"
+    # the reference's scoring: the final iterate of every image, misclassified ones included
+    seed = chunk_seed(Batch(batch.x, batch.y, batch.index, torch.Generator().manual_seed(7)))   # as evaluate()
+    atk = create_attack("patch-fool", tiny_vit16, steps=3, seed=seed)
+    with torch.no_grad():
+        expected = (tiny_vit16(atk(batch.x, batch.y)).argmax(1) == batch.y).float().mean().item()
+    assert res["accuracy"] == pytest.approx(expected)
+    best = evaluate("patch_fool:steps=3:checks=0:scoring=best", make_ctx(tiny_vit16, tmp_path), [make_batch(tiny_vit16)])
+    assert best["scoring"] == "best" and best["accuracy"] <= best["clean_accuracy"]
 
 
 def test_transfer_matrix_column_and_white_box_diagonal(tmp_path):

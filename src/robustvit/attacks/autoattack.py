@@ -43,11 +43,14 @@ from robustvit.errors import RobustvitError
 
 MemberSpec = tuple[str, dict[str, Any]]
 
+#: Square as the reference AutoAttack builds it: 5,000 queries, p_init 0.8 and ``resc_schedule=False`` (its
+#: p schedule counts iterations as they are, so it stops shrinking the window at p_init/128).
+SQUARE = ("square", {"n_queries": 5000, "p_init": 0.8, "rescale_schedule": False})
 VERSIONS: dict[str, list[MemberSpec]] = {
     "standard": [("apgd-ce", {"restarts": 1}), ("apgd-t", {"restarts": 1, "n_target_classes": "T"}),
-                 ("fab-t", {"restarts": 1, "n_target_classes": "T"}), ("square", {"n_queries": 5000, "p_init": 0.8})],
+                 ("fab-t", {"restarts": 1, "n_target_classes": "T"}), SQUARE],
     "plus": [("apgd-ce", {"restarts": 5}), ("apgd-dlr", {"restarts": 5}), ("fab", {"restarts": 5}),
-             ("square", {"n_queries": 5000, "p_init": 0.8}), ("apgd-t", {"restarts": 1, "n_target_classes": "T"}),
+             SQUARE, ("apgd-t", {"restarts": 1, "n_target_classes": "T"}),
              ("fab-t", {"restarts": 1, "n_target_classes": "T"})],
     "rand": [("apgd-ce", {"restarts": 1, "eot_iter": 20}), ("apgd-dlr", {"restarts": 1, "eot_iter": 20})],
 }

@@ -18,8 +18,9 @@ Algorithm (per image, batched):
 
 Variants: ``eps`` = None (default) leaves the patch values free in [0, 1] as in the paper; a number gives
 the "mild" L∞-bounded variant (δ ∈ [x − ε, x + ε], started uniformly in that box). ``targeted=True``
-descends the CE towards the given classes. The output keeps, per image, the last iterate that fooled the
-model (else the final iterate). Only ViT-family models are supported (the attention maps come from
+descends the CE towards the given classes. ``scoring="final"`` (default) returns the final iterate, which the
+reference scores on every image; ``"best"`` keeps, per image, the last iterate that fooled the model (else the
+final one) — a stronger attack. Only ViT-family models are supported (the attention maps come from
 :class:`robustvit.models.ViTProbe`).
 
 Deviations from the reference code: it works in normalised pixel space with learning rate 0.22; robustvit
@@ -45,6 +46,7 @@ from robustvit.errors import RobustvitError
 from robustvit.models.probe import ViTProbe
 
 SELECTIONS = ("attn", "saliency", "random")
+SCORINGS = ("final", "best")
 
 
 def patch_mask(indices: torch.Tensor, grid: tuple[int, int], patch_size: int) -> torch.Tensor:
@@ -68,15 +70,19 @@ def pcgrad(g_aux: torch.Tensor, g_main: torch.Tensor) -> torch.Tensor:
 class PatchFool(Attack):
     """Patch-Fool on ViTs. Keywords: ``num_patches`` (1), ``steps`` (250), ``step_size`` (Adam learning rate;
     None = 0.22 × mean normalisation std), ``attn_weight`` (0.002; 0 = CE only), ``attn_block`` (4),
-    ``selection`` ("attn"), ``eps`` (None = unconstrained patch), ``targeted``, ``seed``."""
+    ``selection`` ("attn"), ``eps`` (None = unconstrained patch), ``scoring`` ("final", the reference's, or
+    "best"), ``targeted``, ``seed``."""
 
     name = "patch-fool"
     norms = ("linf",)
 
     def __init__(self, model: nn.Module, *, num_patches: int = 1, steps: int = 250, step_size: float | None = None,
                  attn_weight: float = 0.002, attn_block: int = 4, selection: str = "attn",
-                 eps: float | str | None = None, **kwargs) -> None:
+                 eps: float | str | None = None, scoring: str = "final", **kwargs) -> None:
         super().__init__(model, eps=1.0 if eps is None else eps, **kwargs)
+        if scoring not in SCORINGS:
+            raise RobustvitError(f"patch-fool: scoring must be final (the reference's) or best, got {scoring!r}")
+        self.scoring = scoring
         self.bounded = eps is not None
         self.probe = ViTProbe(model)   # raises a clear error for non-ViT models
         if self.probe.grid_size is None or self.probe.patch_size is None:
@@ -143,8 +149,9 @@ class PatchFool(Attack):
                 g_b, = torch.autograd.grad(attn_loss.sum(), delta, retain_graph=i < len(blocks) - 1)
                 grad = grad + self.attn_weight * pcgrad(g_b, g_ce)
             with torch.no_grad():
-                hit = self.success(out.logits, y)
-                best[hit] = xa[hit].detach()
+                if self.scoring == "best":
+                    hit = self.success(out.logits, y)
+                    best[hit] = xa[hit].detach()
                 opt.zero_grad(set_to_none=True)
                 delta.grad = -grad * mask          # ascend; only the patch pixels exist
                 opt.step()
@@ -152,5 +159,7 @@ class PatchFool(Attack):
                 delta.copy_(torch.maximum(torch.minimum(delta, hi), lo))
         with torch.no_grad():
             final = base + delta.detach() * mask
+            if self.scoring == "final":
+                return final
             hit = self.success(self.predict(best), y)
             return torch.where(hit.view(-1, 1, 1, 1), best, final)

@@ -1,8 +1,7 @@
 """The spatial grid attack: the worst case over a grid of rotations and translations (Engstrom et al.
 2019, "Exploring the Landscape of Spatial Robustness", arXiv:1712.02779), with the grid of Bhojanapalli
 et al. 2021 ("Understanding Robustness of Transformers for Image Classification", arXiv:2103.14586):
-9 × 9 translations in ±16 px (at 224 px) and 31 rotations in ±30°, i.e. 2,511 transforms, bilinear
-sampling with zero fill. An image counts as robust only if every transform is classified correctly.
+9 × 9 translations and 31 rotations in ±30°, i.e. 2,511 transforms, bilinear sampling with zero fill. An image counts as robust only if every transform is classified correctly.
 
 Batched: a chunk of (image, transform) pairs is warped by one ``grid_sample`` call and classified by one
 forward pass; images already fooled are not transformed any further. The grid is tried from the smallest
@@ -11,8 +10,10 @@ image is the *smallest* transform that fools it; for a robust image it is the tr
 highest cross-entropy (the worst case). ``last_transforms`` holds the chosen (tx px, ty px, θ °) per
 image and ``last_stats`` the transform count and throughput.
 
-Image sizes: ``max_translation`` defaults to 16/224 of the image side (16 px at 224, 2.3 px at 32);
-give it in pixels to override. Not an ε-ball attack: ``eps``/``norm`` are accepted and ignored.
+Translation range: the papers' pixel range scaled to the image (:func:`translation_convention`): images up to
+64 px follow Engstrom et al.'s CIFAR-10 setting, ±3 px at 32 px; larger ones Bhojanapalli et al.'s, ±16 px at
+their 384-px inputs (9.3 px at 224). Give ``max_translation`` in pixels to override. Not an ε-ball attack:
+``eps``/``norm`` are accepted and ignored.
 
 Example::
 
@@ -32,8 +33,17 @@ from torch import nn
 from robustvit.attacks.base import Attack, register_attack
 from robustvit.errors import RobustvitError
 
-#: Translation range as a fraction of the image side (16 px at 224 px, Bhojanapalli et al.).
-TRANSLATION_FRACTION = 16 / 224
+#: (name, pixels, at image side): the translation ranges of the papers.
+CONVENTIONS = {"cifar": ("Engstrom et al. 2019, CIFAR-10: ±3 px at 32 px", 3.0, 32),
+               "imagenet": ("Bhojanapalli et al. 2021: ±16 px at 384 px", 16.0, 384)}
+
+
+def translation_convention(height: int, width: int) -> tuple[str, float]:
+    """(description, max translation in pixels) for images of this size: the paper's range scaled to the
+    shorter side — Engstrom et al.'s CIFAR-10 range for images up to 64 px, else Bhojanapalli et al.'s."""
+    side = min(height, width)
+    text, pixels, at = CONVENTIONS["cifar" if side <= 64 else "imagenet"]
+    return text, pixels * side / at
 
 
 def spatial_grid(translations: int = 9, rotations: int = 31, max_translation: float = 16.0,
@@ -84,7 +94,7 @@ def apply_transforms(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
 @register_attack
 class Spatial(Attack):
     """Worst case over a grid of rotations × translations. Keywords: ``translations`` (9 per axis),
-    ``rotations`` (31), ``max_translation`` (pixels; default 16/224 of the side), ``max_rotation`` (30°),
+    ``rotations`` (31), ``max_translation`` (pixels; default :func:`translation_convention`), ``max_rotation`` (30°),
     ``batch_size`` (image × transform pairs per forward pass, 256)."""
 
     name = "spatial"
@@ -109,7 +119,7 @@ class Spatial(Attack):
         self.last_stats: dict[str, float] = {}
 
     def grid(self, height: int, width: int) -> torch.Tensor:
-        max_t = self.max_translation if self.max_translation is not None else TRANSLATION_FRACTION * min(height, width)
+        max_t = self.max_translation if self.max_translation is not None else translation_convention(height, width)[1]
         return spatial_grid(self.translations, self.rotations, max_t, self.max_rotation)
 
     @property

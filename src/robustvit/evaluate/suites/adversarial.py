@@ -2,8 +2,10 @@
 and ``transfer`` (the settings of Bhojanapalli et al. 2021, arXiv:2103.14586, and Croce & Hein 2020,
 arXiv:2003.01690).
 
-Defaults: L∞, ε = 4/255, PGD 10 steps of ε/4. ``robustvit eval --eps/--norm/--steps`` set them for every
-attack suite of the run; a suite option (``pgd:eps=1/255:steps=20``) overrides them. Robust accuracy is the
+Defaults: L∞, ε by the data set's convention (RobustBench): 8/255 on CIFAR-10/100, 4/255 otherwise (ImageNet);
+in L2 0.5 and 3.0. PGD 10 steps of ε/4. ``robustvit eval --eps/--norm/--steps`` set them for every attack suite
+of the run; a suite option (``pgd:eps=1/255:steps=20``) overrides them; ``eps_source`` in the result says which
+applied (``option``, ``run``, ``default:cifar``, ``default:imagenet``). Robust accuracy is the
 RobustBench convention: an image counts as robust when it is classified correctly before *and* after the
 attack, so ``accuracy <= clean_accuracy`` always; only correctly classified images are attacked. Each chunk's
 attack is seeded from (run seed, suite key, chunk), so results replay exactly and every model of a run sees
@@ -29,12 +31,16 @@ from torch import nn
 
 from robustvit.attacks import checks, create_attack
 from robustvit.attacks.base import Attack
+from robustvit.attacks.spatial import translation_convention
+from robustvit.data import parse_data_spec
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
 from robustvit.models.probe import is_probeable
 from robustvit.utils import parse_eps
 
-DEFAULT_EPS = "4/255"
+#: Default budgets by data-set convention (RobustBench: CIFAR-10/100 L∞ 8/255, L2 0.5; ImageNet L∞ 4/255).
+DEFAULT_EPS = {("cifar", "linf"): "8/255", ("cifar", "l2"): "0.5", ("imagenet", "linf"): "4/255", ("imagenet", "l2"): "3.0"}
+CIFAR_SOURCES = ("cifar10", "cifar100")
 COMMON_OPTIONS = ("eps", "norm", "save", "checks", "check_queries")
 INT_OPTIONS = {"steps", "restarts", "n_queries", "n_target_classes", "translations", "rotations", "num_patches",
                "attn_block", "save", "checks", "check_queries", "batch_size"}
@@ -45,7 +51,7 @@ SETTINGS = {"steps": "steps", "step_size": "step_size", "restarts": "restarts", 
             "version": "version", "n_queries": "n_queries", "n_target_classes": "n_target_classes",
             "translations": "translations", "rotations": "rotations", "max_translation": "max_translation",
             "max_rotation": "max_rotation", "num_patches": "num_patches", "attn_weight": "attn_weight",
-            "attn_block": "attn_block", "selection": "selection", "p_init": "p_init"}
+            "attn_block": "attn_block", "selection": "selection", "p_init": "p_init", "scoring": "scoring"}
 
 
 def _typed(key: str, value: Any) -> Any:
@@ -100,11 +106,21 @@ class AttackSuite(Suite):
         self.options = {k: _typed(k, v) for k, v in self.options.items()}
 
     # ---- configuration ------------------------------------------------------------------------
+    def eps_and_source(self, ctx: EvalContext, norm: str) -> tuple[Any, str]:
+        """The budget and where it comes from: the suite option, the run's ``--eps``, or the data set's default."""
+        if self.options.get("eps") is not None:
+            return self.options["eps"], "option"
+        if ctx.options.get("eps") is not None:
+            return ctx.options["eps"], "run"
+        source = parse_data_spec(ctx.data_spec)[0] if ":" in ctx.data_spec else ctx.data_spec
+        convention = "cifar" if source in CIFAR_SOURCES else "imagenet"
+        return DEFAULT_EPS[(convention, norm)], f"default:{convention}"
+
     def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
         kw: dict[str, Any] = {}
         if self.bounded:
-            kw["eps"] = _typed("eps", self.option(ctx, "eps", DEFAULT_EPS))
             kw["norm"] = str(self.option(ctx, "norm", "linf"))
+            kw["eps"] = _typed("eps", self.eps_and_source(ctx, kw["norm"])[0])
         for k in self.attack_options:
             v = _typed(k, self.option(ctx, k))
             if v is not None:
@@ -198,7 +214,7 @@ class AttackSuite(Suite):
         atk = self.attack_for(ctx, ctx.model, 0)
         out: dict[str, Any] = {"attack": atk.name}
         if self.bounded:
-            out.update(eps=atk.eps, norm=atk.norm)
+            out.update(eps=atk.eps, norm=atk.norm, eps_source=self.eps_and_source(ctx, atk.norm)[1])
         for attr, key in SETTINGS.items():
             v = getattr(atk, attr, None)
             if isinstance(v, (bool, int, float, str)):
@@ -319,7 +335,7 @@ class AutoAttackSuite(AttackSuite):
 @register_suite
 class SpatialSuite(AttackSuite):
     name = "spatial"
-    description = "worst case over 9 × 9 translations (±16 px at 224) × 31 rotations (±30°) (Engstrom et al. 2019)"
+    description = "worst case over 9 × 9 translations (the papers' range at the image size) × 31 rotations (±30°)"
     attack_name = "spatial"
     attack_options = ("translations", "rotations", "max_translation", "max_rotation", "batch_size")
     option_names = ("save", "checks") + attack_options
@@ -338,6 +354,8 @@ class SpatialSuite(AttackSuite):
         atk = self.attack_for(ctx, ctx.model, 0)
         size = ctx.model.spec.image_size if hasattr(ctx.model, "spec") else 224
         out["max_translation"] = float(atk.grid(size, size)[:, 0].abs().max())   # type: ignore[attr-defined]
+        out["translation_convention"] = ("option" if self.options.get("max_translation") is not None
+                                         else translation_convention(size, size)[0])
         out["transforms"] = atk.num_transforms   # type: ignore[attr-defined]
         out["grid"] = f"{atk.translations}x{atk.translations}x{atk.rotations}"   # type: ignore[attr-defined]
         out["reduced_grid"] = out["transforms"] < 9 * 9 * 31
@@ -353,10 +371,24 @@ class PatchFoolSuite(AttackSuite):
     name = "patch_fool"
     description = "Patch-Fool (Fu et al. 2022): one attention-chosen patch replaced and optimised; ViTs only"
     attack_name = "patch-fool"
-    attack_options = ("num_patches", "steps", "step_size", "attn_weight", "attn_block", "selection")
+    attack_options = ("num_patches", "steps", "step_size", "attn_weight", "attn_block", "selection", "scoring")
     option_names = ("save", "checks", "eps") + attack_options
     check_kinds = ("model",)
     bounded = False
+
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        """``scoring=final`` (default) scores the final iterate on every image, as the reference; ``best``
+        keeps any fooling iterate and counts misclassified images as broken (RobustBench's convention)."""
+        if part == "checks" or self.options.get("scoring", "final") == "best":
+            return super().run(ctx, part, batch)
+        x, y = batch.x, batch.y
+        with torch.no_grad():
+            clean_ok = ctx.model(x).argmax(1) == y
+        x_adv = self.attack_for(ctx, ctx.model, chunk_seed(batch))(x, y)
+        with torch.no_grad():
+            robust = ctx.model(x_adv).argmax(1) == y
+        return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum()),
+                "saved": self.maybe_save(ctx, batch, x, x_adv, torch.ones_like(clean_ok))}
 
     def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
         kw = super().attack_kwargs(ctx)

@@ -131,9 +131,10 @@ def attack_table_section(key: str, results: list[dict[str, Any]]) -> Section | N
     extra = [m for m in ("transforms_per_s",) if m in first]
     rows += [[m] + [r["suites"][key].get(m) for r in present] for m in extra]
     md = md_table(["metric"] + [r["model"]["name"] for r in present], rows)
-    settings = {k: v for k, v in first.items() if k in ("attack", "eps", "norm", "steps", "version", "attacks",
-                                                         "n_queries", "grid", "max_translation", "max_rotation",
-                                                         "num_patches", "overrides")}
+    settings = {k: v for k, v in first.items() if k in ("attack", "eps", "eps_source", "norm", "steps", "version",
+                                                         "attacks", "n_queries", "grid", "max_translation",
+                                                         "translation_convention", "max_rotation", "num_patches",
+                                                         "scoring", "overrides")}
     md += "\n\nSettings: " + ", ".join(f"{k} = {_eps_label(v) if k == 'eps' else v}" for k, v in settings.items())
     if first.get("reduced_grid") or first.get("reduced"):
         md += "\n\nReduced settings (not the paper's full attack): " + (
