@@ -82,11 +82,15 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device")
     p.add_argument("--workers", type=int)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
+    p.add_argument("--pretrained", action="store_true", help="start from the architecture's pretrained timm weights "
+                   "(Hugging Face hub or its cache; a head of another class count is replaced)")
+    p.add_argument("--weights", metavar="FILE", help="start from a .safetensors/.pth state dict of the architecture")
 
 
 _TRAIN_FLAGS = ("recipe", "model", "data", "out", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs",
                 "label_smoothing", "loss", "eps", "attack_steps", "eps_schedule", "eps_warmup_epochs", "val_data",
-                "select_best", "seed", "device", "workers", "pretrained", "img_size", "patch_size", "pos_embed_interp")
+                "select_best", "seed", "device", "workers", "pretrained", "weights", "img_size", "patch_size",
+               "pos_embed_interp")
 
 
 def _key_values(items: list[str], flag: str) -> dict[str, Any]:
@@ -140,7 +144,6 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune a model: new zero-initialised head, new resolution / patch size, "
                        "(adversarial) training with any loss")
     _train_arguments(p)
-    p.add_argument("--pretrained", action="store_true", help="start from the architecture's pretrained weights")
     p.add_argument("--img-size", type=int, help="new input resolution (position embeddings resampled)")
     p.add_argument("--patch-size", type=int, help="new patch size (linear projection resampled; conv-stem strides)")
     p.add_argument("--pos-embed-interp", choices=["bicubic", "linear"], help="position-embedding resampling")
@@ -174,6 +177,8 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, help="attack iterations")
     p.add_argument("--no-progress", action="store_true")
     add_weights_args(p)
+    p.add_argument("--class-map", metavar="FILE", help="JSON: the model class index (or indices) of each data class, "
+                   "as a list or keyed by class name — e.g. a 1000-class ImageNet model on a 10-class data set")
     add_frost_arg(p)
     p.set_defaults(func=cmd_eval)
 
@@ -184,7 +189,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     cfg = EvalConfig(models=_csv(a.model), data=a.data, suites=_csv(a.suite), out=a.out, limit=a.limit,
                      batch_size=a.batch_size, device=a.device, seed=a.seed, strict=a.strict, workers=a.workers,
                      options={"eps": a.eps, "norm": a.norm, "steps": a.steps}, progress=not a.no_progress,
-                     pretrained=a.pretrained, weights=a.weights,
+                     pretrained=a.pretrained, weights=a.weights, class_map=a.class_map,
                      command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
     results = run_eval(cfg)
     for name, res in results.items():
@@ -304,13 +309,13 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
 
 def cmd_analyze(a: argparse.Namespace) -> int:
     from robustvit.analysis import run_analyses
-    from robustvit.data import create_dataset
+    from robustvit.data import dataset_for_model
     from robustvit.models import create_model, is_checkpoint_dir
     from robustvit.models.factory import warn_if_random
 
     model = create_model(a.model, pretrained=a.pretrained and not is_checkpoint_dir(a.model), checkpoint=a.weights)
     warn_if_random(a.model, model)
-    dataset = create_dataset(a.data, image_size=model.spec.image_size)
+    dataset = dataset_for_model(a.data, model.spec)
     name = model.spec.architecture if is_checkpoint_dir(a.model) else a.model
     res = run_analyses(model, dataset, _csv(a.analyses), a.out, limit=a.limit, seed=a.seed, batch_size=a.batch_size,
                        device=a.device, progress=not a.no_progress, model_name=name, data_spec=a.data, source=a.model,

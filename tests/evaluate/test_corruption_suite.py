@@ -37,7 +37,7 @@ def _vit(num_classes: int) -> torch.nn.Module:
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    return str(save_checkpoint(_vit(12), tmp_path_factory.mktemp("ck") / "ck"))
+    return str(save_checkpoint(_vit(10), tmp_path_factory.mktemp("ck") / "ck"))
 
 
 def _eval(ckpt, out, spec, data=DATA, bs=8):

@@ -23,7 +23,7 @@ DATA = "synthshapes:test,count=6,size=16"
 @pytest.fixture
 def ckpt(tmp_path):
     torch.manual_seed(0)
-    m = create_model("vit_cifar_tiny", embed_dim=32, depth=2, num_heads=2, img_size=16, num_classes=12).eval()
+    m = create_model("vit_cifar_tiny", embed_dim=32, depth=2, num_heads=2, img_size=16, num_classes=10).eval()
     return str(save_checkpoint(m, tmp_path / "ck"))
 
 

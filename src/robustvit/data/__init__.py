@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from robustvit.data import sources
-from robustvit.data.base import UNREADABLE, FileImageDataset, ImageDataset, TensorImageDataset
+from robustvit.data.base import UNREADABLE, FileImageDataset, ImageDataset, Resize, ResizedDataset, TensorImageDataset
 from robustvit.errors import RobustvitError
 from robustvit.registry import Registry
 
-SourceFn = Callable[[str, dict[str, Any], "int | None", bool], ImageDataset]
-#: Data sources: ``fn(arg, options, image_size, strict) -> ImageDataset`` registered under ``name:``.
+SourceFn = Callable[[str, dict[str, Any], "Resize | None", bool], ImageDataset]
+#: Data sources: ``fn(arg, options, resize, strict) -> ImageDataset`` registered under ``name:``; ``resize``
+#: (None: images as stored) is the model's preprocessing, applied to file images as they are read.
 SOURCES: Registry[SourceFn] = Registry("data source", hint="write SOURCE:ARG, e.g. synthshapes:test")
 register_source = SOURCES.register
 
@@ -56,12 +59,30 @@ def parse_data_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     return source.strip(), ",".join(parts), dict(reversed(list(options.items())))
 
 
-def create_dataset(spec: str, *, image_size: int | None = None, strict: bool = False) -> ImageDataset:
-    """Build a data set from a spec string. ``image_size`` resizes file-based images (the model's input
-    size); ``strict`` makes unreadable image files fatal instead of counted and skipped."""
+def create_dataset(spec: str, *, image_size: int | Resize | None = None, strict: bool = False) -> ImageDataset:
+    """Build a data set from a spec string. ``image_size``: the model's input size or its whole
+    preprocessing (a :class:`Resize`), applied to file images as they are read; ``strict`` makes
+    unreadable image files fatal instead of counted and skipped."""
     source, arg, options = parse_data_spec(spec)
-    return SOURCES.get(source)(arg, options, image_size, strict)
+    resize = Resize(image_size) if isinstance(image_size, int) else image_size
+    return SOURCES.get(source)(arg, options, resize, strict)
 
 
-__all__ = ["UNREADABLE", "FileImageDataset", "ImageDataset", "TensorImageDataset", "create_dataset",
+def model_resize(model_spec: Any) -> Resize:
+    """A model's preprocessing (its ``ModelSpec``: input size, crop_pct, interpolation) as a :class:`Resize`."""
+    return Resize(int(model_spec.image_size), float(model_spec.crop_pct), str(model_spec.interpolation))
+
+
+def dataset_for_model(spec: str, model_spec: Any, *, strict: bool = False) -> ImageDataset:
+    """The data set ``spec`` as the model sees it: file images read with the model's own preprocessing
+    (timm's evaluation transform), in-memory images of another size resized whole to its input."""
+    resize = model_resize(model_spec)
+    ds = create_dataset(spec, image_size=resize, strict=strict)
+    if len(ds) and tuple(ds.get_batch(torch.tensor([0]))[0].shape[-2:]) != (resize.size, resize.size):
+        ds = ResizedDataset(ds, resize)
+    return ds
+
+
+__all__ = ["UNREADABLE", "FileImageDataset", "ImageDataset", "Resize", "ResizedDataset", "TensorImageDataset",
+           "create_dataset", "dataset_for_model", "model_resize",
            "list_sources", "parse_data_spec", "register_source"]

@@ -6,13 +6,15 @@ the evaluation runner drops and counts such samples. With ``strict=True`` it rai
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
+import math
 import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
@@ -84,21 +86,50 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
     return images.float().div_(255) if images.dtype == torch.uint8 else images.float()
 
 
-def load_image(path: str | Path, size: int | None, crop_pct: float = 0.875) -> torch.Tensor:
-    """Read an RGB image as float (3, H, W) in [0, 1]; with ``size``: resize the shorter side to
-    ``size / crop_pct`` (bilinear) and centre-crop ``size`` (the ImageNet evaluation convention).
-    ``crop_pct=1`` resizes the whole image to size×size without cropping (Bhojanapalli et al.)."""
+@dataclass(frozen=True)
+class Resize:
+    """How images reach a model's input, as timm's evaluation transform does it (without its Normalize, which
+    robustvit's models apply inside): the shorter side resized to ``floor(size / crop_pct)`` with the model's
+    ``interpolation`` (PIL, antialiased), then a centre crop of ``size`` × ``size``. ``crop_pct=0.875`` at 224 px
+    is the ImageNet convention Resize(256) + CenterCrop(224)."""
+
+    size: int
+    crop_pct: float = 0.875
+    interpolation: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.crop_pct <= 1 or self.size < 1:
+            raise RobustvitError(f"resize needs size >= 1 and 0 < crop_pct <= 1, got size={self.size}, "
+                                 f"crop_pct={self.crop_pct}")
+        if self.interpolation not in ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos"):
+            raise RobustvitError(f"unknown interpolation {self.interpolation!r}; use bilinear, bicubic, "
+                                 "nearest, box, hamming or lanczos")
+
+    def __call__(self, im: Image.Image) -> Image.Image:
+        import torchvision.transforms.functional as TF
+
+        mode = TF.InterpolationMode(self.interpolation)
+        im = TF.resize(im, math.floor(self.size / self.crop_pct), interpolation=mode)
+        return TF.center_crop(im, [self.size, self.size])
+
+    def batch(self, x: torch.Tensor) -> torch.Tensor:
+        """In-memory images (N, 3, H, W) of another size: resized whole to size × size (no crop: a CIFAR
+        image is already the object), antialiased, in the same interpolation (bilinear for box/hamming)."""
+        if tuple(x.shape[-2:]) == (self.size, self.size):
+            return x
+        mode = self.interpolation if self.interpolation in ("nearest", "bicubic") else "bilinear"
+        y = F.interpolate(x, size=(self.size, self.size), mode=mode,
+                          **({} if mode == "nearest" else {"align_corners": False, "antialias": True}))
+        return y.clamp_(0, 1)
+
+
+def load_image(path: str | Path, resize: Resize | None = None) -> torch.Tensor:
+    """Read an RGB image as float (3, H, W) in [0, 1], brought to a model's input by ``resize``."""
     import torchvision.transforms.functional as TF
 
     with Image.open(path) as im:
         im = im.convert("RGB")
-        x = TF.pil_to_tensor(im)
-    if size is not None:
-        if crop_pct >= 1.0:
-            x = TF.resize(x, [size, size], antialias=True)
-        elif min(x.shape[-2:]) != size or max(x.shape[-2:]) != size:
-            x = TF.resize(x, int(size / crop_pct), antialias=True)
-            x = TF.center_crop(x, [size, size])
+        x = TF.pil_to_tensor(im if resize is None else resize(im))
     return x.float().div_(255)
 
 
@@ -106,9 +137,9 @@ class FileImageDataset(ImageDataset):
     """Images read from files on demand (ImageFolder-style lists of (path, label))."""
 
     def __init__(self, samples: list[tuple[str, int]], classes: list[str], spec: str = "",
-                 size: int | None = None, crop_pct: float = 0.875, strict: bool = False) -> None:
+                 resize: Resize | None = None, strict: bool = False) -> None:
         self.samples, self.classes, self.spec = samples, list(classes), spec
-        self.size, self.crop_pct, self.strict = size, crop_pct, strict
+        self.resize, self.strict = resize, strict
         self.bad_files: list[str] = []
 
     def __len__(self) -> int:
@@ -117,11 +148,31 @@ class FileImageDataset(ImageDataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         path, label = self.samples[i]
         try:
-            return load_image(path, self.size, self.crop_pct), label
+            return load_image(path, self.resize), label
         except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:
             if self.strict:
                 raise RobustvitError(f"cannot read image {path} ({type(e).__name__}); remove or replace it, "
                                      "or run without --strict to skip unreadable files") from None
             warnings.warn(f"skipping unreadable image {path}: {type(e).__name__}", stacklevel=2)
-            s = self.size or 32
+            s = self.resize.size if self.resize is not None else 32
             return torch.zeros(3, s, s), UNREADABLE
+
+
+class ResizedDataset(ImageDataset):
+    """Another data set's images resized whole to a model's input size on reading (:meth:`Resize.batch`):
+    in-memory images (CIFAR, npz) evaluated with a model of another input size."""
+
+    def __init__(self, ds: ImageDataset, resize: Resize) -> None:
+        self.ds, self.resize = ds, resize
+        self.classes, self.spec = ds.classes, ds.spec
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x, y = self.ds[i]
+        return self.resize.batch(x[None])[0], y
+
+    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.ds.get_batch(index)
+        return self.resize.batch(x), y

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from robustvit.corruptions.params import CORRUPTION_GROUPS
-from robustvit.data.base import FileImageDataset, ImageDataset, to_float
+from robustvit.data.base import FileImageDataset, ImageDataset, Resize, to_float
 from robustvit.errors import RobustvitError
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".tif", ".tiff", ".webp")
@@ -207,7 +207,9 @@ class ImageNetCSource(CorruptedSource):
             if not samples:
                 raise RobustvitError(f"{d} has no images with extensions {', '.join(IMG_EXTENSIONS)}")
             self._units[key] = FileImageDataset(samples, self.classes, f"imagenet_c:{self.root},corruption={name},"
-                                                f"severity={severity}", self.image_size, 1.0, self.strict)
+                                                f"severity={severity}",
+                                                None if self.image_size is None else Resize(self.image_size, 1.0),
+                                                self.strict)
         return self._units[key]
 
 
@@ -292,7 +294,7 @@ def open_corrupted(root: str | Path, layout: str | None = None, *, image_size: i
     return src
 
 
-def _source(layout: str, arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def _source(layout: str, arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     name = options.pop("corruption", None)
     sev = options.pop("severity", None)
     if options:
@@ -306,17 +308,18 @@ def _source(layout: str, arg: str, options: dict[str, Any], image_size: int | No
         severity = int(sev)
     except ValueError:
         raise RobustvitError(f"severity must be an integer 1-5, got {sev!r}") from None
-    return open_corrupted(arg, layout, image_size=image_size, strict=strict).unit(name, severity)
+    size = None if resize is None else resize.size
+    return open_corrupted(arg, layout, image_size=size, strict=strict).unit(name, severity)
 
 
-def imagenet_c(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def imagenet_c(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``imagenet_c:ROOT,corruption=NAME,severity=S`` — one unit of an ImageNet-C tree."""
-    return _source("imagenet-c", arg, options, image_size, strict)
+    return _source("imagenet-c", arg, options, resize, strict)
 
 
-def cifar_c(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def cifar_c(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``cifar_c:ROOT,corruption=NAME,severity=S`` — one severity of a CIFAR-10-C / CIFAR-100-C file."""
-    return _source("cifar-c", arg, options, image_size, strict)
+    return _source("cifar-c", arg, options, resize, strict)
 
 
 __all__ = ["CLASSES_FILE", "CifarCSource", "CorruptedSource", "ImageNetCSource", "LAYOUTS", "NpyImageDataset",

@@ -40,7 +40,7 @@ from robustvit.corruptions.frost import frost_source
 from robustvit.corruptions.jpeg import to_uint8
 from robustvit.corruptions.params import parse_corruptions, parse_severities, resolve_preset
 from robustvit.data import UNREADABLE, create_dataset
-from robustvit.data.base import FileImageDataset, ImageDataset
+from robustvit.data.base import FileImageDataset, ImageDataset, Resize
 from robustvit.data.corrupted import CLASSES_FILE, LAYOUTS, read_classes_file
 from robustvit.errors import RobustvitError
 from robustvit.progress import progress_bar
@@ -123,8 +123,8 @@ class _Exporter:
             raise RobustvitError("a CIFAR-C file holds all 5 severities; drop --severities or use --format imagenet-c")
         self.device = resolve_device(cfg.device)
         self.ds = create_dataset(cfg.data, image_size=cfg.image_size)
-        if isinstance(self.ds, FileImageDataset) and self.ds.size is None:
-            self.ds.size = 224                     # ImageNet-C convention: Resize(256) + CenterCrop(224)
+        if isinstance(self.ds, FileImageDataset) and self.ds.resize is None:
+            self.ds.resize = Resize(224)           # ImageNet-C convention: Resize(256) + CenterCrop(224)
         self.n = len(self.ds) if cfg.limit is None else min(cfg.limit, len(self.ds))
         if self.n == 0:
             raise RobustvitError(f"{cfg.data} has no images")

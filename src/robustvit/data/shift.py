@@ -34,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from robustvit.data.base import FileImageDataset, ImageDataset
+from robustvit.data.base import FileImageDataset, ImageDataset, Resize
 from robustvit.errors import RobustvitError
 
 CLASSLIST_DIR = Path(__file__).parent / "classlists"
@@ -164,38 +164,42 @@ def load_shift_dataset(name: str, root: str | Path | None = None, *, image_size:
         raise RobustvitError(f"unknown shift data set {name!r}; choose from {', '.join(SHIFT_SETS)}")
     path = resolve_root(name, None if root is None else str(root))
     samples, classes, found = shift_samples(name, path, labels)
-    ds = FileImageDataset(samples, classes, f"{name}:{path}", image_size or 224, float(crop_pct), strict)
+    ds = FileImageDataset(samples, classes, f"{name}:{path}", Resize(image_size or 224, float(crop_pct)), strict)
     ds.shift = ShiftInfo(name, subset_indices(name) if name in ("imagenet_r", "imagenet_a") else None, found)
     return ds
 
 
-def _source(name: str, arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
-    crop_pct = float(options.pop("crop_pct", 0.875))
+def _source(name: str, arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
+    crop_pct = float(options.pop("crop_pct", resize.crop_pct if resize is not None else 0.875))
     root = options.pop("root", None)
     if options:
         raise RobustvitError(f"data source {name!r} has no option {next(iter(options))!r}; it takes root=, crop_pct=")
     path = resolve_root(name, arg or None, {"root": root})
-    return load_shift_dataset(name, path, image_size=image_size, crop_pct=crop_pct, strict=strict, labels="imagenet")
+    ds = load_shift_dataset(name, path, image_size=resize.size if resize is not None else None, crop_pct=crop_pct,
+                            strict=strict, labels="imagenet")
+    if resize is not None and ds.resize is not None:
+        ds.resize = Resize(ds.resize.size, ds.resize.crop_pct, resize.interpolation)
+    return ds
 
 
-def imagenet_r(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def imagenet_r(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``imagenet_r:/path`` — ImageNet-R (200 wnid folders; labels = ImageNet-1k indices)."""
-    return _source("imagenet_r", arg, options, image_size, strict)
+    return _source("imagenet_r", arg, options, resize, strict)
 
 
-def imagenet_a(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def imagenet_a(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``imagenet_a:/path`` — ImageNet-A (200 wnid folders; labels = ImageNet-1k indices)."""
-    return _source("imagenet_a", arg, options, image_size, strict)
+    return _source("imagenet_a", arg, options, resize, strict)
 
 
-def imagenet_sketch(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def imagenet_sketch(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``imagenet_sketch:/path`` — ImageNet-Sketch (1000 wnid folders)."""
-    return _source("imagenet_sketch", arg, options, image_size, strict)
+    return _source("imagenet_sketch", arg, options, resize, strict)
 
 
-def imagenet_v2(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def imagenet_v2(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``imagenet_v2:/path`` — ImageNet-V2 (folders 0 … 999; label = the folder's integer)."""
-    return _source("imagenet_v2", arg, options, image_size, strict)
+    return _source("imagenet_v2", arg, options, resize, strict)
 
 
 __all__ = ["DEFAULT_FOLDERS", "SHIFT_SETS", "ShiftInfo", "imagenet_a", "imagenet_r", "imagenet_sketch", "imagenet_v2",

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robustvit.data.base import FileImageDataset, ImageDataset, TensorImageDataset
+from robustvit.data.base import FileImageDataset, ImageDataset, Resize, TensorImageDataset
 from robustvit.data.synthshapes import MAX_CLASSES, SPLITS, SynthShapesDataset
 from robustvit.errors import RobustvitError
 
@@ -22,13 +22,13 @@ def cache_root(options: dict[str, Any]) -> Path:
     return Path(options.get("root") or os.environ.get("ROBUSTVIT_DATA") or Path.home() / ".cache" / "robustvit")
 
 
-def synthshapes(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def synthshapes(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``synthshapes:train|test|cue_conflict[,size=32,count=N,seed=S,classes=K,texture_correlation=p]``."""
     split = arg or "train"
     if split not in SPLITS:
         raise RobustvitError(f"unknown synthshapes split {split!r}; use train, test or cue_conflict")
     count, seed = SPLITS[split]
-    size = int(options.pop("size", image_size or 32))
+    size = int(options.pop("size", resize.size if resize is not None else 32))     # rendered at the model's size
     count, seed = int(options.pop("count", count)), int(options.pop("seed", seed))
     k = int(options.pop("classes", 10))
     tc = float(options.pop("texture_correlation", 0.5))
@@ -38,8 +38,10 @@ def synthshapes(arg: str, options: dict[str, Any], image_size: int | None, stric
                               cue_conflict=split == "cue_conflict", spec=spec)
 
 
-def folder(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
-    """``folder:/path`` — torchvision ImageFolder layout ``<root>/<class>/<image>``; classes sorted."""
+def folder(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
+    """``folder:/path[,size=S,crop_pct=P,interpolation=I]`` — torchvision ImageFolder layout
+    ``<root>/<class>/<image>``; classes sorted. Images are brought to the model's input with its own
+    preprocessing (``resize``); the options override it."""
     root = Path(arg).expanduser()
     if not root.is_dir():
         raise RobustvitError(f"folder {root} does not exist; give the root of an ImageFolder tree (<root>/<class>/<image>)")
@@ -50,13 +52,21 @@ def folder(arg: str, options: dict[str, Any], image_size: int | None, strict: bo
                if p.suffix.lower() in IMG_EXTENSIONS]
     if not samples:
         raise RobustvitError(f"folder {root} has no images with extensions {', '.join(IMG_EXTENSIONS)}")
-    size = options.pop("size", image_size)
-    crop_pct = float(options.pop("crop_pct", 0.875))
+    resize = override_resize(resize, options)
     _no_more(options, "folder")
-    return FileImageDataset(samples, classes, f"folder:{root}", None if size is None else int(size), crop_pct, strict)
+    return FileImageDataset(samples, classes, f"folder:{root}", resize, strict)
 
 
-def npz(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def override_resize(resize: Resize | None, options: dict[str, Any]) -> Resize | None:
+    """``resize`` with the data options ``size``, ``crop_pct`` and ``interpolation`` applied (popped)."""
+    size, crop, interp = options.pop("size", None), options.pop("crop_pct", None), options.pop("interpolation", None)
+    if size is None and resize is None:
+        return None
+    base = resize or Resize(int(size))
+    return Resize(int(size or base.size), float(crop or base.crop_pct), str(interp or base.interpolation))
+
+
+def npz(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``npz:/path.npz`` with arrays ``x`` uint8 (N, H, W, 3) and ``y`` (N,) (optional ``classes``)."""
     path = Path(arg).expanduser()
     if not path.is_file():
@@ -96,20 +106,20 @@ def _torchvision_cifar(name: str, arg: str, options: dict[str, Any]) -> ImageDat
     return TensorImageDataset(x, torch.tensor(ds.targets), list(ds.classes), f"{name}:{split}")
 
 
-def cifar10(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def cifar10(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``cifar10:train|test[,root=DIR]`` — torchvision's CIFAR-10 (downloaded on first use)."""
     return _torchvision_cifar("cifar10", arg, options)
 
 
-def cifar100(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def cifar100(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``cifar100:train|test[,root=DIR]`` — torchvision's CIFAR-100 (downloaded on first use)."""
     return _torchvision_cifar("cifar100", arg, options)
 
 
-def imagenet(arg: str, options: dict[str, Any], image_size: int | None, strict: bool) -> ImageDataset:
+def imagenet(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``imagenet:/path/to/val`` — the validation set in ImageFolder layout (1000 wnid folders),
-    resized to the model's input size with ``crop_pct`` (default 0.875: Resize(256) + CenterCrop(224))."""
-    ds = folder(arg, options, image_size or 224, strict)
+    brought to the model's input with its own preprocessing (default Resize(256) + CenterCrop(224))."""
+    ds = folder(arg, options, resize or Resize(224), strict)
     if ds.num_classes != 1000:
         raise RobustvitError(f"imagenet:{arg} has {ds.num_classes} class folders, expected 1000 wnid folders; "
                              "use folder: for other layouts")

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 import robustvit
-from robustvit.data import UNREADABLE, ImageDataset, create_dataset
+from robustvit.data import UNREADABLE, ImageDataset, Resize, dataset_for_model, model_resize
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.store import ResultStore, sum_stats
 from robustvit.evaluate.suites import Batch, EvalContext, Suite, create_suite
@@ -49,6 +49,7 @@ class EvalConfig:
     command: str | None = None
     pretrained: bool = False        # timm models: load timm's pretrained weights (HF hub / cache)
     weights: str | None = None      # a .safetensors/.pth state dict for the (single) named architecture
+    class_map: str | None = None    # JSON: the model classes of each data class (a 1000-class model on fewer classes)
 
 
 def model_dir_name(name: str, model: Normalized) -> str:
@@ -82,18 +83,19 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
         if key in models:
             key = f"{key}-{len(models)}"
         models[key] = m
-    first = next(iter(models.values()))
-    dataset = create_dataset(cfg.data, image_size=first.spec.image_size, strict=cfg.strict)
-    n = len(dataset)
+    datasets: dict[Resize, ImageDataset] = {}       # one per preprocessing: models with the same one share it
+    for key, m in models.items():
+        resize = model_resize(m.spec)
+        if resize not in datasets:
+            datasets[resize] = dataset_for_model(cfg.data, m.spec, strict=cfg.strict)
+        match_classes(key, m, datasets[resize], cfg)
+    n = min(len(ds) for ds in datasets.values())
     if cfg.limit is not None and cfg.limit > n:
         raise RobustvitError(f"--limit {cfg.limit} is larger than the data set ({n} images); use --limit {n} or less")
-    for key, m in models.items():
-        if m.spec.num_classes < dataset.num_classes:
-            raise RobustvitError(f"model {key} has {m.spec.num_classes} classes but {cfg.data} has {dataset.num_classes}; "
-                                 "evaluate it on data with matching classes")
     multi = len(models) > 1
     results: dict[str, dict[str, Any]] = {}
     for key, model in models.items():
+        dataset = datasets[model_resize(model.spec)]
         out = Path(cfg.out) / key if multi else Path(cfg.out)
         ctx = EvalContext(model=model, model_name=key, models=models, data_spec=cfg.data, dataset=dataset,
                           num_classes=model.spec.num_classes, device=device, seed=cfg.seed, options=cfg.options,
@@ -115,6 +117,39 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     if world > 1:
         dist.barrier()
     return results
+
+
+def match_classes(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalConfig) -> None:
+    """Check the model's classes against the data's; with ``cfg.class_map``, map them (see :func:`load_class_map`)."""
+    have, want = model.spec.num_classes, dataset.num_classes
+    if cfg.class_map is not None:
+        model.map_classes(load_class_map(cfg.class_map, dataset.classes), list(dataset.classes))
+    elif have != want:
+        raise RobustvitError(
+            f"model {key} has {have} classes but {cfg.data} has {want}; give --class-map FILE (JSON: for each data "
+            f"class, the model class index or indices) or evaluate a model trained on these classes "
+            f"(robustvit finetune --model {key} --data ...)")
+
+
+def load_class_map(path: str | Path, classes: list[str]) -> list[list[int]]:
+    """A class map file → for each data class (in order), its model class indices. JSON: a list with one
+    entry per data class, or an object keyed by data class name; an entry is an index or a list of indices
+    (the data class then scores as the best of them)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise RobustvitError(f"cannot read the class map {path} ({type(e).__name__}); give a JSON list or object") from None
+    if isinstance(raw, dict):
+        missing = [c for c in classes if c not in raw]
+        if missing:
+            raise RobustvitError(f"class map {path} has no entry for data class {missing[0]!r} ({len(missing)} missing)")
+        raw = [raw[c] for c in classes]
+    if not isinstance(raw, list) or len(raw) != len(classes):
+        raise RobustvitError(f"class map {path} must have one entry per data class ({len(classes)})")
+    groups = [[v] if isinstance(v, int) else v for v in raw]
+    if not all(isinstance(g, list) and g and all(isinstance(c, int) for c in g) for g in groups):
+        raise RobustvitError(f"class map {path}: each entry must be a model class index or a list of them")
+    return groups
 
 
 def _checkpoint_id(name: str) -> str:
@@ -240,7 +275,8 @@ def _finalize(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: l
                 "limit": cfg.limit, "options": {k: v for k, v in cfg.options.items() if v is not None}},
         "model": {"name": ctx.model_name, "source": cfg.models[list(ctx.models).index(ctx.model_name)],
                   "params": sum(p.numel() for p in model.parameters()), "spec": model.spec.to_dict(),
-                  "pretrained": model.weights["pretrained"], "weights": model.weights},
+                  "pretrained": model.weights["pretrained"], "weights": model.weights,
+                  "preprocessing": model.spec.preprocessing(), "class_map": cfg.class_map},
         "data": {"spec": cfg.data, "num_images": int(data_stats.get("n", 0)) - int(data_stats.get("unreadable", 0)),
                  "num_unreadable": int(data_stats.get("unreadable", 0)), "unreadable_files": files,
                  "num_classes": dataset.num_classes},

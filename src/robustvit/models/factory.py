@@ -146,6 +146,7 @@ def spec_from_timm(name: str, net: nn.Module, kwargs: dict[str, Any]) -> ModelSp
                      mean=tuple(float(v) for v in cfg.get("mean", (0.485, 0.456, 0.406))),
                      std=tuple(float(v) for v in cfg.get("std", (0.229, 0.224, 0.225))),
                      family=model_family(name, net), patch_size=patch,
+                     crop_pct=float(cfg.get("crop_pct") or 0.875), interpolation=str(cfg.get("interpolation") or "bilinear"),
                      kwargs={k: v for k, v in kwargs.items() if _jsonable(v)})
 
 

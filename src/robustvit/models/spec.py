@@ -11,6 +11,8 @@ class ModelSpec:
     """Metadata of a wrapped model.
 
     ``input_size`` is (C, H, W); ``mean``/``std`` are the normalisation applied *inside* the wrapper;
+    ``crop_pct`` and ``interpolation`` how images are brought to the input (timm's evaluation transform:
+    shorter side to size / crop_pct, centre crop);
     ``family`` is e.g. "vit", "resnet", "convnext", "swin", "fan" or "other"; ``patch_size`` is set for
     patch-based models. ``architecture`` and ``kwargs`` rebuild the network (checkpoint ``spec.json``).
     """
@@ -22,6 +24,8 @@ class ModelSpec:
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     family: str = "other"
     patch_size: int | None = None
+    crop_pct: float = 0.875
+    interpolation: str = "bilinear"
     kwargs: dict[str, Any] = field(default_factory=dict)
     class_names: list[str] | None = None
 
@@ -43,3 +47,8 @@ class ModelSpec:
     @property
     def image_size(self) -> int:
         return int(self.input_size[-1])
+
+    def preprocessing(self) -> dict[str, Any]:
+        """What ``results.json`` records as ``model.preprocessing``."""
+        return {"input_size": list(self.input_size), "crop_pct": self.crop_pct, "interpolation": self.interpolation,
+                "mean": list(self.mean), "std": list(self.std)}

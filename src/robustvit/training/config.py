@@ -50,6 +50,7 @@ class TrainConfig:
     eps_warmup_epochs: float | None = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     pretrained: bool = False         # fine-tuning: start from the architecture's pretrained weights
+    weights: str | None = None       # … or from a .safetensors/.pth state dict of the architecture
     img_size: int | None = None      # fine-tuning: new input resolution (position embeddings resampled)
     patch_size: int | None = None    # fine-tuning: new patch size (linear projection resampled / conv stem strides)
     pos_embed_interp: str = "bicubic"

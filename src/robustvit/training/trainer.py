@@ -62,8 +62,8 @@ def build_model(cfg: TrainConfig, dataset: ImageDataset) -> Normalized:
         kwargs.setdefault("drop_path_rate", cfg.drop_path)
     if is_checkpoint_dir(cfg.model):
         model = create_model(cfg.model)
-    elif cfg.pretrained:
-        model = _create_pretrained(cfg.model, kwargs)
+    elif cfg.pretrained or cfg.weights:
+        model = create_model(cfg.model, pretrained=cfg.pretrained, checkpoint=cfg.weights, **kwargs)
     else:
         kwargs.setdefault("num_classes", dataset.num_classes)
         model = create_model(cfg.model, **kwargs)
@@ -75,13 +75,6 @@ def build_model(cfg: TrainConfig, dataset: ImageDataset) -> Normalized:
         set_identity_normalisation(model)
     model.spec.class_names = list(dataset.classes)
     return model
-
-
-def _create_pretrained(name: str, kwargs: dict[str, Any]) -> Normalized:
-    try:
-        return create_model(name, pretrained=True, **kwargs)
-    except TypeError as e:
-        raise RobustvitError(f"this robustvit's create_model does not take pretrained weights ({e})") from None
 
 
 def set_identity_normalisation(model: Normalized) -> None:

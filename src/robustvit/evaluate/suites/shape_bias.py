@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from robustvit.data import create_dataset
-from robustvit.data.base import FileImageDataset, ImageDataset
+from robustvit.data.base import FileImageDataset, ImageDataset, Resize
 from robustvit.data.synthshapes import MAX_CLASSES, SHAPES, SynthShapesDataset
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
@@ -101,8 +101,8 @@ class ShapeBias(Suite):
             keep = _evenly(len(samples), self.max_images)
             if keep is not None:
                 samples, tex = [samples[i] for i in keep], tex[keep]
-            ds = FileImageDataset(samples, cats, f"cue_conflict:{root}", size,
-                                  float(self.options.get("crop_pct", 0.875)))
+            ds = FileImageDataset(samples, cats, f"cue_conflict:{root}",
+                                  Resize(size, float(self.options.get("crop_pct", 0.875))))
             return _Stimuli(ds, tex, cats, True, str(root))
         names = list(getattr(getattr(ctx.model, "spec", None), "class_names", None) or [])
         synth = str(ctx.data_spec).startswith("synthshapes") or names == list(SHAPES[:k])
