@@ -188,3 +188,34 @@ def test_imagenet_p_sequences_are_encoded_as_h264(tmp_path, ckpt):
     with torch.no_grad():
         logits = m(videos.reshape(-1, 3, 16, 16)).reshape(6, 31, -1)
     assert r["flip_probability"]["rotate"] == pytest.approx(flip_probability(logits, noise=False))
+
+
+def test_imagenet_p_geometry_warps_the_wider_image_then_crops(tmp_path):
+    """Image files + imagenet preset: the sequences are made from the images read at 256/224 of the model's
+    size and centre-cropped after the warp (no black border where the wider image has content)."""
+    from PIL import Image
+
+    from robustvit.data import Resize, create_dataset
+
+    rng = np.random.default_rng(0)
+    for c in ("a", "b"):
+        (tmp_path / "img" / c).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray((rng.random((70, 90, 3)) * 255).astype(np.uint8)).save(tmp_path / "img" / c / f"{i}.png")
+    torch.manual_seed(0)
+    m = create_model("vit_cifar_tiny", embed_dim=32, depth=1, num_heads=2, img_size=32, num_classes=2).eval()
+    ck = str(save_checkpoint(m, tmp_path / "ck"))
+    spec = "perturbations:perturbations=translate:preset=imagenet:encode=none"
+    r = _eval(ck, tmp_path / "o", spec, data=f"folder:{tmp_path / 'img'}")
+    assert not any("Resize(256)" in a for a in r["approximations"])
+    wide = create_dataset(f"folder:{tmp_path / 'img'}", image_size=Resize(37, 1.0, "bilinear"))   # round(32·256/224)
+    x, _ = wide.get_batch(torch.arange(4))
+    seq = to_uint8(perturbation_sequence(x, "translate", preset="imagenet", crop=32)).float() / 255
+    assert seq.shape == (4, 41, 3, 32, 32)
+    assert float(seq[:, 0, :, :, :2].amax()) > 0          # shifted 20·32/224 px: the margin comes from the wider image
+    with torch.no_grad():
+        logits = create_model(ck).eval()(seq.reshape(-1, 3, 32, 32)).reshape(4, 41, -1)
+    assert r["flip_probability"]["translate"] == pytest.approx(flip_probability(logits, noise=False))
+    # in-memory images cannot be widened: the result says so
+    r2 = _eval(ck, tmp_path / "o2", spec, data="synthshapes:test,count=4,size=32,classes=2")
+    assert any("Resize(256)" in a for a in r2["approximations"]) and r2["protocol"] == "approximate"

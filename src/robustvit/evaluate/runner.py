@@ -193,7 +193,7 @@ def _run_units(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: 
         groups.setdefault(id(ds), []).append(i)
     for ds_id, members in groups.items():
         ds = datasets[ds_id]
-        sizes = {i: (len(ds) if ds is not dataset else _suite_size(suites[i], ds, cfg)) for i in members}
+        sizes = {i: _suite_size(suites[i], ds, cfg) for i in members}
         parts = {i: suites[i].parts(ctx) for i in members}
         done = store.done()
         nchunks = math.ceil(max(sizes.values()) / cfg.batch_size) if sizes else 0

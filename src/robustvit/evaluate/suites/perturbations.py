@@ -45,10 +45,11 @@ import torch.nn.functional as F
 
 from robustvit.corruptions.jpeg import to_uint8
 from robustvit.corruptions.params import PRESET_SIZES, resolve_preset
-from robustvit.corruptions.perturbations import (CIFAR_P_TEST_PERTURBATIONS, DEFAULT_BLOCK_PIXELS, PERTURBATION_GROUPS,
+from robustvit.corruptions.perturbations import (CIFAR_P_TEST_PERTURBATIONS, DEFAULT_BLOCK_PIXELS, GEOMETRIC_ON_FULL,
+                                                 PERTURBATION_GROUPS,
                                                  TEST_PERTURBATIONS, is_noise, iter_perturbation_frames,
                                                  list_perturbations, num_frames, perturbation_sequence)
-from robustvit.data.base import ImageDataset
+from robustvit.data.base import FileImageDataset, ImageDataset, Resize
 from robustvit.data.perturbed import PerturbationSource, open_perturbation_source, x264_available, x264_roundtrip
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
@@ -167,11 +168,22 @@ class Perturbations(Suite):
 
     def dataset(self, ctx: EvalContext) -> ImageDataset | None:
         if self.source is None:
-            return None
+            return self._uncropped(ctx)
         n = min(len(self._source(p)) for p in self.names)
         if self.max_images is not None:
             n = min(n, self.max_images)
         return _SequenceIndex(n, None)
+
+    def _uncropped(self, ctx: EvalContext) -> ImageDataset | None:
+        """ImageNet-P warps the Resize(256) image and crops 224 afterwards: for image files and the
+        ``imagenet`` preset, the run's images read at 256/224 of the model's size (shorter side, square
+        centre crop), the sequences cropped to the model's size after the warp. None otherwise."""
+        crop = self._crop(ctx)
+        if crop is None:
+            return None
+        ds, r = ctx.dataset, ctx.dataset.resize
+        return FileImageDataset(ds.samples, ds.classes, ds.spec, Resize(round(r.size * 256 / 224), 1.0, r.interpolation),
+                                ds.strict)
 
     # ------------------------------------------------------------ evaluation
     def _top5(self, ctx: EvalContext, frames: torch.Tensor, bs: int) -> torch.Tensor:
@@ -200,9 +212,18 @@ class Perturbations(Suite):
             top = self._video_top5(ctx, batch, part, bs)
         else:   # 8-bit frames, as the released files store them
             blocks = [self._top5(ctx, to_uint8(f, "floor").float().div_(255), bs) for _, f in iter_perturbation_frames(
-                batch.x, part, difficulty=self.difficulty, generator=batch.generator, preset=self.preset)]
+                batch.x, part, difficulty=self.difficulty, generator=batch.generator, preset=self.preset,
+                crop=self._crop(ctx))]
             top = torch.cat(blocks, 1)
         return perturbation_stats(top, noise=is_noise(part), difficulty=self.difficulty)
+
+    def _crop(self, ctx: EvalContext) -> int | None:
+        """The model's size when sequences are made from the wider images of :meth:`_uncropped`, else None."""
+        ds = ctx.dataset
+        if self.source is None and isinstance(ds, FileImageDataset) and ds.resize is not None \
+                and self._preset(ctx) == "imagenet":
+            return ds.resize.size
+        return None
 
     def _encoding(self, ctx: EvalContext) -> str | None:
         if self.source is not None:
@@ -218,7 +239,7 @@ class Perturbations(Suite):
         tops = []
         for i in range(0, len(x), per):
             seq = perturbation_sequence(x[i:i + per], part, difficulty=self.difficulty, generator=batch.generator,
-                                        preset=self.preset)
+                                        preset=self.preset, crop=self._crop(ctx))
             videos = [x264_roundtrip(s, noise=is_noise(part)) for s in to_uint8(seq, "floor").cpu()]  # a codec call per video
             tops.append(self._top5(ctx, torch.stack(videos).float().div_(255), bs))
         return torch.cat(tops)
@@ -234,6 +255,9 @@ class Perturbations(Suite):
             out.append(f"sequences at {size} px, not {PRESET_SIZES[preset]}: lengths in pixels were scaled")
         if bench == "imagenet-p" and self._encoding(ctx) != "x264":
             out.append("frames were not encoded as H.264 videos like the released ones (pip install av)")
+        if bench == "imagenet-p" and self._crop(ctx) is None and set(self.names) & GEOMETRIC_ON_FULL:
+            out.append("geometric sequences warp the model-size image (black at the borders); ImageNet-P warps the "
+                       "Resize(256) image before CenterCrop(224): read the images from files (folder:, imagenet:)")
         return out
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
