@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from robustvit.data import UNREADABLE, ImageDataset, create_dataset
+from robustvit.data import UNREADABLE, ImageDataset, create_dataset, dataset_for_model
 from robustvit.errors import RobustvitError
 from robustvit.models import Normalized, create_model, is_checkpoint_dir, save_checkpoint
 from robustvit.models.finetune import adapt_input, reset_head
@@ -250,6 +250,9 @@ def setup_run(cfg: TrainConfig, resume: bool) -> Run:
     dataset, val = load_data(cfg)
     resuming = check_out_dir(out, resume)
     model = create_model(checkpoint=out / "last") if resuming else build_model(cfg, dataset)
+    # the images as the model takes them: files with its preprocessing, in-memory images of another size resized
+    dataset = dataset_for_model(cfg.data, model.spec)
+    val = dataset_for_model(cfg.val_data, model.spec) if cfg.val_data else None
     if model.spec.num_classes != dataset.num_classes:
         raise RobustvitError(f"model has {model.spec.num_classes} classes but {cfg.data} has {dataset.num_classes}")
     model.to(device).train()
