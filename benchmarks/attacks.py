@@ -9,7 +9,7 @@ counterpart: its transforms/s are reported). Models: ``cnn`` (the SmallCNN of
 attack_agreement.py, or ``--checkpoint``) and ``vit`` (robustvit's ``vit_cifar_micro`` if timm is
 installed, else a small pure-torch ViT), random weights unless a checkpoint is given; labels = the
 model's predictions, so every image is attacked. Both libraries run on the same model object, in the
-same process, alternately, and the best of ``--repeats`` runs is kept.
+same process, alternately, and the median of ``--repeats`` runs is reported.
 
     .venv/bin/python benchmarks/attacks.py --device cpu --out attacks-cpu.md
     # GPU machine (torchattacks carried as a wheel in .whl/, or --no-reference):
@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import platform
+import statistics
 import sys
 import time
 import warnings
@@ -193,7 +194,8 @@ def run(args: argparse.Namespace) -> dict:
                     t_ref.append(t)
                     a_ref = acc(model, xr, y)
             row = {"model": desc, "attack": label, "n": args.n, "reference": ref_name if t_ref else None,
-                   "robustvit_s": min(t_ours), "reference_s": min(t_ref) if t_ref else None,
+                   "robustvit_s": statistics.median(t_ours),
+                   "reference_s": statistics.median(t_ref) if t_ref else None,
                    "robustvit_acc": a_ours, "reference_acc": a_ref if t_ref else None}
             row["speedup"] = row["reference_s"] / row["robustvit_s"] if t_ref else None
             if hasattr(ours, "last_stats"):
@@ -243,7 +245,7 @@ def to_markdown(res: dict) -> str:
     m = res["meta"]
     head = (f"Device {m.get('gpu', m['cpu'])} ({m['device']}, {m['threads']} threads), torch {m['torch']}, "
             f"torchattacks {m.get('torchattacks', '—')}; {m['n']} images 3×32×32; ε = {m['eps']} "
-            f"(ensemble {m['ens_eps']}); best of {m['repeats']}; compile={m['compile']}, "
+            f"(ensemble {m['ens_eps']}); median of {m['repeats']}; compile={m['compile']}, "
             f"channels_last={m['channels_last']}, bf16={m['bf16']}.")
     lines = [head, "", "| model | attack | robustvit | reference | reference / robustvit | robust acc. (robustvit / ref.) |",
              "|---|---|---|---|---|---|"]
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=None, help="images (default 128 on CPU, 1024 on CUDA)")
     p.add_argument("--eps", default="8/255")
     p.add_argument("--ens-eps", default="1/255", help="ε of the APGD-CE + APGD-T ensemble")
-    p.add_argument("--repeats", type=int, default=None, help="best of (default 1 on CPU, 3 on CUDA)")
+    p.add_argument("--repeats", type=int, default=None, help="runs per attack, median reported (default 3)")
     p.add_argument("--only", default="", help="comma-separated substrings of attack labels, e.g. pgd,apgd-ce")
     p.add_argument("--checkpoint", default=None, help="SmallCNN weights (attack_agreement.py's cache)")
     p.add_argument("--no-reference", action="store_true", help="robustvit figures only")
@@ -282,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         print("CUDA is not available; use --device cpu", file=sys.stderr)
         return 2
     args.n = args.n or (1024 if args.device == "cuda" else 128)
-    args.repeats = args.repeats or (3 if args.device == "cuda" else 1)
+    args.repeats = args.repeats or 3
     if args.autoattack_path:
         args.autoattack_path = str(Path(args.autoattack_path).resolve())
     res = run(args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from fractions import Fraction
+from typing import Any
 
 import torch
 
@@ -86,3 +87,24 @@ def check_unit_range(lo: float, hi: float, *, name: str = "images") -> None:
     if lo < -1e-6 or hi > 1 + 1e-6:
         raise RobustvitError(f"{name} must lie in [0, 1], got values in [{lo:.3g}, {hi:.3g}]; "
                              "pass unnormalised images (robustvit models normalise inside)")
+
+
+def add_stats(a: Any, b: Any) -> Any:
+    """Add two unit statistics: numbers add, lists add element-wise, dicts add key-wise."""
+    if isinstance(a, dict):
+        return {k: add_stats(a[k], b[k]) if k in a and k in b else a.get(k, b.get(k)) for k in {**a, **b}}
+    if isinstance(a, list):
+        if len(a) != len(b):
+            raise ValueError("cannot add lists of different lengths")
+        return [add_stats(u, v) for u, v in zip(a, b)]
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a + b
+    return a  # strings and other constants: keep the first
+
+
+def sum_stats(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sum of unit statistics (:func:`add_stats`), e.g. of a part's chunks."""
+    total: dict[str, Any] = {}
+    for item in items:
+        total = add_stats(total, item) if total else item
+    return total

@@ -104,3 +104,10 @@ def test_class_count_mismatch_needs_a_class_map(photos, tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps([1]))
     with pytest.raises(RobustvitError, match="one entry per data class"):
         run_eval(EvalConfig(out=str(tmp_path / "c"), class_map=str(tmp_path / "bad.json"), **cfg))
+
+
+def test_transfer_needs_one_preprocessing(photos, tmp_path):
+    cfg = EvalConfig(models=[_tiny(16, tmp_path), _tiny(32, tmp_path)], data=f"folder:{photos}",
+                     suites=["transfer:steps=1"], out=str(tmp_path / "t"), device="cpu", progress=False)
+    with pytest.raises(RobustvitError, match="same images"):
+        run_eval(cfg)

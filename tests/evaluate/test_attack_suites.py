@@ -13,7 +13,7 @@ from torch import nn
 
 from robustvit.attacks import create_attack
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.store import sum_stats
+from robustvit.utils import sum_stats
 from robustvit.evaluate.suites import Batch, EvalContext, create_suite
 from robustvit.evaluate.suites.adversarial import chunk_seed
 

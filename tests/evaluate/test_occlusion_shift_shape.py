@@ -10,7 +10,7 @@ from robustvit.data import UNREADABLE
 from robustvit.data.shift import subset_indices, subset_wnids
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.runner import EvalConfig, run_eval
-from robustvit.evaluate.store import add_stats
+from robustvit.utils import add_stats
 from robustvit.evaluate.suites import Batch, EvalContext, create_suite
 from robustvit.metrics.shape_bias import geirhos_categories
 from robustvit.models import create_model, save_checkpoint

@@ -8,7 +8,7 @@ import torch
 
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.runner import EvalConfig, run_eval
-from robustvit.evaluate.store import add_stats
+from robustvit.utils import add_stats
 from robustvit.evaluate.suites import Suite, create_suite, list_suites, register_suite
 from robustvit.evaluate.suites.clean import Clean
 from robustvit.models import create_model, save_checkpoint

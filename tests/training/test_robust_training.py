@@ -99,7 +99,7 @@ def test_best_epoch_selection_on_robust_validation(tmp_path):
 def test_recipes_are_valid_configs():
     assert list_recipes() == ["afat", "deit", "light-at", "trades-finetune"]
     for name, recipe in RECIPES.items():
-        cfg = TrainConfig.from_dict({"recipe": name, "model": "m", "data": "d", "out": "o"})
+        TrainConfig.from_dict({"recipe": name, "model": "m", "data": "d", "out": "o"})
         assert set(recipe.settings) <= TrainConfig.field_names()
     with pytest.raises(RobustvitError, match="unknown recipe"):
         TrainConfig.from_dict({"recipe": "nope", "model": "m", "data": "d", "out": "o"})

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from robustvit.analysis.store import MemoryStore, UnitStore, add_stats
+from robustvit.analysis.store import MemoryStore, UnitStore
+from robustvit.utils import add_stats
 from robustvit.errors import RobustvitError
 from robustvit.models.probe import BlockProbe, ViTProbe, make_probe
 from robustvit.progress import progress_bar

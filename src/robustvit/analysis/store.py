@@ -59,19 +59,6 @@ class UnitStore:
         self.db.close()
 
 
-def add_stats(a: Any, b: Any) -> Any:
-    """Add two unit statistics: numbers add, lists add element-wise, dicts add key-wise."""
-    if isinstance(a, dict):
-        return {k: add_stats(a[k], b[k]) if k in a and k in b else a.get(k, b.get(k)) for k in {**a, **b}}
-    if isinstance(a, list):
-        if len(a) != len(b):
-            raise ValueError("cannot add lists of different lengths")
-        return [add_stats(u, v) for u, v in zip(a, b)]
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a + b
-    return a
-
-
 class MemoryStore(UnitStore):
     """The same interface in memory (the Python API without an output folder)."""
 
@@ -99,4 +86,4 @@ class MemoryStore(UnitStore):
         pass
 
 
-__all__ = ["DB_NAME", "MemoryStore", "UnitStore", "add_stats"]
+__all__ = ["DB_NAME", "MemoryStore", "UnitStore"]

@@ -22,12 +22,12 @@ from torch.utils.data import DataLoader
 import robustvit
 from robustvit.data import UNREADABLE, ImageDataset, Resize, dataset_for_model, model_resize
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.store import ResultStore, sum_stats
+from robustvit.evaluate.store import ResultStore
 from robustvit.evaluate.suites import Batch, EvalContext, Suite, create_suite
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import warn_if_random
-from robustvit.utils import derive_seed, resolve_device
+from robustvit.utils import derive_seed, resolve_device, sum_stats
 
 RESULTS_FILE = "results.json"
 
@@ -89,6 +89,11 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
         if resize not in datasets:
             datasets[resize] = dataset_for_model(cfg.data, m.spec, strict=cfg.strict)
         match_classes(key, m, datasets[resize], cfg)
+    if len(datasets) > 1 and any(s.name == "transfer" for s in suites):
+        seen = ", ".join(f"{r.size}px crop_pct {r.crop_pct} {r.interpolation}" for r in datasets)
+        raise RobustvitError(f"the transfer suite evaluates the examples crafted on one model on the others, so every "
+                             f"model must see the same images; these models preprocess differently ({seen}): run "
+                             "transfer on models with the same input size, crop_pct and interpolation")
     n = min(len(ds) for ds in datasets.values())
     if cfg.limit is not None and cfg.limit > n:
         raise RobustvitError(f"--limit {cfg.limit} is larger than the data set ({n} images); use --limit {n} or less")

@@ -65,23 +65,3 @@ class ResultStore:
 
     def close(self) -> None:
         self.db.close()
-
-
-def add_stats(a: Any, b: Any) -> Any:
-    """Add two unit statistics: numbers add, lists add element-wise, dicts add key-wise."""
-    if isinstance(a, dict):
-        return {k: add_stats(a[k], b[k]) if k in a and k in b else a.get(k, b.get(k)) for k in {**a, **b}}
-    if isinstance(a, list):
-        if len(a) != len(b):
-            raise ValueError("cannot add lists of different lengths")
-        return [add_stats(u, v) for u, v in zip(a, b)]
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a + b
-    return a  # strings and other constants: keep the first
-
-
-def sum_stats(items: list[dict[str, Any]]) -> dict[str, Any]:
-    total: dict[str, Any] = {}
-    for item in items:
-        total = add_stats(total, item) if total else item
-    return total

@@ -6,6 +6,7 @@ import base64
 import fnmatch
 import html
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from robustvit.registry import Registry  # noqa: E402
 @dataclass
 class Figure:
     name: str               # file stem, e.g. "clean_accuracy"
-    fig: Any                # a matplotlib figure
+    fig: Any                # a matplotlib figure, or the Path of a PNG written elsewhere (copied as it is)
     caption: str = ""
 
 
@@ -152,8 +153,11 @@ def write_report(results: list[dict[str, Any]], out: Path, title: str = "robustv
         body += [f"<h2>{_inline(sec.title)}</h2>", _md_to_html(sec.markdown)]
         for fig in sec.figures:
             png = out / "figures" / f"{fig.name}.png"
-            fig.fig.savefig(png, dpi=110)
-            plt.close(fig.fig)
+            if isinstance(fig.fig, Path):
+                shutil.copyfile(fig.fig, png)
+            else:
+                fig.fig.savefig(png, dpi=110)
+                plt.close(fig.fig)
             md += [f"![{fig.caption or fig.name}](figures/{png.name})", ""]
             b64 = base64.b64encode(png.read_bytes()).decode()
             body.append(f"<figure><img src='data:image/png;base64,{b64}' alt='{html.escape(fig.name)}'>"

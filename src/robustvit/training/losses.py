@@ -178,7 +178,7 @@ class TRADES(AdversarialLoss):
         self.beta = float(beta)
 
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
-        eps, labels = self.eps_for(epoch), hard_labels(y)
+        eps = self.eps_for(epoch)
         if eps > 0:
             was = model.training
             model.eval()

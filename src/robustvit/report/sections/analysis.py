@@ -49,16 +49,6 @@ def _headlines(name: str, a: dict[str, dict[str, Any]]) -> list[list[Any]]:
     return rows
 
 
-def _png_figure(path: Path, stem: str, caption: str) -> Figure:
-    img = plt.imread(path)
-    h, w = img.shape[:2]
-    fig = plt.figure(figsize=(w / 110, h / 110))
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.imshow(img)
-    ax.axis("off")
-    return Figure(stem, fig, caption)
-
-
 @register_section("analysis")
 def analysis_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     found = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
@@ -92,5 +82,5 @@ def analysis_section(key: str, results: list[dict[str, Any]]) -> Section | None:
         for a_name, r in e["results"].items():
             for f in r.get("figures", []):
                 if (folder / f).is_file():
-                    figures.append(_png_figure(folder / f, f"analysis_{i}_{Path(f).stem}", f"{n}: {a_name} ({f})"))
+                    figures.append(Figure(f"analysis_{i}_{Path(f).stem}", folder / f, f"{n}: {a_name} ({f})"))
     return Section(TITLE, "\n".join(md), figures)
