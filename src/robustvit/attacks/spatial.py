@@ -1,7 +1,8 @@
 """The spatial grid attack: the worst case over a grid of rotations and translations (Engstrom et al.
 2019, "Exploring the Landscape of Spatial Robustness", arXiv:1712.02779), with the grid of Bhojanapalli
 et al. 2021 ("Understanding Robustness of Transformers for Image Classification", arXiv:2103.14586):
-9 × 9 translations and 31 rotations in ±30°, i.e. 2,511 transforms, bilinear sampling with zero fill. An image counts as robust only if every transform is classified correctly.
+9 × 9 translations and 31 rotations in ±30°, i.e. 2,511 transforms, bilinear sampling with zero fill. An
+image counts as robust only if every transform is classified correctly.
 
 Batched: a chunk of (image, transform) pairs is warped by one ``grid_sample`` call and classified by one
 forward pass; images already fooled are not transformed any further. The grid is tried from the smallest

@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 
 from robustvit.corruptions.jpeg import jpeg_roundtrip
-from robustvit.corruptions.params import BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, check_name, check_severity, resolve_preset
+from robustvit.corruptions.params import (BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, check_name, check_severity,
+                                          resolve_preset)
 from robustvit.corruptions.spec import CORRUPTIONS
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.utils import check_images, default_generator, make_generator
