@@ -55,3 +55,20 @@ def test_readme_commands_run(tmp_path, monkeypatch):
     assert ran >= 6
     assert (tmp_path / "runs/vit/checkpoint/spec.json").is_file() and (tmp_path / "eval/vit/results.json").is_file()
     assert (tmp_path / "eval/vit/analysis").is_dir() and (tmp_path / "runs/vit64/checkpoint").is_dir()
+
+
+def test_design_doc_corruption_example_runs():
+    """docs/design.md's "How to add a corruption" example, as written."""
+    from robustvit.corruptions import CORRUPTIONS, list_corruptions
+
+    text = (README.parent / "docs" / "design.md").read_text()
+    section = text[text.index("## How to add a corruption"):text.index("## How to add an evaluation suite")]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    scope: dict = {}
+    try:
+        exec(code, scope)
+        y = scope["y"]
+        assert y.shape == (4, 3, 64, 64) and 0 <= float(y.min()) and float(y.max()) <= 1
+        assert "vignette" in list_corruptions("extra")
+    finally:
+        CORRUPTIONS._items.pop("vignette", None)
