@@ -9,7 +9,7 @@ same images, and checks:
 * APGD-CE, APGD-T, AutoAttack: robustvit at most 0.5 points *above* the reference (lower = stronger, fine).
 
 The model: a small CNN (normalisation inside) trained in this script on CIFAR-10 images read straight
-from ``--data`` (the ``cifar10-jpg.tar.gz`` of ../shared/data; nothing is extracted into the repository),
+from ``--data`` (a CIFAR-10 JPEG tarball ``cifar10-jpg.tar.gz``; nothing is extracted into the repository),
 or on the embedded synthshapes data when that file is absent; cached at ``--checkpoint``. torchattacks
 3.5.1's AutoAttack crashes inside FAB on recent torch, so the torchattacks AutoAttack row is its
 ``MultiAttack([APGD(loss='ce'), APGDT()])`` (a lower bound on AutoAttack's strength); the full ensemble is

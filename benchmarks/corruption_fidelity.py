@@ -25,7 +25,7 @@ The reference runs in its own (old-library) environment, in a subprocess; make i
 Usage (from the repository root):
 
     python benchmarks/corruption_fidelity.py --ref-python /tmp/ref/bin/python \\
-        --cifar ../shared/data/cifar10-jpg.tar.gz --out /tmp/fidelity.json [--grid docs/img/corruptions_grid.png]
+        --cifar PATH/cifar10-jpg.tar.gz --out /tmp/fidelity.json [--grid docs/img/corruptions_grid.png]
 """
 
 from __future__ import annotations

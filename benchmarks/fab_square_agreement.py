@@ -11,7 +11,7 @@ Runs, on the same trained model and the same test images:
 It prints robust accuracy, the time and the time ratio reference / robustvit per attack. The attacks are
 randomised differently in each implementation, so the robust accuracies agree up to noise; robustvit
 being *lower* (stronger) is fine. The model (a small CNN, normalisation inside) and the data come from
-``benchmarks/attack_agreement.py`` (CIFAR-10 read from ``../shared/data/cifar10-jpg.tar.gz`` without
+``benchmarks/attack_agreement.py`` (CIFAR-10 read from a ``cifar10-jpg.tar.gz`` tarball without
 extracting it, else the embedded synthshapes data; the trained model is cached in /tmp/robustvit-bench).
 
     .venv/bin/pip install torchattacks        # bench-only dependency

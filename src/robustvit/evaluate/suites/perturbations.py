@@ -293,13 +293,10 @@ class Perturbations(Suite):
         return num_frames(name, self._preset(ctx))
 
     def _preset(self, ctx: EvalContext) -> str:
-        size = int(getattr(getattr(ctx.model, "spec", None), "image_size", 224) or 224)
+        """The option, else by the model's input size (the run's images come at that size)."""
         if self.preset:
             return str(self.preset)
-        ds = ctx.dataset
-        if ds is not None and len(ds):
-            h, w = ds.get_batch(torch.tensor([0]))[0].shape[-2:]
-            return resolve_preset(None, int(h), int(w))
+        size = int(getattr(getattr(ctx.model, "spec", None), "image_size", 224) or 224)
         return resolve_preset(None, size, size)
 
     def _normalise(self, fp: dict[str, float | None], t5d: dict[str, float | None],
