@@ -110,7 +110,7 @@ def main() -> None:
         torch.set_num_threads(a.threads)
     device = torch.device(a.device)
     imgs = synthetic_images(a.batch_size, a.size)
-    x = torch.from_numpy(imgs).permute(0, 3, 1, 2).float().div(255).to(device)
+    x = torch.from_numpy(imgs).permute(0, 3, 1, 2).float().div(255).contiguous().to(device)   # NCHW, as ToTensor
     rows = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)

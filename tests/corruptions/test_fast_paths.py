@@ -15,7 +15,8 @@ from robustvit import RobustvitError
 from robustvit.corruptions import corrupt, frost_texture, jpeg_roundtrip, to_uint8
 from robustvit.corruptions.filters import box_blur3, boundary_index, dilate3, filter2d, pad
 from robustvit.corruptions.functional import _box_sum, _pil_box_members
-from robustvit.corruptions.jpeg import _CHUNK_PIXELS
+from robustvit.corruptions.jpeg import _CHUNK_VALUES
+from robustvit.utils import run_shared
 
 
 def _gather_pad(x: torch.Tensor, t: int, b: int, l: int, r: int, mode: str) -> torch.Tensor:
@@ -52,15 +53,48 @@ def test_box_blur_and_dilation_match_pooling():
     assert torch.equal(dilate3(mask), F.max_pool2d(mask.float(), 3, stride=1, padding=1) > 0)
 
 
-def test_threaded_jpeg_equals_pil_image_by_image():
-    n = 2 * _CHUNK_PIXELS // (3 * 40 * 40) + 3          # several chunks, the last one partial
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_threaded_jpeg_equals_pil_image_by_image(layout):
+    n = 2 * _CHUNK_VALUES // (3 * 40 * 40) + 3          # several chunks, the last one partial
     x = torch.rand(n, 3, 40, 40, generator=torch.Generator().manual_seed(1))
-    out = jpeg_roundtrip(x, 30)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)        # the caller and a helper thread, even on a 1-core runner
+    try:
+        out = jpeg_roundtrip(x.contiguous(memory_format=layout), 30)
+    finally:
+        torch.set_num_threads(threads)
     for i in (0, n // 2, n - 1):
         buf = io.BytesIO()
         Image.fromarray(to_uint8(x[i], "round").permute(1, 2, 0).numpy()).save(buf, "JPEG", quality=30)
         ref = torch.from_numpy(np.asarray(Image.open(buf)).copy()).permute(2, 0, 1).float() / 255
         assert torch.equal(out[i], ref), i
+
+
+def test_run_shared_runs_every_job_once_and_reraises():
+    done = []
+    run_shared([(i,) for i in range(50)], done.append, threads=3)
+    assert sorted(done) == list(range(50))
+
+    def fail(i: int) -> None:
+        if i == 7:
+            raise ValueError("job 7")
+    with pytest.raises(ValueError, match="job 7"):
+        run_shared([(i,) for i in range(20)], fail, threads=2)
+
+
+def _roundtrip_in_child(images: np.ndarray) -> np.ndarray:
+    torch.set_num_threads(2)        # the caller and a helper thread
+    return jpeg_roundtrip(torch.from_numpy(images), 40).numpy()     # NumPy in and out: no torch copy here
+
+
+def test_jpeg_in_a_forked_child_after_the_parent_used_helpers():
+    import multiprocessing as mp
+
+    x = torch.rand(2 * _CHUNK_VALUES // (3 * 40 * 40) + 1, 3, 40, 40, generator=torch.Generator().manual_seed(3))
+    run_shared([(i,) for i in range(4)], lambda i: None, threads=2)     # the parent's helper thread exists
+    with mp.get_context("fork").Pool(1) as pool:        # a DataLoader worker is such a child
+        out = pool.apply_async(_roundtrip_in_child, (x.numpy(),)).get(timeout=60)
+    assert np.array_equal(out, jpeg_roundtrip(x, 40).numpy())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])

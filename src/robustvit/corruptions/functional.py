@@ -23,6 +23,7 @@ from robustvit.corruptions.jpeg import jpeg_roundtrip
 from robustvit.corruptions.sampling import poisson, rand, randn
 from robustvit.corruptions.spatter import mud_layer, water_layer
 from robustvit.corruptions.spec import Corruption, CorruptionParams, Draw, register_corruption
+from robustvit.utils import empty_output
 
 Size = tuple[int, int]
 
@@ -275,7 +276,7 @@ def pixelate(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     counts = rows.sum(1)[:, None] * cols.sum(1)[None, :]
     small.div_(counts.clamp_min(1).to(device=x.device, dtype=x.dtype)).clamp_(0, 1)     # the engine's clamp, small
     up = (_nearest_index(sh, h)[:, None] * sw + _nearest_index(sw, w)[None, :]).view(-1).to(x.device)
-    out = torch.empty((n, c, h, w), dtype=x.dtype, device=x.device)
+    out = empty_output((n, c, h, w), x.dtype, x.device)
     torch.index_select(small.reshape(n * c, sh * sw), 1, up, out=out.view(n * c, h * w))   # one gather
     return out
 

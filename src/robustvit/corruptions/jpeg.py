@@ -1,22 +1,23 @@
 """JPEG round trips of image batches with torchvision's codec (libjpeg-turbo on CPU, nvjpeg on CUDA).
 
-On the CPU, chunks of a few images are converted and coded on ``torch.get_num_threads()`` Python threads,
-with NumPy and the codec only, which release the GIL. torchvision marks its image codecs deprecated (in
-favour of TorchCodec) from 0.29; if they are missing, Pillow's libjpeg codes the images instead (same
-settings: 4:2:0 chroma, islow DCT, hence the same bytes).
+On the CPU, chunks of 8 images are converted and coded by the calling thread and
+``torch.get_num_threads() - 1`` helper threads (kept between calls), with NumPy and the codec only, which
+release the GIL. torchvision marks its image codecs deprecated (in favour of TorchCodec) from 0.29; if they
+are missing, Pillow's libjpeg codes the images instead (same settings: 4:2:0 chroma, islow DCT, hence the
+same bytes).
 """
 
 from __future__ import annotations
 
 import io
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 from PIL import Image
 
 from robustvit.errors import RobustvitError
+from robustvit.utils import run_shared
 
 try:  # pragma: no cover - depends on the torchvision build
     from torchvision.io import decode_jpeg, encode_jpeg
@@ -26,8 +27,8 @@ except ImportError:  # pragma: no cover
 _CODEC_DEPRECATION = "The image decoding and encoding capabilities of TorchVision are deprecated"
 
 
-#: CPU chunk size (values): 4 images of 224 × 224 × 3, 2.4 MB of float32 — the conversions stay in cache.
-_CHUNK_PIXELS = 4 * 3 * 224 * 224
+#: CPU chunk size (values): 8 images of 224 × 224 × 3, 4.8 MB of float32, coded by one thread at a time.
+_CHUNK_VALUES = 8 * 3 * 224 * 224
 #: added before truncating to uint8: ``"round"`` rounds halves up (as PIL), ``"floor"`` truncates like
 #: ``np.uint8(255·x)`` (as the ImageNet-C files were saved; the 1e-4 undoes float error in 255·k/255)
 _OFFSETS = {"round": 0.5, "floor": 1e-4}
@@ -43,15 +44,20 @@ def to_uint8(x: torch.Tensor, rounding: str = "floor") -> torch.Tensor:
 def _roundtrip_chunk(src: np.ndarray, dst: np.ndarray, quality: int, offset: float) -> None:
     """JPEG round trip of ``src`` (n, 3, H, W) floats into ``dst``: the arithmetic of :func:`to_uint8` and
     ``decoded / 255`` in ``src``'s dtype. NumPy only around the codec: it runs on worker threads, where a
-    torch op would start an OpenMP team per thread; the uint8 images are laid out (H, W, 3) so that the
-    encoder needs no copy of its own, and the decoder's (H, W, 3) output is read in place."""
+    torch op would start an OpenMP team per thread. The encoder reads (H, W, 3) uint8 images, so the cast
+    to uint8 also interleaves the channels (free for a channels_last batch); the decoder's (H, W, 3)
+    output is read in place."""
     one = src.dtype.type
-    scaled = np.multiply(src, one(255))
+    scaled = np.multiply(src, one(255))     # keeps src's memory layout
     np.add(scaled, one(offset), out=scaled)
     np.clip(scaled, 0, 255, out=scaled)
-    hwc = np.empty((len(src), *src.shape[2:], 3), dtype=np.uint8)
-    for c in range(3):
-        hwc[..., c] = scaled[:, c]                      # truncation toward zero = floor here
+    hwc = scaled.transpose(0, 2, 3, 1)
+    if hwc.flags.c_contiguous:              # channels_last: already interleaved
+        hwc = hwc.astype(np.uint8)          # truncation toward zero = floor here
+    else:
+        hwc = np.empty(hwc.shape, dtype=np.uint8)
+        for c in range(3):
+            hwc[..., c] = scaled[:, c]
     for img, out in zip(_codec(hwc, quality), dst):
         np.divide(img, one(255), out=out, dtype=dst.dtype)
 
@@ -76,8 +82,8 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") ->
 
     The images are first quantised to uint8 (``rounding`` ``"round"``, as PIL does for 8-bit images, or
     ``"floor"``, as the released ImageNet-C files were). Chroma is subsampled 4:2:0 as in PIL's default.
-    On CUDA the batch goes through nvjpeg at once; on the CPU, chunks of a few images (small enough to stay
-    in cache) are coded by libjpeg-turbo on ``torch.get_num_threads()`` threads at once.
+    On CUDA the batch goes through nvjpeg at once; on the CPU, chunks of 8 images are coded by
+    libjpeg-turbo on ``torch.get_num_threads()`` threads (the caller's and helpers').
 
     >>> jpeg_roundtrip(torch.rand(2, 3, 32, 32), 85).shape
     torch.Size([2, 3, 32, 32])
@@ -91,17 +97,9 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") ->
             enc = encode_jpeg(list(to_uint8(x, rounding).unbind(0)), quality=q)
             return torch.stack(decode_jpeg(enc, device=x.device)).to(x.dtype).div_(255)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    src = x.detach().to("cpu", work).contiguous()       # no copy for a contiguous CPU float batch
-    out = torch.empty_like(src)
-    a, b = src.numpy(), out.numpy()
-    step = max(1, _CHUNK_PIXELS // max(1, src[0].numel()))
-    jobs = [(a[i:i + step], b[i:i + step]) for i in range(0, len(a), step)]
+    a = x.detach().to("cpu", work).numpy()      # no copy for a CPU float batch; NumPy reads any strides
+    b = np.empty_like(a)        # NumPy backs it with huge pages (see robustvit.utils.empty_output)
+    step = max(1, _CHUNK_VALUES // max(1, a[0].size))
     offset = _OFFSETS[rounding]
-    threads = min(torch.get_num_threads(), len(jobs))
-    if threads <= 1:
-        for chunk, dst in jobs:
-            _roundtrip_chunk(chunk, dst, q, offset)
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda job: _roundtrip_chunk(job[0], job[1], q, offset), jobs))
-    return out.to(x.device, x.dtype)
+    run_shared([(a[i:i + step], b[i:i + step], q, offset) for i in range(0, len(a), step)], _roundtrip_chunk)
+    return torch.from_numpy(b).to(x.device, x.dtype)
