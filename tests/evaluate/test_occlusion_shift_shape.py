@@ -6,7 +6,7 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader
 
-from robustvit.data import UNREADABLE
+from robustvit.data import UNREADABLE, Resize
 from robustvit.data.shift import subset_indices, subset_wnids
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.runner import EvalConfig, run_eval
@@ -32,8 +32,8 @@ class ColorCode(nn.Module):
         return logits
 
 
-def fake_model(size=16):
-    spec = ModelSpec("colorcode", 1000, (3, size, size), (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+def fake_model(size=16, **preprocessing):
+    spec = ModelSpec("colorcode", 1000, (3, size, size), (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), **preprocessing)
     return Normalized(ColorCode(), spec).eval()
 
 
@@ -82,6 +82,20 @@ def test_imagenet_v2_uses_integer_folder_labels(tmp_path):
         png(tmp_path / folder / "a.png", pred)
     res = run_suite(create_suite(f"imagenet_v2:root={tmp_path}"), ctx_for(fake_model()))
     assert res["top1"] == pytest.approx(2 / 3) and res["num_classes"] == 1000
+
+
+def test_shift_suites_use_each_models_own_preprocessing(tmp_path):
+    png(tmp_path / "3" / "a.png", 3)
+    Image.new("RGB", (40, 20), (0, 0, 0)).save(tmp_path / "3" / "wide.png")
+    model = fake_model(12, crop_pct=1.0, interpolation="bicubic")
+    suite = create_suite(f"imagenet_v2:root={tmp_path}")
+    ds = suite.dataset(ctx_for(model))
+    assert ds.resize == Resize(12, 1.0, "bicubic") and ds[1][0].shape == (3, 12, 12)
+    res = run_suite(suite, ctx_for(model))
+    assert res["preprocessing"] == {"size": 12, "crop_pct": 1.0, "interpolation": "bicubic"}
+    other = create_suite(f"imagenet_v2:root={tmp_path}:crop_pct=0.875")    # the official scripts' crop
+    assert other.dataset(ctx_for(model)).resize == Resize(12, 0.875, "bicubic")
+    assert suite.dataset(ctx_for(fake_model(16))).resize == Resize(16)      # a second model: its own data
 
 
 def test_shift_suite_errors(tmp_path, monkeypatch):

@@ -153,7 +153,8 @@ def shift_samples(name: str, root: Path, labels: str = "subset") -> tuple[list[t
 
 
 def load_shift_dataset(name: str, root: str | Path | None = None, *, image_size: int | None = None,
-                       crop_pct: float = 0.875, strict: bool = False, labels: str = "subset") -> FileImageDataset:
+                       crop_pct: float = 0.875, interpolation: str = "bilinear", strict: bool = False,
+                       labels: str = "subset") -> FileImageDataset:
     """Build ImageNet-R/-A/-Sketch/-V2 from its folder (see the module docstring for the layouts).
 
     The data set has ``classes`` (with ``labels="subset"``: 200 wnids for -R/-A, 1000 for Sketch/V2;
@@ -164,7 +165,8 @@ def load_shift_dataset(name: str, root: str | Path | None = None, *, image_size:
         raise RobustvitError(f"unknown shift data set {name!r}; choose from {', '.join(SHIFT_SETS)}")
     path = resolve_root(name, None if root is None else str(root))
     samples, classes, found = shift_samples(name, path, labels)
-    ds = FileImageDataset(samples, classes, f"{name}:{path}", Resize(image_size or 224, float(crop_pct)), strict)
+    ds = FileImageDataset(samples, classes, f"{name}:{path}", Resize(image_size or 224, float(crop_pct), interpolation),
+                          strict)
     ds.shift = ShiftInfo(name, subset_indices(name) if name in ("imagenet_r", "imagenet_a") else None, found)
     return ds
 
@@ -175,11 +177,9 @@ def _source(name: str, arg: str, options: dict[str, Any], resize: Resize | None,
     if options:
         raise RobustvitError(f"data source {name!r} has no option {next(iter(options))!r}; it takes root=, crop_pct=")
     path = resolve_root(name, arg or None, {"root": root})
-    ds = load_shift_dataset(name, path, image_size=resize.size if resize is not None else None, crop_pct=crop_pct,
-                            strict=strict, labels="imagenet")
-    if resize is not None and ds.resize is not None:
-        ds.resize = Resize(ds.resize.size, ds.resize.crop_pct, resize.interpolation)
-    return ds
+    return load_shift_dataset(name, path, image_size=resize.size if resize is not None else None, crop_pct=crop_pct,
+                              interpolation=resize.interpolation if resize is not None else "bilinear",
+                              strict=strict, labels="imagenet")
 
 
 def imagenet_r(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:

@@ -6,17 +6,23 @@ For ImageNet-R and ImageNet-A only the 200 logits of their classes are kept befo
 official evaluation scripts, hendrycks/imagenet-r and hendrycks/natural-adv-examples; Bhojanapalli et al.,
 arXiv:2103.14586, Sec. 3.1, evaluate them the same way).
 
-Options: ``root``, ``crop_pct`` (default 0.875: Resize(256)+CenterCrop(224) at 224 px), ``limit`` (an evenly
-spaced subset of that many images, so every class folder is sampled). Result: ``top1``, ``top5``,
-``num_images``, ``num_classes`` (200 or 1000), ``class_folders`` (folders found), ``unreadable``, ``root``.
+Images reach the model through its own preprocessing, as in timm's validation (input size, ``crop_pct`` and
+interpolation from its ``pretrained_cfg``); option ``crop_pct`` overrides the crop (``crop_pct=0.875`` with a
+bilinear model = the official scripts' Resize(256)+CenterCrop(224)).
+
+Options: ``root``, ``crop_pct``, ``limit`` (an evenly spaced subset of that many images, so every class folder
+is sampled). Result: ``top1``, ``top5``, ``num_images``, ``num_classes`` (200 or 1000), ``class_folders``
+(folders found), ``unreadable``, ``root``, ``preprocessing`` (``size``, ``crop_pct``, ``interpolation``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 import torch
 
+from robustvit.data import Resize, model_resize
 from robustvit.data.base import FileImageDataset
 from robustvit.data.shift import PRETTY, load_shift_dataset, resolve_root
 from robustvit.errors import RobustvitError
@@ -43,22 +49,29 @@ class ShiftSuite(Suite):
 
     def __init__(self, limit: int | None = None, **options: Any) -> None:
         super().__init__(limit, **options)
-        self._cache: dict[int, FileImageDataset] = {}
+        self._cache: dict[Resize, FileImageDataset] = {}
 
     def _check_model(self, ctx: EvalContext) -> None:
         if ctx.num_classes != 1000:
             raise RobustvitError(f"{self.name} evaluates 1000-class ImageNet models; {ctx.model_name} has "
                                  f"{ctx.num_classes} classes")
 
+    def resize(self, ctx: EvalContext) -> Resize:
+        """The model's own preprocessing (``crop_pct`` replaced when the option is given)."""
+        resize = model_resize(ctx.model.spec) if hasattr(ctx.model, "spec") else Resize(224)
+        if "crop_pct" in self.options:
+            resize = dataclasses.replace(resize, crop_pct=float(self.options["crop_pct"]))
+        return resize
+
     def dataset(self, ctx: EvalContext) -> FileImageDataset:
         self._check_model(ctx)
-        size = int(ctx.model.spec.image_size) if hasattr(ctx.model, "spec") else 224
-        if size not in self._cache:
+        resize = self.resize(ctx)
+        if resize not in self._cache:
             root = resolve_root(self.dataset_name, self.options.get("root"))
-            ds = load_shift_dataset(self.dataset_name, root, image_size=size,
-                                    crop_pct=float(self.options.get("crop_pct", 0.875)))
-            self._cache[size] = evenly_spaced(ds, self.max_images)
-        return self._cache[size]
+            ds = load_shift_dataset(self.dataset_name, root, image_size=resize.size, crop_pct=resize.crop_pct,
+                                    interpolation=resize.interpolation)
+            self._cache[resize] = evenly_spaced(ds, self.max_images)
+        return self._cache[resize]
 
     @torch.no_grad()
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
@@ -79,7 +92,7 @@ class ShiftSuite(Suite):
             raise RobustvitError(f"{PRETTY[self.dataset_name]}: no image under {ds.spec} could be read")
         return {"top1": s["top1"] / n, "top5": s["top5"] / n, "num_images": n, "num_classes": ds.num_classes,
                 "class_folders": ds.shift.num_found_classes, "unreadable": len(ds) - n,
-                "root": ds.spec.split(":", 1)[1]}
+                "root": ds.spec.split(":", 1)[1], "preprocessing": dataclasses.asdict(self.resize(ctx))}
 
 
 @register_suite
