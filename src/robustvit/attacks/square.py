@@ -2,7 +2,8 @@
 black-box adversarial attack via random search", arXiv:1912.00049), L∞ and L2, as used in AutoAttack.
 
 Threat model: score-based black-box — only the logits of queried images are used, never gradients;
-‖x_adv − x‖ ≤ ε in L∞ or L2, images in [0, 1]; at most ``n_queries`` model queries per image and restart.
+‖x_adv − x‖ ≤ ε in L∞ or L2, images in [0, 1]; ``n_queries`` random-search iterations after the initial point,
+as in fra31/auto-attack (at most ``n_queries + 1`` model queries per image and restart).
 
 Random search that keeps a candidate only if it lowers the loss (or fools the model):
 
@@ -161,7 +162,7 @@ class Square(Attack):
         margin, loss = self.margin_and_loss(x_best, y)
         queries = torch.ones(x.shape[0], dtype=torch.long, device=x.device)
         box = self.linf_box(x) if self.norm == "linf" else None
-        for i in range(self.n_queries - 1):
+        for i in range(self.n_queries):         # the reference's loop: i = 0 … n_queries − 1
             idx = (margin >= 0).nonzero().squeeze(1)
             if idx.numel() == 0:
                 break
