@@ -154,9 +154,15 @@ os.register_at_fork(after_in_child=_forget_helpers)
 
 def run_shared(jobs: Sequence[tuple], fn: Callable[..., None], threads: int | None = None) -> None:
     """Call ``fn(*job)`` for every job on the calling thread and ``threads - 1`` helper threads (default
-    ``torch.get_num_threads()``), which take jobs from one shared queue; for work that releases the GIL
-    (NumPy, codecs, torch's serial samplers). The calling thread takes jobs too rather than only waiting
-    (measured faster right after a parallel torch op, while OpenMP's idle threads still spin)."""
+    ``torch.get_num_threads()``), which take jobs from one shared queue; for work that releases the GIL.
+    The calling thread takes jobs too rather than only waiting (measured faster right after a parallel torch
+    op, while OpenMP's idle threads still spin).
+
+    ``fn`` must not run parallel torch ops (NumPy and the image codecs are fine): in a kept helper thread
+    such an op starts a second OpenMP team that lives on, and once OpenMP manages more threads than there
+    are cores it stops letting idle threads spin, so every later parallel op in the process pays a wake-up
+    (pixelate, brightness, contrast ran up to 2× slower). Short-lived threads (``ThreadPoolExecutor`` in a
+    ``with`` block, as :func:`robustvit.corruptions.sampling.poisson` uses) take their team with them."""
     threads = min(threads or torch.get_num_threads(), len(jobs))
     queue = iter(jobs)
     lock = threading.Lock()
@@ -173,5 +179,6 @@ def run_shared(jobs: Sequence[tuple], fn: Callable[..., None], threads: int | No
     try:
         drain()
     finally:
-        for h in helpers:
-            h.result()
+        for h in helpers:       # once the queue is empty, a helper that has not started has nothing to do
+            if not h.cancel():  # (and cancelling it keeps a call made from a helper thread from deadlocking)
+                h.result()

@@ -4,6 +4,7 @@ sparse frost needles) give the results of the straightforward definitions they r
 from __future__ import annotations
 
 import io
+import os
 
 import numpy as np
 import pytest
@@ -80,6 +81,35 @@ def test_run_shared_runs_every_job_once_and_reraises():
             raise ValueError("job 7")
     with pytest.raises(ValueError, match="job 7"):
         run_shared([(i,) for i in range(20)], fail, threads=2)
+    nested = []
+    run_shared([(i,) for i in range(4)], lambda i: run_shared([(i, j) for j in range(3)],
+                                                              lambda a, b: nested.append((a, b)), threads=2), threads=2)
+    assert sorted(nested) == [(i, j) for i in range(4) for j in range(3)]      # no deadlock from a helper thread
+
+
+_COUNT_THREADS = """
+import os, torch
+from robustvit.corruptions import corrupt
+torch.set_num_threads(2)
+x = torch.rand(64, 3, 160, 160)    # several JPEG and Poisson chunks
+x.sum()                             # the main thread's OpenMP team exists from here on
+before = len(os.listdir("/proc/self/task"))
+for name in ("jpeg_compression", "shot_noise", "jpeg_compression"):
+    corrupt(x, name, 3, seed=0)
+print(len(os.listdir("/proc/self/task")) - before)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc (Linux)")
+def test_threaded_corruptions_leave_no_openmp_team_behind():
+    """Only the one kept JPEG helper thread remains. A kept thread that had run a parallel torch op would keep a
+    second OpenMP team alive, and OpenMP then stops idle threads spinning for the whole process (see
+    robustvit.utils.run_shared). In a fresh process: other tests may have started threads already."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _COUNT_THREADS], capture_output=True, text=True, check=True)
+    assert int(out.stdout.strip()) == 1
 
 
 def _roundtrip_in_child(images: np.ndarray) -> np.ndarray:

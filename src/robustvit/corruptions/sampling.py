@@ -6,9 +6,9 @@ generator, one value at a time) and dominated shot noise's time.
 
 from __future__ import annotations
 
-import torch
+from concurrent.futures import ThreadPoolExecutor
 
-from robustvit.utils import run_shared
+import torch
 
 
 #: values per CPU chunk of :func:`poisson`: a 64 × 3 × 224 × 224 batch makes 10 chunks
@@ -43,9 +43,11 @@ def poisson(rate: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     starts = range(0, flat.numel(), POISSON_CHUNK)
     seeds = torch.randint(0, 2**62, (len(starts),), generator=g, device=g.device).tolist()
 
-    def draw(start: int, seed: int) -> None:
+    def draw(job: tuple[int, int]) -> None:
+        start, seed = job
         part = flat[start:start + POISSON_CHUNK]
         out[start:start + POISSON_CHUNK] = torch.poisson(part, generator=torch.Generator().manual_seed(seed))
 
-    run_shared(list(zip(starts, seeds)), draw)
+    with ThreadPoolExecutor(max(1, min(torch.get_num_threads(), len(seeds)))) as pool:
+        list(pool.map(draw, zip(starts, seeds)))
     return out.view(rate.shape)
