@@ -43,8 +43,8 @@ def to_uint8(x: torch.Tensor, rounding: str = "floor") -> torch.Tensor:
 
 def _roundtrip_chunk(src: np.ndarray, dst: np.ndarray, quality: int, offset: float) -> None:
     """JPEG round trip of ``src`` (n, 3, H, W) floats into ``dst``: the arithmetic of :func:`to_uint8` and
-    ``decoded / 255`` in ``src``'s dtype. NumPy only around the codec: it runs on worker threads, where a
-    torch op would start an OpenMP team per thread. The encoder reads (H, W, 3) uint8 images, so the cast
+    ``decoded / 255`` in ``src``'s dtype. NumPy only around the codec: it runs on kept helper threads, where
+    a parallel torch op would start an OpenMP team of its own (see :func:`robustvit.utils.run_shared`). The encoder reads (H, W, 3) uint8 images, so the cast
     to uint8 also interleaves the channels (free for a channels_last batch); the decoder's (H, W, 3)
     output is read in place."""
     one = src.dtype.type
