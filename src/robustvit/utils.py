@@ -103,8 +103,8 @@ def check_images(x: torch.Tensor, *, name: str = "images", check_range: bool = T
 
 
 def check_unit_range(lo: float, hi: float, *, name: str = "images") -> None:
-    """The range half of :func:`check_images`, for a minimum and maximum computed elsewhere."""
-    if lo < -1e-6 or hi > 1 + 1e-6:
+    """The range half of :func:`check_images`, for a minimum and maximum computed elsewhere (NaN fails)."""
+    if not (lo >= -1e-6 and hi <= 1 + 1e-6):
         raise RobustvitError(f"{name} must lie in [0, 1], got values in [{lo:.3g}, {hi:.3g}]; "
                              "pass unnormalised images (robustvit models normalise inside)")
 

@@ -135,6 +135,7 @@ def test_errors_are_one_line(kwargs, match):
     (torch.rand(1, 1, 32, 32), "shape"),
     ((torch.rand(1, 3, 32, 32) * 255).to(torch.uint8), "must be float"),
     (torch.rand(1, 3, 32, 32) * 2, r"\[0, 1\]"),
+    (torch.full((1, 3, 32, 32), float("nan")), r"\[0, 1\], got values in \[nan, nan\]"),
 ])
 def test_bad_images(x, match):
     with pytest.raises(RobustvitError, match=match):
@@ -142,14 +143,19 @@ def test_bad_images(x, match):
 
 
 @pytest.mark.parametrize("n", [1, 40])          # one chunk; several chunks on the coding threads
-def test_jpeg_checks_the_range(n):
+@pytest.mark.parametrize("bad, shown", [(-0.25, r"\[-0.25, 1\]"), (1.5, r"\[\S+, 1.5\]"), (float("nan"), r"\[nan, nan\]")])
+def test_jpeg_checks_the_range(n, bad, shown):
+    """jpeg_compression checks the range on its coding threads (corrupt skips its own check for it)."""
     x = torch.rand(n, 3, 64, 64, generator=torch.Generator().manual_seed(0))
-    x[-1, 2, 5, 7] = -0.25                      # in the last chunk
-    with pytest.raises(RobustvitError, match=r"x must lie in \[0, 1\], got values in \[-0.25, ") as e:
+    x[-1, 2, 5, 7] = bad                        # in the last chunk
+    with pytest.raises(RobustvitError, match=r"x must lie in \[0, 1\], got values in " + shown) as e:
         corrupt(x, "jpeg_compression", 2)
     assert "\n" not in str(e.value)
+    with pytest.raises(RobustvitError, match=r"x must lie in \[0, 1\]"):
+        jpeg_roundtrip(x, 50, rounding="floor")
     quality = int(corruption_params("jpeg_compression", 2, "cifar").quality)      # 64 px: the cifar preset
-    assert torch.equal(corrupt(x.clamp(0, 1), "jpeg_compression", 2), jpeg_roundtrip(x.clamp(0, 1), quality))
+    x = x.nan_to_num().clamp(0, 1)
+    assert torch.equal(corrupt(x, "jpeg_compression", 2), jpeg_roundtrip(x, quality))
 
 
 def test_unknown_group():

@@ -92,13 +92,13 @@ def corrupt(x: torch.Tensor, name: str, severity: int, *, seed: int | None = Non
     """
     check_name(name)
     check_severity(severity)
-    check_images(x, name="x")
+    spec = CORRUPTIONS.get(name)
+    check_images(x, name="x", check_range=not spec.checks_range)
     quality = _check_quality(jpeg_quality)
     n, _, h, w = x.shape
     preset = resolve_preset(preset, h, w)
     if n == 0:
         return x.clone()
-    spec = CORRUPTIONS.get(name)
     params = spec.params(severity, preset, size=(h, w) if size_scaling else None)
     g = generator if generator is not None else (default_generator(x.device) if seed is None
                                                    else make_generator(seed, x.device))

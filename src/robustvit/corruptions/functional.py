@@ -415,7 +415,7 @@ for _spec in (
     Corruption("jpeg_compression", "digital", ("quality",), {
         "imagenet": [(25,), (18,), (15,), (10,), (7,)],
         "cifar": [(80,), (65,), (58,), (50,), (40,)]},
-        jpeg_compression, in_range=True),
+        jpeg_compression, in_range=True, checks_range=True),
     Corruption("speckle_noise", "extra", ("c",), {
         "imagenet": [(.15,), (.2,), (.35,), (.45,), (.6,)],
         "cifar": [(.06,), (.1,), (.12,), (.16,), (.2,)]},

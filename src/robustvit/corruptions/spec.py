@@ -65,6 +65,8 @@ class Corruption:
     ``fields``. Fields named in ``spatial`` are lengths in pixels, multiplied by k = image side / preset size;
     ``rescale`` (values, k) adjusts values that follow another rule. ``sample_fn`` is None for a
     deterministic corruption. ``in_range``: ``apply_fn``'s output is already in [0, 1] (no clamp).
+    ``checks_range``: ``apply_fn`` rejects input outside [0, 1] itself, in a pass it makes anyway, so
+    :func:`~robustvit.corruptions.corrupt` skips its own range check.
     ``variant_of``: another implementation of that corruption (named ``base@variant``); variants are not in
     the groups, and the corruptions suite uses one in place of its base when asked to.
     """
@@ -78,6 +80,7 @@ class Corruption:
     spatial: tuple[str, ...] = ()
     rescale: Callable[[dict[str, float], float], None] | None = None
     in_range: bool = False
+    checks_range: bool = False
     variant_of: str | None = None
 
     def __post_init__(self) -> None:
