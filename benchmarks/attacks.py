@@ -112,9 +112,15 @@ def acc(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return (model(x).argmax(1) == y).float().mean().item()
 
 
+#: the name ``--only`` selects each row by
+KEYS = {"PGD-10": "pgd-10", "APGD-CE-100": "apgd-ce-100", "APGD-CE + APGD-T (9 targets)": "apgd-ce+apgd-t",
+        "AutoAttack standard": "autoattack", "Spatial grid 9×9×31": "spatial"}
+
+
 def settings(eps: float, ens_eps: float, autoattack_path: str | None,
              device: torch.device) -> list[tuple[str, dict, str, Callable | None]]:
-    """(label, robustvit create_attack kwargs, reference name, reference factory: model → callable(x, y))."""
+    """(label, robustvit create_attack kwargs, reference name, reference factory: model → callable(x, y)).
+    ``--only`` selects rows by :data:`KEYS`."""
     def ta_pgd(m):
         import torchattacks as ta
         return ta.PGD(m, eps=eps, alpha=eps / 4, steps=10, random_start=True)
@@ -151,6 +157,10 @@ def settings(eps: float, ens_eps: float, autoattack_path: str | None,
 
 
 def run(args: argparse.Namespace) -> dict:
+    only = {o.strip().lower() for o in args.only.split(",") if o.strip()}
+    if only - set(KEYS.values()):
+        raise SystemExit(f"--only: unknown {', '.join(sorted(only - set(KEYS.values())))}; "
+                         f"choose from {', '.join(KEYS.values())}")
     device = torch.device(args.device)
     if args.bf16:
         warnings.warn("--bf16: the model runs under bf16 autocast; robust accuracies can differ from fp32 "
@@ -177,7 +187,7 @@ def run(args: argparse.Namespace) -> dict:
         with torch.no_grad():
             y = model(x).argmax(1)
         for label, kw, ref_name, ref_factory in settings(eps, ens_eps, args.autoattack_path, device):
-            if args.only and not any(o.lower() in label.lower() for o in args.only.split(",")):
+            if only and KEYS[label] not in only:
                 continue
             kw = dict(kw)
             ours = create_attack(kw.pop("name"), model, seed=0, **kw)
@@ -266,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eps", default="8/255")
     p.add_argument("--ens-eps", default="1/255", help="ε of the APGD-CE + APGD-T ensemble")
     p.add_argument("--repeats", type=int, default=None, help="runs per attack, median reported (default 3)")
-    p.add_argument("--only", default="", help="comma-separated substrings of attack labels, e.g. pgd,apgd-ce")
+    p.add_argument("--only", default="", help="comma-separated rows: " + ", ".join(KEYS.values()) + " (default: all)")
     p.add_argument("--checkpoint", default=None, help="SmallCNN weights (attack_agreement.py's cache)")
     p.add_argument("--no-reference", action="store_true", help="robustvit figures only")
     p.add_argument("--autoattack-path", default=None,
