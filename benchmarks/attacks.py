@@ -4,7 +4,8 @@ Settings (L∞): PGD-10 (ε = 8/255, step 2/255, random start), APGD-CE (100 ite
 the APGD-CE + APGD-T ensemble (9 targets, 100 iterations; robustvit ``autoattack`` ``version="custom"``
 vs torchattacks ``MultiAttack([APGD, APGDT])``, at ``--ens-eps``; torchattacks 3.5.1's own AutoAttack
 crashes inside FAB on current torch), AutoAttack standard against the original code (fra31/auto-attack,
-with ``--autoattack-path``; at ``--ens-eps``), and robustvit's spatial grid attack (9 × 9 × 31; no
+with ``--autoattack-path``; at ``--ens-eps``) and, from the same code, its two members FAB-T (9 targets,
+100 iterations) and Square (1,000 queries, the reference's schedule) alone, and robustvit's spatial grid attack (9 × 9 × 31; no
 counterpart: its transforms/s are reported). Models: ``cnn`` (the SmallCNN of
 attack_agreement.py, or ``--checkpoint``) and ``vit`` (robustvit's ``vit_cifar_micro`` if timm is
 installed, else a small pure-torch ViT), random weights unless a checkpoint is given; labels = the
@@ -66,7 +67,7 @@ def build_model(name: str, device: torch.device, checkpoint: str | None, seed: i
     if name == "cnn":
         model = SmallCNN()
         if checkpoint:
-            model.load_state_dict(torch.load(checkpoint, map_location="cpu"))
+            model.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=True))
         desc = "SmallCNN width 16" + (" (trained)" if checkpoint else " (random weights)")
     else:
         try:
@@ -113,8 +114,10 @@ def acc(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 #: the name ``--only`` selects each row by
+SQUARE_QUERIES = 1000
 KEYS = {"PGD-10": "pgd-10", "APGD-CE-100": "apgd-ce-100", "APGD-CE + APGD-T (9 targets)": "apgd-ce+apgd-t",
-        "AutoAttack standard": "autoattack", "Spatial grid 9×9×31": "spatial"}
+        "AutoAttack standard": "autoattack", "FAB-T (9 targets, 100 it.)": "fab-t",
+        f"Square ({SQUARE_QUERIES:,} queries)": "square-1000", "Spatial grid 9×9×31": "spatial"}
 
 
 def settings(eps: float, ens_eps: float, autoattack_path: str | None,
@@ -142,6 +145,19 @@ def settings(eps: float, ens_eps: float, autoattack_path: str | None,
         adversary.logger.log = lambda *a, **k: None           # quiet
         return lambda x, y: adversary.run_standard_evaluation(x, y, bs=len(y))
 
+    def original_member(name: str) -> Callable:
+        def factory(m):
+            if autoattack_path not in sys.path:
+                sys.path.insert(0, autoattack_path)
+            from autoattack import AutoAttack
+            adversary = AutoAttack(m, norm="Linf", eps=ens_eps, version="standard", seed=0, device=str(device))
+            if name == "square":
+                adversary.square.n_queries = SQUARE_QUERIES
+                return adversary.square.perturb
+            adversary.fab.targeted, adversary.fab.n_target_classes = True, 9
+            return adversary.fab.perturb
+        return factory
+
     rows = [
         ("PGD-10", dict(name="pgd", eps=eps, steps=10, step_size=eps / 4), "torchattacks", ta_pgd),
         ("APGD-CE-100", dict(name="apgd-ce", eps=eps, steps=100), "torchattacks", ta_apgd),
@@ -151,8 +167,15 @@ def settings(eps: float, ens_eps: float, autoattack_path: str | None,
         ("Spatial grid 9×9×31", dict(name="spatial"), "", None),
     ]
     if autoattack_path:   # torchattacks' AutoAttack crashes on current torch: the original code instead
-        rows.insert(3, ("AutoAttack standard", dict(name="autoattack", eps=ens_eps, version="standard"),
-                        "original AutoAttack", original_aa))
+        rows[3:3] = [
+            ("AutoAttack standard", dict(name="autoattack", eps=ens_eps, version="standard"),
+             "original AutoAttack", original_aa),
+            ("FAB-T (9 targets, 100 it.)", dict(name="fab-t", eps=ens_eps), "original AutoAttack",
+             original_member("fab-t")),
+            (f"Square ({SQUARE_QUERIES:,} queries)", dict(name="square", eps=ens_eps, n_queries=SQUARE_QUERIES,
+                                                     rescale_schedule=False), "original AutoAttack",
+             original_member("square")),
+        ]
     return rows
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from robustvit.attacks import create_attack
-from robustvit.attacks.fab import lp_norm, project_hyperplane_box
+from robustvit.attacks.fab import MAX_NEWTON, _project_sorted, lp_norm, project_hyperplane_box
 from robustvit.errors import RobustvitError
 
 
@@ -56,15 +56,17 @@ def _reference_projection(t: torch.Tensor, w: torch.Tensor, c: torch.Tensor, nor
     return torch.sign(wf) * torch.minimum(hi * s, room)
 
 
+@pytest.mark.parametrize("max_newton", [MAX_NEWTON, 1, 0])  # 1, 0: most / all rows fall back to the sort
 @pytest.mark.parametrize("norm", ["linf", "l2"])
-def test_projection_matches_bisection_and_constraints(norm):
+def test_projection_matches_bisection_and_constraints(norm, max_newton):
     g = torch.Generator().manual_seed(0)
     t = torch.rand(64, 20, generator=g, dtype=torch.float64)
     w = torch.randn(64, 20, generator=g, dtype=torch.float64)
     w[0, :5] = 0
     c = torch.randn(64, generator=g, dtype=torch.float64) * 2
     c[:16] *= 10  # some rows out of the box's reach
-    d = project_hyperplane_box(t, w, c, norm)
+    t[32:, ::3] = torch.randint(0, 2, (32, 7), generator=g).double()  # pixels at the box's faces (no room)
+    d = project_hyperplane_box(t, w, c, norm, max_newton=max_newton)
     assert (t + d >= -1e-12).all() and (t + d <= 1 + 1e-12).all()
     ref = _reference_projection(t, w, c, norm)
     assert torch.allclose(d, ref, atol=1e-8)
@@ -72,6 +74,21 @@ def test_projection_matches_bisection_and_constraints(norm):
     feasible = (wf.abs() * torch.where(wf > 0, 1 - t, t)).sum(1) >= c.abs()
     assert feasible.any() and (~feasible).any()  # both cases exercised
     assert torch.allclose((w * d).sum(1)[feasible], c[feasible], atol=1e-9)
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_newton_projection_agrees_with_sort_on_image_sized_float32_rows(norm):
+    """FAB's real case: d = 3·32·32 float32 rows, gradient-like w, images with saturated pixels."""
+    g = torch.Generator().manual_seed(2)
+    t = torch.rand(32, 3072, generator=g).clamp(0.05, 0.95).sub(0.05).div(0.9)  # ~5 % of pixels at 0 or 1
+    w = torch.randn(32, 3072, generator=g) * torch.rand(32, 1, generator=g)
+    c = torch.randn(32, generator=g) * torch.logspace(-3, 2, 32)          # from tiny steps to the corner
+    flip = torch.where(c < 0, -1.0, 1.0)
+    exact = _project_sorted(t, w * flip[:, None], c * flip, norm)
+    d = project_hyperplane_box(t, w, c, norm)
+    scale = exact.abs().amax(1, keepdim=True)
+    assert ((d - exact).abs() <= 1e-5 * scale).all()
+    assert ((t + d) >= 0).all() and ((t + d) <= 1).all()
 
 
 def test_projection_without_active_box_is_textbook():
