@@ -151,7 +151,7 @@ def get_model(args: argparse.Namespace, splits: dict, data_name: str, device: to
     torch.manual_seed(args.seed)
     model = SmallCNN(width=args.width).to(device)
     if ckpt.exists():
-        model.load_state_dict(torch.load(ckpt, map_location=device))
+        model.load_state_dict(torch.load(ckpt, map_location=device, weights_only=True))
         print(f"[model] loaded {ckpt}", flush=True)
     else:
         train(model, *splits["train"], epochs=args.epochs, device=device, seed=args.seed)
