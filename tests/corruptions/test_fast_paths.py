@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -61,9 +62,12 @@ def test_threaded_jpeg_equals_pil_image_by_image(layout):
     threads = torch.get_num_threads()
     torch.set_num_threads(2)        # the caller and a helper thread, even on a 1-core runner
     try:
-        out = jpeg_roundtrip(x.contiguous(memory_format=layout), 30)
+        with warnings.catch_warnings(record=True) as caught:     # torchvision's codec deprecation stays quiet,
+            warnings.simplefilter("always")                       # on the helper thread too
+            out = jpeg_roundtrip(x.contiguous(memory_format=layout), 30)
     finally:
         torch.set_num_threads(threads)
+    assert not [w for w in caught if issubclass(w.category, DeprecationWarning)]
     for i in (0, n // 2, n - 1):
         buf = io.BytesIO()
         Image.fromarray(to_uint8(x[i], "round").permute(1, 2, 0).numpy()).save(buf, "JPEG", quality=30)

@@ -9,8 +9,10 @@ same bytes).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -25,6 +27,16 @@ except ImportError:  # pragma: no cover
     encode_jpeg = decode_jpeg = None
 #: torchvision >= 0.29 warns on every codec call (it moves the codecs to TorchCodec); silenced around our calls.
 _CODEC_DEPRECATION = "The image decoding and encoding capabilities of TorchVision are deprecated"
+
+
+@contextlib.contextmanager
+def _quiet_codec() -> Iterator[None]:
+    """Silence torchvision's codec deprecation warning. Entered once by the calling thread around all coding:
+    the warning filters are process-wide and ``catch_warnings`` is not thread-safe, so helper threads that
+    entered it themselves could restore each other's filters and let the warning through."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_CODEC_DEPRECATION, category=DeprecationWarning)
+        yield
 
 
 #: CPU chunk size (values): 8 images of 224 × 224 × 3, 4.8 MB of float32, coded by one thread at a time.
@@ -77,10 +89,8 @@ def _codec(hwc: np.ndarray, quality: int) -> list[np.ndarray]:
             Image.fromarray(img).save(buf, "JPEG", quality=quality)
             decoded.append(np.asarray(Image.open(buf).convert("RGB")).transpose(2, 0, 1))
         return decoded
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_CODEC_DEPRECATION, category=DeprecationWarning)
-        coded = encode_jpeg([torch.from_numpy(img).permute(2, 0, 1) for img in hwc], quality=quality)
-        return [img.numpy() for img in decode_jpeg(coded)]     # (H, W, 3) memory, seen as (3, H, W)
+    coded = encode_jpeg([torch.from_numpy(img).permute(2, 0, 1) for img in hwc], quality=quality)
+    return [img.numpy() for img in decode_jpeg(coded)]     # (H, W, 3) memory, seen as (3, H, W)
 
 
 def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") -> torch.Tensor:
@@ -102,8 +112,7 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") ->
         raise RobustvitError(f"rounding must be 'round' or 'floor', got {rounding!r}")
     if x.device.type == "cuda" and encode_jpeg is not None:
         check_unit_range(*(v.item() for v in torch.aminmax(x)), name="x")
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_CODEC_DEPRECATION, category=DeprecationWarning)
+        with _quiet_codec():
             enc = encode_jpeg(list(to_uint8(x, rounding).unbind(0)), quality=q)
             return torch.stack(decode_jpeg(enc, device=x.device)).to(x.dtype).div_(255)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -113,7 +122,9 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") ->
     offset = _OFFSETS[rounding]
     starts = range(0, len(a), step)
     bounds = np.zeros((len(starts), 2), a.dtype)
-    run_shared([(a[i:i + step], b[i:i + step], q, offset, lim) for i, lim in zip(starts, bounds)], _roundtrip_chunk)
+    with _quiet_codec():
+        run_shared([(a[i:i + step], b[i:i + step], q, offset, lim) for i, lim in zip(starts, bounds)],
+                   _roundtrip_chunk)
     if len(bounds):
         check_unit_range(float(bounds[:, 0].min()), float(bounds[:, 1].max()), name="x")
     return torch.from_numpy(b).to(x.device, x.dtype)
