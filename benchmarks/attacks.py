@@ -4,9 +4,9 @@ Settings (L∞): PGD-10 (ε = 8/255, step 2/255, random start), APGD-CE (100 ite
 the APGD-CE + APGD-T ensemble (9 targets, 100 iterations; robustvit ``autoattack`` ``version="custom"``
 vs torchattacks ``MultiAttack([APGD, APGDT])``, at ``--ens-eps``; torchattacks 3.5.1's own AutoAttack
 crashes inside FAB on current torch), AutoAttack standard against the original code (fra31/auto-attack,
-with ``--autoattack-path``; at ``--ens-eps``) and, from the same code, its two members FAB-T (9 targets,
-100 iterations) and Square (1,000 queries, the reference's schedule) alone, and robustvit's spatial grid attack (9 × 9 × 31; no
-counterpart: its transforms/s are reported). Models: ``cnn`` (the SmallCNN of
+with ``--autoattack-path``; at ``--ens-eps``) and, from the same code, its members FAB-T (9 targets,
+100 iterations) and Square (1,000 queries, the reference's schedule) alone, and robustvit's spatial grid
+attack (9 × 9 × 31; no counterpart: its transforms/s are reported). Models: ``cnn`` (the SmallCNN of
 attack_agreement.py, or ``--checkpoint``) and ``vit`` (robustvit's ``vit_cifar_micro`` if timm is
 installed, else a small pure-torch ViT), random weights unless a checkpoint is given; labels = the
 model's predictions, so every image is attacked. Both libraries run on the same model object, in the
@@ -113,8 +113,9 @@ def acc(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return (model(x).argmax(1) == y).float().mean().item()
 
 
-#: the name ``--only`` selects each row by
+#: Square's budget in its own row (AutoAttack standard uses 5,000)
 SQUARE_QUERIES = 1000
+#: the name ``--only`` selects each row by
 KEYS = {"PGD-10": "pgd-10", "APGD-CE-100": "apgd-ce-100", "APGD-CE + APGD-T (9 targets)": "apgd-ce+apgd-t",
         "AutoAttack standard": "autoattack", "FAB-T (9 targets, 100 it.)": "fab-t",
         f"Square ({SQUARE_QUERIES:,} queries)": "square-1000", "Spatial grid 9×9×31": "spatial"}
