@@ -5,8 +5,8 @@ with a fast adaptive boundary attack", arXiv:1907.02044), L∞ and L2, as used i
 FAB is a white-box *minimum-norm* attack. At the iterate ``x_k`` it linearises the classifier, picks the
 decision hyperplane closest in the attacked norm (``|f_j − f_y| / ‖∇(f_j − f_y)‖_dual``), and projects
 both ``x_k`` and the clean point ``x_0`` onto that hyperplane intersected with the box [0, 1]^d
-(:func:`project_hyperplane_box`: exact, sort + cumulative sums, all samples at once). The next iterate is
-a biased mix of the two, extrapolated by η::
+(:func:`project_hyperplane_box`: exact, Newton's method on a piecewise-linear equation, all samples at
+once). The next iterate is a biased mix of the two, extrapolated by η::
 
     x_{k+1} = clip((1 − α)(x_k + η δ_k) + α(x_0 + η δ_0)),   α = min(‖δ_k‖ / (‖δ_k‖ + ‖δ_0‖), α_max)
 
