@@ -1,15 +1,48 @@
 """The ViT probe: per-block tokens and attention maps, and forwards with parts removed or masked.
 
-``ViTProbe`` supports timm ``VisionTransformer`` models (ViT, DeiT, DeiT-III, robustvit's ``vit_cifar_*``)
-built from pre-norm blocks (``norm1 → attn → ls1``, ``norm2 → mlp → ls2``); an attention module may instead
-expose ``forward_with_attention(x, mask=None) -> (out, attn)`` (FAN's token mixing). The probe runs the
-blocks itself with an explicit (non-fused) attention, so the softmax maps exist only while probing and the
-model is untouched; ``run(..., start=(i, h))`` resumes from the input ``h`` of block ``i`` (reuse of work).
+``ViTProbe`` runs a ViT block by block itself, with an explicit (non-fused) attention, so the softmax maps
+exist only while probing and the model is untouched; ``run(..., start=(i, h))`` resumes from the input ``h``
+of block ``i`` (reuse of work). It reproduces these timm families exactly (block outputs, attention maps and
+logits within 1e-4 relative in float32), each with the attention map the model really multiplies the values
+by:
 
-``BlockProbe`` covers the other families through temporary hooks on the model's own forward: XCiT and Swin
-(blocks with ``attn``/``mlp``; fused attention is switched off only during a run and restored), FAN, and
-CNNs (timm ResNets / ConvNeXt, robustvit's ``resnet_cifar18``: residual blocks, stage outputs).
-``make_probe(model)`` picks the right one.
+* ``VisionTransformer`` (ViT, DeiT, DeiT-III, robustvit's ``vit_cifar_*``, hybrid ViTs) with pre-norm
+  ``Block`` (LayerScale ``ls1``/``ls2``, qk-norm, scale-norm ``attn.norm``, gated attention) or post-norm
+  ``ResPostBlock`` (``x + norm1(attn(x))``); a CLS token or none (``class_token=False``), registers
+  (``reg_tokens``), ``no_embed_class``, ``norm_pre``, any head timm's ``forward_head`` implements
+  (token / average pooling, ``fc_norm``, attention pooling ``global_pool='map'``);
+* ``VisionTransformerDistilled`` (DeiT distilled: CLS + distillation token, the two heads averaged);
+* parallel blocks: ``ParallelScalingBlock`` (ViT-22B style, attention and MLP from one fused input
+  projection; the attention or MLP branch can be removed when their output projections are separate) and
+  ``ParallelThingsBlock`` (several attention and MLP branches; their maps are concatenated along the head
+  axis: ``heads = num_parallel · num_heads``);
+* ``Beit`` (relative position bias per block or shared, q/v biases, LayerScale ``gamma_1``/``gamma_2``);
+* ``Eva`` (EVA-02: rotary position embedding on the patch tokens, SwiGLU, q/v biases, scale-norm,
+  ``EvaBlock`` and ``EvaBlockPostNorm``) with ``EvaAttention``;
+* ``Cait``: its self-attention blocks (talking-heads attention; the reported map is the one after the
+  post-softmax head mixing ``proj_w``, which multiplies the values — its rows need not sum to 1) then the
+  class-attention blocks inside the head; there is no CLS token among the probed tokens, and masks are
+  refused (talking heads mix the heads after the softmax, so a mask would not stay a mask).
+
+An attention module may also expose ``forward_with_attention(x, mask=None) -> (out, attn)``.
+
+**The probe checks itself**: ``verify(x)`` runs the model's own forward (through the wrapper) with hooks on
+its real blocks and fused attention off (the maps read at ``attn_drop``), and compares block outputs,
+attention maps and logits with the probe's recomputation (relative error ‖a − b‖ / ‖b‖ ≤ 1e-4 in float32);
+a mismatch raises ``RobustvitError`` naming the model, the first differing block and the error. It runs by
+itself on the first batch of each input size the probe sees (one extra forward, once). Anything else —
+other attention or block classes, other model classes (``VisionTransformerRelPos``, XCiT, Swin, …) — is
+refused at construction, and ``make_probe`` falls back to ``BlockProbe``.
+
+Every probe goes through the wrapper: its logits are ``wrapper(x)`` — normalisation *and* class map.
+``has_class_token``, ``num_prefix_tokens`` (CLS + registers + distillation token), ``num_registers`` and
+``patch_tokens`` (the slice of patch tokens) describe the probed token sequence.
+
+``BlockProbe`` covers the other families through temporary hooks on the model's own forward (exact by
+construction): XCiT and Swin (blocks with ``attn``/``mlp``; fused attention is switched off only during a
+run and restored), ``VisionTransformerRelPos``, FAN, and CNNs (timm ResNets / ConvNeXt, robustvit's
+``resnet_cifar18``: residual blocks, stage outputs). It refuses in one line what it cannot read (attention
+maps of blocks without one attention module). ``make_probe(model)`` picks the right one.
 
 Used by the analyses of Bhojanapalli et al. 2021 (arXiv:2103.14586) — layer correlation, lesion study
 (drop a block / its attention / its MLP), restricted attention (masks) — and by attention distance
@@ -26,15 +59,21 @@ Used by the analyses of Bhojanapalli et al. 2021 (arXiv:2103.14586) — layer co
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from robustvit.errors import RobustvitError
 from robustvit.models.wrapper import Normalized
 
-SUPPORTED = "timm VisionTransformer models (vit_*, deit_*, deit3_*, vit_cifar_*)"
+SUPPORTED = ("timm VisionTransformer models (vit_*, deit_*, deit3_*, vit_cifar_*; pre-norm, post-norm and parallel "
+             "blocks), VisionTransformerDistilled, Beit, Eva and Cait")
 REMOVE_MODES = ("block", "attn", "mlp")
+#: relative error ‖a − b‖ / ‖b‖ the self-check allows (float32; half precision gets HALF_TOLERANCE)
+TOLERANCE = 1e-4
+HALF_TOLERANCE = 2e-2
 
 
 @dataclass
@@ -44,52 +83,203 @@ class ProbeOutput:
     attentions: list[torch.Tensor] = field(default_factory=list)   # per block: (N, heads, T, T)
 
 
+def _classes() -> dict[str, Any]:
+    """timm's classes the probe reproduces (imported lazily; absent ones are skipped)."""
+    import importlib
+
+    out: dict[str, Any] = {}
+    for mod, names in (("timm.models.vision_transformer", ("VisionTransformer", "Block", "ResPostBlock",
+                                                           "ParallelScalingBlock", "ParallelThingsBlock")),
+                       ("timm.layers", ("Attention",)),
+                       ("timm.models.deit", ("VisionTransformerDistilled",)),
+                       ("timm.models.beit", ("Beit",)),
+                       ("timm.models.eva", ("Eva", "EvaBlock", "EvaBlockPostNorm", "EvaAttention")),
+                       ("timm.models.cait", ("Cait", "LayerScaleBlock", "TalkingHeadAttn"))):
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        for n in names:
+            if hasattr(m, n):
+                out[f"{mod.rsplit('.', 1)[-1]}.{n}"] = getattr(m, n)
+    try:
+        import timm.models.beit as beit
+        out["beit.Block"], out["beit.Attention"] = beit.Block, beit.Attention
+    except ImportError:
+        pass
+    return out
+
+
+def _is(obj: Any, *keys: str) -> bool:
+    """``obj`` is exactly one of timm's classes ``keys`` (subclasses may change the maths: not accepted)."""
+    cls = _classes()
+    return any(type(obj) is cls.get(k) for k in keys)
+
+
+def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    if a.shape != b.shape:
+        return float("inf")
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
 class ViTProbe:
     """Run a ViT block by block. ``model``: a ``Normalized`` wrapper or a bare timm ViT (then inputs
-    are passed to it as they are)."""
+    are passed to it as they are). ``check``: verify against the model's own forward on the first batch of
+    each input size (see :meth:`verify`)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, *, check: bool = True) -> None:
         self.wrapper = model if isinstance(model, Normalized) else None
+        self.model = model
         self.net = model.net if isinstance(model, Normalized) else model
         net = self.net
+        name = type(net).__name__
+        self.arch = ("vit" if _is(net, "vision_transformer.VisionTransformer", "deit.VisionTransformerDistilled")
+                     else "beit" if _is(net, "beit.Beit") else "eva" if _is(net, "eva.Eva")
+                     else "cait" if _is(net, "cait.Cait") else None)
         blocks = getattr(net, "blocks", None)
-        ok = (hasattr(net, "patch_embed") and hasattr(net, "_pos_embed") and isinstance(blocks, nn.Sequential)
-              and len(blocks) > 0 and all(hasattr(b, a) for b in blocks for a in ("norm1", "attn", "norm2", "mlp"))
-              and all(hasattr(b.attn, "qkv") or hasattr(b.attn, "forward_with_attention") for b in blocks))
-        if not ok:
-            raise RobustvitError(f"the ViT probe does not support {type(net).__name__}; it supports {SUPPORTED}")
-        self.blocks: nn.Sequential = blocks
+        if self.arch is None or not isinstance(blocks, (nn.Sequential, nn.ModuleList)) or not len(blocks) \
+                or not hasattr(net, "patch_embed"):
+            raise RobustvitError(f"the ViT probe does not support {name}; it supports {SUPPORTED}")
+        if self.arch == "eva" and (getattr(net, "dynamic_img_size", False) or getattr(net, "patch_drop", None) is not None):
+            raise RobustvitError(f"the ViT probe does not support {name} with dynamic_img_size or patch dropout "
+                                 "(their rotary embedding depends on the input); use make_probe")
+        self.kinds = [self._block_kind(b, i) for i, b in enumerate(blocks)]
+        self.blocks = blocks
         self.num_blocks = len(blocks)
-        self.num_heads = int(getattr(blocks[0].attn, "num_heads", 1))
+        self.num_heads = self._heads(blocks[0], self.kinds[0])
         self.family = "vit"
-        self.remove_modes = REMOVE_MODES
+        fused_out = any(k == "parallel_scaling" and b.out_proj is not None for k, b in zip(self.kinds, blocks))
+        self.remove_modes = ("block",) if fused_out else REMOVE_MODES
         self.can_start = True
+        self.maskable = self.arch != "cait"
         self.stages = [list(range(self.num_blocks))]
-        self.num_prefix_tokens = int(getattr(net, "num_prefix_tokens", 1))
+        if self.arch == "cait":       # the class token joins only in the class-attention blocks (the head)
+            self.has_class_token, self.num_prefix_tokens, self.num_registers = False, 0, 0
+        else:
+            self.has_class_token = getattr(net, "cls_token", None) is not None
+            self.num_prefix_tokens = int(getattr(net, "num_prefix_tokens", int(self.has_class_token)))
+            reg = getattr(net, "reg_token", None)
+            self.num_registers = int(reg.shape[1]) if isinstance(reg, torch.Tensor) else 0
         grid = getattr(net.patch_embed, "grid_size", None)
         self.grid_size = tuple(int(g) for g in grid) if grid is not None else None
         ps = getattr(net.patch_embed, "patch_size", None)
         self.patch_size = int(ps[0] if isinstance(ps, (tuple, list)) else ps) if ps is not None else None
+        self.check = check
+        self._verified: set[tuple[int, ...]] = set()
+        self._failure: str | None = None
+
+    # ---- what the probe supports ------------------------------------------------------------------
+    def _block_kind(self, blk: nn.Module, i: int) -> str:
+        def refuse(what: str) -> RobustvitError:
+            return RobustvitError(f"the ViT probe does not support {type(self.net).__name__}: block {i} "
+                                  f"({type(blk).__name__}) has {what}; use make_probe (hooks on the model's own forward)")
+        if "forward" in blk.__dict__:
+            raise refuse("a replaced forward")
+        if _is(blk, "vision_transformer.ParallelScalingBlock"):
+            return "parallel_scaling"
+        if _is(blk, "vision_transformer.ParallelThingsBlock"):
+            for br in blk.attns:
+                self._check_attention(br.attn, refuse)
+            return "parallel_things"
+        allowed = {"vit": ("vision_transformer.Block", "vision_transformer.ResPostBlock"),
+                   "beit": ("beit.Block",), "eva": ("eva.EvaBlock", "eva.EvaBlockPostNorm"),
+                   "cait": ("cait.LayerScaleBlock",)}[self.arch]
+        if not _is(blk, *allowed):
+            raise refuse("an unsupported block type")
+        self._check_attention(blk.attn, refuse)
+        return "post" if _is(blk, "vision_transformer.ResPostBlock", "eva.EvaBlockPostNorm") else "pre"
+
+    def _check_attention(self, attn: nn.Module, refuse: Callable[[str], RobustvitError]) -> None:
+        if hasattr(attn, "forward_with_attention"):
+            return
+        if "forward" in attn.__dict__:
+            raise refuse("an attention with a replaced forward")
+        ok = {"vit": ("layers.Attention",), "beit": ("beit.Attention",), "eva": ("eva.EvaAttention",),
+              "cait": ("cait.TalkingHeadAttn",)}[self.arch]
+        if not _is(attn, *ok):
+            raise refuse(f"an unsupported attention ({type(attn).__name__})")
+        if self.arch == "eva" and (attn.q_proj is not None and attn.qkv is not None):
+            raise refuse("an unsupported attention layout")
+
+    @staticmethod
+    def _heads(blk: nn.Module, kind: str) -> int:
+        if kind == "parallel_scaling":
+            return int(blk.num_heads)
+        if kind == "parallel_things":
+            return int(sum(getattr(b.attn, "num_heads", 1) for b in blk.attns))
+        return int(getattr(blk.attn, "num_heads", 1))
 
     @property
     def num_tokens(self) -> int:
         assert self.grid_size is not None
         return self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
 
+    @property
+    def patch_tokens(self) -> slice:
+        """The patch tokens of a probed sequence: ``tokens[:, probe.patch_tokens]``."""
+        return slice(self.num_prefix_tokens, None)
+
+    # ---- embedding and head -----------------------------------------------------------------------
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise (if wrapped), patch-embed, add positions/prefix tokens: (N, T, D)."""
+        """Normalise (if wrapped), patch-embed, add positions/prefix tokens: (N, T, D). The first batch of
+        each input size is checked against the model's own forward first (see :meth:`verify`)."""
+        if self.check and (self._failure is not None or tuple(x.shape[2:]) not in self._verified):
+            self.verify(x)
+        return self._embed(x)
+
+    def _embed(self, x: torch.Tensor) -> torch.Tensor:
         net = self.net
         if self.wrapper is not None:
             x = (x - self.wrapper.mean.to(x.dtype)) / self.wrapper.std.to(x.dtype)
         h = net.patch_embed(x)
-        h = net._pos_embed(h)
-        h = net.patch_drop(h) if hasattr(net, "patch_drop") else h
-        return net.norm_pre(h) if hasattr(net, "norm_pre") else h
+        if self.arch == "vit":
+            h = net._pos_embed(h)
+            h = net.patch_drop(h) if hasattr(net, "patch_drop") else h
+            return net.norm_pre(h) if hasattr(net, "norm_pre") else h
+        if self.arch == "beit":
+            h = torch.cat((net.cls_token.expand(h.shape[0], -1, -1), h), dim=1)
+            if net.pos_embed is not None:
+                h = h + net.pos_embed
+            return net.pos_drop(h)
+        if self.arch == "eva":
+            h, _ = net._pos_embed(h)
+            return net.norm_pre(h)
+        h = h + net.pos_embed          # cait
+        return net.pos_drop(h)
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
-        return self.net.forward_head(self.net.norm(h))
+        """Final norm and the model's own head, then the wrapper's class map: ``wrapper(x)``'s logits."""
+        net = self.net
+        if self.arch == "cait" and getattr(net, "blocks_token_only", None) is not None:
+            if hasattr(net, "forward_cls"):
+                h = net.forward_cls(h)
+            else:
+                cls = net.cls_token.expand(h.shape[0], -1, -1)
+                for blk in net.blocks_token_only:
+                    cls = blk(h, cls)
+                h = torch.cat((cls, h), dim=1)
+        logits = net.forward_head(net.norm(h))
+        index = getattr(self.wrapper, "class_index", None)
+        if index is not None:        # the wrapper's class map (Normalized.forward)
+            logits = logits[:, index].amax(-1)
+        return logits
 
-    def run(self, x: torch.Tensor, *, tokens: bool = True, attentions: bool = False,
+    def _context(self) -> dict[str, Any]:
+        """Per-run inputs of the blocks that do not depend on the image (BEiT's shared bias, EVA's rope)."""
+        net = self.net
+        if self.arch == "beit":
+            return {"shared": net.rel_pos_bias() if getattr(net, "rel_pos_bias", None) is not None else None}
+        if self.arch == "eva":
+            rope = None
+            if net.rope is not None:
+                rope = (net.rope.get_embed() if hasattr(net.rope, "feat_shape")
+                        else net.rope.get_embed(shape=net.patch_embed.grid_size))
+            return {"rope": rope, "mixed": bool(getattr(net, "rope_mixed", False))}
+        return {}
+
+    # ---- the run ----------------------------------------------------------------------------------
+    def run(self, x: torch.Tensor | None, *, tokens: bool = True, attentions: bool = False,
             remove: dict[int, str] | None = None,
             attn_mask: torch.Tensor | dict[int, torch.Tensor] | None = None,
             start: tuple[int, torch.Tensor] | None = None) -> ProbeOutput:
@@ -103,62 +293,225 @@ class ViTProbe:
         """
         remove = dict(remove or {})
         for i, mode in remove.items():
-            if not 0 <= i < self.num_blocks or mode not in REMOVE_MODES:
+            if not 0 <= i < self.num_blocks or mode not in self.remove_modes:
                 raise RobustvitError(f"remove={{{i}: {mode!r}}} is invalid; blocks are 0..{self.num_blocks - 1} "
-                                     f"and modes {', '.join(REMOVE_MODES)}")
+                                     f"and modes {', '.join(self.remove_modes)}")
+        if attn_mask is not None and not self.maskable:
+            raise RobustvitError(f"attention masks are not defined for {type(self.net).__name__} (talking-heads "
+                                 "attention mixes heads after the softmax)")
+        if start is None and x is None:
+            raise RobustvitError("ViTProbe.run needs images x or start=(block, tokens)")
+        return self._run(x, tokens, attentions, remove, attn_mask, start)
+
+    def _run(self, x: torch.Tensor | None, tokens: bool, attentions: bool, remove: dict[int, str],
+             attn_mask: Any, start: tuple[int, torch.Tensor] | None) -> ProbeOutput:
         out = ProbeOutput(logits=torch.empty(0))
         first, h = (0, self.embed(x)) if start is None else start
+        ctx = self._context()
         for i, blk in enumerate(self.blocks):
             if i < first:
                 continue
+            if self.arch == "eva" and ctx["mixed"] and ctx["rope"] is not None:
+                ctx = {**ctx, "block_rope": ctx["rope"][i]}
             mode = remove.get(i)
             mask = attn_mask.get(i) if isinstance(attn_mask, dict) else attn_mask
+            a_map = None
             if mode != "block":
-                if mode != "attn":
-                    a_out, a_map = self._attention(blk.attn, blk.norm1(h), mask, attentions)
-                    h = h + _branch(blk, 1, a_out)
-                    if attentions:
-                        out.attentions.append(a_map)
-                elif attentions:
-                    out.attentions.append(torch.zeros(h.shape[0], self.num_heads, h.shape[1], h.shape[1], device=h.device))
-                if mode != "mlp":
-                    h = h + _branch(blk, 2, blk.mlp(blk.norm2(h)))
-            elif attentions:
-                out.attentions.append(torch.zeros(h.shape[0], self.num_heads, h.shape[1], h.shape[1], device=h.device))
+                h, a_map = self._block(blk, self.kinds[i], h, mask, attentions, mode, ctx)
+            if attentions:
+                out.attentions.append(a_map if a_map is not None else
+                                      h.new_zeros(h.shape[0], self.num_heads, h.shape[1], h.shape[1]))
             if tokens:
                 out.tokens.append(h)
         out.logits = self.head(h)
         return out
 
-    @staticmethod
-    def _attention(attn: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
-                   keep_map: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """timm's attention with an explicit softmax map (same maths as its non-fused path), or the module's
-        own ``forward_with_attention(x, mask=mask)`` when it has one (FAN)."""
+    def _block(self, blk: nn.Module, kind: str, h: torch.Tensor, mask: Any, keep: bool, mode: str | None,
+               ctx: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One block's output and attention map (None when its attention is removed)."""
+        a_map = None
+        if kind == "parallel_scaling":
+            return self._parallel_scaling(blk, h, mask, keep, mode)
+        if kind == "parallel_things":
+            if mode != "attn":
+                outs, maps = [], []
+                for br in blk.attns:
+                    o, a = self._attention(br.attn, br.norm(h), mask, keep, ctx)
+                    outs.append(br.drop_path(br.ls(o)))
+                    maps.append(a)
+                h = h + torch.stack(outs).sum(dim=0)
+                a_map = torch.cat(maps, 1) if keep else None
+            if mode != "mlp":
+                h = h + torch.stack([ffn(h) for ffn in blk.ffns]).sum(dim=0)
+            return h, a_map
+        if kind == "post":                         # x + drop_path(norm1(attn(x))), x + drop_path(norm2(mlp(x)))
+            if mode != "attn":
+                o, a_map = self._attention(blk.attn, h, mask, keep, ctx)
+                h = h + _drop_path(blk, 1, blk.norm1(o))
+            if mode != "mlp":
+                h = h + _drop_path(blk, 2, blk.norm2(blk.mlp(h)))
+            return h, a_map
+        if mode != "attn":                           # pre-norm
+            o, a_map = self._attention(blk.attn, blk.norm1(h), mask, keep, ctx)
+            h = h + _drop_path(blk, 1, _scale(blk, 1, o))
+        if mode != "mlp":
+            h = h + _drop_path(blk, 2, _scale(blk, 2, blk.mlp(blk.norm2(h))))
+        return h, a_map
+
+    def _parallel_scaling(self, blk: nn.Module, h: torch.Tensor, mask: Any, keep: bool,
+                          mode: str | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """timm's ``ParallelScalingBlock`` (Dehghani et al. 2023, arXiv:2302.05442)."""
+        B, N, C = h.shape
+        y = blk.in_proj(blk.in_norm(h))
+        x_mlp, q, k, v = torch.split(y, blk.in_split, dim=-1)
+        if blk.mlp_bias is not None:
+            x_mlp = x_mlp + blk.mlp_bias
+        q = blk.q_norm(q.view(B, N, blk.num_heads, blk.head_dim)).transpose(1, 2)
+        k = blk.k_norm(k.view(B, N, blk.num_heads, blk.head_dim)).transpose(1, 2)
+        v = v.view(B, N, blk.num_heads, blk.head_dim).transpose(1, 2)
+        a = _softmax_map((q * blk.scale) @ k.transpose(-2, -1), mask)
+        a = blk.attn_drop(a)
+        x_attn = (a @ v).transpose(1, 2).reshape(B, N, C)
+        x_mlp = blk.mlp_drop(blk.mlp_act(x_mlp))
+        if blk.out_proj is not None:
+            y = blk.out_proj(torch.cat((x_attn, x_mlp), dim=-1))
+        elif mode == "attn":
+            y = blk.mlp_out_proj(x_mlp)
+        elif mode == "mlp":
+            y = blk.attn_out_proj(x_attn)
+        else:
+            y = blk.attn_out_proj(x_attn) + blk.mlp_out_proj(x_mlp)
+        return h + blk.drop_path(blk.ls(y)), (a if keep and mode != "attn" else None)
+
+    def _attention(self, attn: nn.Module, x: torch.Tensor, mask: Any, keep: bool,
+                   ctx: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The attention module's output and its map, with timm's maths (its non-fused path), or the
+        module's own ``forward_with_attention(x, mask=mask)`` when it has one (FAN)."""
         if hasattr(attn, "forward_with_attention"):
             o, a = attn.forward_with_attention(x, mask=mask)
-            return o, (a if keep_map else None)
-        B, N, _ = x.shape
+            return o, (a if keep else None)
+        B, N, C = x.shape
         heads = attn.num_heads
+        if self.arch == "cait":                     # talking heads (Shazeer et al. 2020, arXiv:2003.02436)
+            qkv = attn.qkv(x).reshape(B, N, 3, heads, C // heads).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv[0] * attn.scale, qkv[1], qkv[2]
+            logits = attn.proj_l((q @ k.transpose(-2, -1)).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            a = attn.proj_w(logits.softmax(dim=-1).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            a = attn.attn_drop(a)
+            o = (a @ v).transpose(1, 2).reshape(B, N, C)
+            return attn.proj_drop(attn.proj(o)), (a if keep else None)
         gate = attn.gate(x).sigmoid() if getattr(attn, "gate", None) is not None else None
-        qkv = attn.qkv(x).reshape(B, N, 3, heads, -1).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)
-        q, k = attn.q_norm(q), attn.k_norm(k)
-        logits = (q * attn.scale) @ k.transpose(-2, -1)
-        if mask is not None:
-            mask = mask.to(logits.device)
-            if mask.dtype == torch.bool:
-                logits = logits.masked_fill(~mask, float("-inf"))
+        if self.arch in ("beit", "eva") and getattr(attn, "qkv", None) is not None:
+            if attn.q_bias is None:
+                qkv = attn.qkv(x)
             else:
-                logits = logits + mask.to(logits.dtype)
-        a = logits.softmax(dim=-1)
-        a = attn.attn_drop(a)
+                bias = torch.cat((attn.q_bias, attn.k_bias, attn.v_bias))
+                if attn.qkv_bias_separate:
+                    qkv = attn.qkv(x)
+                    qkv += bias
+                else:
+                    qkv = F.linear(x, weight=attn.qkv.weight, bias=bias)
+            q, k, v = qkv.reshape(B, N, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        elif self.arch == "eva":
+            q = attn.q_proj(x).reshape(B, N, heads, -1).transpose(1, 2)
+            k = attn.k_proj(x).reshape(B, N, heads, -1).transpose(1, 2)
+            v = attn.v_proj(x).reshape(B, N, heads, -1).transpose(1, 2)
+        else:
+            q, k, v = attn.qkv(x).reshape(B, N, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        if self.arch != "beit":
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        if self.arch == "eva":
+            rope = ctx.get("block_rope", ctx.get("rope"))
+            if rope is not None:
+                from timm.layers import apply_rot_embed_cat
+                npt, half = attn.num_prefix_tokens, getattr(attn, "rotate_half", False)
+                q = torch.cat([q[:, :, :npt], apply_rot_embed_cat(q[:, :, npt:], rope, half=half)], 2).type_as(v)
+                k = torch.cat([k[:, :, :npt], apply_rot_embed_cat(k[:, :, npt:], rope, half=half)], 2).type_as(v)
+        logits = (q * attn.scale) @ k.transpose(-2, -1)
+        if self.arch == "beit":
+            if attn.relative_position_bias_table is not None:
+                logits = logits + attn._get_rel_pos_bias()
+            if ctx.get("shared") is not None:
+                logits = logits + ctx["shared"]
+        a = attn.attn_drop(_softmax_map(logits, mask))
         o = (a @ v).transpose(1, 2).reshape(B, N, -1)
-        o = attn.norm(o) if hasattr(attn, "norm") else o
+        o = attn.norm(o) if isinstance(getattr(attn, "norm", None), nn.Module) else o
         if gate is not None:
             o = o * gate
         o = attn.proj_drop(attn.proj(o))
-        return o, (a if keep_map else None)
+        return o, (a if keep else None)
+
+    # ---- the self-check ---------------------------------------------------------------------------
+    def verify(self, x: torch.Tensor) -> dict[str, float]:
+        """Compare the probe with the model's own forward on ``x`` (at most 8 images): block outputs,
+        attention maps (where the model exposes them: fused attention off, the input of ``attn_drop``) and
+        logits, in eval mode. Returns the largest relative errors; raises ``RobustvitError`` (one line) on a
+        mismatch. Modes and fused-attention flags are restored."""
+        if self._failure is not None:
+            raise RobustvitError(self._failure)
+        x = x[:8].detach()
+        self._verified.add(tuple(x.shape[2:]))
+        modes = {m: m.training for m in self.model.modules()}
+        real_blocks: list[torch.Tensor | None] = [None] * self.num_blocks
+        real_maps: dict[int, list[torch.Tensor]] = {}
+        handles, fused = [], []
+        try:
+            self.model.eval()
+            for i, blk in enumerate(self.blocks):
+                handles.append(blk.register_forward_hook(
+                    lambda m, a, y, i=i: real_blocks.__setitem__(i, y)))
+                for src in _map_sources(blk, self.kinds[i]):
+                    if hasattr(src, "fused_attn"):
+                        fused.append((src, src.fused_attn))
+                        src.fused_attn = False
+                    handles.append(src.attn_drop.register_forward_hook(
+                        lambda m, a, y, i=i: real_maps.setdefault(i, []).append(a[0])))
+            with torch.no_grad():
+                real_logits = self.model(x)
+                for h in handles:
+                    h.remove()
+                handles = []
+                for src, f in fused:
+                    src.fused_attn = f
+                fused = []
+                mine = self._run(None, True, True, {}, None, (0, self._embed(x)))
+        finally:
+            for h in handles:
+                h.remove()
+            for src, f in fused:
+                src.fused_attn = f
+            for m, t in modes.items():
+                m.training = t
+        dtype = real_logits.dtype if real_logits.is_floating_point() else torch.float32
+        tol = TOLERANCE if dtype in (torch.float32, torch.float64) else HALF_TOLERANCE
+        errors = {"blocks": 0.0, "attention": 0.0, "logits": 0.0}
+        name = type(self.net).__name__
+        for i in range(self.num_blocks):
+            real = real_blocks[i]
+            err = float("inf") if real is None else _rel_err(mine.tokens[i], real[0] if isinstance(real, tuple) else real)
+            errors["blocks"] = max(errors["blocks"], err)
+            if err > tol:
+                self._fail(f"the ViT probe does not reproduce {name}: block {i} ({type(self.blocks[i]).__name__}) "
+                           f"differs from the model's own forward by {err:.2e} relative (> {tol:g}); the probe does "
+                           "not support this block type — use make_probe (hooks on the model's own forward)")
+            if i in real_maps and len(real_maps[i]) == len(_map_sources(self.blocks[i], self.kinds[i])):
+                err = _rel_err(mine.attentions[i], torch.cat(real_maps[i], 1))
+                errors["attention"] = max(errors["attention"], err)
+                if err > tol:
+                    self._fail(f"the ViT probe does not reproduce {name}: the attention map of block {i} "
+                               f"({type(self.blocks[i]).__name__}) differs from the model's by {err:.2e} relative "
+                               f"(> {tol:g}); the probe does not support this attention type — use make_probe")
+        err = _rel_err(mine.logits, real_logits)
+        errors["logits"] = err
+        if err > tol:
+            self._fail(f"the ViT probe does not reproduce {name}: its logits differ from the model's (wrapper's) "
+                       f"forward by {err:.2e} relative (> {tol:g}) while every block matches; the probe does not "
+                       "support this head — use make_probe (hooks on the model's own forward)")
+        return errors
+
+    def _fail(self, msg: str) -> None:
+        self._failure = msg
+        raise RobustvitError(msg)
 
     def patch_positions(self) -> torch.Tensor:
         """(P, 2) centre of each patch in pixels (row, col), in token order (prefix tokens excluded)."""
@@ -168,22 +521,53 @@ class ViTProbe:
         return (torch.stack([r.flatten(), c.flatten()], 1).float() + 0.5) * self.patch_size
 
 
-def _branch(blk: nn.Module, i: int, y: torch.Tensor) -> torch.Tensor:
-    """A residual branch's output after its LayerScale (``ls{i}`` module or ``gamma{i}`` tensor) and drop-path."""
+def _map_sources(blk: nn.Module, kind: str) -> list[nn.Module]:
+    """The modules whose ``attn_drop`` input is the block's real attention map (in head order)."""
+    if kind == "parallel_scaling":
+        return [blk]
+    if kind == "parallel_things":
+        return [b.attn for b in blk.attns if hasattr(b.attn, "attn_drop")]
+    a = getattr(blk, "attn", None)
+    return [a] if a is not None and hasattr(a, "attn_drop") and not hasattr(a, "forward_with_attention") else []
+
+
+def _softmax_map(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax over keys of the attention logits with a bool (True = may attend) or additive mask."""
+    if mask is not None:
+        mask = mask.to(logits.device)
+        if mask.dtype == torch.bool:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        else:
+            logits = logits + mask.to(logits.dtype)
+    return logits.softmax(dim=-1)
+
+
+def _scale(blk: nn.Module, i: int, y: torch.Tensor) -> torch.Tensor:
+    """A residual branch after its LayerScale: ``ls{i}`` module, or ``gamma_{i}`` / ``gamma{i}`` tensor."""
     ls = getattr(blk, f"ls{i}", None)
     if ls is not None:
-        y = ls(y)
-    elif isinstance(getattr(blk, f"gamma{i}", None), torch.Tensor):
-        y = getattr(blk, f"gamma{i}") * y
+        return ls(y)
+    g = getattr(blk, f"gamma_{i}", None)
+    if g is None:
+        g = getattr(blk, f"gamma{i}", None)
+    return g * y if isinstance(g, torch.Tensor) else y
+
+
+def _drop_path(blk: nn.Module, i: int, y: torch.Tensor) -> torch.Tensor:
     dp = getattr(blk, f"drop_path{i}", None) or getattr(blk, "drop_path", None)
     return dp(y) if dp is not None else y
+
+
+def _branch(blk: nn.Module, i: int, y: torch.Tensor) -> torch.Tensor:
+    """A residual branch's output after its LayerScale and drop-path (kept for callers of the old name)."""
+    return _drop_path(blk, i, _scale(blk, i, y))
 
 
 # ---------------------------------------------------------------------------------------------------------
 # BlockProbe: the other families, through temporary hooks on the model's own forward
 # ---------------------------------------------------------------------------------------------------------
-BLOCK_PROBE_SUPPORTS = ("XCiT, Swin (v1), FAN (attention with forward_with_attention), timm ResNets / ConvNeXt "
-                        "and resnet_cifar18")
+BLOCK_PROBE_SUPPORTS = ("XCiT, Swin (v1), VisionTransformerRelPos, FAN (attention with forward_with_attention), "
+                        "timm ResNets / ConvNeXt and resnet_cifar18")
 
 
 def find_blocks(net: nn.Module) -> tuple[str, list[nn.Module], list[list[int]]]:
@@ -261,12 +645,32 @@ class BlockProbe:
         self.patch_size = int(ps[0] if isinstance(ps, (tuple, list)) else ps) if ps else None
         size = spec.image_size if spec is not None else None
         self.grid_size = (size // self.patch_size,) * 2 if size and self.patch_size and self.kind == "transformer" else None
-        self.num_prefix_tokens = 0
+        # prefix tokens inside the blocks: none where the class token joins after them (XCiT, CaiT, FAN)
+        late_cls = any(hasattr(self.net, a) for a in ("cls_attn_blocks", "blocks_token_only"))
+        inside = self.kind == "transformer" and not late_cls
+        self.num_prefix_tokens = int(getattr(self.net, "num_prefix_tokens", 0) or 0) if inside else 0
+        self.has_class_token = inside and self.num_prefix_tokens > 0 and getattr(self.net, "cls_token", None) is not None
+        reg = getattr(self.net, "reg_token", None)
+        self.num_registers = int(reg.shape[1]) if inside and isinstance(reg, torch.Tensor) else 0
 
     @property
     def num_tokens(self) -> int:
         assert self.grid_size is not None
-        return self.grid_size[0] * self.grid_size[1]
+        return self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
+
+    @property
+    def patch_tokens(self) -> slice:
+        """The patch tokens of a probed sequence: ``tokens[:, probe.patch_tokens]``."""
+        return slice(self.num_prefix_tokens, None)
+
+    def verify(self, x: torch.Tensor) -> dict[str, float]:
+        """The hooks run the model's own forward: exact by construction; only the logits are compared."""
+        with torch.no_grad():
+            err = _rel_err(self.run(x[:8], tokens=False).logits, self.model(x[:8]))
+        if err > TOLERANCE:
+            raise RobustvitError(f"the block probe's forward of {type(self.net).__name__} differs from the model's "
+                                 f"by {err:.2e} relative; the model's forward is not deterministic")
+        return {"logits": err}
 
     def _tokens(self, y: torch.Tensor | tuple) -> torch.Tensor:
         y = y[0] if isinstance(y, (tuple, list)) else y
@@ -283,6 +687,10 @@ class BlockProbe:
             if not 0 <= i < self.num_blocks or mode not in self.remove_modes:
                 raise RobustvitError(f"remove={{{i}: {mode!r}}} is invalid; blocks are 0..{self.num_blocks - 1} "
                                      f"and modes {', '.join(self.remove_modes)}")
+        if attentions and any(a is None for a in self.attn_modules):
+            i = next(j for j, a in enumerate(self.attn_modules) if a is None)
+            raise RobustvitError(f"{type(self.net).__name__} has no attention map to read in block {i} "
+                                 f"({type(self.blocks[i]).__name__}: not one attention module per block)")
         if attn_mask is not None and not self.maskable:
             raise RobustvitError(f"attention masks need token attention (ViT, DeiT, FAN); {type(self.net).__name__} "
                                  "has none that takes a mask")
@@ -378,15 +786,38 @@ def _capture_attn_drop(am: nn.Module, i: int, maps: dict, handles: list):  # noq
     return undo
 
 
+def probe_input(model: nn.Module, n: int = 2) -> torch.Tensor | None:
+    """A seeded (n, 3, S, S) batch in [0, 1] at the model's input size (None when it is unknown)."""
+    net = model.net if isinstance(model, Normalized) else model
+    size = getattr(getattr(model, "spec", None), "image_size", None)
+    if not size:
+        img = getattr(getattr(net, "patch_embed", None), "img_size", None)
+        size = img[0] if isinstance(img, (tuple, list)) else img
+    if not size:
+        return None
+    p = next(iter(model.parameters()), None)
+    dev = p.device if p is not None else torch.device("cpu")
+    dt = p.dtype if p is not None and p.is_floating_point() else torch.float32
+    x = torch.rand(n, 3, int(size), int(size), generator=torch.Generator().manual_seed(0))
+    return x.to(device=dev, dtype=dt)
+
+
 def make_probe(model: nn.Module) -> ViTProbe | BlockProbe:
-    """``ViTProbe`` for timm ViT/DeiT models, else ``BlockProbe`` (XCiT, Swin, FAN, CNNs)."""
+    """``ViTProbe`` where it reproduces the model exactly — checked at once on a seeded probe batch at the
+    model's input size — else ``BlockProbe`` (hooks on the model's own forward: XCiT, Swin, FAN, CNNs, and
+    any ViT whose blocks the ViT probe does not reproduce)."""
     try:
-        return ViTProbe(model)
+        probe = ViTProbe(model)
+        x = probe_input(model)
+        if x is not None:
+            probe.verify(x)
+        return probe
     except RobustvitError:
         return BlockProbe(model)
 
 
 def is_probeable(model: nn.Module) -> bool:
+    """Whether ``ViTProbe`` supports ``model`` (construction; the self-check runs on first use)."""
     try:
         ViTProbe(model)
         return True
