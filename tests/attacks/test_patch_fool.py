@@ -121,3 +121,52 @@ def test_final_scoring_is_the_last_iterate_and_best_keeps_any_fooling_one(tiny_v
     assert torch.equal(xb[~fooled_b], xf[~fooled_b])
     with pytest.raises(RobustvitError, match="scoring"):
         create_attack("patch-fool", tiny_vit16, scoring="strongest")
+
+
+def test_class_map_patch_fool_optimises_in_the_data_label_space():
+    """With a class map (``Normalized.map_classes``) the probe's logits are the wrapper's — one per data class,
+    each the best of its model classes — so Patch-Fool's cross-entropy is the wrapper's. (The probe used to
+    call the head itself: 10 model-class logits scored against data labels.)"""
+    from robustvit.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("vit_cifar_tiny", embed_dim=32, depth=4, num_heads=2, img_size=16, num_classes=10).eval()
+    with torch.no_grad():
+        model.net.head.weight.normal_(0, 1.0)
+    model.map_classes([[0, 3], [1, 4, 5], [2, 6, 7, 8, 9]])
+    x = images(8, seed=6)
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    atk = create_attack("patch-fool", model, num_patches=4, steps=30, seed=0)
+    with torch.no_grad():
+        logits = atk.probe.run(x, tokens=False).logits
+        wrapped = model(x)
+        raw = model.net((x - model.mean) / model.std)
+    assert logits.shape == wrapped.shape == (8, 3)
+    torch.testing.assert_close(logits, wrapped, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits, torch.stack([raw[:, [0, 3]].amax(1), raw[:, [1, 4, 5]].amax(1),
+                                                    raw[:, 2:3].amax(1).maximum(raw[:, 6:].amax(1))], 1))
+    torch.testing.assert_close(F.cross_entropy(logits, y), F.cross_entropy(wrapped, y))
+    x_adv = atk(x, y)
+    with torch.no_grad():
+        after = F.cross_entropy(model(x_adv), y, reduction="none")
+    assert (after > F.cross_entropy(wrapped, y, reduction="none")).float().mean() >= 0.75
+
+
+def test_registers_are_not_attacked_patches():
+    """A ViT with registers and no CLS token: the attention-chosen patch is a patch token, never a register."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=16, patch_size=4, embed_dim=32, depth=4, num_heads=2, num_classes=10,
+                            class_token=False, reg_tokens=3, global_pool="avg").eval()
+    with torch.no_grad():
+        vit.reg_token.normal_(0, 1.0)
+    x = images(4, seed=2)
+    atk = create_attack("patch-fool", vit, steps=2, attn_block=1, seed=0)
+    assert atk.probe.num_registers == 3 and not atk.probe.has_class_token and atk.probe.num_prefix_tokens == 3
+    with torch.no_grad():
+        a = atk.probe.run(x, attentions=True).attentions[1]
+    expected = a.mean(1).mean(1)[:, 3:].argmax(1)
+    atk(x, vit(x).argmax(1))
+    assert torch.equal(atk.last_patches[:, 0], expected)

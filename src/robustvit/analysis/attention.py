@@ -6,8 +6,9 @@
   key, the weights not renormalised — with a CLS token the patches' attention mass is below 1);
 * ``attention_maps``: the attention of one query patch (default: the centre patch), averaged over heads,
   in every layer, and attention rollout from CLS (Abnar & Zuidema, arXiv:2005.00928: heads averaged,
-  0.5·A + 0.5·I, rows renormalised, multiplied over layers; models without CLS: the mean over patch
-  queries), drawn over the image;
+  0.5·A + 0.5·I, rows renormalised, multiplied over layers; models without CLS — registers only, or no
+  prefix token — the mean over patch queries; registers are never read as CLS), drawn over the image;
+* results record ``has_class_token``, ``num_prefix_tokens`` and ``num_registers``;
 * ``pos_embed_similarity``: cosine similarity of each patch's learned position embedding with all others.
 """
 
@@ -44,12 +45,28 @@ def _need_grid(probe: Any, what: str) -> None:
         raise RobustvitError(f"{what} needs global attention between patch tokens (ViT, DeiT, FAN)")
 
 
+def _check_maps(probe: Any, maps: list[torch.Tensor], what: str) -> None:
+    """Refuse (one line) maps that are not token-to-token maps over prefix + patch tokens."""
+    T = probe.num_prefix_tokens + probe.grid_size[0] * probe.grid_size[1]
+    for i, a in enumerate(maps):
+        if a.ndim != 4 or a.shape[-2:] != (T, T):
+            raise RobustvitError(f"{what}: block {i}'s attention map has shape {tuple(a.shape)}, not (N, heads, {T}, "
+                                 f"{T}) over the prefix and patch tokens; this model's attention is not global token "
+                                 "attention")
+
+
+def _tokens_info(probe: Any) -> dict[str, Any]:
+    return {"has_class_token": bool(getattr(probe, "has_class_token", probe.num_prefix_tokens > 0)),
+            "num_prefix_tokens": int(probe.num_prefix_tokens), "num_registers": int(getattr(probe, "num_registers", 0))}
+
+
 def compute_attention_distance(ctx: Context) -> dict[str, Any]:
     probe = ctx.probe
     _need_grid(probe, "attention distance")
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
         maps = probe.run(x, tokens=False, attentions=True).attentions
+        _check_maps(probe, maps, "attention distance")
         d = torch.stack([mean_attention_distance(a, probe.grid_size, probe.patch_size, probe.num_prefix_tokens)
                          for a in maps], 1)   # (N, L, H)
         yield "distance", {"sum": d.sum(0).cpu().tolist(), "n": int(x.shape[0])}
@@ -57,8 +74,9 @@ def compute_attention_distance(ctx: Context) -> dict[str, Any]:
     st = ctx.units(["distance"], unit)["distance"]
     dist = torch.tensor(st["sum"], dtype=torch.float64) / st["n"]
     return {"distance": tolist(dist, 4), "num_layers": probe.num_blocks, "num_heads": probe.num_heads,
-            "patch_size": probe.patch_size, "grid": list(probe.grid_size),
-            "convention": "distances between patch centres in pixels; prefix tokens excluded, weights not renormalised"}
+            "patch_size": probe.patch_size, "grid": list(probe.grid_size), **_tokens_info(probe),
+            "convention": "distances between patch centres in pixels; prefix tokens (CLS, registers, distillation) "
+                          "excluded, weights not renormalised"}
 
 
 def attention_distance(model: torch.nn.Module, dataset: Any, **common: Any) -> dict[str, Any]:
@@ -125,13 +143,16 @@ def compute_attention_maps(ctx: Context, images: int = 4, query: int = -1) -> di
     x, y = ctx.batch(0, min(images, ctx.num_images))
     with torch.no_grad():
         out = probe.run(x, tokens=False, attentions=True)
+    _check_maps(probe, out.attentions, "attention maps")
     maps = torch.stack([a[:, :, pre + q, pre:].mean(1) for a in out.attentions], 1)   # (N, L, P)
     roll = attention_rollout(out.attentions)
-    src = roll[:, 0, pre:] if pre else roll[:, pre:, pre:].mean(1)
+    info = _tokens_info(probe)
+    # rollout from the CLS token (index 0) only when there is one: a register is never treated as CLS
+    src = roll[:, 0, pre:] if info["has_class_token"] else roll[:, pre:, pre:].mean(1)
     return {"query": q, "query_rc": [q // gw, q % gw], "grid": [gh, gw], "num_images": int(x.shape[0]),
             "query_maps": tolist(maps.view(-1, probe.num_blocks, gh, gw), 5),
             "rollout": tolist(src.view(-1, gh, gw), 5),
-            "rollout_source": "CLS" if pre else "mean over patch queries",
+            "rollout_source": "CLS" if info["has_class_token"] else "mean over patch queries", **info,
             "_images": x.cpu()}
 
 

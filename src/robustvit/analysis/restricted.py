@@ -5,8 +5,10 @@
 * ``random``: the same number of masked patch pairs, chosen by a fixed random permutation of the
   off-diagonal patch-pair entries (the local masks never mask the diagonal either; a fixed permutation
   makes the random masks nested as d grows);
-* ``cls_only_first`` / ``cls_only_last``: in the first / last k blocks patches attend only to the prefix
-  tokens (no patch↔patch attention); for models without a prefix token, only to themselves.
+* ``cls_only_first`` / ``cls_only_last``: in the first / last k blocks patches attend only to the class
+  tokens (CLS, and a distillation token; no patch↔patch attention, no patch→register attention); for models
+  without a class token (registers only, or none), only to themselves. Register tokens, like CLS, attend
+  and are attended freely in the local / random masks.
 
 Variants without any masked pair are the clean model by definition and reuse the clean pass. Other
 variants run in groups stacked along the batch (the embedding computed once per chunk; "last k" variants
@@ -59,10 +61,22 @@ def full_mask(patch_mask: torch.Tensor, num_prefix: int) -> torch.Tensor:
     return m
 
 
-def cls_only_mask(num_patches: int, num_prefix: int) -> torch.Tensor:
-    """Patches attend only to the prefix tokens (to themselves when there is none)."""
-    return full_mask(torch.eye(num_patches, dtype=torch.bool) if num_prefix == 0 else
-                     torch.zeros(num_patches, num_patches, dtype=torch.bool), num_prefix)
+def cls_only_mask(num_patches: int, num_prefix: int, num_class: int | None = None) -> torch.Tensor:
+    """Patches attend only to the class tokens — the first ``num_class`` prefix tokens (CLS, and DeiT's
+    distillation token; default: all prefix tokens) — and to themselves when there is none; registers
+    (the other prefix tokens) are not class tokens: patches may not attend to them."""
+    n_cls = num_prefix if num_class is None else int(num_class)
+    m = full_mask(torch.eye(num_patches, dtype=torch.bool) if n_cls == 0 else
+                  torch.zeros(num_patches, num_patches, dtype=torch.bool), num_prefix)
+    m[num_prefix:, n_cls:num_prefix] = False
+    return m
+
+
+def num_class_tokens(probe: Any) -> int:
+    """Prefix tokens that are class tokens (CLS, distillation), not registers; they come first."""
+    if not getattr(probe, "has_class_token", probe.num_prefix_tokens > 0):
+        return 0
+    return probe.num_prefix_tokens - int(getattr(probe, "num_registers", 0))
 
 
 def variants(probe: Any, distances: list[int], seed: int) -> dict[str, dict[int, torch.Tensor]]:
@@ -76,7 +90,7 @@ def variants(probe: Any, distances: list[int], seed: int) -> dict[str, dict[int,
         rand = random_patch_mask(P, masked, seed)
         out[f"local:{d}"] = {} if masked == 0 else {i: full_mask(local, pre) for i in range(L)}
         out[f"random:{d}"] = {} if masked == 0 else {i: full_mask(rand, pre) for i in range(L)}
-    only = cls_only_mask(P, pre)
+    only = cls_only_mask(P, pre, num_class_tokens(probe))
     for k in range(L + 1):
         out[f"first:{k}"] = {i: only for i in range(k)}
         out[f"last:{k}"] = {i: only for i in range(L - k, L)}
@@ -85,8 +99,9 @@ def variants(probe: Any, distances: list[int], seed: int) -> dict[str, dict[int,
 
 def compute_restricted(ctx: Context, distances: list[int] | None = None, group: int = 0) -> dict[str, Any]:
     probe = ctx.probe
-    if probe.grid_size is None or not (probe.can_start or getattr(probe, "maskable", False)):
-        raise RobustvitError("restricted attention needs global token attention on a patch grid (ViT, DeiT, FAN)")
+    if probe.grid_size is None or not getattr(probe, "maskable", False):
+        raise RobustvitError("restricted attention needs global token attention on a patch grid that takes a mask "
+                             "(ViT, DeiT, BEiT, EVA, FAN)")
     grid, L = probe.grid_size, probe.num_blocks
     G = max(grid)
     ds = list(range(G)) if not distances else sorted({int(d) for d in distances})
@@ -133,7 +148,11 @@ def compute_restricted(ctx: Context, distances: list[int] | None = None, group: 
 
     st = ctx.units(parts, unit)
     P = grid[0] * grid[1]
-    notes = [] if probe.num_prefix_tokens else ["no prefix token: `cls_only_*` lets patches attend only to themselves"]
+    n_cls, regs = num_class_tokens(probe), int(getattr(probe, "num_registers", 0))
+    notes = [] if n_cls else ["no class token: `cls_only_*` lets patches attend only to themselves"]
+    if regs:
+        notes.append(f"{regs} register tokens: free in local/random masks (like CLS), not attended by patches in "
+                     "`cls_only_*`")
     return {"clean_accuracy": accuracy(st["clean"]), "grid": list(grid), "num_blocks": L,
             "local": {str(d): accuracy(st[f"local:{d}"]) for d in ds},
             "random": {str(d): accuracy(st[f"random:{d}"]) for d in ds},
@@ -141,7 +160,7 @@ def compute_restricted(ctx: Context, distances: list[int] | None = None, group: 
             "num_patch_pairs": P * P,
             "cls_only_first": {str(k): accuracy(st[f"first:{k}"]) for k in range(L + 1)},
             "cls_only_last": {str(k): accuracy(st[f"last:{k}"]) for k in range(L + 1)},
-            "notes": notes}
+            "has_class_token": bool(n_cls), "num_registers": regs, "notes": notes}
 
 
 def restricted_attention(model: torch.nn.Module, dataset: Any, *, distances: list[int] | None = None,

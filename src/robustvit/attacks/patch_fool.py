@@ -20,8 +20,10 @@ Variants: ``eps`` = None (default) leaves the patch values free in [0, 1] as in 
 the "mild" L∞-bounded variant (δ ∈ [x − ε, x + ε], started uniformly in that box). ``targeted=True``
 descends the CE towards the given classes. ``scoring="final"`` (default) returns the final iterate, which the
 reference scores on every image; ``"best"`` keeps, per image, the last iterate that fooled the model (else the
-final one) — a stronger attack. Only ViT-family models are supported (the attention maps come from
-:class:`robustvit.models.ViTProbe`).
+final one) — a stronger attack. Only the ViT families that :class:`robustvit.models.probe.ViTProbe`
+reproduces exactly are supported (the attention maps come from it; it checks itself against the model's own
+forward on the first batch). The probe's logits are the wrapper's — normalisation and class map — so the
+cross-entropy is taken in the data's label space, as for every other attack.
 
 Deviations from the reference code: it works in normalised pixel space with learning rate 0.22; robustvit
 works on [0, 1] images, so the default learning rate is 0.22 × the model's mean normalisation std (0.05 for

@@ -58,6 +58,7 @@ Used by the analyses of Bhojanapalli et al. 2021 (arXiv:2103.14586) — layer co
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -83,6 +84,7 @@ class ProbeOutput:
     attentions: list[torch.Tensor] = field(default_factory=list)   # per block: (N, heads, T, T)
 
 
+@functools.cache
 def _classes() -> dict[str, Any]:
     """timm's classes the probe reproduces (imported lazily; absent ones are skipped)."""
     import importlib

@@ -115,7 +115,7 @@ class AFAT(TrainingLoss):
 
     def setup(self, model: nn.Module) -> None:
         """Build the corruption model for ``model``'s patch grid (called by the trainer before training)."""
-        probe = ViTProbe(model)
+        probe = self._probe_for(model)
         if probe.grid_size is None or probe.patch_size is None:
             raise RobustvitError("afat needs a ViT with a fixed patch grid")
         self.grid, self.patch = probe.grid_size, probe.patch_size
@@ -140,12 +140,20 @@ class AFAT(TrainingLoss):
         fill = (torch.zeros_like(x) if self.mode == "patchdrop"
                 else torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype))
         x_hat = corrupt(x, occ, fill, self.grid, self.patch)
-        out = ViTProbe(model).run(torch.cat([x, x_hat]), tokens=True)
+        out = self._probe_for(model).run(torch.cat([x, x_hat]), tokens=True)
         align = torch.stack([F.mse_loss(t[n:].float(), t[:n].float()) for t in out.tokens]).mean()
         clean, corrupted = out.logits[:n], out.logits[n:]
         self._sums["align"] += float(align.detach()) * n
         self._sums["n"] += n
         return classification_loss(clean, y, self.label_smoothing) + self.lam * align, clean, corrupted
+
+    def _probe_for(self, model: nn.Module) -> ViTProbe:
+        """One probe per model (it checks itself against the model's forward once, on its first batch)."""
+        probe = self.__dict__.get("_probe")
+        if probe is None or probe.model is not model:
+            probe = ViTProbe(model)
+            self.__dict__["_probe"] = probe
+        return probe
 
     def after_step(self) -> None:
         """The corruption model *ascends* the alignment loss: negate its gradient, clip, SGD step."""
