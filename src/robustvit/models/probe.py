@@ -468,7 +468,7 @@ class ViTProbe:
                         src.fused_attn = False
                     handles.append(src.attn_drop.register_forward_hook(
                         lambda m, a, y, i=i: real_maps.setdefault(i, []).append(a[0])))
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast(x.device.type, enabled=False):   # compare in the model's dtype
                 real_logits = self.model(x)
                 for h in handles:
                     h.remove()
