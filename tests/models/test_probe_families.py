@@ -263,3 +263,38 @@ def test_masks_reach_every_family_and_cait_refuses_them():
     cait = FAM.build("cait")
     with pytest.raises(RobustvitError, match="talking-heads"):
         ViTProbe(cait).run(FAM.example_input(cait), attn_mask=torch.ones(16, 16, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("kwargs", [dict(rope_type="mixed"), dict(num_reg_tokens=2, class_token=False, global_pool="avg"),
+                                    dict(qkv_fused=False), dict(use_post_norm=True)])
+def test_eva_variants(kwargs):
+    """EVA: per-block (mixed) rope, registers without CLS (rope skips the prefix), separate q/k/v, post-norm."""
+    torch.manual_seed(0)
+    model = create_model("eva02_tiny_patch14_224", img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
+                         num_classes=5, **kwargs).eval()
+    FAM.perturb(model.net)
+    x = torch.rand(2, 3, 32, 32)
+    real_blocks, real_maps, logits = model_forward(model, x, model.net.blocks)
+    probe = ViTProbe(model)
+    with torch.no_grad():
+        out = probe.run(x, attentions=True)
+    assert all(rel(a, b) <= TOL for a, b in zip(out.tokens, real_blocks))
+    assert all(rel(a, b) <= TOL for a, b in zip(out.attentions, real_maps))
+    assert rel(out.logits, logits) <= TOL
+    if "num_reg_tokens" in kwargs:
+        assert probe.num_registers == 2 and probe.num_prefix_tokens == 2 and not probe.has_class_token
+
+
+def test_self_check_compares_attention_maps_too(monkeypatch):
+    """A probe whose block outputs are right but whose reported map is not the model's is refused."""
+    model = FAM.build("vit")
+    probe = ViTProbe(model)
+    real = ViTProbe._attention
+
+    def wrong_map(self, attn, x, mask, keep, ctx):
+        o, a = real(self, attn, x, mask, keep, ctx)
+        return o, (a.transpose(-2, -1) if a is not None else None)
+
+    monkeypatch.setattr(ViTProbe, "_attention", wrong_map)
+    with pytest.raises(RobustvitError, match="attention map of block 0 \\(Block\\) differs"):
+        probe.verify(FAM.example_input(model))
