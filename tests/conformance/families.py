@@ -227,19 +227,14 @@ def perturb(net: nn.Module, seed: int = 0) -> nn.Module:
     return net
 
 
-def calibrate_batchnorm(net: nn.Module, img_size: int, seed: int = 0, normalise: bool = False) -> None:
-    """Set BatchNorm running statistics from one training-mode pass over 8 seeded random images (cumulative
-    average), so that activations keep a sane scale through deep perturbed CNNs; a no-op without BatchNorm.
-    ``normalise``: ``net`` is a bare timm network (the images are normalised as the wrapper would)."""
+def calibrate_batchnorm(net: nn.Module, img_size: int, seed: int = 0) -> None:
+    """Set BatchNorm running statistics from one training-mode pass over 8 seeded standard-normal images (as
+    normalised inputs look; cumulative average), so that activations keep a sane scale through deep perturbed
+    CNNs; a no-op without BatchNorm."""
     bns = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if not bns:
         return
-    x = torch.rand(8, 3, img_size, img_size, generator=torch.Generator().manual_seed(seed + 1))
-    if normalise:
-        cfg = getattr(net, "pretrained_cfg", {}) or {}
-        mean = torch.tensor(cfg.get("mean", (0.485, 0.456, 0.406))).view(1, 3, 1, 1)
-        std = torch.tensor(cfg.get("std", (0.229, 0.224, 0.225))).view(1, 3, 1, 1)
-        x = (x - mean) / std
+    x = torch.randn(8, 3, img_size, img_size, generator=torch.Generator().manual_seed(seed + 1))
     saved = [(m, m.momentum) for m in bns]
     for m in bns:
         m.reset_running_stats()
@@ -252,20 +247,18 @@ def calibrate_batchnorm(net: nn.Module, img_size: int, seed: int = 0, normalise:
     net.eval()
 
 
-def _tame_head(model: nn.Module, seed: int, img_size: int | None = None) -> None:
+def _tame_head(model: Any, seed: int) -> None:
     """Scale the classifier so that logits have a standard deviation of about 1 on random images (deep perturbed
     CNNs otherwise give logits of 1e3+, which saturate softmax-based attacks); internal activations keep
-    their scale. ``img_size``: given for a bare timm network (its input is normalised here)."""
-    net = getattr(model, "net", model)
+    their scale."""
+    net = model.net
     head = net.get_classifier() if hasattr(net, "get_classifier") else None
-    heads = [head] if isinstance(head, nn.Linear) else [m for m in (head or []) if isinstance(m, nn.Linear)] \
-        if isinstance(head, (tuple, list)) else []
+    heads = [head] if isinstance(head, nn.Linear) else \
+        [m for m in head if isinstance(m, nn.Linear)] if isinstance(head, (tuple, list)) else []
     if not heads:
         return
-    s = img_size or int(model.spec.image_size)
+    s = int(model.spec.image_size)
     x = torch.rand(4, 3, s, s, generator=torch.Generator().manual_seed(seed + 2))
-    if img_size is not None:
-        x = (x - 0.45) / 0.25
     with torch.no_grad():
         std = float(model.eval()(x).std())
         if std > 4:
@@ -290,18 +283,17 @@ def build(family: Family | str, seed: int = 0, **overrides: Any):  # -> robustvi
     return model.eval()
 
 
-def build_timm(family: Family | str, seed: int = 0):  # -> torch.nn.Module
-    """The same network (same weights as ``build(family, seed)``) built by timm directly, unwrapped."""
+def build_timm(family: Family | str, like: Any = None):  # -> torch.nn.Module
+    """The family's network built by timm directly (unwrapped, eval mode); with ``like`` (a model from
+    :func:`build`), its weights and buffers are loaded from it, so both compute the same function."""
     import timm
 
     import robustvit.models  # noqa: F401  (registers robustvit's architectures with timm)
 
     fam = get_family(family) if isinstance(family, str) else family
-    torch.manual_seed(seed)
     net = timm.create_model(fam.model, pretrained=False, **fam.build_kwargs)
-    perturb(net, seed)
-    calibrate_batchnorm(net, fam.img_size, seed, normalise=True)
-    _tame_head(net, seed, fam.img_size)
+    if like is not None:
+        net.load_state_dict(like.net.state_dict(), strict=True)
     return net.eval()
 
 

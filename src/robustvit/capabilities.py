@@ -1,0 +1,464 @@
+"""What applies to a model: its probe, and which analyses, attacks and evaluation suites run on it.
+
+``capabilities(model_or_name)`` answers, for one model, with a JSON-able dict:
+
+* ``probe``: the kind robustvit uses to look inside it — ``ViTProbe`` (robustvit re-runs the blocks itself,
+  needed by masks, lesions with a resumable start and Patch-Fool), ``BlockProbe`` (hooks on the model's own
+  forward) or ``none`` — with ``has_class_token``, ``num_prefix_tokens``, ``num_registers``, ``num_blocks``,
+  and, when run, ``exact``: whether its block outputs and logits match the model's own forward within 1e-4
+  (relative);
+* ``analyses`` / ``attacks`` / ``suites``: {name: {"status", "reason"}} for every registered one, where
+  ``status`` is ``ok`` (ran on a tiny batch and its invariants held: finite, shapes, [0, 1] images, the
+  ε-ball for bounded attacks), ``applies`` (static check: it would be accepted; nothing was run),
+  ``refused`` (a one-line ``RobustvitError``, given as ``reason``) or ``failed`` (any other exception, or a
+  broken invariant: a bug);
+* ``counts``: per group, how many are ok/applies, refused and failed.
+
+Two modes. ``run=True`` executes everything on ``images`` random images at the model's input size with tiny
+options (few steps, queries, masks: :data:`ANALYSIS_OPTIONS`, :data:`ATTACK_OPTIONS`, :data:`SUITE_SPECS`) —
+what the conformance tests and ``docs/models.md`` use on small configurations of each architecture family.
+``run=False`` (``robustvit list models --capabilities``) runs nothing: it builds the probe, checks each
+analysis's model families and constructs each attack and suite, so it also works on a model built on the
+``meta`` device (no memory, no weights) in well under a second per model.
+
+>>> cap = capabilities(create_model("vit_cifar_tiny", num_classes=10), run=True)
+>>> cap["probe"]["kind"], cap["analyses"]["lesion"]["status"]
+('ViTProbe', 'ok')
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from robustvit.errors import RobustvitError
+
+STATUSES = ("ok", "applies", "refused", "failed")
+#: Relative tolerance of the probe's exactness check (block outputs and logits vs the model's own forward).
+PROBE_RTOL = 1e-4
+
+#: Tiny options for each analysis (``name:key=value`` specs as the CLI takes them); unknown analyses run with
+#: their defaults.
+ANALYSIS_OPTIONS: dict[str, dict[str, Any]] = {
+    "attention_maps": {"images": 1},
+    "attention_stability": {"masks": 2, "images": 1},
+    "grouping": {"images": 1, "clusters": 2},
+    "lesion": {"samples": 2},
+    "perturbation_semantics": {"steps": 1, "classes": 2, "vis_steps": 1},
+}
+#: Tiny keyword arguments for each attack; unknown attacks run with their defaults.
+ATTACK_OPTIONS: dict[str, dict[str, Any]] = {
+    "pgd": {"steps": 2}, "targeted-pgd": {"steps": 2, "eps": 1.0}, "fgsm": {},
+    "apgd-ce": {"steps": 2}, "apgd-dlr": {"steps": 2}, "apgd-t": {"steps": 2, "n_target_classes": 1},
+    "fab": {"steps": 2}, "fab-t": {"steps": 2, "n_target_classes": 1}, "square": {"n_queries": 3},
+    "spatial": {"translations": 2, "rotations": 2},
+    "autoattack": {"version": "custom", "attacks": ["apgd-ce", "square"], "steps": 2, "n_queries": 3},
+    "patch-fool": {"steps": 2, "eps": "8/255"},
+}
+#: Tiny suite specs; unknown suites run with their defaults.
+SUITE_SPECS: dict[str, str] = {
+    "apgd": "apgd:steps=2:checks=0", "autoattack": "autoattack:steps=2:n_queries=3:checks=0",
+    "fgsm": "fgsm:checks=0", "pgd": "pgd:steps=2:checks=0", "transfer": "transfer:steps=1:checks=0",
+    "patch_fool": "patch_fool:steps=2:checks=0", "spatial": "spatial:translations=2:rotations=2:checks=0",
+    "corruptions": "corruptions:corruptions=gaussian_noise+contrast:severities=1",
+    "perturbations": "perturbations:perturbations=gaussian_noise",
+    "patch_occlusion": "patch_occlusion:rhos=0.25:masks=1",
+}
+#: Analyses that look inside the model (they need a probe); the others only call it.
+NEEDS_PROBE = {"correlation", "lesion", "restricted_attention", "attention_distance", "attention_maps",
+               "pos_embed_similarity", "grouping", "attention_stability"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the model's structure and its probe
+# ---------------------------------------------------------------------------------------------------------
+def structure(model: nn.Module) -> dict[str, Any]:
+    """Prefix tokens of a (timm) transformer read from the network: ``has_class_token``, ``num_registers``,
+    ``num_prefix_tokens`` (None where the network has no token sequence)."""
+    net = getattr(model, "net", model)
+    if not hasattr(net, "patch_embed") and not hasattr(net, "cls_token"):
+        return {"has_class_token": False, "num_registers": 0, "num_prefix_tokens": None}
+    cls = getattr(net, "cls_token", None) is not None
+    regs = int(getattr(net, "num_reg_tokens", 0) or 0)
+    if not regs and getattr(net, "reg_token", None) is not None:
+        regs = int(net.reg_token.shape[1])
+    npt = getattr(net, "num_prefix_tokens", None)
+    return {"has_class_token": cls, "num_registers": regs, "num_prefix_tokens": int(npt) if npt is not None else None}
+
+
+def probe_info(model: nn.Module, x: torch.Tensor | None = None) -> dict[str, Any]:
+    """The probe ``make_probe`` picks for ``model`` and its attributes; with images ``x``, whether it is exact
+    (``probe.verify(x)`` where the probe has it, else block outputs and logits against hooks on the model's
+    own blocks, within :data:`PROBE_RTOL`)."""
+    from robustvit.models.probe import make_probe
+
+    info: dict[str, Any] = {"kind": "none", **structure(model), "exact": None, "reason": None}
+    try:
+        probe = make_probe(model)
+    except RobustvitError as e:
+        info["reason"] = str(e)
+        return info
+    except Exception as e:  # noqa: BLE001  (a bug: reported, not raised)
+        info.update(kind="failed", reason=_one_line(e))
+        return info
+    info["kind"] = type(probe).__name__
+    info["family"] = getattr(probe, "family", None)
+    info["num_blocks"] = int(getattr(probe, "num_blocks", 0))
+    info["remove_modes"] = list(getattr(probe, "remove_modes", ()))
+    info["maskable"] = bool(getattr(probe, "maskable", type(probe).__name__ == "ViTProbe"))
+    for k in ("has_class_token", "num_prefix_tokens", "num_registers"):
+        if hasattr(probe, k):
+            v = getattr(probe, k)
+            info[k] = bool(v) if k == "has_class_token" else (int(v) if v is not None else None)
+    if x is not None:
+        try:
+            err = probe_error(model, probe, x)
+            info["exact"] = err <= PROBE_RTOL
+            info["max_rel_error"] = float(f"{err:.3g}")
+            if not info["exact"]:
+                info["reason"] = f"probe differs from the model's forward by {err:.3g} (relative)"
+        except RobustvitError as e:
+            info.update(exact=False, reason=str(e))
+        except Exception as e:  # noqa: BLE001
+            info.update(exact=False, reason=_one_line(e))
+    return info
+
+
+def probe_error(model: nn.Module, probe: Any, x: torch.Tensor) -> float:
+    """Largest relative error of ``probe.run(x)``'s block outputs and logits against the model's own forward
+    (forward hooks on the probe's blocks, which are the model's real modules). ``probe.verify(x)`` runs first
+    where the probe has it (it raises ``RobustvitError`` when it disagrees)."""
+    verify = getattr(probe, "verify", None)
+    if callable(verify):
+        verify(x)
+    outs: list[torch.Tensor] = []
+    to_tokens = getattr(probe, "_tokens", None)
+    hooks = [b.register_forward_hook(lambda m, a, y: outs.append(to_tokens(y) if to_tokens else
+                                                                (y[0] if isinstance(y, (tuple, list)) else y)))
+             for b in probe.blocks]
+    try:
+        with torch.no_grad():
+            ref = model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    with torch.no_grad():
+        out = probe.run(x, tokens=True)
+    err = _rel(out.logits, ref)
+    if len(outs) == len(out.tokens):
+        for a, b in zip(out.tokens, outs):
+            err = max(err, _rel(a, b) if a.shape == b.shape else math.inf)
+    return err
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.shape != b.shape:
+        return math.inf
+    scale = float(b.abs().max()) or 1.0
+    return float((a - b).abs().max()) / scale
+
+
+# ---------------------------------------------------------------------------------------------------------
+# analyses, attacks, suites
+# ---------------------------------------------------------------------------------------------------------
+def _one_line(e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}"[:300]
+
+
+def _entry(status: str, reason: str | None = None) -> dict[str, Any]:
+    return {"status": status, "reason": reason}
+
+
+def _guard(fn) -> dict[str, Any]:  # noqa: ANN001
+    """Run ``fn`` → its entry; a ``RobustvitError`` is a refusal, anything else a failure."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn()
+    except RobustvitError as e:
+        msg = str(e)
+        if "\n" in msg:
+            return _entry("failed", "RobustvitError spanning several lines: " + msg.splitlines()[0])
+        return _entry("refused", msg)
+    except Exception as e:  # noqa: BLE001  (reported as a failure: the contract says one-line RobustvitError)
+        return _entry("failed", _one_line(e))
+
+
+def _finite(obj: Any, where: str = "") -> str | None:
+    """The first non-finite number in a nested result (keys starting with ``_`` are figure data: skipped)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(k, str) and k.startswith("_"):
+                continue
+            bad = _finite(v, f"{where}.{k}" if where else str(k))
+            if bad:
+                return bad
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            bad = _finite(v, f"{where}[{i}]")
+            if bad:
+                return bad
+    elif isinstance(obj, float) and not math.isfinite(obj):
+        return where or "value"
+    elif isinstance(obj, torch.Tensor) and obj.is_floating_point() and not bool(torch.isfinite(obj).all()):
+        return where or "tensor"
+    return None
+
+
+def _accuracies_in_range(obj: Any, where: str = "") -> str | None:
+    """The first ``*accuracy*``/``top1``/``top5`` number outside [0, 1]."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            path = f"{where}.{k}" if where else str(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and isinstance(k, str) and \
+                    ("accuracy" in k or k in ("top1", "top5")) and not 0.0 <= float(v) <= 1.0:
+                return path
+            bad = _accuracies_in_range(v, path) if isinstance(v, (dict, list)) else None
+            if bad:
+                return bad
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            bad = _accuracies_in_range(v, f"{where}[{i}]")
+            if bad:
+                return bad
+    return None
+
+
+def _check_result(res: Any) -> dict[str, Any]:
+    bad = _finite(res)
+    if bad:
+        return _entry("failed", f"non-finite value at {bad}")
+    bad = _accuracies_in_range(res)
+    if bad:
+        return _entry("failed", f"accuracy outside [0, 1] at {bad}")
+    return _entry("ok")
+
+
+def check_analysis(model: nn.Module, name: str, dataset: Any = None, *, run: bool = True,
+                   options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One analysis on ``model``: run on ``dataset`` (``run=True``) or checked statically."""
+    from robustvit.analysis import check_family, family_of, run_analyses
+
+    opts = {**ANALYSIS_OPTIONS.get(name, {}), **(options or {})}
+
+    def go() -> dict[str, Any]:
+        if not run:
+            check_family(name, family_of(model), getattr(getattr(model, "spec", None), "architecture", ""))
+            if name in NEEDS_PROBE:
+                from robustvit.models.probe import make_probe
+
+                make_probe(model)
+            return _entry("applies")
+        spec = name + "".join(f":{k}={_opt(v)}" for k, v in opts.items())
+        n = len(dataset)
+        res = run_analyses(model, dataset, [spec], None, limit=n, batch_size=n, device="cpu", seed=0)[name]
+        return _check_result(res)
+    return _guard(go)
+
+
+def _opt(v: Any) -> str:
+    return "+".join(str(t) for t in v) if isinstance(v, (list, tuple)) else str(v)
+
+
+def check_attack(model: nn.Module, name: str, x: torch.Tensor | None = None, y: torch.Tensor | None = None, *,
+                 run: bool = True, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One attack on ``model``: constructed, and with ``run=True`` run on (x, y) with its invariants checked:
+    same shape/dtype, finite, in [0, 1], inside the ε-ball when the attack is bounded."""
+    from robustvit.attacks import create_attack
+
+    kw = {**ATTACK_OPTIONS.get(name, {}), **(options or {})}
+
+    def go() -> dict[str, Any]:
+        atk = create_attack(name, model, **kw)
+        if not run:
+            return _entry("applies")
+        assert x is not None and y is not None
+        yy = (y + 1) % int(model.spec.num_classes) if getattr(atk, "targeted", False) else y
+        adv = atk(x, yy)
+        if adv.shape != x.shape or adv.dtype != x.dtype:
+            return _entry("failed", f"output shape/dtype {tuple(adv.shape)} {adv.dtype} differs from the input's")
+        if not bool(torch.isfinite(adv).all()):
+            return _entry("failed", "non-finite adversarial images")
+        if float(adv.min()) < 0 or float(adv.max()) > 1:
+            return _entry("failed", "adversarial images outside [0, 1]")
+        if getattr(atk, "bounded", False):
+            d = (adv - x).flatten(1)
+            norm = d.abs().amax(1) if atk.norm == "linf" else d.norm(dim=1)
+            if float(norm.max()) > float(atk.eps) * (1 + 1e-5) + 1e-6:
+                return _entry("failed", f"outside the ε-ball: {float(norm.max()):.4g} > {float(atk.eps):.4g}")
+        return _entry("ok")
+    return _guard(go)
+
+
+def check_suite(model: nn.Module, name: str, x: torch.Tensor | None = None, y: torch.Tensor | None = None, *,
+                run: bool = True, spec: str | None = None, dataset: Any = None,
+                out_dir: Any = None) -> dict[str, Any]:
+    """One evaluation suite on ``model``: created from its tiny spec, and with ``run=True`` evaluated on the
+    batch (x, y) through its ``parts`` → ``run`` → ``finalize``, the result checked (finite, accuracies in
+    [0, 1]). Suites that read their own data set (ImageNet-R/-A, cue-conflict stimuli) refuse without it."""
+    from robustvit.evaluate.suites import Batch, EvalContext, create_suite
+    from robustvit.utils import sum_stats
+
+    spec = spec or SUITE_SPECS.get(name, name)
+
+    def go() -> dict[str, Any]:
+        suite = create_suite(spec)
+        mname = getattr(getattr(model, "spec", None), "architecture", "model")
+        ctx = EvalContext(model=model, model_name=mname, models={mname: model}, data_spec="tensor:capabilities",
+                          dataset=dataset, num_classes=int(model.spec.num_classes), device=torch.device("cpu"),
+                          seed=0, options={}, out_dir=out_dir)
+        if not run:
+            if name == "patch_fool":
+                from robustvit.models.probe import ViTProbe
+
+                ViTProbe(model)
+            return _entry("applies")
+        assert x is not None and y is not None
+        own = suite.dataset(ctx)
+        if own is not None:      # a suite with its own data (here only reachable when a root was given)
+            return _entry("applies", "reads its own data set; not run here")
+        batch = Batch(x, y, torch.arange(len(y)), torch.Generator().manual_seed(0))
+        stats = {p: sum_stats([suite.run(ctx, p, batch)]) for p in suite.parts(ctx)}
+        return _check_result(suite.finalize(ctx, stats))
+    return _guard(go)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the whole picture
+# ---------------------------------------------------------------------------------------------------------
+def tiny_batch(model: nn.Module, images: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``images`` seeded random images at the model's input size and the model's own predictions as labels
+    (so attacks start from correctly classified points)."""
+    s = int(model.spec.image_size)
+    x = torch.rand(images, 3, s, s, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    return x, y
+
+
+def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 2, seed: int = 0,
+                 analyses: Iterable[str] | None = None, attacks: Iterable[str] | None = None,
+                 suites: Iterable[str] | None = None) -> dict[str, Any]:
+    """What applies to ``model`` (a ``Normalized`` model, or a model name: built on the meta device, static
+    check only). See the module docstring for the keys. ``analyses``/``attacks``/``suites``: restrict to these
+    names (default: every registered one)."""
+    from robustvit.analysis import family_of, list_analyses
+    from robustvit.attacks import list_attacks
+    from robustvit.evaluate.suites import list_suites
+
+    name = model if isinstance(model, str) else getattr(getattr(model, "spec", None), "architecture", type(model).__name__)
+    if isinstance(model, str):
+        if run:
+            raise RobustvitError("capabilities(name, run=True) needs a built model; pass create_model(name, ...)")
+        model = build_meta(model)
+    spec = model.spec
+    x = y = dataset = None
+    if run:
+        from robustvit.data import TensorImageDataset
+
+        model = model.eval()
+        x, y = tiny_batch(model, images, seed)
+        dataset = TensorImageDataset(x, y, [str(i) for i in range(int(spec.num_classes))], spec="tensor:capabilities")
+    out: dict[str, Any] = {
+        "model": name, "family": spec.family, "analysis_family": _safe(lambda: family_of(model), "other"),
+        "input_size": list(spec.input_size), "patch_size": spec.patch_size, "verified": bool(run),
+        "probe": probe_info(model, x[:1] if x is not None else None),
+        "analyses": {a: check_analysis(model, a, dataset, run=run) for a in (analyses or list_analyses())},
+        "attacks": {a: check_attack(model, a, x, y, run=run) for a in (attacks or list_attacks())},
+        "suites": {s: check_suite(model, s, x, y, run=run) for s in (suites or list_suites())},
+    }
+    out["counts"] = {g: {st: sum(1 for e in out[g].values() if e["status"] == st) for st in STATUSES}
+                     for g in ("analyses", "attacks", "suites")}
+    return out
+
+
+def _safe(fn, default):  # noqa: ANN001, ANN202
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001
+        return default
+
+
+def build_meta(name: str) -> nn.Module:
+    """``name`` at its default configuration, without weights, on the meta device (no memory, no init cost);
+    falls back to the CPU (random init) for architectures whose constructor computes on its tensors."""
+    from robustvit.models import create_model
+
+    try:
+        with torch.device("meta"):
+            return create_model(name)
+    except RobustvitError:
+        raise
+    except Exception:  # noqa: BLE001  (a constructor that needs real tensors)
+        return create_model(name)
+
+
+def capability_rows(pattern: str) -> list[dict[str, Any]]:
+    """Static capabilities of every model whose name matches ``pattern`` (``robustvit list models
+    --capabilities PATTERN``)."""
+    from robustvit.models import list_models
+
+    names = [n for n in list_models(pattern) if fnmatch.fnmatch(n, pattern)] if pattern else list_models()
+    if not names:
+        raise RobustvitError(f"no model matches {pattern!r}; see `robustvit list models`")
+    rows = []
+    for n in names:
+        try:
+            rows.append(capabilities(n))
+        except RobustvitError as e:
+            rows.append({"model": n, "error": str(e)})
+    return rows
+
+
+def mark(entry: dict[str, Any]) -> str:
+    """✓ (ran ok), ○ (applies, not run), ✗ (refused), ! (failed)."""
+    return {"ok": "✓", "applies": "○", "refused": "✗", "failed": "!"}[entry["status"]]
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """A plain-text table: one row per model, one column per analysis/attack/suite (marks as :func:`mark`)."""
+    if not rows:
+        return ""
+    ok_rows = [r for r in rows if "error" not in r]
+    cols = [(g, n) for g in ("analyses", "attacks", "suites") for n in (ok_rows[0][g] if ok_rows else {})]
+    width = max(len(r["model"]) for r in rows)
+    head = f"{'model':<{width}}  {'probe':<10} {'cls':>3} {'reg':>3}  " + " ".join(
+        f"{n[:3]}" for _, n in cols)
+    lines = [head]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['model']:<{width}}  error: {r['error']}")
+            continue
+        p = r["probe"]
+        lines.append(f"{r['model']:<{width}}  {p['kind']:<10} {'y' if p['has_class_token'] else 'n':>3} "
+                     f"{p['num_registers'] or 0:>3}  " + " ".join(f"{mark(r[g][n]):<3}" for g, n in cols))
+    legend = ("columns: " + ", ".join(n for _, n in cols) + "\n"
+              "✓ ran on a tiny batch · ○ applies (static check, nothing run) · ✗ refused · ! failed")
+    return "\n".join(lines + ["", legend])
+
+
+def format_one(cap: dict[str, Any]) -> str:
+    """One model's capabilities, with the reason of every refusal."""
+    p = cap["probe"]
+    lines = [f"{cap['model']}  family {cap['family']} (analyses: {cap['analysis_family']})  input {cap['input_size']}",
+             f"probe: {p['kind']}" + (f" ({p['reason']})" if p["kind"] == "none" else "")
+             + f"; class token: {'yes' if p['has_class_token'] else 'no'}; registers: {p['num_registers'] or 0}"
+             + ("" if p.get("exact") is None else f"; exact: {'yes' if p['exact'] else 'no'}")]
+    for g in ("analyses", "attacks", "suites"):
+        lines.append(f"{g}:")
+        for n, e in cap[g].items():
+            lines.append(f"  {mark(e)} {n}" + (f" — {e['reason']}" if e.get("reason") else ""))
+    lines.append("✓ ran · ○ applies (static check, nothing run) · ✗ refused · ! failed")
+    return "\n".join(lines)
+
+
+__all__ = ["ANALYSIS_OPTIONS", "ATTACK_OPTIONS", "PROBE_RTOL", "STATUSES", "SUITE_SPECS", "build_meta",
+           "capabilities", "capability_rows", "check_analysis", "check_attack", "check_suite", "format_one",
+           "format_table", "mark", "probe_error", "probe_info", "structure", "tiny_batch"]
