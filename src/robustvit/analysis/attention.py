@@ -56,8 +56,12 @@ def _check_maps(probe: Any, maps: list[torch.Tensor], what: str) -> None:
 
 
 def _tokens_info(probe: Any) -> dict[str, Any]:
-    return {"has_class_token": bool(getattr(probe, "has_class_token", probe.num_prefix_tokens > 0)),
+    info = {"has_class_token": bool(getattr(probe, "has_class_token", probe.num_prefix_tokens > 0)),
             "num_prefix_tokens": int(probe.num_prefix_tokens), "num_registers": int(getattr(probe, "num_registers", 0))}
+    if not getattr(probe, "softmax_maps", True):
+        info["notes"] = ["talking-heads attention (CaiT): the maps are those that weight the values, mixed across "
+                         "heads after the softmax; their rows need not sum to 1"]
+    return info
 
 
 def compute_attention_distance(ctx: Context) -> dict[str, Any]:

@@ -155,6 +155,8 @@ class ViTProbe:
         self.remove_modes = ("block",) if fused_out else REMOVE_MODES
         self.can_start = True
         self.maskable = self.arch != "cait"
+        #: whether every attention map row is a softmax distribution (CaiT mixes heads after the softmax)
+        self.softmax_maps = self.arch != "cait"
         self.stages = [list(range(self.num_blocks))]
         if self.arch == "cait":       # the class token joins only in the class-attention blocks (the head)
             self.has_class_token, self.num_prefix_tokens, self.num_registers = False, 0, 0
@@ -633,6 +635,7 @@ class BlockProbe:
                                                   for a, b in zip(self.attn_modules, self.blocks))
         self.remove_modes = REMOVE_MODES if has_branches else ("block",)
         self.can_start = False
+        self.softmax_maps = True
         self.maskable = self.kind != "cnn" and all(hasattr(a, "forward_with_attention") for a in self.attn_modules)
         a0 = self.attn_modules[0]
         self.num_heads = int(getattr(a0, "num_heads", 1)) if a0 is not None else 0
