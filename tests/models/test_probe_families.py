@@ -298,3 +298,32 @@ def test_self_check_compares_attention_maps_too(monkeypatch):
     monkeypatch.setattr(ViTProbe, "_attention", wrong_map)
     with pytest.raises(RobustvitError, match="attention map of block 0 \\(Block\\) differs"):
         probe.verify(FAM.example_input(model))
+
+
+@pytest.mark.parametrize("key", ["fan", "fan_cifar"])
+def test_fan_token_mixing_through_forward_with_attention(key):
+    """robustvit's FAN: blocks and logits against the model's own (fused) forward; each map is the softmax of
+    the block's token mixing on the block's real input."""
+    model = FAM.build(key)
+    x = FAM.example_input(model)
+    blocks = model.net.blocks
+    ins, outs = [], []
+
+    def keep(m, a, y):
+        ins.append(a[0])
+        outs.append(y)
+
+    hooks = [b.register_forward_hook(keep) for b in blocks]
+    with torch.no_grad():
+        logits = model(x)
+    for h in hooks:
+        h.remove()
+    probe = make_probe(model)
+    assert isinstance(probe, ViTProbe) and probe.family == "fan" and probe.num_prefix_tokens == 0
+    with torch.no_grad():
+        out = probe.run(x, attentions=True)
+        for blk, h, real, mine, a in zip(blocks, ins, outs, out.tokens, out.attentions):
+            assert rel(mine, real) <= TOL
+            _, ref = blk.attn.forward_with_attention(blk.norm1(h))
+            assert rel(a, ref) <= TOL
+    assert rel(out.logits, logits) <= TOL

@@ -24,7 +24,8 @@ by:
   class-attention blocks inside the head; there is no CLS token among the probed tokens, and masks are
   refused (talking heads mix the heads after the softmax, so a mask would not stay a mask).
 
-An attention module may also expose ``forward_with_attention(x, mask=None) -> (out, attn)``.
+* robustvit's ``FAN`` (token mixing through its ``forward_with_attention(x, mask=None) -> (out, attn)``;
+  the model's own forward runs fused attention, so the self-check compares block outputs and logits).
 
 **The probe checks itself**: ``verify(x)`` runs the model's own forward (through the wrapper) with hooks on
 its real blocks and fused attention off (the maps read at ``attn_drop``), and compares block outputs,
@@ -40,7 +41,7 @@ Every probe goes through the wrapper: its logits are ``wrapper(x)`` — normalis
 
 ``BlockProbe`` covers the other families through temporary hooks on the model's own forward (exact by
 construction): XCiT and Swin (blocks with ``attn``/``mlp``; fused attention is switched off only during a
-run and restored), ``VisionTransformerRelPos``, FAN, and CNNs (timm ResNets / ConvNeXt, robustvit's
+run and restored), ``VisionTransformerRelPos``, FAN-like models, and CNNs (timm ResNets / ConvNeXt, robustvit's
 ``resnet_cifar18``: residual blocks, stage outputs). It refuses in one line what it cannot read (attention
 maps of blocks without one attention module). ``make_probe(model)`` picks the right one.
 
@@ -70,7 +71,7 @@ from robustvit.errors import RobustvitError
 from robustvit.models.wrapper import Normalized
 
 SUPPORTED = ("timm VisionTransformer models (vit_*, deit_*, deit3_*, vit_cifar_*; pre-norm, post-norm and parallel "
-             "blocks), VisionTransformerDistilled, Beit, Eva and Cait")
+             "blocks), VisionTransformerDistilled, Beit, Eva, Cait and robustvit's FAN")
 REMOVE_MODES = ("block", "attn", "mlp")
 #: relative error ‖a − b‖ / ‖b‖ the self-check allows (float32; half precision gets HALF_TOLERANCE)
 TOLERANCE = 1e-4
@@ -109,6 +110,8 @@ def _classes() -> dict[str, Any]:
         out["beit.Block"], out["beit.Attention"] = beit.Block, beit.Attention
     except ImportError:
         pass
+    from robustvit.models import fan
+    out["fan.FAN"], out["fan.FANBlock"] = fan.FAN, fan.FANBlock
     return out
 
 
@@ -138,7 +141,7 @@ class ViTProbe:
         name = type(net).__name__
         self.arch = ("vit" if _is(net, "vision_transformer.VisionTransformer", "deit.VisionTransformerDistilled")
                      else "beit" if _is(net, "beit.Beit") else "eva" if _is(net, "eva.Eva")
-                     else "cait" if _is(net, "cait.Cait") else None)
+                     else "cait" if _is(net, "cait.Cait") else "fan" if _is(net, "fan.FAN") else None)
         blocks = getattr(net, "blocks", None)
         if self.arch is None or not isinstance(blocks, (nn.Sequential, nn.ModuleList)) or not len(blocks) \
                 or not hasattr(net, "patch_embed"):
@@ -150,7 +153,7 @@ class ViTProbe:
         self.blocks = blocks
         self.num_blocks = len(blocks)
         self.num_heads = self._heads(blocks[0], self.kinds[0])
-        self.family = "vit"
+        self.family = "fan" if self.arch == "fan" else "vit"
         fused_out = any(k == "parallel_scaling" and b.out_proj is not None for k, b in zip(self.kinds, blocks))
         self.remove_modes = ("block",) if fused_out else REMOVE_MODES
         self.can_start = True
@@ -158,7 +161,7 @@ class ViTProbe:
         #: whether every attention map row is a softmax distribution (CaiT mixes heads after the softmax)
         self.softmax_maps = self.arch != "cait"
         self.stages = [list(range(self.num_blocks))]
-        if self.arch == "cait":       # the class token joins only in the class-attention blocks (the head)
+        if self.arch in ("cait", "fan"):   # the class token joins only in the class-attention blocks (the head)
             self.has_class_token, self.num_prefix_tokens, self.num_registers = False, 0, 0
         else:
             self.has_class_token = getattr(net, "cls_token", None) is not None
@@ -188,7 +191,7 @@ class ViTProbe:
             return "parallel_things"
         allowed = {"vit": ("vision_transformer.Block", "vision_transformer.ResPostBlock"),
                    "beit": ("beit.Block",), "eva": ("eva.EvaBlock", "eva.EvaBlockPostNorm"),
-                   "cait": ("cait.LayerScaleBlock",)}[self.arch]
+                   "cait": ("cait.LayerScaleBlock",), "fan": ("fan.FANBlock",)}[self.arch]
         if not _is(blk, *allowed):
             raise refuse("an unsupported block type")
         self._check_attention(blk.attn, refuse)
@@ -200,7 +203,7 @@ class ViTProbe:
         if "forward" in attn.__dict__:
             raise refuse("an attention with a replaced forward")
         ok = {"vit": ("layers.Attention",), "beit": ("beit.Attention",), "eva": ("eva.EvaAttention",),
-              "cait": ("cait.TalkingHeadAttn",)}[self.arch]
+              "cait": ("cait.TalkingHeadAttn",), "fan": ()}[self.arch]
         if not _is(attn, *ok):
             raise refuse(f"an unsupported attention ({type(attn).__name__})")
         if self.arch == "eva" and (attn.q_proj is not None and attn.qkv is not None):
@@ -249,6 +252,8 @@ class ViTProbe:
         if self.arch == "eva":
             h, _ = net._pos_embed(h)
             return net.norm_pre(h)
+        if self.arch == "fan":
+            return net._pos_embed(h)
         h = h + net.pos_embed          # cait
         return net.pos_drop(h)
 
