@@ -327,3 +327,20 @@ def test_fan_token_mixing_through_forward_with_attention(key):
             _, ref = blk.attn.forward_with_attention(blk.norm1(h))
             assert rel(a, ref) <= TOL
     assert rel(out.logits, logits) <= TOL
+
+
+def test_block_probe_prefix_tokens_match_its_token_sequences():
+    """BlockProbe's prefix count is the one inside the blocks: CLS (+ registers) for a ViT-like model, none for
+    XCiT / FAN-like models whose class token joins after the blocks."""
+    torch.manual_seed(0)
+    relpos = create_model("vit_relpos_small_patch16_224", img_size=32, patch_size=8, embed_dim=32, depth=2,
+                          num_heads=2, num_classes=5, class_token=True, global_pool="token").eval()
+    xcit = FAM.build("xcit")
+    for model, pre, cls in ((relpos, 1, True), (xcit, 0, False)):
+        probe = make_probe(model)
+        assert isinstance(probe, BlockProbe)
+        with torch.no_grad():
+            out = probe.run(torch.rand(2, 3, 32, 32), attentions=True)
+        assert probe.num_prefix_tokens == pre and probe.has_class_token is cls and probe.num_registers == 0
+        assert out.tokens[0].shape[1] == probe.num_tokens
+        assert out.attentions[0].shape[-1] == (probe.num_tokens if pre else out.attentions[0].shape[-1])

@@ -452,13 +452,13 @@ class ViTProbe:
 
     # ---- the self-check ---------------------------------------------------------------------------
     def verify(self, x: torch.Tensor) -> dict[str, float]:
-        """Compare the probe with the model's own forward on ``x`` (at most 8 images): block outputs,
+        """Compare the probe with the model's own forward on ``x`` (at most 4 images): block outputs,
         attention maps (where the model exposes them: fused attention off, the input of ``attn_drop``) and
         logits, in eval mode. Returns the largest relative errors; raises ``RobustvitError`` (one line) on a
         mismatch. Modes and fused-attention flags are restored."""
         if self._failure is not None:
             raise RobustvitError(self._failure)
-        x = x[:8].detach()
+        x = x[:4].detach()
         self._verified.add(tuple(x.shape[2:]))
         modes = {m: m.training for m in self.model.modules()}
         real_blocks: list[torch.Tensor | None] = [None] * self.num_blocks
@@ -827,9 +827,12 @@ def make_probe(model: nn.Module) -> ViTProbe | BlockProbe:
 
 
 def is_probeable(model: nn.Module) -> bool:
-    """Whether ``ViTProbe`` supports ``model`` (construction; the self-check runs on first use)."""
+    """Whether ``ViTProbe`` supports ``model`` and reproduces it (self-check on a seeded probe batch)."""
     try:
-        ViTProbe(model)
+        probe = ViTProbe(model)
+        x = probe_input(model)
+        if x is not None:
+            probe.verify(x)
         return True
     except RobustvitError:
         return False
