@@ -17,9 +17,10 @@
 Two modes. ``run=True`` executes everything on ``images`` random images at the model's input size with tiny
 options (few steps, queries, masks: :data:`ANALYSIS_OPTIONS`, :data:`ATTACK_OPTIONS`, :data:`SUITE_SPECS`) —
 what the conformance tests and ``docs/models.md`` use on small configurations of each architecture family.
-``run=False`` (``robustvit list models --capabilities``) runs nothing: it builds the probe, checks each
-analysis's model families and constructs each attack and suite, so it also works on a model built on the
-``meta`` device (no memory, no weights) in well under a second per model.
+``run=False`` (``robustvit list models --capabilities``) runs no analysis, attack or suite: it builds the probe
+(``make_probe`` checks a ViT probe against the model with one forward), checks each analysis's model
+families and constructs each attack and suite; a named model is built at its default configuration with
+random weights on the CPU (nothing downloaded) — about a second for a ViT-B.
 
 >>> cap = capabilities(create_model("vit_cifar_tiny", num_classes=10), run=True)
 >>> cap["probe"]["kind"], cap["analyses"]["lesion"]["status"]
@@ -326,7 +327,10 @@ def check_suite(model: nn.Module, name: str, x: torch.Tensor | None = None, y: t
             return _entry("applies", "reads its own data set; not run here")
         batch = Batch(x, y, torch.arange(len(y)), torch.Generator().manual_seed(0))
         stats = {p: sum_stats([suite.run(ctx, p, batch)]) for p in suite.parts(ctx)}
-        return _check_result(suite.finalize(ctx, stats))
+        res = suite.finalize(ctx, stats)
+        if isinstance(res, dict) and isinstance(res.get("skipped"), str):   # a suite that skips models it cannot use
+            return _entry("refused", res["skipped"])
+        return _check_result(res)
     return _guard(go)
 
 
@@ -346,8 +350,8 @@ def tiny_batch(model: nn.Module, images: int = 2, seed: int = 0) -> tuple[torch.
 def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 2, seed: int = 0,
                  analyses: Iterable[str] | None = None, attacks: Iterable[str] | None = None,
                  suites: Iterable[str] | None = None) -> dict[str, Any]:
-    """What applies to ``model`` (a ``Normalized`` model, or a model name: built on the meta device, static
-    check only). See the module docstring for the keys. ``analyses``/``attacks``/``suites``: restrict to these
+    """What applies to ``model`` (a ``Normalized`` model, or a model name: built at its default configuration
+    with random weights on the CPU, static check only). See the module docstring for the keys. ``analyses``/``attacks``/``suites``: restrict to these
     names (default: every registered one)."""
     from robustvit.analysis import family_of, list_analyses
     from robustvit.attacks import list_attacks
@@ -357,7 +361,7 @@ def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 2, 
     if isinstance(model, str):
         if run:
             raise RobustvitError("capabilities(name, run=True) needs a built model; pass create_model(name, ...)")
-        model = build_meta(model)
+        model = build_default(model)
     spec = model.spec
     x = y = dataset = None
     if run:
@@ -387,8 +391,8 @@ def _safe(fn, default):  # noqa: ANN001, ANN202
 
 
 def build_meta(name: str) -> nn.Module:
-    """``name`` at its default configuration, without weights, on the meta device (no memory, no init cost);
-    falls back to the CPU (random init) for architectures whose constructor computes on its tensors."""
+    """``name`` at its default configuration on the meta device: structure and ``ModelSpec`` only (no memory, no
+    weights, nothing can run); falls back to the CPU for constructors that compute on their tensors."""
     from robustvit.models import create_model
 
     try:
@@ -398,6 +402,14 @@ def build_meta(name: str) -> nn.Module:
         raise
     except Exception:  # noqa: BLE001  (a constructor that needs real tensors)
         return create_model(name)
+
+
+def build_default(name: str) -> nn.Module:
+    """``name`` at its default configuration on the CPU with random weights (nothing is downloaded), in eval
+    mode: what ``capabilities(name)`` inspects. ``make_probe`` checks itself on it with one forward."""
+    from robustvit.models import create_model
+
+    return create_model(name).eval()
 
 
 def capability_rows(pattern: str) -> list[dict[str, Any]]:
@@ -423,25 +435,28 @@ def mark(entry: dict[str, Any]) -> str:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """A plain-text table: one row per model, one column per analysis/attack/suite (marks as :func:`mark`)."""
+    """A plain-text table, one row per model: probe, class token, registers, how many analyses / attacks /
+    suites apply (or ran), and the names of those refused (! marks a failure)."""
     if not rows:
         return ""
-    ok_rows = [r for r in rows if "error" not in r]
-    cols = [(g, n) for g in ("analyses", "attacks", "suites") for n in (ok_rows[0][g] if ok_rows else {})]
-    width = max(len(r["model"]) for r in rows)
-    head = f"{'model':<{width}}  {'probe':<10} {'cls':>3} {'reg':>3}  " + " ".join(
-        f"{n[:3]}" for _, n in cols)
-    lines = [head]
+    width = max(5, *(len(r["model"]) for r in rows))
+    lines = [f"{'model':<{width}}  {'probe':<10} {'cls':<3} {'reg':>3}  {'analyses':>8} {'attacks':>7} {'suites':>6}  "
+             "refused (! failed)"]
     for r in rows:
         if "error" in r:
             lines.append(f"{r['model']:<{width}}  error: {r['error']}")
             continue
         p = r["probe"]
-        lines.append(f"{r['model']:<{width}}  {p['kind']:<10} {'y' if p['has_class_token'] else 'n':>3} "
-                     f"{p['num_registers'] or 0:>3}  " + " ".join(f"{mark(r[g][n]):<3}" for g, n in cols))
-    legend = ("columns: " + ", ".join(n for _, n in cols) + "\n"
-              "✓ ran on a tiny batch · ○ applies (static check, nothing run) · ✗ refused · ! failed")
-    return "\n".join(lines + ["", legend])
+        counts = [f"{r['counts'][g]['ok'] + r['counts'][g]['applies']}/{len(r[g])}" for g in ("analyses", "attacks", "suites")]
+        refused = [("!" if e["status"] == "failed" else "") + n for g in ("analyses", "attacks", "suites")
+                   for n, e in r[g].items() if e["status"] in ("refused", "failed")]
+        lines.append(f"{r['model']:<{width}}  {p['kind']:<10} {'yes' if p['has_class_token'] else 'no':<3} "
+                     f"{p['num_registers'] or 0:>3}  {counts[0]:>8} {counts[1]:>7} {counts[2]:>6}  "
+                     + (", ".join(refused) or "-"))
+    lines.append("")
+    lines.append("counts: applies (static check, nothing run) / registered; `robustvit list models --capabilities NAME` "
+                 "gives one model's reasons")
+    return "\n".join(lines)
 
 
 def format_one(cap: dict[str, Any]) -> str:
@@ -459,6 +474,6 @@ def format_one(cap: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ANALYSIS_OPTIONS", "ATTACK_OPTIONS", "PROBE_RTOL", "STATUSES", "SUITE_SPECS", "build_meta",
+__all__ = ["ANALYSIS_OPTIONS", "ATTACK_OPTIONS", "PROBE_RTOL", "STATUSES", "SUITE_SPECS", "build_default", "build_meta",
            "capabilities", "capability_rows", "check_analysis", "check_attack", "check_suite", "format_one",
            "format_table", "mark", "probe_error", "probe_info", "structure", "tiny_batch"]

@@ -241,10 +241,23 @@ def add_list(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list", help=f"list {', '.join(LISTS)}")
     p.add_argument("what", choices=list(LISTS))
     p.add_argument("pattern", nargs="?", help="shell-style filter, e.g. 'vit_*'")
+    p.add_argument("--capabilities", nargs="?", const="", metavar="PATTERN",
+                   help="models only: which analyses, attacks and suites apply to each matching model, its probe, class "
+                        "token and registers (each model is built at its default size with random weights on the CPU: "
+                        "seconds per model; nothing is run but the probe's self-check; see docs/models.md)")
     p.set_defaults(func=cmd_list)
 
 
 def cmd_list(a: argparse.Namespace) -> int:
+    if getattr(a, "capabilities", None) is not None:
+        if a.what != "models":
+            raise RobustvitError("--capabilities applies to `robustvit list models`")
+        from robustvit.capabilities import capability_rows, format_one, format_table
+
+        pattern = a.capabilities or a.pattern or "*"
+        rows = capability_rows(pattern)
+        print(format_one(rows[0]) if len(rows) == 1 and "error" not in rows[0] else format_table(rows))
+        return 0
     print("\n".join(LISTS[a.what](a.pattern)))
     return 0
 

@@ -279,7 +279,41 @@ def _failures(section: dict) -> dict:
     return {n: e["reason"] for n, e in section.items() if e["status"] == "failed"}
 
 
-KNOWN_RUN: dict[tuple[str, str], str] = {}
+def _assert_no_failures(key: str, res: dict, request, prefix: str = "") -> None:
+    """No failure beyond the known ones (a hard failure); the known ones make the test a strict xfail, so it
+    turns red (XPASS) when they are fixed and the entry must go."""
+    bad = _failures(res)
+    known = {n for n in res if (key, prefix + n) in KNOWN_RUN}
+    new = {n: r for n, r in bad.items() if n not in known}
+    assert not new, new
+    assert all("\n" not in (e["reason"] or "") for e in res.values())
+    if known:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="; ".join(KNOWN_RUN[(key, prefix + n)] for n in known)))
+    assert not {n: r for n, r in bad.items() if n in known}
+
+
+_STAB = ("attention_stability stacks per-block cosines, but Swin's windowed maps have a different head count per "
+         "stage (analysis/stability.py)")
+_LESION = ("removing a block keeps only its shortcut, but this block changes the channel count/layout and has no "
+           "shortcut module the hook can use: the next layer gets the wrong shape (models/probe.py BlockProbe._skip_hook "
+           "should refuse or use the block's real shortcut)")
+_AA = ("autoattack passes an empty batch to its next member once no point is robust; Swin's window attention cannot "
+       "reshape 0 images (attacks/autoattack.py: skip members when nothing is left)")
+_PF = ("the hybrid's patch_embed.patch_size (8) counts cells of the ResNet stem's feature map, not pixels (a token "
+       "covers 32x32 pixels): patch-fool's patch mask has the wrong grid (attacks/patch_fool.py, the probe's patch_size)")
+
+#: Known run failures (fix in a file another engineer owns): (family key, analysis | attack | "suite:NAME").
+KNOWN_RUN: dict[tuple[str, str], str] = {
+    ("swin", "attention_stability"): _STAB,
+    ("swinv2", "attention_stability"): _STAB,
+    ("efficientformer", "lesion"): _LESION,
+    ("maxvit", "lesion"): _LESION,
+    ("repvgg", "lesion"): _LESION,
+    ("swin", "autoattack"): _AA,
+    ("swin", "suite:autoattack"): _AA,
+    ("vit_hybrid", "patch-fool"): _PF,
+    ("vit_hybrid", "suite:patch_fool"): _PF,
+}
 
 
 @pytest.mark.parametrize("key", IDS)
@@ -296,12 +330,7 @@ def test_analyses_run_or_refuse(key, request):
         y = model(x).argmax(1)
     ds = TensorImageDataset(x, y, [str(i) for i in range(model.spec.num_classes)], spec="tensor:zoo")
     res = {a: check_analysis(model, a, ds) for a in list_analyses()}
-    bad = _failures(res)
-    expected = {a for (k, a) in KNOWN_RUN if k == key}
-    if expected & set(bad):
-        request.applymarker(pytest.mark.xfail(strict=True, reason="; ".join(KNOWN_RUN[(key, a)] for a in expected)))
-    assert not bad, bad
-    assert all("\n" not in (e["reason"] or "") for e in res.values())
+    _assert_no_failures(key, res, request)
 
 
 @pytest.mark.parametrize("key", REPRESENTATIVE)
@@ -314,11 +343,7 @@ def test_attacks_run_or_refuse(key, request):
     model = model_of(key)
     x, y = tiny_batch(model, 2)
     res = {a: check_attack(model, a, x, y) for a in list_attacks()}
-    bad = _failures(res)
-    expected = {a for (k, a) in KNOWN_RUN if k == key}
-    if expected & set(bad):
-        request.applymarker(pytest.mark.xfail(strict=True, reason="; ".join(KNOWN_RUN[(key, a)] for a in expected)))
-    assert not bad, bad
+    _assert_no_failures(key, res, request)
 
 
 @pytest.mark.parametrize("key", REPRESENTATIVE)
@@ -331,8 +356,4 @@ def test_suites_run_or_refuse(key, request, tmp_path):
     model = model_of(key)
     x, y = tiny_batch(model, 4)
     res = {s: check_suite(model, s, x, y, out_dir=tmp_path) for s in list_suites()}
-    bad = _failures(res)
-    expected = {f"suite:{s}" for s in bad} & {a for (k, a) in KNOWN_RUN if k == key}
-    if expected:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="; ".join(KNOWN_RUN[(key, a)] for a in expected)))
-    assert not bad, bad
+    _assert_no_failures(key, res, request, prefix="suite:")
