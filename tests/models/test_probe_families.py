@@ -344,3 +344,29 @@ def test_block_probe_prefix_tokens_match_its_token_sequences():
         assert probe.num_prefix_tokens == pre and probe.has_class_token is cls and probe.num_registers == 0
         assert out.tokens[0].shape[1] == probe.num_tokens
         assert out.attentions[0].shape[-1] == (probe.num_tokens if pre else out.attentions[0].shape[-1])
+
+
+def test_hybrid_patch_size_is_in_pixels():
+    """A hybrid ViT's ``patch_embed.patch_size`` counts cells of its CNN stem's feature map; the probe's
+    ``patch_size`` is pixels per token (what patch masks and attention distances need)."""
+    model = FAM.build("vit_hybrid")                # 64 px images, a 2×2 token grid
+    probe = ViTProbe(model)
+    assert probe.grid_size == (2, 2) and probe.patch_size == 32 and model.net.patch_embed.patch_size[0] == 8
+
+
+def test_removing_a_shape_changing_block_is_refused_in_one_line():
+    model = FAM.build("efficientformer")
+    probe = make_probe(model)
+    x = FAM.example_input(model)
+    with torch.no_grad():
+        changes = []
+        hooks = [b.register_forward_hook(lambda m, a, y: changes.append(tuple(a[0].shape) != tuple(y.shape)))
+                 for b in probe.blocks]
+        model(x)
+        for h in hooks:
+            h.remove()
+    i = changes.index(True)
+    with pytest.raises(RobustvitError, match=f"removing a .* block of EfficientFormer is undefined") as err:
+        probe.run(x, remove={i: "block"})
+    assert "\n" not in str(err.value)
+    assert not any(b._forward_hooks for b in probe.blocks)          # hooks removed after the refusal

@@ -172,6 +172,11 @@ class ViTProbe:
         self.grid_size = tuple(int(g) for g in grid) if grid is not None else None
         ps = getattr(net.patch_embed, "patch_size", None)
         self.patch_size = int(ps[0] if isinstance(ps, (tuple, list)) else ps) if ps is not None else None
+        img = getattr(net.patch_embed, "img_size", None)
+        img = img[0] if isinstance(img, (tuple, list)) else img
+        if img and self.grid_size and int(img) % self.grid_size[0] == 0:
+            # pixels per token: a hybrid's patch_size counts cells of its CNN stem's feature map
+            self.patch_size = int(img) // self.grid_size[0]
         self.check = check
         self._verified: set[tuple[int, ...]] = set()
         self._failure: str | None = None
@@ -743,13 +748,24 @@ class BlockProbe:
         return out
 
     def _skip_hook(self, blk: nn.Module):  # noqa: ANN202
+        name = type(blk).__name__
+
+        def refuse(x: torch.Tensor, y: Any) -> None:
+            shape = tuple(y[0].shape if isinstance(y, (tuple, list)) else y.shape)
+            if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape:
+                raise RobustvitError(f"removing a {name} block of {type(self.net).__name__} is undefined: it maps "
+                                     f"{tuple(getattr(x, 'shape', ()))} to {shape} and has no shortcut to keep")
         if self.kind != "cnn":
-            return lambda m, args, y: args[0]
+            def skip(m: nn.Module, args: tuple, y: Any) -> Any:
+                refuse(args[0], y)
+                return args[0] if not isinstance(y, tuple) else (args[0], *y[1:])
+            return skip
         sc = getattr(blk, "downsample", None) or getattr(blk, "shortcut", None)
         act = next((getattr(blk, a) for a in ("act3", "act2", "act") if isinstance(getattr(blk, a, None), nn.Module)), None)
 
         def hook(m: nn.Module, args: tuple, y: torch.Tensor) -> torch.Tensor:
-            s = sc(args[0]) if sc is not None else args[0]
+            s = sc(args[0]) if isinstance(sc, nn.Module) else args[0]
+            refuse(s, y)
             return act(s.clone()) if act is not None else s
         return hook
 
