@@ -22,8 +22,7 @@ by:
 * ``Cait``: its self-attention blocks (talking-heads attention; the reported map is the one after the
   post-softmax head mixing ``proj_w``, which multiplies the values — its rows need not sum to 1) then the
   class-attention blocks inside the head; there is no CLS token among the probed tokens, and masks are
-  refused (talking heads mix the heads after the softmax, so a mask would not stay a mask).
-
+  refused (talking heads mix the heads after the softmax, so a mask would not stay a mask);
 * robustvit's ``FAN`` (token mixing through its ``forward_with_attention(x, mask=None) -> (out, attn)``;
   the model's own forward runs fused attention, so the self-check compares block outputs and logits).
 
@@ -37,13 +36,16 @@ refused at construction, and ``make_probe`` falls back to ``BlockProbe``.
 
 Every probe goes through the wrapper: its logits are ``wrapper(x)`` — normalisation *and* class map.
 ``has_class_token``, ``num_prefix_tokens`` (CLS + registers + distillation token), ``num_registers`` and
-``patch_tokens`` (the slice of patch tokens) describe the probed token sequence.
+``patch_tokens`` (the slice of patch tokens) describe the probed token sequence; ``patch_size`` is pixels
+per token (a hybrid ViT's ``patch_embed.patch_size`` counts cells of its CNN stem's feature map).
 
 ``BlockProbe`` covers the other families through temporary hooks on the model's own forward (exact by
 construction): XCiT and Swin (blocks with ``attn``/``mlp``; fused attention is switched off only during a
 run and restored), ``VisionTransformerRelPos``, FAN-like models, and CNNs (timm ResNets / ConvNeXt, robustvit's
-``resnet_cifar18``: residual blocks, stage outputs). It refuses in one line what it cannot read (attention
-maps of blocks without one attention module). ``make_probe(model)`` picks the right one.
+``resnet_cifar18``: residual blocks, stage outputs). It refuses in one line what it cannot do: attention maps
+of blocks without one attention module (e.g. parallel-block ViTs, if they reach it), removing a block that
+changes the shape and has no shortcut. ``make_probe(model)`` picks ``ViTProbe`` when it is exact (checked on
+a seeded batch at once), else ``BlockProbe``.
 
 Used by the analyses of Bhojanapalli et al. 2021 (arXiv:2103.14586) — layer correlation, lesion study
 (drop a block / its attention / its MLP), restricted attention (masks) — and by attention distance
