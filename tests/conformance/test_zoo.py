@@ -294,9 +294,9 @@ def _assert_no_failures(key: str, res: dict, request, prefix: str = "") -> None:
 
 _STAB = ("attention_stability stacks per-block cosines, but Swin's windowed maps have a different head count per "
          "stage (analysis/stability.py)")
-_LESION = ("removing a block keeps only its shortcut, but this block changes the channel count/layout and has no "
-           "shortcut module the hook can use: the next layer gets the wrong shape (models/probe.py BlockProbe._skip_hook "
-           "should refuse or use the block's real shortcut)")
+_TALK = ("CaiT's talking-heads attention mixes heads after the softmax: the maps the probe reads are not "
+         "distributions (negative entries), so attention distance leaves [0, image diagonal] and attention maps go "
+         "negative; read the maps before proj_w or refuse (models/probe.py / analysis/attention.py)")
 _AA = ("autoattack passes an empty batch to its next member once no point is robust; Swin's window attention cannot "
        "reshape 0 images (attacks/autoattack.py: skip members when nothing is left)")
 _PF = ("the hybrid's patch_embed.patch_size (8) counts cells of the ResNet stem's feature map, not pixels (a token "
@@ -306,9 +306,8 @@ _PF = ("the hybrid's patch_embed.patch_size (8) counts cells of the ResNet stem'
 KNOWN_RUN: dict[tuple[str, str], str] = {
     ("swin", "attention_stability"): _STAB,
     ("swinv2", "attention_stability"): _STAB,
-    ("efficientformer", "lesion"): _LESION,
-    ("maxvit", "lesion"): _LESION,
-    ("repvgg", "lesion"): _LESION,
+    ("cait", "attention_distance"): _TALK,
+    ("cait", "attention_maps"): _TALK,
     ("swin", "autoattack"): _AA,
     ("swin", "suite:autoattack"): _AA,
     ("vit_hybrid", "patch-fool"): _PF,
