@@ -370,3 +370,22 @@ def test_removing_a_shape_changing_block_is_refused_in_one_line():
         probe.run(x, remove={i: "block"})
     assert "\n" not in str(err.value)
     assert not any(b._forward_hooks for b in probe.blocks)          # hooks removed after the refusal
+
+
+def test_convit_block_probe_reports_patch_tokens_of_every_block():
+    """ConViT's CLS joins after its local blocks: every block's tokens are reported as the P patch tokens."""
+    model = FAM.build("convit")
+    x = FAM.example_input(model)
+    outs = []
+    hooks = [b.register_forward_hook(lambda m, a, y: outs.append(y)) for b in model.net.blocks]
+    with torch.no_grad():
+        model(x)
+    for h in hooks:
+        h.remove()
+    probe = make_probe(model)
+    with torch.no_grad():
+        toks = probe.run(x).tokens
+    assert isinstance(probe, BlockProbe) and probe.num_prefix_tokens == 0 and not probe.has_class_token
+    assert [o.shape[1] for o in outs] == [16, 17]                   # no CLS in the local block, CLS after it
+    assert all(t.shape[1] == 16 for t in toks)
+    assert torch.equal(toks[0], outs[0]) and torch.equal(toks[1], outs[1][:, 1:])

@@ -51,8 +51,8 @@ def _check_maps(probe: Any, maps: list[torch.Tensor], what: str) -> None:
     for i, a in enumerate(maps):
         if a.ndim != 4 or a.shape[-2:] != (T, T):
             raise RobustvitError(f"{what}: block {i}'s attention map has shape {tuple(a.shape)}, not (N, heads, {T}, "
-                                 f"{T}) over the prefix and patch tokens; this model's attention is not global token "
-                                 "attention")
+                                 f"{T}) over the prefix and patch tokens; this analysis needs global token attention over "
+                                 "the same tokens in every block")
 
 
 def _tokens_info(probe: Any) -> dict[str, Any]:

@@ -41,7 +41,8 @@ per token (a hybrid ViT's ``patch_embed.patch_size`` counts cells of its CNN ste
 
 ``BlockProbe`` covers the other families through temporary hooks on the model's own forward (exact by
 construction): XCiT and Swin (blocks with ``attn``/``mlp``; fused attention is switched off only during a
-run and restored), ``VisionTransformerRelPos``, FAN-like models, and CNNs (timm ResNets / ConvNeXt, robustvit's
+run and restored), ``VisionTransformerRelPos``, ConViT (patch tokens only: its CLS joins after the local
+blocks), FAN-like models, and CNNs (timm ResNets / ConvNeXt, robustvit's
 ``resnet_cifar18``: residual blocks, stage outputs). It refuses in one line what it cannot do: attention maps
 of blocks without one attention module (e.g. parallel-block ViTs, if they reach it), removing a block that
 changes the shape and has no shortcut. ``make_probe(model)`` picks ``ViTProbe`` when it is exact (checked on
@@ -664,7 +665,10 @@ class BlockProbe:
         self.grid_size = (size // self.patch_size,) * 2 if size and self.patch_size and self.kind == "transformer" else None
         # prefix tokens inside the blocks: none where the class token joins after them (XCiT, CaiT, FAN)
         late_cls = any(hasattr(self.net, a) for a in ("cls_attn_blocks", "blocks_token_only"))
-        inside = self.kind == "transformer" and not late_cls
+        # ConViT: its CLS joins after the local (GPSA) blocks; the probe reports the patch tokens of every block
+        self._strip_cls = (self.kind == "transformer" and hasattr(self.net, "local_up_to_layer")
+                           and getattr(self.net, "cls_token", None) is not None and self.grid_size is not None)
+        inside = self.kind == "transformer" and not late_cls and not self._strip_cls
         self.num_prefix_tokens = int(getattr(self.net, "num_prefix_tokens", 0) or 0) if inside else 0
         self.has_class_token = inside and self.num_prefix_tokens > 0 and getattr(self.net, "cls_token", None) is not None
         reg = getattr(self.net, "reg_token", None)
@@ -693,6 +697,8 @@ class BlockProbe:
         y = y[0] if isinstance(y, (tuple, list)) else y
         if y.ndim == 4:
             return y.flatten(2).transpose(1, 2) if self.kind == "cnn" else y.flatten(1, 2)
+        if self._strip_cls and y.shape[1] == self.grid_size[0] * self.grid_size[1] + 1:
+            return y[:, 1:]
         return y
 
     def run(self, x: torch.Tensor, *, tokens: bool = True, attentions: bool = False,
