@@ -34,7 +34,7 @@ IDS = [f.key for f in FAMILIES]
 #: Families whose attacks and suites are exercised in the tests (all of them in docs/models.md): a plain ViT,
 #: prefix-token variants, a post-norm and a rotary ViT, class-attention, XCiT, Swin, FAN, a hybrid, CNNs, an MLP.
 REPRESENTATIVE = ["vit", "deit_distilled", "vit_reg_gap", "vit_postnorm", "eva", "cait", "xcit", "swin", "fan",
-                  "vit_hybrid", "convnext", "resnet_cifar", "mixer"]
+                  "vit_hybrid", "convnext", "resnet_cifar", "gmlp"]
 
 #: Known failures whose fix lives in a file this test's author does not own: (family key, check) → reason.
 _FIXED = ("adapt_input(img_size=) is accepted but {what}; the forward then fails at the new size: it should resample "
@@ -299,9 +299,6 @@ _TALK = ("CaiT's talking-heads attention mixes heads after the softmax: the maps
          "negative; read the maps before proj_w or refuse (models/probe.py / analysis/attention.py)")
 _AA = ("autoattack passes an empty batch to its next member once no point is robust; Swin's window attention cannot "
        "reshape 0 images (attacks/autoattack.py: skip members when nothing is left)")
-_PF = ("the hybrid's patch_embed.patch_size (8) counts cells of the ResNet stem's feature map, not pixels (a token "
-       "covers 32x32 pixels): patch-fool's patch mask has the wrong grid (attacks/patch_fool.py, the probe's patch_size)")
-
 #: Known run failures (fix in a file another engineer owns): (family key, analysis | attack | "suite:NAME").
 KNOWN_RUN: dict[tuple[str, str], str] = {
     ("swin", "attention_stability"): _STAB,
@@ -310,8 +307,6 @@ KNOWN_RUN: dict[tuple[str, str], str] = {
     ("cait", "attention_maps"): _TALK,
     ("swin", "autoattack"): _AA,
     ("swin", "suite:autoattack"): _AA,
-    ("vit_hybrid", "patch-fool"): _PF,
-    ("vit_hybrid", "suite:patch_fool"): _PF,
 }
 
 
