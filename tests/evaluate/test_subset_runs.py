@@ -38,6 +38,26 @@ class _SeenImages(Suite):
         return {"ids": [i for i, v in enumerate(s["seen"]) if v], "n": s["n"], "label_mismatch": s["label_mismatch"]}
 
 
+@register_suite
+class _OwnSeenImages(_SeenImages):
+    """Like ``_seen_images`` on a data set of its own: 30 images of 6 classes, sorted by class."""
+
+    name = "_own_seen_images"
+
+    def dataset(self, ctx):
+        from robustvit.data import TensorImageDataset
+
+        if not hasattr(self, "_ds"):
+            x = torch.zeros(30, 3, 32, 32, dtype=torch.uint8)
+            self._ds = TensorImageDataset(x, torch.arange(30) // 5, [f"c{k}" for k in range(6)], "tensor:own")
+        return self._ds
+
+    def run(self, ctx, part, batch):
+        seen = torch.zeros(30, dtype=torch.long)
+        seen[batch.ids.cpu()] = 1
+        return {"seen": seen.tolist(), "n": int(len(batch.y)), "label_mismatch": 0}
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """An ImageFolder tree, classes sorted: a prefix of it holds one class only."""
@@ -117,7 +137,9 @@ def test_suite_limit_draws_from_the_run_images(ckpts, folder, tmp_path):
     r = next(iter(_run(ckpts[:1], folder, tmp_path / "b", suites=suites[:2]).values()))
     assert r["suites"]["_seen_images:limit=4"]["ids"] == select_subset(LABELS, 4, "stratified", 0).tolist()
     assert r["suites"]["_seen_images:limit=6:subset=first"]["ids"] == list(range(6))
-    assert r["data"]["subset"] is None
+    assert r["data"]["subset"] is None and r["data"]["num_images"] == 6        # the images read, not all 40
+    r = next(iter(_run(ckpts[:1], folder, tmp_path / "c", suites=suites[:1]).values()))
+    assert r["data"]["num_images"] == 4 and r["suites"]["_seen_images:limit=4"]["n"] == 4
 
 
 def test_subset_file_with_paths_and_indices(ckpts, folder, tmp_path):
@@ -156,3 +178,13 @@ def test_cli_subset_flags_and_bad_entries(ckpts, folder, tmp_path, capsys):
     assert main(args[:-6] + [str(tmp_path / "g"), "--device", "cpu", "--no-progress", "--limit", "8"]) == 0
     r = json.loads((tmp_path / "g" / "results.json").read_text())
     assert r["data"]["subset"]["num_classes"] == 4 and "--limit" in r["run"]["command"]
+
+
+def test_suite_with_its_own_data_draws_from_it(ckpts, folder, tmp_path):
+    r = next(iter(_run(ckpts[:1], folder, tmp_path / "a", limit=8,
+                       suites=["_own_seen_images:limit=6", "_own_seen_images"]).values()))
+    ids = r["suites"]["_own_seen_images:limit=6"]["ids"]
+    assert torch.bincount(torch.tensor(ids) // 5, minlength=6).tolist() == [1] * 6       # stratified over its classes
+    assert ids == select_subset(torch.arange(30) // 5, 6, "stratified", seed=0).tolist()
+    assert r["suites"]["_own_seen_images"]["ids"] == list(range(30))     # --limit is about --data, not its own set
+    assert r["suites"]["_own_seen_images:limit=6"]["subset"]["of"] == 30

@@ -159,17 +159,20 @@ def load_subset_file(path: str | Path, ds: Any) -> torch.Tensor:
             raise RobustvitError(f"subset file {path} lists paths but {getattr(ds, 'spec', 'the data')} is not read "
                                  "from files; list image indices instead")
         index = {r: i for i, r in enumerate(rel)}
-        names: dict[str, int] = {}
+        names: dict[str, int] = {}          # bare file names (-1: in several class folders, ambiguous)
         for i, r in enumerate(rel):
-            names.setdefault(r.rsplit("/", 1)[-1], i if r.rsplit("/", 1)[-1] not in names else -1)
+            name = r.rsplit("/", 1)[-1]
+            names[name] = -1 if name in names else i
         found, unknown = [], []
         for e in entries:
-            key = e.replace("\\", "/").lstrip("./") if e.startswith("./") else e.replace("\\", "/")
+            key = e.replace("\\", "/").removeprefix("./")
             i = index.get(key)
-            if i is None:
-                i = names.get(key.rsplit("/", 1)[-1])
-                i = None if i == -1 else i
-            (unknown.append(e) if i is None else found.append(i))
+            if i is None and "/" not in key:
+                i = names.get(key)
+            if i is None or i < 0:
+                unknown.append(e)
+            else:
+                found.append(i)
         if unknown:
             raise RobustvitError(f"subset file {path}: {len(unknown)} entries are not images of "
                                  f"{getattr(ds, 'spec', 'the data')} ({', '.join(unknown[:3])}"

@@ -167,19 +167,18 @@ class _Plan:
     dataset: ImageDataset
     images: torch.Tensor
     members: dict[int, int | None]
-    main: bool                   # the run's data set, whole pass (records unreadable images)
     tag: str
+    data_part: str | None = None   # counts the run's images read (results.json ``data``) under this part
 
 
 def _base_subset(ds: ImageDataset, run: ImageDataset, aligned: bool, ctx: EvalContext, cfg: EvalConfig) -> Subset:
     """The run's images for the run's data set, and for a suite's own data set aligned with it (``data_aligned``
-    and as many images: e.g. ImageNet-C next to imagenet:/val); else ``--limit`` drawn from the suite's data set."""
+    and as many images: e.g. ImageNet-C next to imagenet:/val); else every image of the suite's own data set
+    (``--limit`` / ``--subset`` are about ``--data``; the suite's ``limit=`` draws from its own)."""
     assert ctx.subset is not None
     if ds is run or (aligned and len(ds) == len(run)):
         return ctx.subset
-    seed = cfg.seed if cfg.subset_seed is None else cfg.subset_seed
-    limit = None if cfg.limit is None or cfg.subset is not None else min(cfg.limit, len(ds))
-    return make_subset(ds, limit=limit, method=cfg.subset_method, seed=seed)
+    return make_subset(ds, method=cfg.subset_method, seed=ctx.subset.seed)
 
 
 def _plans(ctx: EvalContext, suites: list[Suite], dataset: ImageDataset, cfg: EvalConfig) -> list[_Plan]:
@@ -199,8 +198,7 @@ def _plans(ctx: EvalContext, suites: list[Suite], dataset: ImageDataset, cfg: Ev
         ds = datasets[ds_id]
         base = _base_subset(ds, dataset, any(suites[i].data_aligned for i in members), ctx, cfg)
         tag = "data" if ds is dataset else suites[members[0]].name
-        main = _Plan(ds, base.indices, {}, ds is dataset, tag)
-        plans.append(main)
+        main = _Plan(ds, base.indices, {}, tag)
         extra: dict[tuple[str, int], _Plan] = {}
         for i in members:
             suite, n = suites[i], suites[i].max_images
@@ -214,10 +212,14 @@ def _plans(ctx: EvalContext, suites: list[Suite], dataset: ImageDataset, cfg: Ev
                 main.members[i] = None if sample is base else n
             else:
                 if (method, n) not in extra:
-                    extra[(method, n)] = _Plan(ds, sample.indices, {}, False, f"{suite.name} ({n} images)")
+                    extra[(method, n)] = _Plan(ds, sample.indices, {}, f"{suite.name} ({n} images)")
                 extra[(method, n)].members[i] = None
-        plans += list(extra.values())
-    return [p for p in plans if p.members or p.main]
+        group = ([main] if main.members else []) + list(extra.values())
+        if ds is dataset and group:        # the widest pass counts the run's images (and the unreadable ones)
+            widest = main if main.members else max(extra.values(), key=lambda p: len(p.images))
+            widest.data_part = "all" if main.members else f"sample:{len(widest.images)}"
+        plans += group
+    return plans
 
 
 def _run_units(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
@@ -231,27 +233,29 @@ def _run_units(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: 
         sizes = {i: len(images) if m is None else min(m, len(images)) for i, m in plan.members.items()}
         parts = {i: suites[i].parts(ctx) for i in plan.members}
         done = store.done()
-        nchunks = math.ceil(len(images) / b)
+        span = max(sizes.values())                  # images read: up to the largest member's
+        nchunks = math.ceil(span / b)
         todo: list[tuple[int, list[tuple[int, str]]]] = []
         for c in range(nchunks):
             if c % world != rank:
                 continue
             pending = [(i, p) for i in plan.members if c * b < sizes[i] for p in parts[i] if (keys[i], p, c) not in done]
-            if plan.main and ("_data", "all", c) not in done:
-                pending.append((-1, "all"))
+            if plan.data_part is not None and ("_data", plan.data_part, c) not in done:
+                pending.append((-1, plan.data_part))
             if pending:
                 todo.append((c, pending))
         if not todo:
             continue
-        chunks = [torch.arange(c * b, min(len(images), (c + 1) * b)) for c, _ in todo]
+        chunks = [torch.arange(c * b, min(span, (c + 1) * b)) for c, _ in todo]
         with progress_bar(cfg.progress and rank == 0, f"{ctx.model_name} · {plan.tag}", len(todo)) as tick:
             for (c, pending), pos, (x, y) in zip(todo, chunks, _load_chunks(ds, [images[p] for p in chunks], cfg)):
                 ids = images[pos]
                 keep = y != UNREADABLE
-                if plan.main and (-1, "all") in pending:
+                if (-1, plan.data_part) in pending:
                     bad = ids[~keep].tolist()
                     files = [ds.samples[j][0] for j in bad][:20] if hasattr(ds, "samples") else []
-                    store.put("_data", "all", c, {"n": int(len(y)), "unreadable": len(bad), "files": files}, 0.0)
+                    store.put("_data", str(plan.data_part), c, {"n": int(len(y)), "unreadable": len(bad), "files": files},
+                              0.0)
                 x, y, ids, pos = x[keep].to(ctx.device, non_blocking=True), y[keep].to(ctx.device), ids[keep], pos[keep]
                 for i, part in pending:
                     if i < 0:
@@ -286,8 +290,10 @@ def _load_chunks(ds: ImageDataset, chunks: list[torch.Tensor], cfg: EvalConfig):
 
 def _finalize(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
               cfg: EvalConfig, world: int) -> dict[str, Any]:
-    data_stats = sum_stats(store.stats("_data").get("all", []))
-    files = [f for s in store.stats("_data").get("all", []) for f in s.get("files", [])][:20]
+    data_units = store.stats("_data")      # one part: "all", or "sample:N" when every suite drew its own sample
+    data_items = data_units.get("all") or next(iter(data_units.values()), [])
+    data_stats = sum_stats(data_items)
+    files = [f for s in data_items for f in s.get("files", [])][:20]
     suites_out: dict[str, Any] = {}
     for suite, key in zip(suites, keys):
         stats = {part: sum_stats(items) for part, items in store.stats(key).items()}
