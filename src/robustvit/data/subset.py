@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robustvit.data.base import FileImageDataset, ImageDataset
+from robustvit.data.base import ImageDataset
 from robustvit.errors import RobustvitError
 
 #: Ways to draw ``--limit N`` images (``file`` comes from ``--subset FILE``).
@@ -60,8 +60,8 @@ def subset_order(labels: torch.Tensor | np.ndarray | None, n: int | None = None,
     size = len(lab)
     if method == "first" or size == 0:
         return torch.arange(size, dtype=torch.long)
-    if int(lab.min()) < 0:
-        raise RobustvitError("labels must be >= 0 to draw a class-stratified subset")
+    if int(lab.min()) < 0:                              # unknown labels (-1): one class of their own
+        lab = np.where(lab < 0, int(lab.max()) + 1, lab)
     rng = np.random.default_rng(int(seed))
     within = rng.random(size)
     by_class = np.lexsort((within, lab))                 # class-major, random order inside each class
