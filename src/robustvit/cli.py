@@ -37,6 +37,18 @@ def add_weights_args(p: argparse.ArgumentParser) -> None:
                    help="a .safetensors/.pth state dict for the named architecture (loaded tensors-only)")
 
 
+def add_subset_args(p: argparse.ArgumentParser, what: str = "evaluate") -> None:
+    """``--limit N``, ``--subset-method``, ``--subset FILE`` and ``--subset-seed`` (``robustvit.data.subset``)."""
+    p.add_argument("--limit", type=int, metavar="N", help=f"{what} N images: a seeded class-stratified sample "
+                   "(the same images for every model and suite of the run); see --subset-method")
+    p.add_argument("--subset-method", choices=["stratified", "first"], default="stratified",
+                   help="how --limit draws the images (and suites' own limit=): stratified (default: classes in "
+                   "proportion, seeded by --subset-seed) or first (the first N images)")
+    p.add_argument("--subset", metavar="FILE", help="the images to use, one a line: data-set indices or paths relative "
+                   "to the data root (e.g. RobustBench's imagenet_test_image_ids.txt), or a JSON list")
+    p.add_argument("--subset-seed", type=int, metavar="S", help="seed of the stratified draw (default: --seed)")
+
+
 def add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train a small ViT and ResNet on synthshapes, evaluate and report (the main job)")
     p.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
@@ -166,7 +178,7 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
     p.add_argument("--suite", default="clean", help=f"comma-separated suites (name[:key=value…]); available: {', '.join(list_suites())}")
     p.add_argument("--out", required=True, help="output folder (re-running resumes)")
-    p.add_argument("--limit", type=int, help="evaluate only the first N images")
+    add_subset_args(p, "evaluate")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--device", default="auto")
     p.add_argument("--seed", type=int, default=0)
@@ -190,6 +202,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
                      batch_size=a.batch_size, device=a.device, seed=a.seed, strict=a.strict, workers=a.workers,
                      options={"eps": a.eps, "norm": a.norm, "steps": a.steps}, progress=not a.no_progress,
                      pretrained=a.pretrained, weights=a.weights, class_map=a.class_map,
+                     subset_method=a.subset_method, subset=a.subset, subset_seed=a.subset_seed,
                      command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
     results = run_eval(cfg)
     for name, res in results.items():
@@ -282,7 +295,7 @@ def add_corrupt(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="auto")
-    p.add_argument("--limit", type=int, help="only the first N images")
+    add_subset_args(p, "corrupt")
     p.add_argument("--no-progress", action="store_true")
     add_frost_arg(p)
     p.set_defaults(func=cmd_corrupt)
@@ -294,7 +307,8 @@ def cmd_corrupt(a: argparse.Namespace) -> int:
     r = export_corrupted(ExportConfig(data=a.data, out=a.out, layout=a.layout, corruptions=a.corruptions,
                                       severities=a.severities, preset=a.preset, seed=a.seed, batch_size=a.batch_size,
                                       device=a.device, limit=a.limit, image_format=a.image_format,
-                                      image_size=a.image_size, progress=not a.no_progress))
+                                      image_size=a.image_size, progress=not a.no_progress,
+                                      subset_method=a.subset_method, subset=a.subset, subset_seed=a.subset_seed))
     print(f"wrote {r['units_written']} corruption × severity units ({r['units_skipped']} already done) of "
           f"{r['num_images']} images to {r['out']} ({r['layout']}, preset {r['preset']})")
     return 0
@@ -312,7 +326,9 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
     add_weights_args(p)
     p.add_argument("--out", required=True, help="output folder (re-running resumes)")
-    p.add_argument("--limit", type=int, help="use only the first N images")
+    add_subset_args(p, "analyse")
+    p.add_argument("--class-map", metavar="FILE", help="JSON: the model class index (or indices) of each data class, "
+                   "as a list or keyed by class name — e.g. a 1000-class ImageNet model on a 10-class data set")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="auto")
@@ -332,6 +348,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     name = model.spec.architecture if is_checkpoint_dir(a.model) else a.model
     res = run_analyses(model, dataset, _csv(a.analyses), a.out, limit=a.limit, seed=a.seed, batch_size=a.batch_size,
                        device=a.device, progress=not a.no_progress, model_name=name, data_spec=a.data, source=a.model,
+                       subset_method=a.subset_method, subset=a.subset, subset_seed=a.subset_seed, class_map=a.class_map,
                        command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
     for key, r in res.items():
         print(f"{key}: wrote {Path(a.out) / (key + '.json')}" + (f" and {', '.join(r.get('figures', []))}" if r.get("figures") else ""))

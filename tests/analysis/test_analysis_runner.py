@@ -102,3 +102,70 @@ def test_every_vit_analysis_on_vit_small_patch16_224(tmp_path):
     assert torch.tensor(res["correlation"]["all_tokens"]).shape == (12, 12)
     assert res["restricted_attention"]["local"]["13"] == res["restricted_attention"]["clean_accuracy"]
     assert torch.tensor(res["pos_embed_similarity"]["similarity"]).shape == (196, 196)
+
+
+def _sorted_data(n_per=4, classes=5):
+    """Images sorted by class (like folder: data): a prefix of them holds the first classes only."""
+    from robustvit.data import TensorImageDataset
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(n_per * classes, 3, 16, 16, generator=g)
+    return TensorImageDataset(x, torch.arange(n_per * classes) // n_per, [str(i) for i in range(classes)], "tensor:sorted")
+
+
+def test_limit_is_a_stratified_sample_recorded_everywhere(cls_vit, tmp_path):
+    from robustvit.data.subset import select_subset
+
+    data = _sorted_data()
+    res = run_analyses(cls_vit, data, "lesion:samples=1:random=false", tmp_path, limit=5, batch_size=2,
+                       device="cpu", seed=0)["lesion"]
+    ids = select_subset(data.labels, 5, "stratified", seed=0)
+    assert torch.bincount(data.labels[ids], minlength=5).tolist() == [1] * 5        # every class, not class 0 only
+    with torch.no_grad():
+        x, y = data.get_batch(ids)
+        assert res["clean_accuracy"] == pytest.approx((cls_vit(x).argmax(1) == y).float().mean().item())
+    record = {"method": "stratified", "seed": 0, "num_images": 5, "num_classes": 5, "of": 20}
+    assert json.loads((tmp_path / "lesion.json").read_text())["subset"] == record
+    man = json.loads((tmp_path / "analyses.json").read_text())
+    assert man["data"]["subset"] == record and man["run"]["limit"] == 5 and man["data"]["num_images"] == 5
+    assert res["comparable"] is False and any("5 of 20 images" in n for n in res["notes"])
+    with pytest.raises(RobustvitError, match="other settings.*subset"):       # resuming with another subset
+        run_analyses(cls_vit, data, "lesion:samples=1:random=false", tmp_path, limit=5, batch_size=2, device="cpu",
+                     subset_seed=1)
+    first = run_analyses(cls_vit, data, "lesion:samples=1:random=false", None, limit=5, batch_size=2,
+                         device="cpu", subset_method="first")["lesion"]
+    with torch.no_grad():
+        x, y = data.get_batch(torch.arange(5))
+        assert first["clean_accuracy"] == pytest.approx((cls_vit(x).argmax(1) == y).float().mean().item())
+    assert first["subset"]["method"] == "first" and first["subset"]["num_classes"] == 2
+
+
+def test_analyze_rejects_a_class_count_mismatch_and_takes_a_class_map(tmp_path, capsys):
+    from robustvit.data import dataset_for_model
+    from robustvit.data.subset import select_subset
+    from robustvit.models import create_model, save_checkpoint
+
+    torch.manual_seed(0)      # a CNN: its lesions run the wrapper's own forward, class map included
+    model = create_model("resnet_cifar18", width_mult=0.0625).eval()
+    ckpt = str(save_checkpoint(model, tmp_path / "ck"))
+    base = ["analyze", "lesion:samples=1:random=false", "--model", ckpt, "--data",
+            "synthshapes:test,count=8,classes=4", "--batch-size", "8", "--device", "cpu", "--no-progress"]
+    assert main(base + ["--out", str(tmp_path / "a")]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("robustvit: warning:")]
+    assert len(err) == 1 and err[0].startswith("robustvit: error: ")
+    assert "model resnet_cifar18 has 10 classes but synthshapes:test,count=8,classes=4 has 4; give --class-map" in err[0]
+    cmap = tmp_path / "map.json"
+    cmap.write_text(json.dumps([3, [0, 1], 2, 9]))
+    assert main(base + ["--out", str(tmp_path / "b"), "--class-map", str(cmap), "--limit", "4"]) == 0
+    les = json.loads((tmp_path / "b" / "lesion.json").read_text())
+    man = json.loads((tmp_path / "b" / "analyses.json").read_text())
+    assert man["model"]["class_map"] == str(cmap) and man["data"]["subset"]["num_images"] == 4
+    # the clean accuracy in the data's 4 classes, by hand: data class i scores as its best mapped model class
+    data = dataset_for_model("synthshapes:test,count=8,classes=4", model.spec)
+    ids = select_subset(data.labels, 4, "stratified", seed=0)
+    assert man["data"]["subset"]["num_classes"] == len(data.labels[ids].unique())
+    x, y = data.get_batch(ids)
+    with torch.no_grad():
+        logits = model(x)
+    mapped = torch.stack([logits[:, 3], logits[:, [0, 1]].max(1).values, logits[:, 2], logits[:, 9]], 1)
+    assert les["clean_accuracy"] == pytest.approx((mapped.argmax(1) == y).float().mean().item())

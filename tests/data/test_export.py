@@ -199,3 +199,58 @@ def test_frost_source_is_recorded_and_fixed_for_resumption(tmp_path, monkeypatch
     monkeypatch.setenv("ROBUSTVIT_FROST_DIR", str(tmp_path))       # resuming with the photos would mix sources
     with pytest.raises(RobustvitError, match="frost_source"):
         _export(tmp_path / "f", "cifar-c", corruptions="frost", limit=4)
+
+
+def test_limit_exports_a_stratified_sample_that_eval_reads_back(tmp_path):
+    """``corrupt --limit`` writes a seeded class-stratified sample in data-set order, records it and lists its
+    indices; ``eval --subset OUT/subset.txt --suite corruptions:source=OUT`` scores the same clean images."""
+    from robustvit.data.subset import select_subset
+
+    out = tmp_path / "cc"
+    r = _export(out, "cifar-c", corruptions="brightness", limit=8, seed=1)
+    ds = create_dataset(DATA)
+    ids = select_subset(ds.labels, 8, "stratified", seed=1)
+    assert r["num_images"] == 8
+    assert [int(v) for v in (out / "subset.txt").read_text().split()] == ids.tolist()
+    meta = json.loads((out / "corrupt.json").read_text())
+    assert meta["subset"] == {"method": "stratified", "seed": 1, "num_images": 8,
+                              "num_classes": int(ds.labels[ids].unique().numel()), "of": 20}
+    assert meta["comparable"] is False and "8 of 20 images" in meta["notes"][0]
+    assert np.load(out / "labels.npy")[:8].tolist() == ds.labels[ids].tolist()
+    x = ds.get_batch(ids)[0]
+    g = torch.Generator().manual_seed(derive_seed(1, "brightness", 3, 0))
+    expect = to_uint8(corrupt(x, "brightness", 3, generator=g), "floor").permute(0, 2, 3, 1).numpy()
+    assert np.array_equal(np.load(out / "brightness.npy")[16:24], expect)           # severity 3, data-set order
+    with pytest.raises(RobustvitError, match="other settings"):                     # another sample: refused
+        _export(out, "cifar-c", corruptions="brightness", limit=8, seed=2)
+    first = _export(tmp_path / "first", "cifar-c", corruptions="brightness", limit=8, subset_method="first")
+    assert first["num_images"] == 8 and np.load(tmp_path / "first" / "labels.npy")[:8].tolist() == ds.labels[:8].tolist()
+
+    torch.manual_seed(0)
+    ck = str(save_checkpoint(create_model("resnet_cifar18", width_mult=0.0625, num_classes=10).eval(), tmp_path / "ck"))
+    res = run_eval(EvalConfig(models=[ck], data=DATA, out=str(tmp_path / "e"), suites=[f"corruptions:source={out}"],
+                              subset=str(out / "subset.txt"), batch_size=4, device="cpu", progress=False))
+    cc = next(iter(res.values()))["suites"][f"corruptions:source={out}"]
+    m = create_model(ck).eval()
+    with torch.no_grad():
+        clean = (m(x).argmax(1) == ds.labels[ids]).float().mean().item()
+    assert cc["clean_accuracy"] == pytest.approx(clean) and cc["num_images"] == 8
+
+
+def test_cli_corrupt_subset_flags(tmp_path, capsys):
+    base = ["corrupt", "--data", DATA, "--format", "cifar-c", "--corruptions", "brightness", "--device", "cpu",
+            "--no-progress"]
+    assert main(base + ["--out", str(tmp_path / "a"), "--limit", "4", "--subset-seed", "3"]) == 0
+    meta = json.loads((tmp_path / "a" / "corrupt.json").read_text())
+    assert meta["subset"]["seed"] == 3 and meta["subset"]["method"] == "stratified" and meta["num_images"] == 4
+    f = tmp_path / "ids.txt"
+    f.write_text("7\n2\n")
+    assert main(base + ["--out", str(tmp_path / "b"), "--subset", str(f)]) == 0
+    meta = json.loads((tmp_path / "b" / "corrupt.json").read_text())
+    assert meta["subset"]["method"] == "file" and meta["comparable"] is True
+    assert (tmp_path / "b" / "subset.txt").read_text().split() == ["2", "7"]
+    capsys.readouterr()
+    assert main(base + ["--out", str(tmp_path / "c"), "--subset", str(f), "--limit", "1"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
+    assert main(base + ["--out", str(tmp_path / "d"), "--limit", "3", "--subset-method", "first"]) == 0
+    assert json.loads((tmp_path / "d" / "corrupt.json").read_text())["subset"]["method"] == "first"

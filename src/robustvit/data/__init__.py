@@ -13,6 +13,8 @@ import torch
 
 from robustvit.data import sources
 from robustvit.data.base import UNREADABLE, FileImageDataset, ImageDataset, Resize, ResizedDataset, TensorImageDataset
+from robustvit.data.classmap import load_class_map
+from robustvit.data.subset import SUBSET_METHODS, SubsetDataset, select_subset
 from robustvit.errors import RobustvitError
 from robustvit.registry import Registry
 
@@ -83,6 +85,7 @@ def dataset_for_model(spec: str, model_spec: Any, *, strict: bool = False) -> Im
     return ds
 
 
-__all__ = ["UNREADABLE", "FileImageDataset", "ImageDataset", "Resize", "ResizedDataset", "TensorImageDataset",
-           "create_dataset", "dataset_for_model", "model_resize",
+__all__ = ["UNREADABLE", "FileImageDataset", "ImageDataset", "Resize", "ResizedDataset", "SUBSET_METHODS",
+           "SubsetDataset", "TensorImageDataset", "create_dataset", "dataset_for_model", "load_class_map",
+           "model_resize", "select_subset",
            "list_sources", "parse_data_spec", "register_source"]

@@ -18,6 +18,12 @@ Images are corrupted in batches on the device; batch ``c`` of unit (corruption, 
 ``derive_seed(seed, corruption, severity, c)``, so a copy is reproducible for the same seed, batch size and
 device kind. ``OUT/corrupt.json`` records the settings.
 
+``limit`` draws the images as ``robustvit eval`` does (``robustvit.data.subset``: a seeded class-stratified
+sample by default, ``subset_method="first"`` the first N; ``subset`` a file of indices or relative paths); they are
+written in data-set order, ``corrupt.json`` records ``subset`` and ``OUT/subset.txt`` lists their data-set indices
+(``robustvit eval --data SAME --subset OUT/subset.txt --suite corruptions:source=OUT`` then scores the clean
+images too).
+
 >>> export_corrupted(ExportConfig(data="synthshapes:test,count=20", out="/tmp/ssc", layout="cifar-c",
 ...                               corruptions="fog", progress=False))          # doctest: +SKIP
 """
@@ -42,12 +48,14 @@ from robustvit.corruptions.params import parse_corruptions, parse_severities, re
 from robustvit.data import UNREADABLE, create_dataset
 from robustvit.data.base import FileImageDataset, ImageDataset, Resize
 from robustvit.data.corrupted import CLASSES_FILE, LAYOUTS, read_classes_file
+from robustvit.data.subset import SubsetDataset, dataset_labels, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.progress import progress_bar
 from robustvit.utils import derive_seed, resolve_device
 
 IMAGE_FORMATS = {"jpeg": ("JPEG", "JPEG"), "png": ("png", "PNG")}   # → (file extension, PIL format)
 META_FILE = "corrupt.json"
+SUBSET_FILE = "subset.txt"
 DONE_FILE = ".done"
 THREADS = 8
 
@@ -68,6 +76,9 @@ class ExportConfig:
     jpeg_quality: int = 85
     image_size: int | None = None          # file-based data: resize (shorter side, centre crop); default 224
     progress: bool = True
+    subset_method: str = "stratified"      # how ``limit`` draws the images: stratified or first
+    subset: str | None = None              # a file listing the images (indices or paths relative to the data root)
+    subset_seed: int | None = None         # default: seed
 
 
 def _safe(name: str) -> str:
@@ -86,8 +97,9 @@ def _load(ds: ImageDataset, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def _names(ds: ImageDataset, n: int) -> list[str]:
-    if isinstance(ds, FileImageDataset):
-        stems = [Path(p).stem for p, _ in ds.samples[:n]]
+    samples = getattr(ds, "samples", None)
+    if isinstance(samples, list):
+        stems = [Path(p).stem for p, _ in samples[:n]]
         if len(set(zip(stems, (lab for _, lab in ds.samples[:n])))) == n:
             return stems
     return [f"{i:08d}" for i in range(n)]
@@ -125,9 +137,13 @@ class _Exporter:
         self.ds = create_dataset(cfg.data, image_size=cfg.image_size)
         if isinstance(self.ds, FileImageDataset) and self.ds.resize is None:
             self.ds.resize = Resize(224)           # ImageNet-C convention: Resize(256) + CenterCrop(224)
-        self.n = len(self.ds) if cfg.limit is None else min(cfg.limit, len(self.ds))
-        if self.n == 0:
+        if len(self.ds) == 0:
             raise RobustvitError(f"{cfg.data} has no images")
+        seed = cfg.seed if cfg.subset_seed is None else cfg.subset_seed
+        self.images = make_subset(self.ds, limit=cfg.limit, method=cfg.subset_method, seed=seed, file=cfg.subset)
+        if not self.images.whole:         # written in data-set order
+            self.ds = SubsetDataset(self.ds, self.images.indices.sort().values)
+        self.n = len(self.ds)
         self.out = Path(cfg.out).expanduser()
         self.out.mkdir(parents=True, exist_ok=True)
         x0, _ = _load(self.ds, [0])
@@ -142,7 +158,7 @@ class _Exporter:
                 "preset": self.preset, "seed": c.seed, "batch_size": c.batch_size, "device_type": self.device.type,
                 "image_format": c.image_format if c.layout == "imagenet-c" else "npy",
                 "jpeg_quality": c.jpeg_quality if c.layout == "imagenet-c" and c.image_format == "jpeg" else None,
-                "frost_source": frost_source() if "frost" in self.names else None}
+                "frost_source": frost_source() if "frost" in self.names else None, "subset": self.images.record()}
 
     def _check_meta(self) -> None:
         """Refuse to mix two different exports in one folder; write classes.txt and corrupt.json."""
@@ -151,7 +167,7 @@ class _Exporter:
         if f.is_file():
             old = json.loads(f.read_text())
             fixed = ("data", "layout", "num_images", "image_size", "preset", "seed", "image_format", "jpeg_quality",
-                     "frost_source")
+                     "frost_source", "subset")
             diff = [k for k in fixed if old.get(k) != meta.get(k)]
             if diff:
                 raise RobustvitError(f"{self.out} holds an export with other settings ({diff[0]}: {old.get(diff[0])!r} "
@@ -166,6 +182,12 @@ class _Exporter:
         if len(set(classes)) != len(classes):
             raise RobustvitError(f"{self.cfg.data} has duplicate class names; cannot make one folder per class")
         self.classes = classes
+        note = self.images.note()
+        meta.update(comparable=note is None, notes=[note] if note else [])
+        if not self.images.whole:
+            ids = self.images.indices.sort().values.tolist()
+            _atomic_write_text(self.out / SUBSET_FILE, "".join(f"{i}\n" for i in ids))
+            meta["subset_file"] = SUBSET_FILE
         _atomic_write_text(self.out / CLASSES_FILE, "\n".join(classes) + "\n")
         _atomic_write_text(f, json.dumps(meta, indent=2))
 
@@ -219,8 +241,9 @@ class _Exporter:
                 for s in self.severities if not self._partial(n, s).is_file()]
 
     def _cifar_c_labels(self) -> None:
-        labels = torch.cat([_load(self.ds, ids)[1] for ids in self._batches()]) if not hasattr(self.ds, "labels") \
-            else torch.as_tensor(self.ds.labels)[: self.n].long()
+        labels = dataset_labels(self.ds)
+        if labels is None:
+            labels = torch.cat([_load(self.ds, ids)[1] for ids in self._batches()])
         if bool((labels == UNREADABLE).any()):
             raise RobustvitError(f"{self.cfg.data} has unreadable images; the cifar-c layout needs every image "
                                  "(fix or remove them, or use --format imagenet-c)")

@@ -21,6 +21,8 @@ from torch.utils.data import DataLoader
 
 import robustvit
 from robustvit.data import UNREADABLE, ImageDataset, Resize, dataset_for_model, model_resize
+from robustvit.data.classmap import load_class_map, match_classes as _match_classes
+from robustvit.data.subset import Subset, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.store import ResultStore
 from robustvit.evaluate.suites import Batch, EvalContext, Suite, create_suite
@@ -50,6 +52,9 @@ class EvalConfig:
     pretrained: bool = False        # timm models: load timm's pretrained weights (HF hub / cache)
     weights: str | None = None      # a .safetensors/.pth state dict for the (single) named architecture
     class_map: str | None = None    # JSON: the model classes of each data class (a 1000-class model on fewer classes)
+    subset_method: str = "stratified"   # how --limit N (and suites' limit=) draw images: stratified or first
+    subset: str | None = None       # a file listing the images (indices or paths relative to the data root)
+    subset_seed: int | None = None  # seed of the stratified draw (default: seed)
 
 
 def model_dir_name(name: str, model: Normalized) -> str:
@@ -94,9 +99,9 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
         raise RobustvitError(f"the transfer suite evaluates the examples crafted on one model on the others, so every "
                              f"model must see the same images; these models preprocess differently ({seen}): run "
                              "transfer on models with the same input size, crop_pct and interpolation")
-    n = min(len(ds) for ds in datasets.values())
-    if cfg.limit is not None and cfg.limit > n:
-        raise RobustvitError(f"--limit {cfg.limit} is larger than the data set ({n} images); use --limit {n} or less")
+    first = next(iter(datasets.values()))
+    subset_seed = cfg.seed if cfg.subset_seed is None else cfg.subset_seed
+    subset = make_subset(first, limit=cfg.limit, method=cfg.subset_method, seed=subset_seed, file=cfg.subset)
     multi = len(models) > 1
     results: dict[str, dict[str, Any]] = {}
     for key, model in models.items():
@@ -104,10 +109,11 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
         out = Path(cfg.out) / key if multi else Path(cfg.out)
         ctx = EvalContext(model=model, model_name=key, models=models, data_spec=cfg.data, dataset=dataset,
                           num_classes=model.spec.num_classes, device=device, seed=cfg.seed, options=cfg.options,
-                          out_dir=out)
+                          out_dir=out, subset=subset)
         store = _open_store(out, rank, world)
         store.check_fingerprint({"model": key, "checkpoint": _checkpoint_id(cfg.models[list(models).index(key)]),
                                  "data": cfg.data, "limit": cfg.limit, "chunk": cfg.batch_size, "seed": cfg.seed,
+                                 "subset": subset.fingerprint(),
                                  "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
         _run_units(ctx, store, suites, keys, dataset, cfg, rank, world)
         if world > 1:
@@ -126,35 +132,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
 
 def match_classes(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalConfig) -> None:
     """Check the model's classes against the data's; with ``cfg.class_map``, map them (see :func:`load_class_map`)."""
-    have, want = model.spec.num_classes, dataset.num_classes
-    if cfg.class_map is not None:
-        model.map_classes(load_class_map(cfg.class_map, dataset.classes), list(dataset.classes))
-    elif have != want:
-        raise RobustvitError(
-            f"model {key} has {have} classes but {cfg.data} has {want}; give --class-map FILE (JSON: for each data "
-            f"class, the model class index or indices) or evaluate a model trained on these classes "
-            f"(robustvit finetune --model {key} --data ...)")
-
-
-def load_class_map(path: str | Path, classes: list[str]) -> list[list[int]]:
-    """A class map file → for each data class (in order), its model class indices. JSON: a list with one
-    entry per data class, or an object keyed by data class name; an entry is an index or a list of indices
-    (the data class then scores as the best of them)."""
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise RobustvitError(f"cannot read the class map {path} ({type(e).__name__}); give a JSON list or object") from None
-    if isinstance(raw, dict):
-        missing = [c for c in classes if c not in raw]
-        if missing:
-            raise RobustvitError(f"class map {path} has no entry for data class {missing[0]!r} ({len(missing)} missing)")
-        raw = [raw[c] for c in classes]
-    if not isinstance(raw, list) or len(raw) != len(classes):
-        raise RobustvitError(f"class map {path} must have one entry per data class ({len(classes)})")
-    groups = [[v] if isinstance(v, int) else v for v in raw]
-    if not all(isinstance(g, list) and g and all(isinstance(c, int) for c in g) for g in groups):
-        raise RobustvitError(f"class map {path}: each entry must be a model class index or a list of them")
-    return groups
+    _match_classes(model, dataset, cfg.class_map, model_name=key, data_spec=cfg.data)
 
 
 def _checkpoint_id(name: str) -> str:
@@ -181,14 +159,33 @@ def _init_distributed(device: torch.device) -> tuple[int, int]:
     return 0, 1
 
 
-def _suite_size(suite: Suite, dataset: ImageDataset, cfg: EvalConfig) -> int:
-    n = len(dataset) if cfg.limit is None else min(cfg.limit, len(dataset))
-    return n if suite.max_images is None else min(n, suite.max_images)
+@dataclass
+class _Plan:
+    """One pass over images of a data set: ``images`` (ascending data-set indices) in chunks of the batch size,
+    and the suites evaluated on them, each on the first ``limit`` of them (None: all)."""
+
+    dataset: ImageDataset
+    images: torch.Tensor
+    members: dict[int, int | None]
+    tag: str
+    data_part: str | None = None   # counts the run's images read (results.json ``data``) under this part
 
 
-def _run_units(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
-               cfg: EvalConfig, rank: int, world: int) -> None:
-    """Evaluate every unit not yet in the store; suites with their own data set get their own pass."""
+def _base_subset(ds: ImageDataset, run: ImageDataset, aligned: bool, ctx: EvalContext, cfg: EvalConfig) -> Subset:
+    """The run's images for the run's data set, and for a suite's own data set aligned with it (``data_aligned``
+    and as many images: e.g. ImageNet-C next to imagenet:/val); else every image of the suite's own data set
+    (``--limit`` / ``--subset`` are about ``--data``; the suite's ``limit=`` draws from its own)."""
+    assert ctx.subset is not None
+    if ds is run or (aligned and len(ds) == len(run)):
+        return ctx.subset
+    return make_subset(ds, method=cfg.subset_method, seed=ctx.subset.seed)
+
+
+def _plans(ctx: EvalContext, suites: list[Suite], dataset: ImageDataset, cfg: EvalConfig) -> list[_Plan]:
+    """Group the suites by data set; a suite's ``limit=n`` takes n of the group's images (option ``subset``,
+    default the run's ``--subset-method``; :meth:`Subset.draw`). The first n — ``first`` — ride on the group's
+    pass; a stratified sample gets a pass of its own, so that its chunks are full batches. Sets
+    ``suite.subset_info`` (the suite's own sample, for results.json) and ``suite.subset_note`` (comparability)."""
     groups: dict[int, list[int]] = {}
     datasets: dict[int, ImageDataset] = {id(dataset): dataset}
     for i, suite in enumerate(suites):
@@ -196,44 +193,81 @@ def _run_units(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: 
         ds = own if own is not None else dataset
         datasets[id(ds)] = ds
         groups.setdefault(id(ds), []).append(i)
+    plans: list[_Plan] = []
     for ds_id, members in groups.items():
         ds = datasets[ds_id]
-        sizes = {i: _suite_size(suites[i], ds, cfg) for i in members}
-        parts = {i: suites[i].parts(ctx) for i in members}
+        base = _base_subset(ds, dataset, any(suites[i].data_aligned for i in members), ctx, cfg)
+        tag = "data" if ds is dataset else suites[members[0]].name
+        main = _Plan(ds, base.indices, {}, tag)
+        extra: dict[tuple[str, int], _Plan] = {}
+        for i in members:
+            suite, n = suites[i], suites[i].max_images
+            if n is not None and n < 1:
+                raise RobustvitError(f"suite {suite.key}: limit must be >= 1, got {n}")
+            method = suite.subset_method or cfg.subset_method
+            sample = base if n is None or n >= len(base.indices) else base.sample(n, method)
+            suite.subset_info = None if sample is ctx.subset else sample.record()
+            suite.subset_note = sample.note()
+            if sample is base or method == "first":       # the first n of the group's images
+                main.members[i] = None if sample is base else n
+            else:
+                if (method, n) not in extra:
+                    extra[(method, n)] = _Plan(ds, sample.indices, {}, f"{suite.name} ({n} images)")
+                extra[(method, n)].members[i] = None
+        group = ([main] if main.members else []) + list(extra.values())
+        if ds is dataset and group:        # the widest pass counts the run's images (and the unreadable ones)
+            widest = main if main.members else max(extra.values(), key=lambda p: len(p.images))
+            widest.data_part = "all" if main.members else f"sample:{len(widest.images)}"
+        plans += group
+    return plans
+
+
+def _run_units(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
+               cfg: EvalConfig, rank: int, world: int) -> None:
+    """Evaluate every unit not yet in the store, pass by pass (:func:`_plans`). Chunk ``c`` of a pass holds its
+    images c·B … (c+1)·B−1; ``Batch.index`` is each image's position in the pass (0 = the suite's first
+    image), ``Batch.data_index`` its index in the data set."""
+    b = cfg.batch_size
+    for plan in _plans(ctx, suites, dataset, cfg):
+        ds, images = plan.dataset, plan.images
+        sizes = {i: len(images) if m is None else min(m, len(images)) for i, m in plan.members.items()}
+        parts = {i: suites[i].parts(ctx) for i in plan.members}
         done = store.done()
-        nchunks = math.ceil(max(sizes.values()) / cfg.batch_size) if sizes else 0
+        span = max(sizes.values())                  # images read: up to the largest member's
+        nchunks = math.ceil(span / b)
         todo: list[tuple[int, list[tuple[int, str]]]] = []
         for c in range(nchunks):
             if c % world != rank:
                 continue
-            pending = [(i, p) for i in members if c * cfg.batch_size < sizes[i] for p in parts[i]
-                       if (keys[i], p, c) not in done]
-            if ds is dataset and ("_data", "all", c) not in done:
-                pending.append((-1, "all"))
+            pending = [(i, p) for i in plan.members if c * b < sizes[i] for p in parts[i] if (keys[i], p, c) not in done]
+            if plan.data_part is not None and ("_data", plan.data_part, c) not in done:
+                pending.append((-1, plan.data_part))
             if pending:
                 todo.append((c, pending))
         if not todo:
             continue
-        tag = "data" if ds is dataset else suites[members[0]].name
-        with progress_bar(cfg.progress and rank == 0, f"{ctx.model_name} · {tag}", len(todo)) as tick:
-            for (c, pending), (x, y, idx) in zip(todo, _load_chunks(ds, [c for c, _ in todo], cfg)):
+        chunks = [torch.arange(c * b, min(span, (c + 1) * b)) for c, _ in todo]
+        with progress_bar(cfg.progress and rank == 0, f"{ctx.model_name} · {plan.tag}", len(todo)) as tick:
+            for (c, pending), pos, (x, y) in zip(todo, chunks, _load_chunks(ds, [images[p] for p in chunks], cfg)):
+                ids = images[pos]
                 keep = y != UNREADABLE
-                if ds is dataset and (-1, "all") in pending:
-                    bad = idx[~keep].tolist()
+                if (-1, plan.data_part) in pending:
+                    bad = ids[~keep].tolist()
                     files = [ds.samples[j][0] for j in bad][:20] if hasattr(ds, "samples") else []
-                    store.put("_data", "all", c, {"n": int(len(y)), "unreadable": len(bad), "files": files}, 0.0)
-                x, y, idx = x[keep].to(ctx.device, non_blocking=True), y[keep].to(ctx.device), idx[keep]
+                    store.put("_data", str(plan.data_part), c, {"n": int(len(y)), "unreadable": len(bad), "files": files},
+                              0.0)
+                x, y, ids, pos = x[keep].to(ctx.device, non_blocking=True), y[keep].to(ctx.device), ids[keep], pos[keep]
                 for i, part in pending:
                     if i < 0:
                         continue
-                    end = sizes[i] - c * cfg.batch_size
                     gen = torch.Generator(device=ctx.device)
                     gen.manual_seed(derive_seed(cfg.seed, keys[i], part, c))
-                    sel = idx < sizes[i]
-                    if not bool(sel.all()) and end < len(idx):
-                        batch = Batch(x[sel.to(x.device)], y[sel.to(y.device)], idx[sel], gen)
+                    sel = pos < sizes[i]
+                    if bool(sel.all()):
+                        batch = Batch(x, y, pos, gen, ids)
                     else:
-                        batch = Batch(x, y, idx, gen)
+                        dev = sel.to(x.device)
+                        batch = Batch(x[dev], y[dev], pos[sel], gen, ids[sel])
                     t0 = time.time()
                     stats = suites[i].run(ctx, part, batch) if len(batch.y) else {}
                     if ctx.device.type == "cuda":
@@ -242,25 +276,24 @@ def _run_units(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: 
                 tick()
 
 
-def _load_chunks(ds: ImageDataset, chunks: list[int], cfg: EvalConfig):  # noqa: ANN202
-    """Yield (x, y, index) for each chunk (CPU tensors)."""
-    b, n = cfg.batch_size, len(ds)
-    index_lists = [list(range(c * b, min((c + 1) * b, n))) for c in chunks]
+def _load_chunks(ds: ImageDataset, chunks: list[torch.Tensor], cfg: EvalConfig):  # noqa: ANN202
+    """Yield (x, y) for each chunk of data-set indices (CPU tensors)."""
     if cfg.workers == 0:
-        for ids in index_lists:
-            t = torch.tensor(ids)
-            x, y = ds.get_batch(t)
-            yield x, y, t
+        for ids in chunks:
+            x, y = ds.get_batch(ids)
+            yield x, torch.as_tensor(y)
         return
-    loader = DataLoader(ds, batch_sampler=index_lists, num_workers=cfg.workers)
-    for ids, (x, y) in zip(index_lists, loader):
-        yield x, torch.as_tensor(y), torch.tensor(ids)
+    loader = DataLoader(ds, batch_sampler=[t.tolist() for t in chunks], num_workers=cfg.workers)
+    for x, y in loader:
+        yield x, torch.as_tensor(y)
 
 
 def _finalize(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
               cfg: EvalConfig, world: int) -> dict[str, Any]:
-    data_stats = sum_stats(store.stats("_data").get("all", []))
-    files = [f for s in store.stats("_data").get("all", []) for f in s.get("files", [])][:20]
+    data_units = store.stats("_data")      # one part: "all", or "sample:N" when every suite drew its own sample
+    data_items = data_units.get("all") or next(iter(data_units.values()), [])
+    data_stats = sum_stats(data_items)
+    files = [f for s in data_items for f in s.get("files", [])][:20]
     suites_out: dict[str, Any] = {}
     for suite, key in zip(suites, keys):
         stats = {part: sum_stats(items) for part, items in store.stats(key).items()}
@@ -269,8 +302,11 @@ def _finalize(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: l
             raise RobustvitError(f"suite {key}: parts {missing[:3]} have no results (was the run interrupted?); re-run the command")
         res = suite.finalize(ctx, stats)
         res.setdefault("seconds", round(store.seconds(key), 3))
+        if suite.subset_info is not None:
+            res.setdefault("subset", suite.subset_info)
         suites_out[key] = res
     model = ctx.model
+    notes = comparability_notes(ctx, suites, keys)
     return {
         "schema": 1,
         "run": {"robustvit": robustvit.__version__, "torch": torch.__version__, "device": str(ctx.device),
@@ -284,9 +320,26 @@ def _finalize(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: l
                   "preprocessing": model.spec.preprocessing(), "class_map": cfg.class_map},
         "data": {"spec": cfg.data, "num_images": int(data_stats.get("n", 0)) - int(data_stats.get("unreadable", 0)),
                  "num_unreadable": int(data_stats.get("unreadable", 0)), "unreadable_files": files,
-                 "num_classes": dataset.num_classes},
+                 "num_classes": dataset.num_classes, "subset": ctx.subset.record() if ctx.subset else None},
+        "comparable": not notes, "notes": notes,
         "suites": suites_out,
     }
+
+
+def comparability_notes(ctx: EvalContext, suites: list[Suite], keys: list[str]) -> list[str]:
+    """Why the results are not comparable with published whole-data-set numbers (empty: they are): a subset that
+    is not a published list (run-wide or a suite's ``limit=``), random weights."""
+    notes = []
+    run_note = ctx.subset.note() if ctx.subset is not None else None
+    if run_note:
+        notes.append(run_note)
+    for suite, key in zip(suites, keys):
+        note = getattr(suite, "subset_note", None)
+        if note and note != run_note:
+            notes.append(f"{key}: {note}")
+    if getattr(ctx.model, "weights", {}).get("source") == "random":
+        notes.append("random weights: the model was not trained (no --pretrained, --weights or checkpoint)")
+    return notes
 
 
 __all__ = ["EvalConfig", "run_eval", "RESULTS_FILE"]

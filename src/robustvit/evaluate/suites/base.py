@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from robustvit.data.subset import SUBSET_METHODS
 from robustvit.errors import RobustvitError
 from robustvit.registry import Registry, parse_spec
 
@@ -43,8 +44,14 @@ class Batch:
 
     x: torch.Tensor            # float (N, 3, H, W) in [0, 1]
     y: torch.Tensor            # long (N,)
-    index: torch.Tensor        # long (N,): positions of these images in the data set
+    index: torch.Tensor        # long (N,): positions of these images among the suite's images (0 = its first)
     generator: torch.Generator  # seeded from (run seed, suite key, part, chunk): replayable
+    data_index: torch.Tensor | None = None   # long (N,): their indices in the data set (None: equal to ``index``)
+
+    @property
+    def ids(self) -> torch.Tensor:
+        """The images' indices in the data set (to read the same images from an aligned source)."""
+        return self.index if self.data_index is None else self.data_index
 
 
 @dataclass
@@ -62,26 +69,40 @@ class EvalContext:
     seed: int
     options: dict[str, Any] = field(default_factory=dict)   # global CLI options (--eps, --norm, --steps …)
     out_dir: Path | None = None
+    subset: Any = None         # the run's images (``robustvit.data.subset.Subset``; None: all, in order)
 
 
 class Suite:
     """Base class of evaluation suites. Subclasses set ``name`` and implement ``run``/``finalize``.
 
     Constructor keyword options come from the suite spec (``pgd:eps=1/255:steps=20``); unknown options
-    are rejected. ``max_images`` (option ``limit``) caps the images this suite sees.
+    are rejected. ``max_images`` (option ``limit``) caps the images this suite sees: the runner draws them from
+    the run's images (option ``subset``: ``stratified`` — a seeded class-stratified sample, nested in the run's —
+    or ``first``; default the run's ``--subset-method``), see ``robustvit.data.subset``.
     """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     option_names: ClassVar[tuple[str, ...]] = ()
+    #: The suite's own data set (``dataset``), when as long as the run's, holds the run's images at the same
+    #: positions (ImageNet-C next to ImageNet validation): it then takes the run's images (``--limit``, ``--subset``).
+    data_aligned: ClassVar[bool] = False
 
-    def __init__(self, limit: int | None = None, **options: Any) -> None:
+    def __init__(self, limit: int | None = None, subset: str | None = None, **options: Any) -> None:
         unknown = set(options) - set(self.option_names)
         if unknown:
             raise RobustvitError(
                 f"suite {self.name!r} has no option {sorted(unknown)[0]!r}"
                 + (f"; options: {', '.join(self.option_names)}" if self.option_names else "; it takes no options"))
-        self.max_images = None if limit is None else int(limit)
+        try:
+            self.max_images = None if limit is None else int(limit)
+        except ValueError:
+            raise RobustvitError(f"suite {self.name!r}: limit must be an integer, got {limit!r}") from None
+        if subset is not None and subset not in SUBSET_METHODS:
+            raise RobustvitError(f"suite {self.name!r}: subset must be {' or '.join(SUBSET_METHODS)}, got {subset!r}")
+        self.subset_method: str | None = subset
+        self.subset_info: dict[str, Any] | None = None   # set by the runner: the images evaluated (results.json)
+        self.subset_note: str | None = None              # set by the runner: why they are not comparable
         self.options = options
         self.key = self.name   # the spec as written (set by ``create_suite``): the results.json key
 

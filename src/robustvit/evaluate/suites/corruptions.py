@@ -22,7 +22,9 @@ Options (``corruptions:corruptions=noise:severities=1-3``):
 * ``source``: an ImageNet-C tree or CIFAR-C folder to read instead of corrupting. The ``clean`` part then
   reads the run's ``--data`` at the same positions (e.g. ``imagenet:/val`` for ImageNet-C, ``cifar10:test``
   for CIFAR-10-C) when it has as many images and classes; else clean accuracy is null;
-* ``limit``: number of images (per unit).
+* ``limit``: number of images (per unit), drawn from the run's images (``subset=stratified`` — default, a
+  seeded class-stratified sample — or ``first``; see ``robustvit.data.subset``). A ``source`` tree as long as
+  ``--data`` (ImageNet-C next to ImageNet validation) takes the run's ``--limit`` / ``--subset FILE`` images.
 
 Result (``suites.<key>``): ``accuracy[name][severity]`` (severity keys "1"…"5"), ``clean_accuracy``,
 ``corruption_accuracy[name]`` (mean over severities), ``severity_accuracy[severity]`` (mean over the
@@ -50,6 +52,7 @@ from robustvit.corruptions.params import parse_corruptions, parse_severities, re
 from robustvit.data import UNREADABLE, parse_data_spec
 from robustvit.data.base import ImageDataset
 from robustvit.data.corrupted import CorruptedSource, open_corrupted
+from robustvit.data.subset import dataset_labels
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
 from robustvit.metrics.corruption import (ALEXNET_ERRORS, NOISE_CORRUPTIONS, corruption_error, mean_or_none,
@@ -68,8 +71,9 @@ class _UnitIndex(ImageDataset):
     """The runner's view of a ``source`` tree: chunk i = images i·B …; images are placeholders (each part
     reads its own unit's images), labels are those of the first unit."""
 
-    def __init__(self, n: int, classes: list[str]) -> None:
+    def __init__(self, n: int, classes: list[str], labels: torch.Tensor | None = None) -> None:
         self.n, self.classes, self.spec = n, list(classes), "corruption source"
+        self.labels = labels        # of the first unit: to draw class-stratified subsets
 
     def __len__(self) -> int:
         return self.n
@@ -92,6 +96,7 @@ class Corruptions(Suite):
     name = "corruptions"
     description = "common corruptions (ImageNet-C / CIFAR-10-C): accuracy per corruption × severity, mCE, retention"
     option_names = ("corruptions", "severities", "preset", "jpeg_quality", "source")
+    data_aligned = True
     # 19 × 5 units + clean: ~1 minute per demo model on a 2-core CPU at 100 images (the model's forward pass
     # dominates: ~0.5 s per 100 32-px images for vit_cifar_micro); --quick: 3 severities, 40 images.
 
@@ -130,14 +135,26 @@ class Corruptions(Suite):
         assert self._src is not None
         if self._num_images is None:
             self._num_images = self._src.num_images        # checks that every unit has as many images
-        n = self._num_images
-        return n if self.max_images is None else min(n, self.max_images)
+        return self._num_images
+
+    def _clean_ids(self, ctx: EvalContext, ids: torch.Tensor) -> torch.Tensor | None:
+        """Where the images of source positions ``ids`` lie in the run's data set: the same positions when
+        it has at least as many images, or — for a copy written from the run's ``--limit`` / ``--subset``
+        images (in data-set order) — those images; None when the clean images are not known."""
+        ds = ctx.dataset
+        assert self._src is not None
+        if ds is None or ds.num_classes != len(self._src.classes):
+            return None
+        n = self._size()
+        run = ctx.subset
+        if run is not None and not run.whole and len(run.indices) == n and len(ds) != n:
+            return run.indices.sort().values[ids.cpu()]
+        return ids if len(ds) >= n else None
 
     def _clean_available(self, ctx: EvalContext) -> bool:
         if self._src is None:
             return True
-        ds = ctx.dataset
-        return ds is not None and len(ds) >= self._size() and ds.num_classes == len(self._src.classes)
+        return self._clean_ids(ctx, torch.zeros(1, dtype=torch.long)) is not None
 
     def parts(self, ctx: EvalContext) -> list[str]:
         units = [part_name(n, s) for n in self.names for s in self.severities]
@@ -152,21 +169,24 @@ class Corruptions(Suite):
         set_size = getattr(self._src, "set_image_size", None)
         if set_size is not None:                 # ImageNet-C files: resized to the model's input on reading
             set_size(getattr(getattr(ctx.model, "spec", None), "image_size", None))
-        return _UnitIndex(self._size(), self._src.classes)
+        first = self._src.unit(self.names[0], self.severities[0]) if self.names else None
+        return _UnitIndex(self._size(), self._src.classes, None if first is None else dataset_labels(first))
 
     # ------------------------------------------------------------ evaluation
     def _images(self, ctx: EvalContext, part: str, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         if part == CLEAN:
             if self._src is None:
                 return batch.x, batch.y
-            x, y = load_images(ctx.dataset, batch.index)
+            ids = self._clean_ids(ctx, batch.ids)
+            assert ids is not None
+            x, y = load_images(ctx.dataset, ids)
             return x.to(ctx.device), y.to(ctx.device)
         name, sev = part.rsplit("/", 1)
         if self._src is None:
             x = corrupt(batch.x, name, int(sev), generator=batch.generator, preset=self.preset,
                         jpeg_quality=self._jpeg_quality(ctx))
             return x, batch.y
-        x, y = load_images(self._src.unit(name, int(sev)), batch.index)
+        x, y = load_images(self._src.unit(name, int(sev)), batch.ids)
         return x.to(ctx.device, non_blocking=True), y.to(ctx.device)
 
     @torch.no_grad()
@@ -204,9 +224,11 @@ class Corruptions(Suite):
         return self.jpeg_quality
 
     def _approximations(self, ctx: EvalContext) -> list[str]:
-        """How images corrupted in memory differ from the released ImageNet-C files (empty: they match)."""
+        """How the evaluation differs from the released ImageNet-C protocol (empty: it matches): images
+        corrupted in memory unlike the released files, or a subset of the validation images."""
+        subset = [self.subset_note] if self.subset_note else []
         if self._src is not None:
-            return []
+            return subset
         out = []
         size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
         if size is not None and int(size) != 224:
@@ -216,7 +238,7 @@ class Corruptions(Suite):
         if "frost" in self.names and frost_source() == "procedural":
             out.append("frost used the procedural texture, not the ImageNet-C photographs: set ROBUSTVIT_FROST_DIR "
                        "(--frost-dir) or install imagecorruptions")
-        return out
+        return out + subset
 
     def _mce_reason(self, ctx: EvalContext) -> str | None:
         """None when the AlexNet normalisation applies, else why not."""

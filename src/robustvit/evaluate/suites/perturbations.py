@@ -23,7 +23,8 @@ Options:
 * ``encode``: ``auto`` (default), ``x264`` or ``none``. Generated frames are stored as the released ones are:
   8 bit, and for ImageNet-P (``imagenet`` preset) as H.264 videos — libx264, ``-tune grain`` for noise,
   ``-crf 20`` otherwise (needs PyAV: ``pip install av``; ``auto`` uses it when installed);
-* ``limit``: number of sequences.
+* ``limit``: number of sequences, drawn from the run's images (``subset=stratified`` — default, a seeded
+  class-stratified sample — or ``first``; see ``robustvit.data.subset``).
 
 Result (``suites.perturbations``): ``flip_probability[name]``, ``top5_distance[name]``,
 ``mean_flip_probability`` / ``mean_top5_distance`` (over the test perturbations evaluated, listed in
@@ -117,6 +118,7 @@ class Perturbations(Suite):
     name = "perturbations"
     description = "ImageNet-P perturbation sequences: flip probability, top-5 distance, mFR / mT5D"
     option_names = ("perturbations", "difficulty", "baseline", "source", "preset", "encode")
+    data_aligned = True      # the uncropped images are the run's; CIFAR-10-P lists the CIFAR-10 test set in order
 
     def __init__(self, limit: int | None = None, **options: Any) -> None:
         super().__init__(limit, **options)
@@ -170,8 +172,6 @@ class Perturbations(Suite):
         if self.source is None:
             return self._uncropped(ctx)
         n = min(len(self._source(p)) for p in self.names)
-        if self.max_images is not None:
-            n = min(n, self.max_images)
         return _SequenceIndex(n, None)
 
     def _uncropped(self, ctx: EvalContext) -> ImageDataset | None:
@@ -206,7 +206,7 @@ class Perturbations(Suite):
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         bs = max(1, len(batch.index))
         if self.source is not None:
-            frames, _ = self._source(part).get_sequences(batch.index.cpu())
+            frames, _ = self._source(part).get_sequences(batch.ids.cpu())
             top = self._top5(ctx, frames, bs)
         elif self._encoding(ctx) == "x264":
             top = self._video_top5(ctx, batch, part, bs)
@@ -245,9 +245,11 @@ class Perturbations(Suite):
         return torch.cat(tops)
 
     def _approximations(self, ctx: EvalContext) -> list[str]:
-        """How generated sequences differ from the released files (empty: they follow them)."""
+        """How the evaluation differs from the benchmark (empty: it follows it): generated sequences unlike the
+        released files, or a subset of the images."""
+        subset = [self.subset_note] if self.subset_note else []
         if self.source is not None:
-            return []
+            return subset
         out = []
         bench, preset = self._benchmark(ctx), self._preset(ctx)
         size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
@@ -258,7 +260,7 @@ class Perturbations(Suite):
         if bench == "imagenet-p" and self._crop(ctx) is None and set(self.names) & GEOMETRIC_ON_FULL:
             out.append("geometric sequences warp the model-size image (black at the borders); ImageNet-P warps the "
                        "Resize(256) image before CenterCrop(224): read the images from files (folder:, imagenet:)")
-        return out
+        return out + subset
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         fp: dict[str, float | None] = {}

@@ -10,7 +10,8 @@ Two data sources (the suite reads its own data set, ``Suite.dataset``):
   the model's input size and class count (shape label = class, texture label = another class's texture);
   the decision is the model's own argmax.
 
-Options: ``stimuli``, ``crop_pct``, ``limit``. Result: ``shape_bias``, ``shape_decisions``,
+Options: ``stimuli``, ``crop_pct``, ``limit`` (Geirhos stimuli: a seeded sample stratified by shape category,
+``subset=first`` the first ones; synthshapes: that many generated stimuli). Result: ``shape_bias``, ``shape_decisions``,
 ``texture_decisions``, ``other_decisions``, ``num_stimuli`` (conflict stimuli used), ``excluded``,
 ``shape_accuracy``, ``texture_accuracy``, ``per_category``, ``categories``, ``stimuli``.
 """
@@ -67,12 +68,6 @@ class _Stimuli:
     source: str
 
 
-def _evenly(n: int, limit: int | None) -> list[int] | None:
-    if limit is None or limit >= n:
-        return None
-    return torch.linspace(0, n - 1, limit).round().long().unique().tolist()
-
-
 @register_suite
 class ShapeBias(Suite):
     name = "shape_bias"
@@ -97,10 +92,7 @@ class ShapeBias(Suite):
             if k != 1000:
                 raise RobustvitError(f"shape_bias with stimuli= needs a 1000-class ImageNet model; {ctx.model_name} "
                                      f"has {k} classes (synthshapes models: leave stimuli out)")
-            samples, tex, cats = geirhos_stimuli(root)
-            keep = _evenly(len(samples), self.max_images)
-            if keep is not None:
-                samples, tex = [samples[i] for i in keep], tex[keep]
+            samples, tex, cats = geirhos_stimuli(root)      # ``limit``: the runner draws the stimuli
             ds = FileImageDataset(samples, cats, f"cue_conflict:{root}",
                                   Resize(size, float(self.options.get("crop_pct", 0.875))))
             return _Stimuli(ds, tex, cats, True, str(root))
@@ -124,7 +116,7 @@ class ShapeBias(Suite):
         st = self._stimuli(ctx)
         logits = ctx.model(batch.x)
         scores = imagenet_to_16(logits) if st.imagenet16 else logits
-        texture = st.texture[batch.index.cpu()].to(batch.y.device)
+        texture = st.texture[batch.ids.cpu()].to(batch.y.device)
         return shape_bias_counts(scores.argmax(1), batch.y, texture, len(st.categories))
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -10,8 +10,8 @@ Images reach the model through its own preprocessing, as in timm's validation (i
 interpolation from its ``pretrained_cfg``); option ``crop_pct`` overrides the crop (``crop_pct=0.875`` with a
 bilinear model = the official scripts' Resize(256)+CenterCrop(224)).
 
-Options: ``root``, ``crop_pct``, ``limit`` (an evenly spaced subset of that many images, so every class folder
-is sampled). Result: ``top1``, ``top5``, ``num_images``, ``num_classes`` (200 or 1000), ``class_folders``
+Options: ``root``, ``crop_pct``, ``limit`` (a seeded class-stratified sample of that many images, so every class
+folder is sampled in proportion; ``subset=first``: the first ones), see ``robustvit.data.subset``. Result: ``top1``, ``top5``, ``num_images``, ``num_classes`` (200 or 1000), ``class_folders``
 (folders found), ``unreadable``, ``root``, ``preprocessing`` (``size``, ``crop_pct``, ``interpolation``).
 """
 
@@ -70,7 +70,7 @@ class ShiftSuite(Suite):
             root = resolve_root(self.dataset_name, self.options.get("root"))
             ds = load_shift_dataset(self.dataset_name, root, image_size=resize.size, crop_pct=resize.crop_pct,
                                     interpolation=resize.interpolation)
-            self._cache[resize] = evenly_spaced(ds, self.max_images)
+            self._cache[resize] = ds          # ``limit``: the runner draws the images (robustvit.data.subset)
         return self._cache[resize]
 
     @torch.no_grad()
