@@ -54,10 +54,12 @@ def scaled_vis_eps(eps_224: float, height: int, width: int) -> float:
 
 
 def load_classifier(classifier: str, *, pretrained: bool = False, weights: str = "", allow_random: bool = False,
+                    num_classes: int | None = None,
                     device: torch.device | str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
     """The model that classifies rescaled perturbations and its weights provenance
     (``{"pretrained", "source"[, "sha256"]}``). A checkpoint folder, or a timm name with
-    ``pretrained`` or ``weights`` (a state-dict file); a bare name only with ``allow_random``."""
+    ``pretrained`` (the hub's head) or ``weights`` (a state-dict file for ``num_classes`` classes); a bare
+    name only with ``allow_random``."""
     from robustvit.models import create_model
     from robustvit.models.factory import is_checkpoint_dir
 
@@ -73,11 +75,11 @@ def load_classifier(classifier: str, *, pretrained: bool = False, weights: str =
         if not Path(weights).is_file():
             raise RobustvitError(f"perturbation_semantics: classifier_weights={weights} is not a file; give a "
                                  ".safetensors/.pth state dict of the classifier")
-        clf = create_model(classifier, checkpoint=weights)
+        clf = create_model(classifier, checkpoint=weights, num_classes=num_classes)
     elif pretrained:
         clf = create_model(classifier, pretrained=True)
     elif allow_random:
-        clf = create_model(classifier)
+        clf = create_model(classifier, num_classes=num_classes)
     else:
         raise RobustvitError(f"perturbation_semantics: classifier={classifier} has no weights; add "
                              "classifier_pretrained=1 (timm / hub), classifier_weights=FILE, or give a checkpoint "
@@ -94,7 +96,8 @@ def compute_semantics(ctx: Context, eps: str = "4/255", steps: int = 10, classif
     notes: list[str] = []
     if classifier:
         clf, prov = load_classifier(classifier, pretrained=classifier_pretrained, weights=classifier_weights,
-                                    allow_random=allow_random, device=ctx.device)
+                                    allow_random=allow_random, device=ctx.device,
+                                    num_classes=getattr(getattr(ctx.model, "spec", None), "num_classes", None))
         if prov.get("source") == "random":
             notes.append(f"classifier {classifier} has random weights (allow_random=1): its accuracy measures "
                          "nothing; the paper uses strong standard models")
