@@ -154,6 +154,9 @@ def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:
     axes[1].plot(range(L), result["noise_decay"], marker="o", color="C1")
     axes[1].set_xlabel("block"), axes[1].set_ylabel("‖Δ tokens‖ / ‖tokens‖")
     axes[1].set_title(f"Noise decay (σ = {result['sigma']})")
+    from matplotlib.ticker import MaxNLocator
+    for a in axes:
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(f"Token grouping — {result.get('model', '')}")
     fig.tight_layout()
     fig.savefig(out / "grouping.png", dpi=110)

@@ -183,6 +183,9 @@ def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
     ax.axhline(result["clean_accuracy"], color="k", ls="--", lw=1)
     ax.set_xlabel("n removed at random"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
     ax.set_title("n random parts removed (first block kept)")
+    from matplotlib.ticker import MaxNLocator
+    for a in axes:
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(f"Lesion study — {result.get('model', '')}")
     fig.tight_layout()
     fig.savefig(out / "lesion.png", dpi=110)

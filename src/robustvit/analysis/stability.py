@@ -175,6 +175,8 @@ def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
         c[i, :len(r)] = torch.tensor(r)
     lo = float(c[~c.isnan()].min())
     im = axes[0].imshow(c.T.numpy(), vmin=min(0.5, lo), vmax=1, cmap="viridis", aspect="auto")
+    from matplotlib.ticker import MaxNLocator
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True)), axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_xlabel("layer"), axes[0].set_ylabel("head"), axes[0].set_title("cosine(clean, occluded)")
     fig.colorbar(im, ax=axes[0])
     h = result["histogram"]
