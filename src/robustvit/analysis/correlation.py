@@ -1,7 +1,12 @@
 """Layer correlation (Bhojanapalli et al., "Understanding Robustness of Transformers for Image
 Classification", arXiv:2103.14586, Fig. 7): |Pearson ρ| between the flattened representations after each
 block, over all tokens and over the CLS token only; linear CKA (Kornblith et al., arXiv:1905.00414) as an
-option, and always for Swin and CNNs (their layers differ in shape).
+option, and always for Swin and CNNs (their layers differ in shape). For CNNs ``level=block`` gives
+linear CKA between the outputs of every pair of residual blocks, as in the paper's Fig. 33 (ResNet);
+the default for CNNs is one output per stage (``level=stage``), marked not comparable.
+
+The "CLS" representation is the CLS token where the model has one (``has_class_token``), else the mean
+over the patch tokens (registers and other prefix tokens excluded), the pooled representation.
 
 Pearson is exact over the whole data set from streamed sums (per chunk: centred Gram matrix of the layers'
 flattened outputs). CKA uses the minibatch estimator of Nguyen et al. (arXiv:2010.15327): unbiased HSIC per
@@ -28,8 +33,15 @@ def representations(ctx: Context, x: torch.Tensor, level: str) -> tuple[list[tor
     if level == "stage":
         toks = [toks[s[-1]] for s in probe.stages]
     pre = probe.num_prefix_tokens
-    cls = [t[:, 0] if pre else t.mean(1) for t in toks]
+    cls = [t[:, 0] if has_class_token(probe) else t[:, pre:].mean(1) for t in toks]
     return [t.flatten(1) for t in toks], cls
+
+
+def has_class_token(probe: Any) -> bool:
+    """Whether the probe's token sequence starts with a CLS token (timm: CLS first, then registers). Probes
+    without ``has_class_token`` fall back to "has prefix tokens and the network's ``cls_token`` is set"."""
+    fallback = probe.num_prefix_tokens > 0 and getattr(getattr(probe, "net", None), "cls_token", 0) is not None
+    return bool(getattr(probe, "has_class_token", fallback))
 
 
 def pearson_stats(reps: list[torch.Tensor]) -> dict[str, Any]:
@@ -95,12 +107,16 @@ def compute_correlation(ctx: Context, method: str = "pearson", level: str = "aut
     if probe.family in ("swin", "cnn") and method == "pearson":
         method = "cka"
         notes.append(f"{probe.family}: layers differ in shape, so linear CKA is used instead of Pearson")
+    elif method == "cka" and probe.family != "cnn" and probe.family != "swin":
+        notes.append("linear CKA (the paper uses |Pearson ρ| for ViTs; method=pearson)")
     if level == "auto":
         level = "stage" if probe.family == "cnn" else "block"
     if level not in ("block", "stage"):
         raise RobustvitError(f"correlation level {level!r} is unknown; choose block or stage")
-    if probe.num_prefix_tokens == 0:
-        notes.append("no CLS token in the blocks: `cls_token` uses the mean over tokens (the pooled representation)")
+    if level == "stage":
+        notes.append("one representation per stage (the paper compares every block; level=block)")
+    if not has_class_token(probe):
+        notes.append("no CLS token in the blocks: `cls_token` uses the mean over patch tokens (the pooled representation)")
     stat_fn = pearson_stats if method == "pearson" else cka_stats
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202

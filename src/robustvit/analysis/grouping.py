@@ -1,11 +1,27 @@
 """Token grouping (Zhou et al., "Understanding the Robustness in Vision Transformers" (FAN),
-arXiv:2204.12451, Fig. 3–4): per block, the number of significant eigenvalues of the token affinity
-matrix S = Z Zᵀ of the softmax-normalised patch tokens Z (eigenvalues above ``eig_threshold`` × the
-largest; FAN's appendix thresholds the spectrum, the relative form makes models comparable), and the
-noise decay — the relative change ‖f(x+n) − f(x)‖ / ‖f(x)‖ of each block's tokens when Gaussian noise
-of standard deviation ``sigma`` is added to the input (clamped to [0, 1]); plus a spectral-clustering
-picture of the second-to-last block's tokens over the image (normalised affinity, k-means on the
-leading eigenvectors)."""
+arXiv:2204.12451, Section 3 and appendix, Fig. 3–4).
+
+Default ``convention=fan``, as FAN defines it:
+
+* **Affinity.** Per image and block, the raw token affinity S_ij = z_iᵀ z_j of the patch tokens (prefix
+  tokens — CLS, registers, distillation — excluded). Our reading of the appendix: each token z_i is
+  softmax-normalised over its channels first, so S = P Pᵀ with P = softmax(Z) row-wise (S_ij ∈ [0, 1]);
+  the affinity is not degree-normalised.
+* **Eigenvalue count.** The eigenvalues of S above an **absolute** threshold ε (``eig_threshold``,
+  default 1e-3; the reference notes give no value, so it is recorded in the result) are significant;
+  Fig. 3 plots the number of **insignificant** ones, P − #significant, per block (``insignificant_eigenvalues``;
+  more of them = tokens fall into fewer groups).
+* **Noise decay.** Gaussian noise N(0, σ²) (σ = ``sigma``, 0.1) added to the network's normalised input
+  (unclipped, i.e. σ·std per channel in pixels), and per block the relative feature perturbation
+  ‖f(x+n) − f(x)‖ / ‖f(x)‖ of the patch tokens.
+
+``convention=relative`` (robustvit's earlier variant, kept selectable): eigenvalues counted above
+``eig_threshold`` × the largest (default 0.05: scale-free, so models compare), noise added in pixel space
+and clamped to [0, 1]. It marks the result not comparable.
+
+Plus a spectral-clustering picture of the second-to-last block's tokens over the image (normalised
+affinity, k-means on the leading eigenvectors; Ng et al. 2001) — the picture of FAN's Fig. 4.
+"""
 
 from __future__ import annotations
 
@@ -17,18 +33,28 @@ import torch
 from robustvit.analysis.base import Analysis, Context, make_context, tolist
 from robustvit.errors import RobustvitError
 
+CONVENTIONS = ("fan", "relative")
+#: Default thresholds per convention: absolute (FAN) and relative to the largest eigenvalue.
+DEFAULT_THRESHOLD = {"fan": 1e-3, "relative": 0.05}
+PAPER_SIGMA = 0.1
+
 
 def patch_tokens(probe: Any, toks: list[torch.Tensor]) -> list[torch.Tensor]:
     return [t[:, probe.num_prefix_tokens:] for t in toks]
 
 
-def significant_eigenvalues(z: torch.Tensor, threshold: float) -> torch.Tensor:
-    """(N, P, D) tokens → (N,) number of eigenvalues of softmax(z) softmax(z)ᵀ above threshold·λ_max."""
+def affinity_eigenvalues(z: torch.Tensor) -> torch.Tensor:
+    """(N, P, D) tokens → (N, P) ascending eigenvalues of S = softmax(z) softmax(z)ᵀ (float64)."""
     p = z.double().softmax(-1)
-    ev = torch.linalg.eigvalsh(p @ p.transpose(1, 2))
-    return (ev > threshold * ev[:, -1:]).sum(-1)
+    return torch.linalg.eigvalsh(p @ p.transpose(1, 2))
 
 
+def significant_eigenvalues(z: torch.Tensor, threshold: float, relative: bool = True) -> torch.Tensor:
+    """(N, P, D) tokens → (N,) number of eigenvalues of softmax(z) softmax(z)ᵀ above ``threshold``
+    (absolute, FAN) or above ``threshold`` × λ_max (``relative=True``)."""
+    ev = affinity_eigenvalues(z)
+    cut = threshold * ev[:, -1:] if relative else torch.full_like(ev[:, -1:], threshold)
+    return (ev > cut).sum(-1)
 def spectral_clusters(z: torch.Tensor, k: int, seed: int = 0, iters: int = 30) -> torch.Tensor:
     """(N, P, D) tokens → (N, P) cluster labels: normalised-Laplacian embedding + k-means (Ng et al. 2001)."""
     p = z.double().softmax(-1)
@@ -50,19 +76,30 @@ def spectral_clusters(z: torch.Tensor, k: int, seed: int = 0, iters: int = 30) -
     return torch.cdist(emb, cent).argmin(-1)
 
 
-def compute_grouping(ctx: Context, eig_threshold: float = 0.05, sigma: float = 0.1, clusters: int = 4,
-                     images: int = 4) -> dict[str, Any]:
+def compute_grouping(ctx: Context, eig_threshold: float | None = None, sigma: float = PAPER_SIGMA, clusters: int = 4,
+                     images: int = 4, convention: str = "fan") -> dict[str, Any]:
     probe = ctx.probe
+    if convention not in CONVENTIONS:
+        raise RobustvitError(f"grouping convention {convention!r} is unknown; choose from {', '.join(CONVENTIONS)}")
     if probe.grid_size is None or getattr(probe, "kind", "") in ("swin", "cnn"):
         raise RobustvitError("grouping needs tokens on one patch grid (ViT, DeiT, XCiT, FAN)")
+    thr = DEFAULT_THRESHOLD[convention] if eig_threshold is None or eig_threshold < 0 else float(eig_threshold)
+    relative = convention == "relative"
     L = probe.num_blocks
+    wrapper = getattr(probe, "wrapper", None)
+    std = wrapper.std if wrapper is not None and hasattr(wrapper, "std") else None
+
+    def noisy_input(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        n = torch.randn(x.shape, generator=g, device=x.device)
+        if relative:
+            return (x + sigma * n).clamp(0, 1)
+        s = std.to(x.device, x.dtype).view(1, -1, 1, 1) if std is not None else 1.0
+        return x + sigma * s * n              # N(0, σ²) in the normalised input the network sees
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
         clean = patch_tokens(probe, probe.run(x, tokens=True).tokens)
-        g = ctx.generator("noise", c)
-        noisy_x = (x + sigma * torch.randn(x.shape, generator=g, device=x.device)).clamp(0, 1)
-        noisy = patch_tokens(probe, probe.run(noisy_x, tokens=True).tokens)
-        eig = [float(significant_eigenvalues(t, eig_threshold).double().sum()) for t in clean]
+        noisy = patch_tokens(probe, probe.run(noisy_input(x, ctx.generator("noise", c)), tokens=True).tokens)
+        eig = [float(significant_eigenvalues(t, thr, relative).double().sum()) for t in clean]
         decay = [float(((b - a).flatten(1).norm(dim=1) / a.flatten(1).norm(dim=1).clamp_min(1e-12)).sum())
                  for a, b in zip(clean, noisy)]
         yield "stats", {"eig": eig, "decay": decay, "n": int(x.shape[0])}
@@ -75,18 +112,31 @@ def compute_grouping(ctx: Context, eig_threshold: float = 0.05, sigma: float = 0
         z = patch_tokens(probe, probe.run(x, tokens=True).tokens)[blk]
     labels = spectral_clusters(z, min(clusters, z.shape[1]), ctx.seed)
     gh, gw = probe.grid_size
-    return {"significant_eigenvalues": [e / n for e in st["eig"]], "noise_decay": [d / n for d in st["decay"]],
-            "eig_threshold": eig_threshold, "sigma": sigma, "num_patches": gh * gw, "cluster_block": blk,
-            "clusters": labels.view(-1, gh, gw).cpu().tolist(), "grid": [gh, gw], "_images": x.cpu(),
-            "convention": "eigenvalues counted above eig_threshold × the largest; noise added in pixel space, clamped"}
+    P = gh * gw
+    sig = [e / n for e in st["eig"]]
+    notes = []
+    if relative:
+        notes.append("grouping convention relative: eigenvalues above eig_threshold × the largest and noise clamped "
+                     "in pixel space (FAN: absolute threshold, unclipped Gaussian input noise; convention=fan)")
+    if sigma != PAPER_SIGMA:
+        notes.append(f"noise σ = {sigma} (robustvit's FAN default: {PAPER_SIGMA})")
+    rule = ("eigenvalues of softmax(Z)softmax(Z)ᵀ above eig_threshold × the largest; noise in pixel space, clamped"
+            if relative else "eigenvalues of softmax(Z)softmax(Z)ᵀ above the absolute eig_threshold; "
+            "Gaussian noise N(0, σ²) on the normalised input, unclipped")
+    return {"convention": convention, "significant_eigenvalues": sig,
+            "insignificant_eigenvalues": [P - v for v in sig], "noise_decay": [d / n for d in st["decay"]],
+            "eig_threshold": thr, "threshold_kind": "relative" if relative else "absolute", "sigma": sigma,
+            "num_patches": P, "cluster_block": blk, "clusters": labels.view(-1, gh, gw).cpu().tolist(),
+            "grid": [gh, gw], "rule": rule, "notes": notes, "_images": x.cpu()}
 
 
-def grouping(model: torch.nn.Module, dataset: Any, *, eig_threshold: float = 0.05, sigma: float = 0.1,
-             clusters: int = 4, images: int = 4, **common: Any) -> dict[str, Any]:
-    """``{"significant_eigenvalues", "noise_decay"}`` per block and cluster labels of the second-to-last
-    block's tokens. ``common``: limit, batch_size, seed, device, store, progress."""
+def grouping(model: torch.nn.Module, dataset: Any, *, eig_threshold: float | None = None, sigma: float = PAPER_SIGMA,
+             clusters: int = 4, images: int = 4, convention: str = "fan", **common: Any) -> dict[str, Any]:
+    """Per block ``{"insignificant_eigenvalues", "significant_eigenvalues", "noise_decay"}`` and cluster
+    labels of the second-to-last block's tokens; ``convention="fan"`` (default) or ``"relative"``.
+    ``common``: limit, batch_size, seed, device, store, progress."""
     return compute_grouping(make_context(model, dataset, name="grouping", **common), eig_threshold, sigma,
-                            clusters, images)
+                            clusters, images, convention)
 
 
 def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:
@@ -95,12 +145,18 @@ def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     L = len(result["noise_decay"])
-    axes[0].plot(range(L), result["significant_eigenvalues"], marker="o")
-    axes[0].set_xlabel("block"), axes[0].set_ylabel("significant eigenvalues")
-    axes[0].set_title("Token affinity spectrum")
+    fan = result.get("convention", "fan") == "fan" and "insignificant_eigenvalues" in result
+    key = "insignificant_eigenvalues" if fan else "significant_eigenvalues"
+    axes[0].plot(range(L), result[key], marker="o")
+    cut = f"λ ≤ {result['eig_threshold']:g}" if fan else f"λ > {result['eig_threshold']:g}·λmax"
+    axes[0].set_xlabel("block"), axes[0].set_ylabel(f"{key.split('_')[0]} eigenvalues ({cut})")
+    axes[0].set_title(f"Token affinity spectrum ({result['num_patches']} tokens)")
     axes[1].plot(range(L), result["noise_decay"], marker="o", color="C1")
     axes[1].set_xlabel("block"), axes[1].set_ylabel("‖Δ tokens‖ / ‖tokens‖")
     axes[1].set_title(f"Noise decay (σ = {result['sigma']})")
+    from matplotlib.ticker import MaxNLocator
+    for a in axes:
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(f"Token grouping — {result.get('model', '')}")
     fig.tight_layout()
     fig.savefig(out / "grouping.png", dpi=110)
@@ -128,14 +184,17 @@ def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:
 class Grouping(Analysis):
     name = "grouping"
     families = ("vit", "deit", "xcit", "fan")
-    description = "significant eigenvalues of the token affinity, noise decay, spectral clusters (FAN Fig. 3–4)"
-    options = {"eig_threshold": 0.05, "sigma": 0.1, "clusters": 4, "images": 4}
+    description = "insignificant eigenvalues of the token affinity, noise decay, spectral clusters (FAN Fig. 3–4)"
+    #: eig_threshold −1: the convention's default (fan: 1e-3 absolute; relative: 0.05 × λ_max)
+    options = {"convention": "fan", "eig_threshold": -1.0, "sigma": PAPER_SIGMA, "clusters": 4, "images": 4}
 
     def compute(self, ctx: Context, **o: Any) -> dict[str, Any]:
-        return compute_grouping(ctx, float(o["eig_threshold"]), float(o["sigma"]), int(o["clusters"]), int(o["images"]))
+        return compute_grouping(ctx, float(o["eig_threshold"]), float(o["sigma"]), int(o["clusters"]), int(o["images"]),
+                                str(o["convention"]))
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_grouping(result, out)
 
 
-__all__ = ["Grouping", "grouping", "significant_eigenvalues", "spectral_clusters", "tolist"]
+__all__ = ["CONVENTIONS", "Grouping", "affinity_eigenvalues", "grouping", "significant_eigenvalues",
+           "spectral_clusters", "tolist"]

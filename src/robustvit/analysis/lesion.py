@@ -1,12 +1,19 @@
 """Lesion study (Bhojanapalli et al., arXiv:2103.14586, Section 4.2, Fig. 8 and 34): accuracy with one
-block, its self-attention or its MLP removed (the residual passes through), for every block; and with n
-random blocks removed (the first block always kept), ``samples`` random subsets per n (25 in the paper):
-mean, standard error, min and max over the subsets. For CNNs the unit is a residual block (its residual
-branch removed; shortcut and final activation kept, as in Veit et al., arXiv:1605.06431).
+block, its self-attention or its MLP removed (the residual passes through), for every block; with n random
+blocks removed (the first block always kept), ``samples`` random subsets per n (25 in the paper): mean,
+standard error, min and max over the subsets; and, as in their Fig. 8 (right), with n random attention
+layers only and n random MLP layers only removed ("removing MLPs hurts less than the same number of
+attention layers"), with the same statistics. All accuracies are on the same images as the clean accuracy.
 
-A removal set is one model variant: subset s of size n is drawn from ``derive_seed(seed, n, s)`` and is
-the same for every chunk. For ViTs the clean pass's per-block tokens are reused: a variant starts at the
-first removed block.
+The paper states the first-block rule for whole blocks; for attention-only and MLP-only removals it is
+silent, and robustvit applies the same rule (the first block's attention / MLP is kept, ``keep_first=1``;
+``keep_first=0`` draws from every block and marks the result not comparable). For CNNs the unit is a
+residual block (its residual branch removed; shortcut and final activation kept, as in Veit et al.,
+arXiv:1605.06431) and only whole blocks are removed.
+
+A removal set is one model variant: subset s of size n is drawn from ``derive_seed(seed, "lesion", n, s)``
+(blocks) or ``derive_seed(seed, "lesion", part, n, s)`` (attention / MLP) and is the same for every chunk.
+For ViTs the clean pass's per-block tokens are reused: a variant starts at the first removed block.
 """
 
 from __future__ import annotations
@@ -18,38 +25,70 @@ from typing import Any
 import torch
 
 from robustvit.analysis.base import Analysis, Context, accuracy, accuracy_stats, make_context
+from robustvit.errors import RobustvitError
 from robustvit.utils import derive_seed
 
 
-def random_subsets(num_blocks: int, n: int, samples: int, seed: int) -> list[list[int]]:
-    """``samples`` random sets of ``n`` blocks among 1..L−1 (block 0 kept), each sorted."""
+#: The paper's number of random subsets per n (Bhojanapalli et al., Fig. 8).
+PAPER_SAMPLES = 25
+#: Random-removal kinds: probe remove mode → result key.
+RANDOM_KINDS = {"block": "random", "attn": "random_attention", "mlp": "random_mlp"}
+
+
+def random_subsets(num_blocks: int, n: int, samples: int, seed: int, part: str = "block",
+                   keep_first: bool = True) -> list[list[int]]:
+    """``samples`` random sets of ``n`` blocks among 1..L−1 (block 0 kept) or 0..L−1 (``keep_first=False``),
+    each sorted; ``part`` ("block", "attn", "mlp") picks an independent stream (blocks keep their seeds)."""
     out = []
+    lo = 1 if keep_first else 0
     for s in range(samples):
-        g = torch.Generator().manual_seed(derive_seed(seed, "lesion", n, s))
-        out.append(sorted((torch.randperm(num_blocks - 1, generator=g)[:n] + 1).tolist()))
+        key = ("lesion", n, s) if part == "block" else ("lesion", part, n, s)
+        if not keep_first:
+            key = key + ("all",)
+        g = torch.Generator().manual_seed(derive_seed(seed, *key))
+        out.append(sorted((torch.randperm(num_blocks - lo, generator=g)[:n] + lo).tolist()))
     return out
 
 
-def parse_part(part: str, subsets: dict[tuple[int, int], list[int]]) -> dict[int, str]:
+def parse_part(part: str, subsets: dict[tuple[str, int, int], list[int]]) -> dict[int, str]:
     kind, *rest = part.split(":")
     if kind == "clean":
         return {}
-    if kind == "random":
-        return {b: "block" for b in subsets[(int(rest[0]), int(rest[1]))]}
+    if kind.startswith("random"):
+        mode = kind.partition("_")[2] or "block"
+        return {b: mode for b in subsets[(mode, int(rest[0]), int(rest[1]))]}
     return {int(rest[0]): kind}
 
 
-def compute_lesion(ctx: Context, samples: int = 25, random: bool = True) -> dict[str, Any]:
+def summarise(accs: list[float]) -> dict[str, float]:
+    """Mean, standard error of the mean (sample std / √k), min and max of k accuracies."""
+    t = torch.tensor(accs, dtype=torch.float64)
+    std = float(t.std()) if len(t) > 1 else 0.0
+    return {"mean": float(t.mean()), "stderr": std / math.sqrt(len(t)), "min": float(t.min()), "max": float(t.max())}
+
+
+def compute_lesion(ctx: Context, samples: int = PAPER_SAMPLES, random: bool = True,
+                   random_parts: tuple[str, ...] | list[str] = ("block", "attn", "mlp"),
+                   keep_first: bool = True) -> dict[str, Any]:
     probe = ctx.probe
     L = probe.num_blocks
     modes = list(probe.remove_modes)
+    if samples < 1:
+        raise RobustvitError(f"lesion: samples must be >= 1, got {samples}")
+    bad = [k for k in random_parts if k not in RANDOM_KINDS]
+    if bad:
+        raise RobustvitError(f"lesion: random_parts {'+'.join(bad)} unknown; choose from block+attn+mlp")
     parts = ["clean"] + [f"{m}:{i}" for m in modes for i in range(L)]
-    subsets: dict[tuple[int, int], list[int]] = {}
-    ns = list(range(1, L)) if random and L > 1 else []
-    for n in ns:
-        for s, sub in enumerate(random_subsets(L, n, samples, ctx.seed)):
-            subsets[(n, s)] = sub
-            parts.append(f"random:{n}:{s}")
+    subsets: dict[tuple[str, int, int], list[int]] = {}
+    kinds = [k for k in RANDOM_KINDS if k in random_parts and k in modes] if random else []
+    ns: dict[str, list[int]] = {}
+    for kind in kinds:
+        first = keep_first if kind != "block" else True
+        ns[kind] = list(range(1, L if first else L + 1)) if L > 1 or not first else []
+        for n in ns[kind]:
+            for s, sub in enumerate(random_subsets(L, n, samples, ctx.seed, kind, first)):
+                subsets[(kind, n, s)] = sub
+                parts.append(f"{'random' if kind == 'block' else 'random_' + kind}:{n}:{s}")
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
         hs = None
@@ -71,30 +110,47 @@ def compute_lesion(ctx: Context, samples: int = 25, random: bool = True) -> dict
             yield part, accuracy_stats(logits, y)
 
     st = ctx.units(parts, unit)
-    single = {"block": [], "attention": [], "mlp": []}
+    single: dict[str, list[float]] = {"block": [], "attention": [], "mlp": []}
     names = {"block": "block", "attn": "attention", "mlp": "mlp"}
     for m in modes:
         single[names[m]] = [accuracy(st[f"{m}:{i}"]) for i in range(L)]
-    rand: dict[str, Any] = {}
-    for n in ns:
-        accs = torch.tensor([accuracy(st[f"random:{n}:{s}"]) for s in range(samples)], dtype=torch.float64)
-        std = float(accs.std()) if len(accs) > 1 else 0.0
-        rand[str(n)] = {"mean": float(accs.mean()), "stderr": std / math.sqrt(len(accs)), "min": float(accs.min()),
-                        "max": float(accs.max()), "samples": samples,
-                        "blocks": [subsets[(n, s)] for s in range(samples)]}
+    out: dict[str, Any] = {"clean_accuracy": accuracy(st["clean"]), "num_blocks": L, "single": single}
+    for kind, key in RANDOM_KINDS.items():
+        res: dict[str, Any] = {}
+        prefix = "random" if kind == "block" else f"random_{kind}"
+        for n in ns.get(kind, []):
+            accs = [accuracy(st[f"{prefix}:{n}:{s}"]) for s in range(samples)]
+            res[str(n)] = {**summarise(accs), "samples": samples,
+                           "blocks": [subsets[(kind, n, s)] for s in range(samples)]}
+        out[key] = res
+    out["random_first_kept"] = {RANDOM_KINDS[k]: (keep_first if k != "block" else True) for k in kinds}
     notes = []
     if probe.family == "cnn":
         notes.append("CNN: a unit is a residual block; only whole blocks are removed (residual branch dropped)")
-    return {"clean_accuracy": accuracy(st["clean"]), "num_blocks": L, "single": single, "random": rand,
-            "notes": notes}
+    elif "attn" not in modes:
+        notes.append("blocks without one attention and one MLP branch: only whole blocks are removed")
+    if not random:
+        notes.append("no random removals (random=0; the paper removes n random blocks / attention / MLP layers)")
+    else:
+        if samples != PAPER_SAMPLES:
+            notes.append(f"{samples} random subsets per n (the paper: {PAPER_SAMPLES})")
+        missing = [RANDOM_KINDS[k] for k in ("block", "attn", "mlp") if k in modes and k not in random_parts]
+        if missing:
+            notes.append(f"random removals left out: {', '.join(missing)} (random_parts={'+'.join(random_parts)})")
+        if not keep_first and any(k != "block" for k in kinds):
+            notes.append("random attention / MLP removals may include the first block (keep_first=0)")
+    out["notes"] = notes
+    return out
 
 
-def lesion(model: torch.nn.Module, dataset: Any, *, samples: int = 25, random: bool = True,
+def lesion(model: torch.nn.Module, dataset: Any, *, samples: int = PAPER_SAMPLES, random: bool = True,
+           random_parts: tuple[str, ...] | list[str] = ("block", "attn", "mlp"), keep_first: bool = True,
            **common: Any) -> dict[str, Any]:
     """Accuracy with parts removed: ``{"clean_accuracy", "single": {"block", "attention", "mlp"},
-    "random": {n: {"mean", "stderr", "min", "max"}}}``. ``common``: limit, batch_size, seed, device, store,
-    progress."""
-    return compute_lesion(make_context(model, dataset, name="lesion", **common), samples, random)
+    "random" | "random_attention" | "random_mlp": {n: {"mean", "stderr", "min", "max", "samples", "blocks"}}}``.
+    ``common``: limit, batch_size, seed, device, store, progress."""
+    return compute_lesion(make_context(model, dataset, name="lesion", **common), samples, random, random_parts,
+                          keep_first)
 
 
 def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
@@ -110,15 +166,26 @@ def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
     ax.set_xlabel("block removed"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02), ax.legend(fontsize=8)
     ax.set_title("One part removed")
     ax = axes[1]
-    if result["random"]:
-        ns = sorted(int(n) for n in result["random"])
-        r = [result["random"][str(n)] for n in ns]
-        mean = [v["mean"] for v in r]
-        ax.errorbar(ns, mean, yerr=[v["stderr"] for v in r], marker="o", capsize=3, label="mean ± s.e.")
-        ax.fill_between(ns, [v["min"] for v in r], [v["max"] for v in r], alpha=0.2, label="min–max")
-        ax.legend(fontsize=8)
-    ax.set_xlabel("number of random blocks removed"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
-    ax.set_title("n random blocks removed (first kept)")
+    drawn = False
+    for i, (key, label) in enumerate((("random", "blocks"), ("random_attention", "attention layers"),
+                                      ("random_mlp", "MLP layers"))):
+        rr = result.get(key) or {}
+        if not rr:
+            continue
+        ns = sorted(int(n) for n in rr)
+        r = [rr[str(n)] for n in ns]
+        ax.errorbar(ns, [v["mean"] for v in r], yerr=[v["stderr"] for v in r], marker="os^"[i], capsize=3,
+                    color=f"C{i}", label=f"{label}: mean ± s.e.")
+        ax.fill_between(ns, [v["min"] for v in r], [v["max"] for v in r], alpha=0.15, color=f"C{i}")
+        drawn = True
+    if drawn:
+        ax.legend(fontsize=7, title="shaded: min–max", title_fontsize=7)
+    ax.axhline(result["clean_accuracy"], color="k", ls="--", lw=1)
+    ax.set_xlabel("n removed at random"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
+    ax.set_title("n random parts removed (first block kept)")
+    from matplotlib.ticker import MaxNLocator
+    for a in axes:
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(f"Lesion study — {result.get('model', '')}")
     fig.tight_layout()
     fig.savefig(out / "lesion.png", dpi=110)
@@ -129,11 +196,13 @@ def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
 class Lesion(Analysis):
     name = "lesion"
     families = ("vit", "deit", "xcit", "swin", "fan", "cnn")
-    description = "accuracy with a block / its attention / its MLP removed, and n random blocks (Bhojanapalli Fig. 8)"
-    options = {"samples": 25, "random": True}
+    description = ("accuracy with a block / its attention / its MLP removed, and n random blocks, attention or MLP "
+                   "layers (Bhojanapalli Fig. 8)")
+    options = {"samples": PAPER_SAMPLES, "random": True, "random_parts": ["block", "attn", "mlp"], "keep_first": True}
 
     def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
-        return compute_lesion(ctx, int(options["samples"]), bool(options["random"]))
+        return compute_lesion(ctx, int(options["samples"]), bool(options["random"]), list(options["random_parts"]),
+                              bool(options["keep_first"]))
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_lesion(result, out)

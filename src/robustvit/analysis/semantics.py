@@ -1,13 +1,24 @@
 """Semantic-ness of adversarial perturbations (Debenedetti, "A Light Recipe to Train Robust Vision
 Transformers", arXiv:2209.07399, and his thesis): PGD perturbations δ of the model (L∞, ``eps``) are
-rescaled to images by (δ + ε) / 2ε and classified by a ``classifier`` (a model name or checkpoint; default
-the analysed model itself) — top-1 / top-5 accuracy against the true labels measures how much class
-content the perturbations carry (robust models' perturbations look like the class). Plus the
-class-targeted visualisation: targeted PGD from uniform noise with a large L2 ε (15, 100 steps) towards
-chosen classes, saved as an image grid."""
+rescaled to images by (δ + ε) / 2ε and classified by a ``classifier`` — top-1 / top-5 accuracy against the
+true labels measures how much class content the perturbations carry (robust models' perturbations look
+like the class). The paper classifies them with strong standard models; without ``classifier=`` the
+analysed model classifies its own perturbations (``comparable: false``).
+
+``classifier=`` takes a robustvit checkpoint folder, or a timm name with weights: ``classifier_pretrained=1``
+(timm / Hugging Face hub) or ``classifier_weights=FILE`` (a state-dict file). A bare timm name is refused:
+its random weights would measure nothing. ``allow_random=1`` accepts them and marks the result not
+comparable. The classifier's weights provenance is recorded under ``classifier_weights``.
+
+Plus the class-targeted visualisation: targeted PGD from uniform noise with a large L2 ε towards chosen
+classes, saved as an image grid. The thesis uses ε = 15 (``vis_eps``) at 224 × 224 px; an L2 ball's
+radius grows with √(number of pixel values), so ε is scaled by √(H·W·3 / (224·224·3)) = √(H·W)/224 to the
+model's resolution (``vis_scale=1``, the default; the result records both values).
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +27,7 @@ import torch
 from robustvit.analysis.base import Analysis, Context, make_context
 from robustvit.attacks import create_attack
 from robustvit.attacks.pgd import class_visualisation
+from robustvit.errors import RobustvitError
 from robustvit.utils import derive_seed, parse_eps
 
 
@@ -29,50 +41,135 @@ def topk_correct(logits: torch.Tensor, y: torch.Tensor, k: int) -> int:
     return int((logits.topk(k, dim=1).indices == y[:, None]).any(1).sum())
 
 
+#: The paper's settings: L∞ ε = 4/255 (ImageNet), targeted PGD-100 with L2 ε = 15 at 224 px.
+PAPER_EPS = 4 / 255
+PAPER_VIS_STEPS = 100
+PAPER_VIS_EPS = 15.0
+PAPER_RESOLUTION = 224
+
+
+def scaled_vis_eps(eps_224: float, height: int, width: int) -> float:
+    """An L2 ε given at 224 × 224 × 3 scaled to an H × W × 3 image: ε·√(H·W·3 / (224·224·3))."""
+    return float(eps_224) * math.sqrt(height * width / (PAPER_RESOLUTION * PAPER_RESOLUTION))
+
+
+def load_classifier(classifier: str, *, pretrained: bool = False, weights: str = "", allow_random: bool = False,
+                    num_classes: int | None = None,
+                    device: torch.device | str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The model that classifies rescaled perturbations and its weights provenance
+    (``{"pretrained", "source"[, "sha256"]}``). A checkpoint folder, or a timm name with
+    ``pretrained`` (the hub's head) or ``weights`` (a state-dict file for ``num_classes`` classes); a bare
+    name only with ``allow_random``."""
+    from robustvit.models import create_model
+    from robustvit.models.factory import is_checkpoint_dir
+
+    if pretrained and weights:
+        raise RobustvitError("perturbation_semantics: give classifier_pretrained=1 or classifier_weights=FILE, "
+                             "not both")
+    if is_checkpoint_dir(classifier):
+        if pretrained or weights:
+            raise RobustvitError(f"perturbation_semantics: classifier={classifier} is a checkpoint folder with its "
+                                 "own weights; drop classifier_pretrained / classifier_weights")
+        clf = create_model(classifier)
+    elif weights:
+        if not Path(weights).is_file():
+            raise RobustvitError(f"perturbation_semantics: classifier_weights={weights} is not a file; give a "
+                                 ".safetensors/.pth state dict of the classifier")
+        clf = create_model(classifier, checkpoint=weights, num_classes=num_classes)
+    elif pretrained:
+        clf = create_model(classifier, pretrained=True)
+    elif allow_random:
+        clf = create_model(classifier, num_classes=num_classes)
+    else:
+        raise RobustvitError(f"perturbation_semantics: classifier={classifier} has no weights; add "
+                             "classifier_pretrained=1 (timm / hub), classifier_weights=FILE, or give a checkpoint "
+                             "folder (allow_random=1 accepts random weights, not comparable)")
+    prov = dict(getattr(clf, "weights", None) or {"pretrained": False, "source": "unknown"})
+    return clf.to(device).eval(), prov
+
+
 def compute_semantics(ctx: Context, eps: str = "4/255", steps: int = 10, classifier: str = "",
-                      classes: int = 8, vis_eps: float = 15.0, vis_steps: int = 100) -> dict[str, Any]:
+                      classes: int = 8, vis_eps: float = PAPER_VIS_EPS, vis_steps: int = PAPER_VIS_STEPS, *,
+                      classifier_pretrained: bool = False, classifier_weights: str = "",
+                      allow_random: bool = False, vis_scale: bool = True) -> dict[str, Any]:
     e = parse_eps(eps)
-    clf = ctx.model
+    notes: list[str] = []
     if classifier:
-        from robustvit.models import create_model
-        clf = create_model(classifier).to(ctx.device).eval()
+        clf, prov = load_classifier(classifier, pretrained=classifier_pretrained, weights=classifier_weights,
+                                    allow_random=allow_random, device=ctx.device,
+                                    num_classes=getattr(getattr(ctx.model, "spec", None), "num_classes", None))
+        if prov.get("source") == "random":
+            notes.append(f"classifier {classifier} has random weights (allow_random=1): its accuracy measures "
+                         "nothing; the paper uses strong standard models")
+    else:
+        if classifier_pretrained or classifier_weights:
+            raise RobustvitError("perturbation_semantics: classifier_pretrained / classifier_weights need "
+                                 "classifier=NAME")
+        clf = ctx.model
+        prov = dict(getattr(ctx.model, "weights", None) or {"source": "the analysed model"})
+        notes.append("classifier = the analysed model itself (the thesis uses strong standard models)")
+    if abs(e - PAPER_EPS) > 1e-12:
+        notes.append(f"eps = {eps} (the paper: 4/255)")
+    if vis_steps < PAPER_VIS_STEPS:
+        notes.append(f"visualisation with {vis_steps} targeted PGD steps (the paper: {PAPER_VIS_STEPS})")
+    spec = getattr(ctx.model, "spec", None)
+    size = tuple(spec.input_size) if spec is not None else tuple(ctx.batch(0, 1)[0].shape[1:])
+    clf_spec = getattr(clf, "spec", None)
+    clf_size = tuple(clf_spec.input_size) if clf_spec is not None and clf is not ctx.model else size
+    if clf_size[1:] != size[1:]:
+        notes.append(f"perturbations resized from {size[1]}×{size[2]} to the classifier's {clf_size[1]}×{clf_size[2]}")
+    num_classes = spec.num_classes if spec is not None else None
+    if clf_spec is not None and num_classes is not None and clf_spec.num_classes < num_classes:
+        raise RobustvitError(f"perturbation_semantics: classifier {classifier} has {clf_spec.num_classes} classes, "
+                             f"the model {num_classes}; give a classifier for the same classes")
+
+    def classify(img: torch.Tensor) -> torch.Tensor:
+        if img.shape[-2:] != clf_size[1:]:
+            img = torch.nn.functional.interpolate(img, size=clf_size[1:], mode="bilinear", align_corners=False)
+        return clf(img)
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
         atk = create_attack("pgd", ctx.model, eps=e, norm="linf", steps=steps,
                             seed=derive_seed(ctx.seed, "perturbation_semantics", c) % (2 ** 31))
         delta = atk(x, y) - x
-        logits = clf(rescale_perturbation(delta, e))
+        logits = classify(rescale_perturbation(delta, e))
         yield "stats", {"top1": topk_correct(logits, y, 1), "top5": topk_correct(logits, y, 5), "n": int(len(y)),
                         "attack_fooled": int((ctx.model(x + delta).argmax(1) != y).sum())}
 
     st = ctx.units(["stats"], unit)["stats"]
     n = st["n"]
-    spec = getattr(ctx.model, "spec", None)
-    size = tuple(spec.input_size) if spec is not None else tuple(ctx.batch(0, 1)[0].shape[1:])
-    num_classes = spec.num_classes if spec is not None else None
     names = (spec.class_names if spec is not None else None) or getattr(ctx.dataset, "classes", None)
     k = min(classes, num_classes or classes)
     target = torch.randperm(num_classes or k, generator=torch.Generator().manual_seed(ctx.seed))[:k]
+    eps_l2 = scaled_vis_eps(vis_eps, size[1], size[2]) if vis_scale else float(vis_eps)
+    if not vis_scale and (size[1], size[2]) != (PAPER_RESOLUTION, PAPER_RESOLUTION):
+        notes.append(f"visualisation L2 ε = {vis_eps} unscaled at {size[1]}×{size[2]} px (the paper's ε is for 224 px)")
+    elif abs(vis_eps - PAPER_VIS_EPS) > 1e-12:
+        notes.append(f"visualisation L2 ε = {vis_eps} at 224 px (the paper: {PAPER_VIS_EPS})")
     imgs, cls = class_visualisation(ctx.model, target.tolist(), image_size=size, seed=ctx.seed, device=ctx.device,
-                                    eps=vis_eps, steps=vis_steps)
+                                    eps=eps_l2, steps=vis_steps)
     with torch.no_grad():
         hit = (ctx.model(imgs).argmax(1) == cls).float().mean().item()
-    notes = [] if classifier else ["classifier = the analysed model itself (the thesis uses strong standard models)"]
-    return {"eps": eps, "steps": steps, "classifier": classifier or "self", "top1": st["top1"] / n,
-            "top5": st["top5"] / n, "attack_success_rate": st["attack_fooled"] / n,
-            "visualisation": {"classes": cls.tolist(), "eps_l2": vis_eps, "steps": vis_steps,
+    return {"eps": eps, "steps": steps, "classifier": classifier or "self", "classifier_weights": prov,
+            "top1": st["top1"] / n, "top5": st["top5"] / n, "attack_success_rate": st["attack_fooled"] / n,
+            "visualisation": {"classes": cls.tolist(), "eps_l2": eps_l2, "eps_l2_at_224": float(vis_eps),
+                              "eps_scaled": bool(vis_scale), "resolution": [size[1], size[2]], "steps": vis_steps,
                               "reached_target": hit,
                               "class_names": [names[i] for i in cls.tolist()] if names else None},
             "notes": notes, "_vis": imgs.detach().cpu()}
 
 
 def perturbation_semantics(model: torch.nn.Module, dataset: Any, *, eps: str = "4/255", steps: int = 10,
-                           classifier: str = "", classes: int = 8, vis_eps: float = 15.0, vis_steps: int = 100,
+                           classifier: str = "", classes: int = 8, vis_eps: float = PAPER_VIS_EPS,
+                           vis_steps: int = PAPER_VIS_STEPS, classifier_pretrained: bool = False,
+                           classifier_weights: str = "", allow_random: bool = False, vis_scale: bool = True,
                            **common: Any) -> dict[str, Any]:
     """``{"top1", "top5"}`` of ``classifier`` on rescaled PGD perturbations, and the class-targeted
     visualisation. ``common``: limit, batch_size, seed, device, store, progress."""
     ctx = make_context(model, dataset, name="perturbation_semantics", **common)
-    return compute_semantics(ctx, eps, steps, classifier, classes, vis_eps, vis_steps)
+    return compute_semantics(ctx, eps, steps, classifier, classes, vis_eps, vis_steps,
+                             classifier_pretrained=classifier_pretrained, classifier_weights=classifier_weights,
+                             allow_random=allow_random, vis_scale=vis_scale)
 
 
 def plot_semantics(result: dict[str, Any], out: Path) -> list[str]:
@@ -89,7 +186,7 @@ def plot_semantics(result: dict[str, Any], out: Path) -> list[str]:
         name = v["class_names"][i] if v.get("class_names") else str(v["classes"][i])
         axes[0, i].set_title(name, fontsize=7)
         axes[0, i].axis("off")
-    fig.suptitle(f"Class-targeted visualisation (L2 ε = {v['eps_l2']}, {v['steps']} steps) — {result.get('model', '')}",
+    fig.suptitle(f"Class-targeted visualisation (L2 ε = {v['eps_l2']:.3g}, {v['steps']} steps) — {result.get('model', '')}",
                  fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "perturbation_semantics.png", dpi=110)
@@ -101,11 +198,16 @@ class PerturbationSemantics(Analysis):
     name = "perturbation_semantics"
     families = ("vit", "deit", "xcit", "swin", "fan", "cnn")
     description = "classify rescaled PGD perturbations (top-1/top-5) and class-targeted visualisation (Light Recipe)"
-    options = {"eps": "4/255", "steps": 10, "classifier": "", "classes": 8, "vis_eps": 15.0, "vis_steps": 100}
+    options = {"eps": "4/255", "steps": 10, "classifier": "", "classifier_pretrained": False,
+               "classifier_weights": "", "allow_random": False, "classes": 8, "vis_eps": PAPER_VIS_EPS,
+               "vis_steps": PAPER_VIS_STEPS, "vis_scale": True}
 
     def compute(self, ctx: Context, **o: Any) -> dict[str, Any]:
         return compute_semantics(ctx, str(o["eps"]), int(o["steps"]), str(o["classifier"]), int(o["classes"]),
-                                 float(o["vis_eps"]), int(o["vis_steps"]))
+                                 float(o["vis_eps"]), int(o["vis_steps"]),
+                                 classifier_pretrained=bool(o["classifier_pretrained"]),
+                                 classifier_weights=str(o["classifier_weights"]), allow_random=bool(o["allow_random"]),
+                                 vis_scale=bool(o["vis_scale"]))
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_semantics(result, out)

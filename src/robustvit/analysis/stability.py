@@ -2,11 +2,17 @@
 Patch Corruptions", Guo et al., CVPR 2023, arXiv:2306.07881, Fig. 1, 3, 4): the cosine similarity between
 clean and patch-occluded attention maps per head and layer — ``rho`` of the patches (default 0.1, AFAT's ρ)
 replaced by uniform noise — averaged over the data set; a histogram over images of the mean similarity;
-its distribution over ``masks`` random masks for the first ``images`` images; and a clean-vs-occluded
-picture of the attention maps.
+its distribution over ``masks`` random masks (AFAT: 100–1000) for the first ``images`` images; and the
+paper's picture: the attention map of the centre patch (as query, over the patches, heads averaged) in
+every layer, clean vs occluded (rows = layers, columns = clean / occluded), for the first image and the
+first random mask.
 
-Defined for every family with attention maps: ViT/DeiT/FAN token attention, XCiT's cross-covariance
-(channel) attention and Swin's windowed attention (maps flattened per head)."""
+Defined for every family with one attention map per block: ViT/DeiT/FAN token attention, XCiT's
+cross-covariance (channel) attention and Swin's windowed attention (maps flattened per head; Swin's
+stages have different head counts, so ``cosine`` is a ragged layers × heads list). The centre-patch
+picture needs token attention over one patch grid (ViT, DeiT, FAN). Blocks with several parallel
+attention branches (timm's ``ParallelThingsBlock`` / ``ParallelScalingBlock``) have no single map per
+block and are refused."""
 
 from __future__ import annotations
 
@@ -16,39 +22,92 @@ from typing import Any
 import torch
 
 from robustvit.analysis.base import Analysis, Context, make_context, tolist
-from robustvit.corruptions.occlusion import occlude_patches, occlusion_patch_size
+from robustvit.corruptions.occlusion import num_occluded, occlude_patches, occlusion_patch_size
+from robustvit.errors import RobustvitError
 
 BINS = 20
 
 
-def attention_cosine(clean: list[torch.Tensor], other: list[torch.Tensor]) -> torch.Tensor:
-    """Per layer (N, heads, …) maps → (N, layers, heads) cosine similarity of the flattened maps (float64)."""
+PAPER_RHO = 0.1
+PAPER_MIN_MASKS = 100
+
+
+def layer_cosines(clean: list[torch.Tensor], other: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Per layer (N, heads, …) maps → per layer (N, heads) cosine similarity of the flattened maps (float64);
+    heads may differ between layers (Swin stages)."""
     out = []
     for a, b in zip(clean, other):
         a, b = a.flatten(2).double(), b.flatten(2).double()
         out.append((a * b).sum(-1) / torch.sqrt((a * a).sum(-1) * (b * b).sum(-1)).clamp_min(1e-300))
-    return torch.stack(out, 1)
+    return out
+
+
+def attention_cosine(clean: list[torch.Tensor], other: list[torch.Tensor]) -> torch.Tensor:
+    """Per layer (N, heads, …) maps with the same number of heads → (N, layers, heads) cosine similarity."""
+    return torch.stack(layer_cosines(clean, other), 1)
+
+
+def image_mean(cos: list[torch.Tensor]) -> torch.Tensor:
+    """(N,) mean cosine over all heads of all layers (every head weighs the same)."""
+    return torch.cat(cos, 1).mean(1)
+
+
+def check_stability_support(probe: Any, model: torch.nn.Module) -> None:
+    """One-line refusal for models without one attention map per block (parallel attention branches)."""
+    mods = getattr(probe, "attn_modules", None)
+    if mods is not None and any(m is None for m in mods):
+        blk = next(type(b).__name__ for b, m in zip(probe.blocks, mods) if m is None)
+        raise RobustvitError(f"attention_stability needs one attention map per block; {blk} blocks of "
+                             f"{type(getattr(model, 'net', model)).__name__} have parallel or no attention branches "
+                             "(it applies to ViT, DeiT, XCiT, Swin and FAN blocks with one attention each)")
 
 
 def _maps(ctx: Context, x: torch.Tensor) -> list[torch.Tensor]:
-    return ctx.probe.run(x, tokens=False, attentions=True).attentions
+    maps = ctx.probe.run(x, tokens=False, attentions=True).attentions
+    if any(a.numel() == 0 for a in maps):
+        raise RobustvitError("attention_stability: a block gave no attention map (is its attention module "
+                             "one the probe can read?); it applies to ViT, DeiT, XCiT, Swin and FAN")
+    return maps
 
 
-def compute_stability(ctx: Context, rho: float = 0.1, masks: int = 50, images: int = 4,
+def centre_patch(grid: tuple[int, int]) -> tuple[int, int]:
+    """The centre patch (row, col) of a grid: (gh // 2, gw // 2)."""
+    return grid[0] // 2, grid[1] // 2
+
+
+def centre_patch_maps(probe: Any, maps: list[torch.Tensor]) -> torch.Tensor | None:
+    """(layers, gh, gw): each layer's attention of the centre patch (query) over the patches, heads averaged,
+    for the first image; None where the maps are not token attention on one grid (XCiT, Swin)."""
+    grid = getattr(probe, "grid_size", None)
+    if grid is None or probe.family in ("xcit", "swin", "cnn"):
+        return None
+    gh, gw = grid
+    pre = probe.num_prefix_tokens
+    if any(a.shape[-1] != pre + gh * gw or a.shape[-2] != pre + gh * gw for a in maps):
+        return None
+    r, c = centre_patch(grid)
+    q = pre + r * gw + c
+    return torch.stack([a[0, :, q, pre:].mean(0).view(gh, gw) for a in maps]).cpu()
+
+
+def compute_stability(ctx: Context, rho: float = PAPER_RHO, masks: int = PAPER_MIN_MASKS, images: int = 4,
                       patch_size: int = 0) -> dict[str, Any]:
     probe = ctx.probe
+    check_stability_support(probe, ctx.model)
+    if masks < 1 or images < 1:
+        raise RobustvitError(f"attention_stability: masks and images must be >= 1, got {masks} and {images}")
     ps = occlusion_patch_size(ctx.model, patch_size=patch_size or None)
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
         xo, _ = occlude_patches(x, rho, ps, generator=ctx.generator("occlude", c))
-        cos = attention_cosine(_maps(ctx, x), _maps(ctx, xo))          # (N, L, H)
-        per_image = cos.mean((1, 2))
+        cos = layer_cosines(_maps(ctx, x), _maps(ctx, xo))               # per layer (N, heads_l)
+        per_image = image_mean(cos)
         hist = torch.histc(per_image.float(), bins=BINS, min=0.0, max=1.0)
-        yield "stats", {"sum": cos.sum(0).cpu().tolist(), "n": int(x.shape[0]), "hist": hist.cpu().tolist(),
-                        "sum_image": float(per_image.sum())}
+        yield "stats", {"sum": [c_.sum(0).cpu().tolist() for c_ in cos], "n": int(x.shape[0]),
+                        "hist": hist.cpu().tolist(), "sum_image": float(per_image.sum())}
 
     st = ctx.units(["stats"], unit)["stats"]
-    cosine = torch.tensor(st["sum"], dtype=torch.float64) / st["n"]
+    cosine = [torch.tensor(row, dtype=torch.float64) / st["n"] for row in st["sum"]]
     # distribution over many random masks for a few images
     x, _ = ctx.batch(0, min(images, ctx.num_images))
     g = ctx.generator("masks")
@@ -62,31 +121,62 @@ def compute_stability(ctx: Context, rho: float = 0.1, masks: int = 50, images: i
             k = chunk.shape[0]
             maps = _maps(ctx, chunk.flatten(0, 1))
             rep = [a.repeat(k, *([1] * (a.ndim - 1))) for a in clean]
-            dist.append(attention_cosine(rep, maps).mean((1, 2)).view(k, -1))
+            dist.append(image_mean(layer_cosines(rep, maps)).view(k, -1))
         dist_t = torch.cat(dist).T                                            # (n, K)
         occluded_maps = _maps(ctx, xs[0])
     mid = probe.num_blocks // 2
-    return {"cosine": tolist(cosine, 6), "mean": float(cosine.mean()), "rho": rho, "patch_size": ps,
-            "histogram": {"bins": [i / BINS for i in range(BINS + 1)], "counts": [int(v) for v in st["hist"]]},
-            "image_mean": st["sum_image"] / st["n"],
-            "mask_distribution": tolist(dist_t, 6), "num_masks": masks,
-            "_images": x.cpu(), "_occluded": xs[0].cpu(), "_layer": mid,
-            "_clean_map": clean[mid][:1].mean(1)[0].cpu(), "_occluded_map": occluded_maps[mid][:1].mean(1)[0].cpu()}
+    heads = [len(c_) for c_ in cosine]
+    flat = torch.cat(cosine)
+    cp_clean, cp_occ = centre_patch_maps(probe, clean), centre_patch_maps(probe, occluded_maps)
+    notes = []
+    occluded = num_occluded(rho, (x.shape[-2] // ps) * (x.shape[-1] // ps))
+    if occluded == 0 and rho > 0:
+        notes.append(f"rho = {rho} of {(x.shape[-2] // ps) * (x.shape[-1] // ps)} patches rounds to none occluded")
+    if rho != PAPER_RHO:
+        notes.append(f"rho = {rho} of the patches occluded (AFAT: {PAPER_RHO})")
+    if masks < PAPER_MIN_MASKS:
+        notes.append(f"{masks} random masks per image (AFAT: 100–1000)")
+    spec_ps = getattr(getattr(ctx.model, "spec", None), "patch_size", None)
+    if patch_size and spec_ps and patch_size != spec_ps:
+        notes.append(f"occluded {patch_size}-px patches, not the model's {spec_ps}-px patches")
+    out: dict[str, Any] = {
+        "cosine": [tolist(c_, 6) for c_ in cosine], "heads": heads, "mean": float(flat.mean()), "rho": rho,
+        "patch_size": ps, "occluded_patches": occluded,
+        "histogram": {"bins": [i / BINS for i in range(BINS + 1)], "counts": [int(v) for v in st["hist"]]},
+        "image_mean": st["sum_image"] / st["n"],
+        "mask_distribution": tolist(dist_t, 6), "num_masks": masks,
+        "centre_patch": None, "notes": notes,
+        "_images": x.cpu(), "_occluded": xs[0].cpu(), "_layer": mid,
+        "_clean_map": clean[mid][:1].mean(1)[0].cpu(), "_occluded_map": occluded_maps[mid][:1].mean(1)[0].cpu()}
+    if cp_clean is not None and cp_occ is not None:
+        r, c = centre_patch(probe.grid_size)
+        out["centre_patch"] = {"patch": [r, c], "image": 0, "mask": 0, "heads": "mean",
+                               "clean": tolist(cp_clean, 6), "occluded": tolist(cp_occ, 6)}
+    return out
 
 
-def attention_stability(model: torch.nn.Module, dataset: Any, *, rho: float = 0.1, masks: int = 50,
-                        images: int = 4, **common: Any) -> dict[str, Any]:
-    """``{"cosine": layers × heads, "histogram", "mask_distribution"}`` (clean vs occluded attention).
-    ``common``: limit, batch_size, seed, device, store, progress."""
-    return compute_stability(make_context(model, dataset, name="attention_stability", **common), rho, masks, images)
+def attention_stability(model: torch.nn.Module, dataset: Any, *, rho: float = PAPER_RHO,
+                        masks: int = PAPER_MIN_MASKS, images: int = 4, patch_size: int = 0,
+                        **common: Any) -> dict[str, Any]:
+    """``{"cosine": layers × heads, "histogram", "mask_distribution", "centre_patch"}`` (clean vs occluded
+    attention). ``common``: limit, batch_size, seed, device, store, progress."""
+    return compute_stability(make_context(model, dataset, name="attention_stability", **common), rho, masks, images,
+                             patch_size)
 
 
 def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    c = torch.tensor(result["cosine"])
-    im = axes[0].imshow(c.T.numpy(), vmin=min(0.5, float(c.min())), vmax=1, cmap="viridis", aspect="auto")
+    rows = result["cosine"]
+    width = max(len(r) for r in rows)
+    c = torch.full((len(rows), width), float("nan"))
+    for i, r in enumerate(rows):
+        c[i, :len(r)] = torch.tensor(r)
+    lo = float(c[~c.isnan()].min())
+    im = axes[0].imshow(c.T.numpy(), vmin=min(0.5, lo), vmax=1, cmap="viridis", aspect="auto")
+    from matplotlib.ticker import MaxNLocator
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True)), axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_xlabel("layer"), axes[0].set_ylabel("head"), axes[0].set_title("cosine(clean, occluded)")
     fig.colorbar(im, ax=axes[0])
     h = result["histogram"]
@@ -102,13 +192,16 @@ def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
     fig.savefig(out / "attention_stability.png", dpi=110)
     plt.close(fig)
     files = ["attention_stability.png"]
-    if result.get("_images") is not None:
+    cp = result.get("centre_patch")
+    if result.get("_images") is not None and cp:
+        files.append(plot_centre_patch(result, out))
+    elif result.get("_images") is not None:
         fig, axes = plt.subplots(1, 4, figsize=(11, 3))
         axes[0].imshow(result["_images"][0].permute(1, 2, 0).numpy()), axes[0].set_title("clean")
         axes[1].imshow(result["_occluded"][0].permute(1, 2, 0).numpy()), axes[1].set_title("occluded")
         vmax = float(max(result["_clean_map"].max(), result["_occluded_map"].max()))
-        axes[2].imshow(result["_clean_map"].numpy(), vmin=0, vmax=vmax, cmap="inferno")
-        axes[3].imshow(result["_occluded_map"].numpy(), vmin=0, vmax=vmax, cmap="inferno")
+        axes[2].imshow(result["_clean_map"].numpy(), vmin=0, vmax=vmax, cmap="inferno", aspect="auto")
+        axes[3].imshow(result["_occluded_map"].numpy(), vmin=0, vmax=vmax, cmap="inferno", aspect="auto")
         axes[2].set_title(f"attention, layer {result['_layer']} (clean)", fontsize=8)
         axes[3].set_title(f"attention, layer {result['_layer']} (occluded)", fontsize=8)
         for ax in axes:
@@ -120,11 +213,41 @@ def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
     return files
 
 
+def plot_centre_patch(result: dict[str, Any], out: Path) -> str:
+    """AFAT's picture: the centre patch's attention map in every layer (rows), clean vs occluded (columns),
+    above the clean and occluded image with the centre patch marked."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    cp = result["centre_patch"]
+    clean, occ = torch.tensor(cp["clean"]), torch.tensor(cp["occluded"])
+    L = clean.shape[0]
+    fig, axes = plt.subplots(L + 1, 2, figsize=(3.6, 1.75 * (L + 1)), squeeze=False)
+    ps = result["patch_size"]
+    r, c = cp["patch"]
+    for j, (img, title) in enumerate(((result["_images"][0], "clean"), (result["_occluded"][0], "occluded"))):
+        axes[0, j].imshow(img.permute(1, 2, 0).clamp(0, 1).numpy())
+        axes[0, j].add_patch(Rectangle((c * ps - 0.5, r * ps - 0.5), ps, ps, fill=False, ec="cyan", lw=1.5))
+        axes[0, j].set_title(title, fontsize=9)
+    for i in range(L):
+        vmax = float(max(clean[i].max(), occ[i].max()))
+        for j, m in enumerate((clean[i], occ[i])):
+            axes[i + 1, j].imshow(m.numpy(), vmin=0, vmax=vmax, cmap="inferno")
+        axes[i + 1, 0].set_ylabel(f"layer {i}", fontsize=8)
+    for ax in axes.flat:
+        ax.set_xticks([]), ax.set_yticks([])
+    fig.suptitle(f"Centre-patch attention, clean vs {result['rho']:.0%} occluded", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "attention_stability_maps.png", dpi=110)
+    plt.close(fig)
+    return "attention_stability_maps.png"
+
+
 class AttentionStability(Analysis):
     name = "attention_stability"
     families = ("vit", "deit", "xcit", "swin", "fan")
     description = "cosine similarity of clean vs patch-occluded attention maps per head and layer (AFAT Fig. 1, 3, 4)"
-    options = {"rho": 0.1, "masks": 50, "images": 4, "patch_size": 0}
+    options = {"rho": PAPER_RHO, "masks": PAPER_MIN_MASKS, "images": 4, "patch_size": 0}
 
     def compute(self, ctx: Context, **o: Any) -> dict[str, Any]:
         return compute_stability(ctx, float(o["rho"]), int(o["masks"]), int(o["images"]), int(o["patch_size"]))
