@@ -33,13 +33,13 @@ def test_resume_after_lost_units_gives_the_same_result(cls_vit, tiny_data, tmp_p
     first = run_analyses(cls_vit, tiny_data, "lesion:samples=2", tmp_path, batch_size=4, device="cpu")["lesion"]
     db = sqlite3.connect(tmp_path / DB_NAME)
     total = db.execute("SELECT COUNT(*) FROM units").fetchone()[0]
-    assert total == 3 * (1 + 3 * 3 + 2 * 2)        # chunks × (clean + 9 single + n∈{1,2} × 2 samples)
+    assert total == 3 * (1 + 3 * 3 + 3 * 2 * 2)    # chunks × (clean + 9 single + {block, attn, mlp} × n∈{1,2} × 2 samples)
     db.execute("DELETE FROM units WHERE chunk = 2 AND part LIKE 'random%'")   # as if killed in chunk 2
     db.commit()
     db.close()
     again = run_analyses(cls_vit, tiny_data, "lesion:samples=2", tmp_path, batch_size=4, device="cpu")["lesion"]
-    assert {k: again[k] for k in ("clean_accuracy", "single", "random")} == \
-           {k: first[k] for k in ("clean_accuracy", "single", "random")}
+    assert {k: again[k] for k in ("clean_accuracy", "single", "random", "random_attention", "random_mlp")} == \
+           {k: first[k] for k in ("clean_accuracy", "single", "random", "random_attention", "random_mlp")}
     with pytest.raises(RobustvitError, match="other settings"):
         run_analyses(cls_vit, tiny_data, "lesion:samples=3", tmp_path, batch_size=4, device="cpu")
 

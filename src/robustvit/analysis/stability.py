@@ -10,9 +10,9 @@ first random mask.
 Defined for every family with one attention map per block: ViT/DeiT/FAN token attention, XCiT's
 cross-covariance (channel) attention and Swin's windowed attention (maps flattened per head; Swin's
 stages have different head counts, so ``cosine`` is a ragged layers × heads list). The centre-patch
-picture needs token attention over one patch grid (ViT, DeiT, FAN). Blocks with several parallel
-attention branches (timm's ``ParallelThingsBlock`` / ``ParallelScalingBlock``) have no single map per
-block and are refused."""
+picture needs token attention over one patch grid (ViT, DeiT, FAN). timm's parallel-branch blocks
+(``ParallelThingsBlock`` / ``ParallelScalingBlock``) report their branches' maps stacked along the heads; a
+model whose blocks have no readable attention map is refused."""
 
 from __future__ import annotations
 
