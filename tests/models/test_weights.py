@@ -23,7 +23,8 @@ def test_weights_file_gives_identical_logits_and_is_recorded(tmp_path):
         assert torch.equal(src(x), loaded(x))
     assert loaded.weights == {"pretrained": True, "source": f"file:{path}",
                               "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-    assert src.weights == {"pretrained": False, "source": "random"}
+    assert src.weights == {"pretrained": False, "source": "random", "comparable": False,
+                           "note": "random weights: the numbers describe an untrained network"}
 
 
 def test_eval_warns_and_records_random_weights(tmp_path, capsys):
@@ -32,6 +33,7 @@ def test_eval_warns_and_records_random_weights(tmp_path, capsys):
     assert "robustvit: warning: vit_cifar_micro has random weights" in capsys.readouterr().err
     res = json.loads(next((tmp_path / "a").rglob("results.json")).read_text())
     assert res["model"]["pretrained"] is False and res["model"]["weights"]["source"] == "random"
+    assert res["model"]["weights"]["comparable"] is False and "random weights" in res["model"]["weights"]["note"]
 
 
 def test_eval_with_weights_file_records_source_and_hash(tmp_path):
