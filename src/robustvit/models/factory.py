@@ -100,13 +100,15 @@ RANDOM_LABEL: dict[str, Any] = {"comparable": False, "note": "random weights: th
 
 
 def build_named_model(spec: str | Path, *, pretrained: bool = False, weights: str | Path | None = None,
-                      allow_random: bool = False, role: str = "model", **kwargs: Any) -> Normalized:
+                      allow_random: bool = False, role: str = "model", option_prefix: str = "",
+                      **kwargs: Any) -> Normalized:
     """Build a model named by the user for a secondary role (``role``: "transfer source", "classifier", …).
 
     ``spec`` is a checkpoint folder, or a model name with ``pretrained=True`` (published weights through timm),
     or a model name with ``weights=FILE`` (a state dict for that architecture). A bare name with none of these
     would have random weights: refused with a one-line :class:`RobustvitError`, unless ``allow_random=True``,
-    and then ``model.weights`` carries ``comparable: False`` and a note. ``kwargs`` go to :func:`create_model`.
+    and then ``model.weights`` carries ``comparable: False`` and a note. ``option_prefix`` names the caller's
+    options in that message (``source_`` → ``source_pretrained=1``). ``kwargs`` go to :func:`create_model`.
 
     >>> build_named_model("resnet18", role="transfer source")          # doctest: +SKIP
     Traceback (most recent call last):
@@ -120,9 +122,9 @@ def build_named_model(spec: str | Path, *, pretrained: bool = False, weights: st
     if pretrained and weights is not None:
         raise RobustvitError(f"{role} {spec}: give pretrained or a weights file, not both")
     if not pretrained and weights is None and not allow_random:
-        raise RobustvitError(f"{role} {spec} would have random weights; pass pretrained=1 (published weights), "
-                             "weights=FILE (a state dict), a checkpoint folder instead of the name, or allow_random=1 "
-                             "(results then marked not comparable)")
+        raise RobustvitError(f"{role} {spec} would have random weights; pass {option_prefix}pretrained=1 (published "
+                             f"weights), {option_prefix}weights=FILE (a state dict), a checkpoint folder instead of the "
+                             "name, or allow_random=1 (results then marked not comparable)")
     model = create_model(spec, pretrained=pretrained, checkpoint=weights, **kwargs)
     if model.weights.get("source") == "random":
         model.weights.update({**RANDOM_LABEL, "allow_random": True})
