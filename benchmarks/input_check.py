@@ -3,9 +3,10 @@
 ``Normalized`` refuses inputs outside [0, 1] (see ``robustvit.models.wrapper``). This times PGD steps — one
 forward and one backward through the wrapped model, the step update and the projection, as
 ``robustvit.attacks.PGD`` does them — with the check on (``model.check_range = True``, the default) and off,
-interleaved (on, off, on, off, …) so that both see the same machine load, and reports the median per step over
-``--repeats`` rounds of ``--steps`` steps, the overhead per step, and the check alone (``aminmax`` of the batch
-and the read of its two values) as a micro-benchmark. On CUDA the check is read every ``check_every`` calls
+interleaved (on/off, then off/on, …) so that both see the same machine load, and reports the median per step
+over ``--repeats`` rounds of ``--steps`` steps, the median of the paired per-round differences (the overhead per
+step; on a shared machine its noise can exceed the check itself), and the check alone (``aminmax`` of the batch
+and the read of its two values) as a micro-benchmark, the direct cost. On CUDA the check is read every ``check_every`` calls
 (no synchronisation in between); the script then synchronises once per round.
 
     PYTHONPATH=src python benchmarks/input_check.py --model vit_cifar_micro --batch-size 64 --repeats 15
@@ -75,16 +76,17 @@ def main() -> None:
     for check in (True, False):                       # warm-up
         time_round(model, x, y, 2, check, device)
     on, off = [], []
-    for _ in range(a.repeats):
-        on.append(time_round(model, x, y, a.steps, True, device))
-        off.append(time_round(model, x, y, a.steps, False, device))
+    for r in range(a.repeats):
+        for check in ((True, False) if r % 2 == 0 else (False, True)):
+            (on if check else off).append(time_round(model, x, y, a.steps, check, device))
     m_on, m_off = statistics.median(on), statistics.median(off)
+    paired = statistics.median(u - v for u, v in zip(on, off))
     alone = time_check_alone(x, a.repeats) if device.type == "cpu" else float("nan")
     print(f"{device.type}: {a.model} {a.img_size}px, batch {a.batch_size}, {a.steps} PGD steps x {a.repeats} rounds "
           f"(torch {torch.__version__}, {torch.get_num_threads()} threads)")
     print(f"  ms/step, check on   {1e3 * m_on:9.3f}")
     print(f"  ms/step, check off  {1e3 * m_off:9.3f}")
-    print(f"  overhead per step   {1e3 * (m_on - m_off):+9.3f} ms ({100 * (m_on / m_off - 1):+.2f} %)")
+    print(f"  overhead per step   {1e3 * paired:+9.3f} ms ({100 * paired / m_off:+.2f} %), median of paired differences")
     print(f"  check alone         {1e3 * alone:9.3f} ms ({100 * alone / m_off:.2f} % of a step)")
 
 
