@@ -26,7 +26,7 @@ class Normalized(nn.Module):
     not synchronise the device on every call: the first call is checked at once, later calls only update a
     running minimum and maximum on the device, read (one synchronisation) every ``check_every`` calls, and a
     violation then names the window of calls it happened in. ``model.check_range = False`` turns the check off
-    (e.g. a model deliberately fed unbounded inputs); traced and compiled forwards skip it.
+    (e.g. a model deliberately fed unbounded inputs); traced, compiled and CUDA-graph-captured forwards skip it.
 
     >>> m = create_model("vit_cifar_micro", num_classes=10)          # doctest: +SKIP
     >>> m(imagenet_normalised_batch)                                 # doctest: +SKIP
@@ -56,7 +56,7 @@ class Normalized(nn.Module):
             raise RobustvitError(f"model input must have shape (N, 3, H, W), got {tuple(x.shape)}")
         if not x.is_floating_point():
             raise RobustvitError(f"model input must be float in [0, 1], got dtype {x.dtype}; use x.float() / 255")
-        if self.check_range and x.numel() and not _tracing():
+        if self.check_range and x.numel() and not _tracing(x):
             self._check_range(x)
         logits = self.model((x - self.mean.to(x.dtype)) / self.std.to(x.dtype))
         if self.class_index is not None:            # a class map: the best logit of each data class's model classes
@@ -68,6 +68,8 @@ class Normalized(nn.Module):
         if not _deferred(x.device) or self.check_every <= 1:
             _refuse_outside_unit(float(lo), float(hi), 1)
             return
+        if getattr(self, "_range", None) is not None and self._range[0].device != lo.device:
+            self._flush_range(self._range_calls % self.check_every or self.check_every)   # the model moved
         if getattr(self, "_range", None) is None:
             self._range_calls = getattr(self, "_range_calls", 0)
             self._range = (lo, hi)
@@ -75,10 +77,14 @@ class Normalized(nn.Module):
             self._range = (torch.minimum(self._range[0], lo), torch.maximum(self._range[1], hi))
         self._range_calls += 1
         if self._range_calls == 1 or self._range_calls % self.check_every == 0:
-            window = 1 if self._range_calls == 1 else self.check_every
-            lo_v, hi_v = torch.stack(self._range).tolist()    # the one synchronisation per window
-            self._range = None
-            _refuse_outside_unit(lo_v, hi_v, window)
+            self._flush_range(1 if self._range_calls == 1 else self.check_every)
+
+    def _flush_range(self, window: int) -> None:
+        """Read the device-side running range (the one synchronisation per window) and reset it."""
+        assert self._range is not None
+        lo_v, hi_v = torch.stack(self._range).tolist()
+        self._range = None
+        _refuse_outside_unit(lo_v, hi_v, window)
 
     def map_classes(self, groups: list[list[int]], names: list[str] | None = None) -> None:
         """Score data class i by the largest logit among the model classes ``groups[i]`` — e.g. a 1000-class
@@ -103,9 +109,12 @@ def _deferred(device: torch.device) -> bool:
     return device.type != "cpu"
 
 
-def _tracing() -> bool:
+def _tracing(x: torch.Tensor) -> bool:
+    """Inside ``torch.jit`` tracing/scripting, ``torch.compile`` or a CUDA-graph capture (no host reads there)."""
     compiling = getattr(torch.compiler, "is_compiling", None)
-    return bool(torch.jit.is_tracing() or torch.jit.is_scripting() or (compiling is not None and compiling()))
+    capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+    return bool(torch.jit.is_tracing() or torch.jit.is_scripting() or (compiling is not None and compiling())
+                or capturing)
 
 
 def _refuse_outside_unit(lo: float, hi: float, window: int) -> None:
