@@ -124,3 +124,17 @@ def test_adapted_stem_survives_select_best_resume_and_eval(tmp_path):
     final = json.loads((straight / "spec.json").read_text())
     assert best["spec"]["adaptations"] == final["spec"]["adaptations"]
     assert [a["op"] for a in final["spec"]["adaptations"]] == ["adapt_input"]
+    # `robustvit eval --model DIR` loads the same adapted network: its clean accuracy is the reloaded model's
+    from robustvit.cli import main
+    from robustvit.data import create_dataset
+
+    assert main(["eval", "--model", str(straight), "--data", "synthshapes:test,count=16,size=16,classes=3",
+                 "--suite", "clean", "--out", str(tmp_path / "ev"), "--no-progress", "--device", "cpu"]) == 0
+    res = json.loads((tmp_path / "ev" / "results.json").read_text())
+    assert res["model"]["spec"]["adaptations"] == final["spec"]["adaptations"]
+    data = create_dataset("synthshapes:test,count=16,size=16,classes=3")
+    xs = torch.stack([data[i][0] for i in range(len(data))])
+    ys = torch.tensor([int(data[i][1]) for i in range(len(data))])
+    with torch.no_grad():
+        top1 = (models[straight](xs).argmax(1) == ys).float().mean().item()
+    assert res["suites"]["clean"]["top1"] == pytest.approx(top1)
