@@ -214,3 +214,66 @@ def test_report_sections_curve_examples_and_transfer(tmp_path):
     assert (tmp_path / "report" / "figures" / "adversarial_examples.png").is_file()
     assert "| crafted on vit | 0.1000 | 0.1000 |" in md and "grid 3x3x3 instead of 9x9x31" in md
     assert "<img src='data:image/png;base64," in html_path.read_text()
+
+
+def _transfer_column(suite, target, tmp_path, models):
+    ctx = make_ctx(target, tmp_path, models=models)
+    batch = make_batch(target)
+    stats = {}
+    for part in suite.parts(ctx):
+        batch.generator.manual_seed(7)
+        stats[part] = suite.run(ctx, part, batch)
+    return suite.finalize(ctx, stats), batch
+
+
+def _micro(seed: int):
+    from robustvit.models import create_model
+
+    torch.manual_seed(seed)
+    return create_model("vit_cifar_micro", num_classes=10, embed_dim=32, depth=1, num_heads=2, img_size=16).eval()
+
+
+def test_transfer_source_by_bare_name_is_refused_unless_random_is_allowed(tmp_path):
+    target = _micro(0)
+    target.weights = {"pretrained": True, "source": "file:x"}
+    models = {"m": target}
+    with pytest.raises(RobustvitError, match="random weights; pass source_pretrained=1") as e:
+        create_suite("transfer:sources=vit_cifar_micro").parts(make_ctx(target, tmp_path, models=models))
+    assert "\n" not in str(e.value) and "allow_random=1" in str(e.value) and "source_weights=FILE" in str(e.value)
+    suite = create_suite("transfer:eps=8/255:steps=2:sources=resnet_cifar18:allow_random=1")
+    res, _ = _transfer_column(suite, target, tmp_path, models)
+    assert set(res["accuracy"]) == {"m", "resnet_cifar18"}
+    assert res["comparable"] is False and "random weights: resnet_cifar18" in res["notes"][0]
+    assert res["sources"]["resnet_cifar18"]["source"] == "random" and res["sources"]["resnet_cifar18"]["allow_random"]
+    assert res["sources"]["m"]["source"] == "file:x"
+
+
+def test_transfer_source_from_a_checkpoint_is_comparable_and_matches_white_box(tmp_path):
+    from robustvit.models import save_checkpoint
+
+    source, target = _micro(1), _micro(0)
+    target.weights = {"pretrained": True, "source": "file:x"}
+    save_checkpoint(source, tmp_path / "src")
+    suite = create_suite(f"transfer:eps=8/255:steps=3:sources={tmp_path / 'src'}")
+    res, batch = _transfer_column(suite, target, tmp_path, {"m": target})
+    key = str(tmp_path / "src")
+    assert res["comparable"] is True and res["notes"] == []
+    assert res["sources"][key]["source"] == f"checkpoint:{key}" and len(res["sources"][key]["sha256"]) == 64
+    # the column entry: PGD crafted on the reloaded source (same weights, same seed), scored on the target
+    batch.generator.manual_seed(7)
+    atk = create_attack("pgd", source, eps=8 / 255, steps=3, seed=chunk_seed(batch))
+    with torch.no_grad():
+        ok = (target(batch.x).argmax(1) == batch.y) & (target(atk(batch.x, batch.y)).argmax(1) == batch.y)
+    assert res["accuracy"][key] == pytest.approx(ok.float().mean().item())
+
+
+def test_transfer_random_target_is_labelled_and_source_size_checked(tmp_path):
+    target = _micro(0)                                  # create_model without weights: random
+    res, _ = _transfer_column(create_suite("transfer:eps=8/255:steps=1"), target, tmp_path, {"m": target})
+    assert res["comparable"] is False and "random weights: m" in res["notes"][0]
+    with pytest.raises(RobustvitError, match="takes 32px images"):
+        create_suite("transfer:sources=vit_cifar_micro:allow_random=1").parts(
+            make_ctx(target, tmp_path, models={"m": target}))
+    with pytest.raises(RobustvitError, match="one source"):
+        create_suite("transfer:sources=a+b:source_weights=w.safetensors").parts(
+            make_ctx(target, tmp_path, models={"m": target}))

@@ -90,3 +90,51 @@ def test_training_learns(tmp_path):
 def test_resume_without_state(tmp_path):
     with pytest.raises(RobustvitError, match="nothing to resume"):
         train(_cfg(tmp_path), resume=True, progress=False)
+
+
+def _xcit_cfg(out, epochs=3):
+    """An XCiT whose stem is adapted to 16-px images (patch 16 → 4: two stem convolutions get stride 1), with the
+    best epoch kept by clean validation accuracy."""
+    return TrainConfig(model="xcit_nano_12_p16_224", data="synthshapes:train,count=32,size=16,classes=3",
+                       out=str(out), epochs=epochs, batch_size=16, lr=1e-3, img_size=16, patch_size=4,
+                       model_kwargs={"depth": 1, "embed_dim": 16, "num_heads": 2, "img_size": 16},
+                       val_data="synthshapes:test,count=16,size=16,classes=3", select_best="clean", device="cpu")
+
+
+def _stem(model):
+    return [tuple(c.stride) for c in model.net.patch_embed.proj.modules() if isinstance(c, torch.nn.Conv2d)]
+
+
+def test_adapted_stem_survives_select_best_resume_and_eval(tmp_path):
+    stem = [(1, 1), (1, 1), (2, 2), (2, 2)]
+    straight = train(_xcit_cfg(tmp_path / "a"), progress=False)
+    broken = _xcit_cfg(tmp_path / "b")
+    broken.loss, broken.loss_options = "_interrupt_at_epoch_2", {}
+    with pytest.raises(Interrupt):
+        train(broken, progress=False)
+    resumed = train(_xcit_cfg(tmp_path / "b"), resume=True, progress=False)     # --resume reloads last/
+    x = torch.rand(4, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    models = {p: create_model(str(p)).eval() for p in (straight, resumed, tmp_path / "a" / "best", tmp_path / "b" / "last")}
+    for m in models.values():
+        assert _stem(m) == stem and m.spec.patch_size == 4
+        assert m.net.patch_embed(x)[1] == (4, 4)
+    with torch.no_grad():   # the resumed run trained the adapted network, not the stride-16 one
+        assert torch.allclose(models[straight](x), models[resumed](x), atol=1e-5)
+    best = json.loads((tmp_path / "a" / "best" / "spec.json").read_text())
+    final = json.loads((straight / "spec.json").read_text())
+    assert best["spec"]["adaptations"] == final["spec"]["adaptations"]
+    assert [a["op"] for a in final["spec"]["adaptations"]] == ["adapt_input"]
+    # `robustvit eval --model DIR` loads the same adapted network: its clean accuracy is the reloaded model's
+    from robustvit.cli import main
+    from robustvit.data import create_dataset
+
+    assert main(["eval", "--model", str(straight), "--data", "synthshapes:test,count=16,size=16,classes=3",
+                 "--suite", "clean", "--out", str(tmp_path / "ev"), "--no-progress", "--device", "cpu"]) == 0
+    res = json.loads((tmp_path / "ev" / "results.json").read_text())
+    assert res["model"]["spec"]["adaptations"] == final["spec"]["adaptations"]
+    data = create_dataset("synthshapes:test,count=16,size=16,classes=3")
+    xs = torch.stack([data[i][0] for i in range(len(data))])
+    ys = torch.tensor([int(data[i][1]) for i in range(len(data))])
+    with torch.no_grad():
+        top1 = (models[straight](xs).argmax(1) == ys).float().mean().item()
+    assert res["suites"]["clean"]["top1"] == pytest.approx(top1)

@@ -1,8 +1,12 @@
 """``create_model``, ``list_models`` and the checkpoint folder format.
 
 A checkpoint is a folder with ``model.safetensors`` (the network's weights) and ``spec.json`` (the
-``ModelSpec``: architecture name, constructor kwargs, normalisation, classes). Loading rebuilds the
-architecture from the registry and loads tensors only — no code from the file is ever executed.
+``ModelSpec``: architecture name, constructor kwargs, normalisation, classes, and the adaptations made after
+construction — new head, resolution, patch size, stem strides). Loading rebuilds the architecture from the
+registry, re-applies the recorded adaptations, then loads tensors only — no code from the file is ever executed.
+
+:func:`build_named_model` is the one way to build a *second* model from a user-given name (a transfer source, a
+semantics classifier, …): it never hands back random weights unless told to, and then says so.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import robustvit
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.models import cifar as _cifar  # noqa: F401  (registers robustvit's architectures with timm)
 from robustvit.models import fan as _fan  # registers the FAN architectures with timm
+from robustvit.models.finetune import check_structure, conv_stem_consistent, reapply_adaptations
 from robustvit.models.spec import ModelSpec
 from robustvit.models.wrapper import Normalized
 
@@ -80,12 +85,56 @@ def create_model(name: str | None = None, *, pretrained: bool = False, num_class
     net = _build(name, pretrained, build_kwargs)
     spec = spec_from_timm(name, net, build_kwargs)
     weights: dict[str, Any] = {"pretrained": bool(pretrained), "source": f"timm:{name}" if pretrained else "random"}
+    if not pretrained:
+        weights.update(RANDOM_LABEL)
     if checkpoint is not None:
         load_state_dict_file(net, checkpoint, name)
         weights = {"pretrained": True, "source": f"file:{checkpoint}", "sha256": file_sha256(checkpoint)}
     model = Normalized(net, spec)
     model.weights = weights
     return model
+
+
+#: What a model with random weights carries in ``weights`` (and so in results.json ``model.weights``).
+RANDOM_LABEL: dict[str, Any] = {"comparable": False, "note": "random weights: the numbers describe an untrained network"}
+
+
+def build_named_model(spec: str | Path, *, pretrained: bool = False, weights: str | Path | None = None,
+                      allow_random: bool = False, role: str = "model", option_prefix: str = "",
+                      **kwargs: Any) -> Normalized:
+    """Build a model named by the user for a secondary role (``role``: "transfer source", "classifier", …).
+
+    ``spec`` is a checkpoint folder, or a model name with ``pretrained=True`` (published weights through timm),
+    or a model name with ``weights=FILE`` (a state dict for that architecture). A bare name with none of these
+    would have random weights: refused with a one-line :class:`RobustvitError`, unless ``allow_random=True``,
+    and then ``model.weights`` carries ``comparable: False`` and a note. ``option_prefix`` names the caller's
+    options in that message (``source_`` → ``source_pretrained=1``). ``kwargs`` go to :func:`create_model`.
+
+    >>> build_named_model("resnet18", role="transfer source")          # doctest: +SKIP
+    Traceback (most recent call last):
+    robustvit.errors.RobustvitError: transfer source resnet18 would have random weights; ...
+    """
+    spec = str(spec)
+    if is_checkpoint_dir(spec):
+        if weights is not None:
+            raise RobustvitError(f"{role} {spec} is a checkpoint folder; it takes no separate weights file")
+        return create_model(spec)
+    if pretrained and weights is not None:
+        raise RobustvitError(f"{role} {spec}: give pretrained or a weights file, not both")
+    if not pretrained and weights is None and not allow_random:
+        raise RobustvitError(f"{role} {spec} would have random weights; pass {option_prefix}pretrained=1 (published "
+                             f"weights), {option_prefix}weights=FILE (a state dict), a checkpoint folder instead of the "
+                             "name, or allow_random=1 (results then marked not comparable)")
+    model = create_model(spec, pretrained=pretrained, checkpoint=weights, **kwargs)
+    if model.weights.get("source") == "random":
+        model.weights.update({**RANDOM_LABEL, "allow_random": True})
+    return model
+
+
+def is_comparable(model: nn.Module) -> bool:
+    """False for a model whose recorded weights are random (``RANDOM_LABEL``); True otherwise (incl. unknown)."""
+    w = getattr(model, "weights", None)
+    return not (isinstance(w, dict) and (w.get("source") == "random" or w.get("comparable") is False))
 
 
 def warn_if_random(name: str, model: Normalized) -> None:
@@ -159,7 +208,10 @@ def _jsonable(v: Any) -> bool:
 
 
 def save_checkpoint(model: Normalized, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``directory/model.safetensors`` + ``directory/spec.json`` (atomic per file)."""
+    """Write ``directory/model.safetensors`` + ``directory/spec.json`` (atomic per file). The spec records the
+    model's adaptations (``spec.adaptations``) so that :func:`load_checkpoint` rebuilds the same network."""
+    if getattr(model, "class_index", None) is not None:
+        raise RobustvitError("this model has a class map (map_classes); save it before mapping its classes")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.net.state_dict().items()}
@@ -176,7 +228,9 @@ def save_checkpoint(model: Normalized, directory: str | Path, extra: dict[str, A
 
 def load_checkpoint(directory: str | Path, expect_architecture: str | None = None,
                     map_location: str | torch.device = "cpu") -> Normalized:
-    """Rebuild a model from a checkpoint folder written by ``save_checkpoint``."""
+    """Rebuild a model from a checkpoint folder written by ``save_checkpoint``: the architecture from its
+    constructor keywords, then the recorded adaptations (head, stem strides, patch size), then the weights; a
+    recorded adaptation that cannot be re-applied is refused in one line."""
     d = Path(directory)
     try:
         meta = json.loads((d / SPEC_FILE).read_text())
@@ -191,8 +245,12 @@ def load_checkpoint(directory: str | Path, expect_architecture: str | None = Non
     net = _build(spec.architecture, False, dict(spec.kwargs))
     if not (d / WEIGHTS_FILE).is_file():
         raise RobustvitError(f"checkpoint {d} has no {WEIGHTS_FILE}")
+    model = Normalized(net, spec)
+    checkable = conv_stem_consistent(net)
+    reapply_adaptations(model, where=f"checkpoint {d}")
+    check_structure(model, where=f"checkpoint {d}", conv_stem=checkable)
     load_state_dict_file(net, d / WEIGHTS_FILE, spec.architecture, map_location)
-    return Normalized(net, spec)
+    return model
 
 
 def load_state_dict_file(net: nn.Module, path: str | Path, architecture: str,

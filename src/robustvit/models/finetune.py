@@ -11,7 +11,10 @@
   Debenedetti did; XCiT computes its position encoding for any grid).
 
 All functions change the model in place and keep its :class:`ModelSpec` in step (input size, patch size, the
-constructor keywords ``img_size``/``patch_size`` so that a checkpoint of a timm ViT rebuilds).
+constructor keywords ``img_size``/``patch_size`` so that a checkpoint of a timm ViT rebuilds) and append what they
+did to ``spec.adaptations`` (for a convolutional stem: every stem convolution's stride).
+:func:`reapply_adaptations` replays that record on a freshly built network before a checkpoint's weights are
+loaded, and :func:`check_structure` refuses a network whose patch embedding does not match its spec.
 
 >>> m = create_model("vit_cifar_micro", num_classes=10)
 >>> adapt_input(m, img_size=48)                 # 12×12 grid, position embedding resampled
@@ -30,6 +33,7 @@ from robustvit.errors import RobustvitError
 from robustvit.models.wrapper import Normalized
 
 INTERPOLATIONS = ("bicubic", "linear")
+ADAPTATION_OPS = ("reset_head", "adapt_input")
 
 
 def reset_head(model: Normalized, num_classes: int) -> None:
@@ -45,6 +49,7 @@ def reset_head(model: Normalized, num_classes: int) -> None:
             nn.init.zeros_(head.bias)
     model.spec.num_classes = int(num_classes)
     model.spec.kwargs["num_classes"] = int(num_classes)
+    model.spec.adaptations.append({"op": "reset_head", "num_classes": int(num_classes)})
 
 
 def resample_pos_embed(posemb: torch.Tensor, new_grid: tuple[int, int], old_grid: tuple[int, int],
@@ -82,6 +87,7 @@ def adapt_input(model: Normalized, img_size: int | None = None, patch_size: int 
             raise RobustvitError(f"{type(net).__name__} has no patch embedding; --patch-size does not apply")
         if img_size is not None:
             model.spec.input_size = (3, int(img_size), int(img_size))   # convolutional nets take any size
+            model.spec.adaptations.append({"op": "adapt_input", "img_size": int(img_size)})
         return
     old_grid = tuple(getattr(pe, "grid_size", ()) or ())
     if patch_size is not None:
@@ -104,6 +110,107 @@ def adapt_input(model: Normalized, img_size: int | None = None, patch_size: int 
     if hasattr(pe, "_init_img_size"):   # timm ViT: the constructor rebuilds these shapes from a checkpoint's spec
         model.spec.kwargs["img_size"] = size
         model.spec.kwargs["patch_size"] = model.spec.patch_size
+    record: dict = {"op": "adapt_input", "img_size": size, "patch_size": model.spec.patch_size,
+                    "interpolation": interpolation}
+    if _is_conv_stem(pe):               # XCiT: the strides are not constructor keywords; record them all
+        record["stem_strides"] = stem_strides(net)
+    model.spec.adaptations.append(record)
+
+
+def _is_conv_stem(pe: nn.Module) -> bool:
+    proj = getattr(pe, "proj", None)
+    return proj is not None and not isinstance(proj, nn.Conv2d) and any(isinstance(m, nn.Conv2d) for m in proj.modules())
+
+
+def stem_strides(net: nn.Module) -> dict[str, list[int]]:
+    """{qualified name: [sh, sw]} of every convolution of a convolutional patch stem (``patch_embed.proj``)."""
+    pe = net.patch_embed
+    return {f"patch_embed.proj.{n}": [int(s) for s in m.stride]
+            for n, m in pe.proj.named_modules() if isinstance(m, nn.Conv2d)}
+
+
+def stem_patch_size(pe: nn.Module) -> int:
+    """The effective patch size of a convolutional stem: the product of its convolutions' strides."""
+    p = 1
+    for m in pe.proj.modules():
+        if isinstance(m, nn.Conv2d):
+            p *= int(m.stride[0])
+    return p
+
+
+def reapply_adaptations(model: Normalized, where: str = "checkpoint") -> None:
+    """Replay ``model.spec.adaptations`` on a freshly built network (before its weights are loaded): a head
+    reset where the constructor's class count differs, the recorded stem strides and patch size of a
+    convolutional stem. timm ViTs rebuild their patch size, resolution and head from ``spec.kwargs``; for them
+    the record is checked. Refuses, in one line, an adaptation it cannot re-apply."""
+    net = model.net
+    for a in model.spec.adaptations:
+        op = a.get("op")
+        if op not in ADAPTATION_OPS:
+            raise RobustvitError(f"{where} records an adaptation {op!r} this robustvit cannot re-apply "
+                                 f"(known: {', '.join(ADAPTATION_OPS)}); load it with the robustvit that wrote it")
+        if op == "reset_head":
+            n = int(a["num_classes"])
+            if int(getattr(net, "num_classes", n)) != n:
+                if not hasattr(net, "reset_classifier"):
+                    raise RobustvitError(f"{where} records a {n}-class head that {type(net).__name__} cannot take")
+                net.reset_classifier(n)
+            continue
+        pe = getattr(net, "patch_embed", None)
+        strides = a.get("stem_strides")
+        if strides:
+            if pe is None or not _is_conv_stem(pe):
+                raise RobustvitError(f"{where} records convolutional-stem strides but {type(net).__name__} has no "
+                                     "convolutional stem; the checkpoint is for another architecture")
+            for name, stride in strides.items():
+                try:
+                    conv = net.get_submodule(name)
+                except AttributeError:
+                    conv = None
+                if not isinstance(conv, nn.Conv2d):
+                    raise RobustvitError(f"{where} records a stride for {name}, which is not a convolution of the "
+                                         f"rebuilt {type(net).__name__}; the checkpoint is for another architecture")
+                conv.stride = (int(stride[0]), int(stride[1]))
+            p = stem_patch_size(pe)
+            pe.patch_size = (p, p) if isinstance(pe.patch_size, (tuple, list)) else p
+        if pe is not None and a.get("img_size") is not None and hasattr(pe, "img_size") and not hasattr(pe, "_init_img_size"):
+            pe.img_size = (int(a["img_size"]), int(a["img_size"]))
+
+
+def conv_stem_consistent(net: nn.Module) -> bool:
+    """True when ``net`` has a convolutional stem whose strides multiply to its ``patch_size`` (XCiT, FAN)."""
+    pe = getattr(net, "patch_embed", None)
+    if pe is None or not _is_conv_stem(pe) or getattr(pe, "patch_size", None) is None:
+        return False
+    ps = pe.patch_size
+    return stem_patch_size(pe) == int(ps[0] if isinstance(ps, (tuple, list)) else ps)
+
+
+def check_structure(model: Normalized, where: str = "checkpoint", conv_stem: bool = True) -> None:
+    """Refuse a network whose patch embedding is not the one its spec describes (a checkpoint must never load
+    as another network). ``conv_stem``: the freshly built stem's strides multiply to its patch size (see
+    :func:`conv_stem_consistent`), so they can be checked. Such a stem without a recorded stride (a spec.json
+    written before adaptations were recorded) is brought to ``spec.patch_size`` by the rule :func:`adapt_input`
+    uses (deterministic: the first stride-2 convolutions get stride 1)."""
+    pe = getattr(model.net, "patch_embed", None)
+    want = model.spec.patch_size
+    if pe is None or want is None:
+        return
+    if _is_conv_stem(pe):
+        if not conv_stem:
+            return
+        legacy_repair = not any(a.get("stem_strides") for a in model.spec.adaptations)
+        have = stem_patch_size(pe)
+        if have != want and legacy_repair:
+            _set_patch_size(pe, int(want))
+            have = stem_patch_size(pe)
+    else:
+        ps = getattr(pe, "patch_size", None)
+        have = int(ps[0] if isinstance(ps, (tuple, list)) else ps) if ps is not None else want
+    if have != want:
+        raise RobustvitError(f"{where} describes patch size {want} but the rebuilt {model.spec.architecture} has "
+                             f"patch size {have}; the checkpoint's adaptations cannot be re-applied — refusing to "
+                             "load it as another network")
 
 
 def _set_patch_size(pe: nn.Module, patch: int) -> None:

@@ -15,6 +15,11 @@ class ModelSpec:
     shorter side to size / crop_pct, centre crop);
     ``family`` is e.g. "vit", "resnet", "convnext", "swin", "fan" or "other"; ``patch_size`` is set for
     patch-based models. ``architecture`` and ``kwargs`` rebuild the network (checkpoint ``spec.json``).
+
+    ``adaptations`` is the ordered record of the model surgery done after construction (JSON objects with an
+    ``op`` key: ``reset_head``, ``adapt_input`` with the stem's convolution strides, …; see
+    :mod:`robustvit.models.finetune`). ``load_checkpoint`` re-applies it to the rebuilt network *before* loading the
+    weights, so an adapted model reloads as the same network; a spec.json without it loads as an empty list.
     """
 
     architecture: str
@@ -28,6 +33,7 @@ class ModelSpec:
     interpolation: str = "bilinear"
     kwargs: dict[str, Any] = field(default_factory=dict)
     class_names: list[str] | None = None
+    adaptations: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -42,6 +48,7 @@ class ModelSpec:
         for k in ("input_size", "mean", "std"):
             if k in d:
                 d[k] = tuple(d[k])
+        d["adaptations"] = [dict(a) for a in d.get("adaptations") or []]
         return cls(**d)
 
     @property

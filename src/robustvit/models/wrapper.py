@@ -12,12 +12,31 @@ from robustvit.errors import RobustvitError
 from robustvit.models.spec import ModelSpec
 
 
+#: Float slack on the [0, 1] input range (a projection or a resize can land a rounding error outside it).
+RANGE_TOL = 1e-6
+
+
 class Normalized(nn.Module):
     """Applies ``(x − mean) / std`` then the wrapped network; ``spec`` describes the model.
 
-    Input: float (N, 3, H, W) in [0, 1] (the range is not checked here — that would synchronise the
-    device on every call; data loaders and attacks check it). Output: logits (N, num_classes).
+    Input: float (N, 3, H, W) in [0, 1]; output: logits (N, num_classes). The input contract is enforced: a
+    batch with values outside [0, 1] (± ``RANGE_TOL``) or NaN raises a one-line :class:`RobustvitError` (values
+    below 0 usually mean the images were normalised already — normalisation happens here, inside the model).
+    On the CPU every call is checked (one ``aminmax`` pass over the input). On an accelerator the check must
+    not synchronise the device on every call: the first call is checked at once, later calls only update a
+    running minimum and maximum on the device, read (one synchronisation) every ``check_every`` calls, and a
+    violation then names the window of calls it happened in. ``model.check_range = False`` turns the check off
+    (e.g. a model deliberately fed unbounded inputs); traced, compiled and CUDA-graph-captured forwards skip it.
+
+    >>> m = create_model("vit_cifar_micro", num_classes=10)          # doctest: +SKIP
+    >>> m(imagenet_normalised_batch)                                 # doctest: +SKIP
+    RobustvitError: model input must lie in [0, 1], got values in [-2.12, 2.64]; it looks normalised ...
     """
+
+    #: Enforce the [0, 1] input range (set ``False`` on an instance to opt out).
+    check_range: bool = True
+    #: Accelerators only: calls between two reads of the device-side running range (see the class docstring).
+    check_every: int = 64
 
     def __init__(self, model: nn.Module, spec: ModelSpec) -> None:
         super().__init__()
@@ -29,16 +48,43 @@ class Normalized(nn.Module):
         self.register_buffer("mean", torch.tensor(spec.mean, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(spec.std, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("class_index", None, persistent=False)    # set by map_classes
+        self._range_calls = 0
+        self._range: tuple[torch.Tensor, torch.Tensor] | None = None    # device-side running (min, max)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.ndim != 4 or x.shape[1] != 3:
             raise RobustvitError(f"model input must have shape (N, 3, H, W), got {tuple(x.shape)}")
         if not x.is_floating_point():
             raise RobustvitError(f"model input must be float in [0, 1], got dtype {x.dtype}; use x.float() / 255")
+        if self.check_range and x.numel() and not _tracing(x):
+            self._check_range(x)
         logits = self.model((x - self.mean.to(x.dtype)) / self.std.to(x.dtype))
         if self.class_index is not None:            # a class map: the best logit of each data class's model classes
             logits = logits[:, self.class_index].amax(-1)
         return logits
+
+    def _check_range(self, x: torch.Tensor) -> None:
+        lo, hi = torch.aminmax(x.detach())
+        if not _deferred(x.device) or self.check_every <= 1:
+            _refuse_outside_unit(float(lo), float(hi), 1)
+            return
+        if getattr(self, "_range", None) is not None and self._range[0].device != lo.device:
+            self._flush_range(self._range_calls % self.check_every or self.check_every)   # the model moved
+        if getattr(self, "_range", None) is None:
+            self._range_calls = getattr(self, "_range_calls", 0)
+            self._range = (lo, hi)
+        else:   # NaN propagates through minimum/maximum, so it is caught at the next read
+            self._range = (torch.minimum(self._range[0], lo), torch.maximum(self._range[1], hi))
+        self._range_calls += 1
+        if self._range_calls == 1 or self._range_calls % self.check_every == 0:
+            self._flush_range(1 if self._range_calls == 1 else self.check_every)
+
+    def _flush_range(self, window: int) -> None:
+        """Read the device-side running range (the one synchronisation per window) and reset it."""
+        assert self._range is not None
+        lo_v, hi_v = torch.stack(self._range).tolist()
+        self._range = None
+        _refuse_outside_unit(lo_v, hi_v, window)
 
     def map_classes(self, groups: list[list[int]], names: list[str] | None = None) -> None:
         """Score data class i by the largest logit among the model classes ``groups[i]`` — e.g. a 1000-class
@@ -55,3 +101,33 @@ class Normalized(nn.Module):
     def net(self) -> nn.Module:
         """The wrapped network (a timm model for timm architectures)."""
         return self.model
+
+
+def _deferred(device: torch.device) -> bool:
+    """Whether the range of inputs on ``device`` is read lazily (every ``check_every`` calls): all but the CPU,
+    where reading a value costs no synchronisation."""
+    return device.type != "cpu"
+
+
+def _tracing(x: torch.Tensor) -> bool:
+    """Inside ``torch.jit`` tracing/scripting, ``torch.compile`` or a CUDA-graph capture (no host reads there)."""
+    compiling = getattr(torch.compiler, "is_compiling", None)
+    capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+    return bool(torch.jit.is_tracing() or torch.jit.is_scripting() or (compiling is not None and compiling())
+                or capturing)
+
+
+def _refuse_outside_unit(lo: float, hi: float, window: int) -> None:
+    """One-line error for an input range outside [0, 1] (± RANGE_TOL) or containing NaN."""
+    if lo >= -RANGE_TOL and hi <= 1 + RANGE_TOL:
+        return
+    where = "model input" if window == 1 else f"the model input of one of the last {window} calls"
+    if lo != lo or hi != hi:
+        raise RobustvitError(f"{where} contains NaN; pass finite images in [0, 1]")
+    if lo < -RANGE_TOL:
+        hint = ("it looks normalised (mean/std already applied): pass unnormalised [0, 1] images, the model "
+                "normalises inside")
+    else:
+        hint = "it looks like 0-255 pixels: divide by 255" if hi > 2 else "clip it to [0, 1]"
+    raise RobustvitError(f"{where} must lie in [0, 1], got values in [{lo:.3g}, {hi:.3g}]; {hint} "
+                         "(model.check_range = False turns this check off)")

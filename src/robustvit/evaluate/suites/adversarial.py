@@ -35,6 +35,7 @@ from robustvit.attacks.spatial import translation_convention
 from robustvit.data import parse_data_spec
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.models.factory import build_named_model, is_comparable
 from robustvit.models.probe import is_probeable
 from robustvit.utils import parse_eps
 
@@ -45,7 +46,7 @@ COMMON_OPTIONS = ("eps", "norm", "save", "checks", "check_queries")
 INT_OPTIONS = {"steps", "restarts", "n_queries", "n_target_classes", "translations", "rotations", "num_patches",
                "attn_block", "save", "checks", "check_queries", "batch_size"}
 FLOAT_OPTIONS = {"max_translation", "max_rotation", "attn_weight", "p_init"}
-BOOL_OPTIONS = {"random_start"}
+BOOL_OPTIONS = {"random_start", "source_pretrained", "allow_random"}
 #: Attack attributes reported as settings (attribute → result key).
 SETTINGS = {"steps": "steps", "step_size": "step_size", "restarts": "restarts", "use_random_start": "random_start",
             "version": "version", "n_queries": "n_queries", "n_target_classes": "n_target_classes",
@@ -413,21 +414,29 @@ class PatchFoolSuite(AttackSuite):
 
 @register_suite
 class TransferSuite(AttackSuite):
-    """Examples crafted on every model of the run (``--model A,B,…``), evaluated on the model under test:
-    each results.json holds its column of the source → target accuracy matrix (Bhojanapalli et al. Tables
-    4–5); ``robustvit report`` assembles the whole matrix. The examples crafted on a source are identical
-    for every target (same seeds) and are cached in memory (up to ``cache_gb``, 2) across targets."""
+    """Examples crafted on every model of the run (``--model A,B,…``) and on the extra source models named by
+    ``sources=NAME+NAME…``, evaluated on the model under test: each results.json holds its column of the source
+    → target accuracy matrix (Bhojanapalli et al. Tables 4–5); ``robustvit report`` assembles the whole matrix.
+    The examples crafted on a source are identical for every target (same seeds) and are cached in memory (up
+    to ``cache_gb``, 2) across targets.
+
+    An extra source is a checkpoint folder, or a model name with ``source_pretrained=1`` (published weights) or
+    ``source_weights=FILE`` (one source only); a bare name is refused (it would have random weights) unless
+    ``allow_random=1``. The result records every source's weights (``sources``) and is ``comparable: false``,
+    with a note, when any source or the target has random weights."""
 
     name = "transfer"
     description = "transfer matrix: adversarial examples crafted on each model of the run, evaluated on this one"
     attack_options = ("steps", "step_size", "restarts", "random_start")
-    option_names = COMMON_OPTIONS + attack_options + ("attack", "cache_gb")
+    option_names = COMMON_OPTIONS + attack_options + ("attack", "cache_gb", "sources", "source_pretrained",
+                                                      "source_weights", "allow_random")
     check_kinds = ()
 
     def __init__(self, limit: int | None = None, **options: Any) -> None:
         super().__init__(limit, **options)
         self._cache: dict[tuple[str, int, int], torch.Tensor] = {}
         self._cache_bytes = 0
+        self._extra: dict[str, nn.Module] | None = None
 
     @property
     def attack_name(self) -> str:  # type: ignore[override]
@@ -439,15 +448,41 @@ class TransferSuite(AttackSuite):
             kw.setdefault("steps", 10)   # step 2.5·ε/steps, the attack's own rule
         return kw
 
+    def extra_sources(self, ctx: EvalContext) -> dict[str, nn.Module]:
+        """The models named by ``sources=``, built once (on the run's device) with ``build_named_model``."""
+        if self._extra is None:
+            names = [n.strip() for n in str(self.options.get("sources") or "").split("+") if n.strip()]
+            weights = self.options.get("source_weights")
+            if weights is not None and len(names) != 1:
+                raise RobustvitError("transfer: source_weights=FILE applies to one source; give exactly one in sources=")
+            extra: dict[str, nn.Module] = {}
+            for n in names:
+                if n in ctx.models or n in extra:
+                    raise RobustvitError(f"transfer: source {n!r} is listed twice (models of the run are sources already)")
+                m = build_named_model(n, pretrained=bool(self.options.get("source_pretrained", False)), weights=weights,
+                                      allow_random=bool(self.options.get("allow_random", False)),
+                                      role="transfer source", option_prefix="source_")
+                extra[n] = m.to(ctx.device).eval()
+            self._extra = extra
+        size = getattr(getattr(ctx.model, "spec", None), "input_size", None)
+        for n, m in self._extra.items():   # a patch-based source is built for one resolution; a CNN takes any
+            if size is not None and m.spec.patch_size is not None and tuple(m.spec.input_size[1:]) != tuple(size[1:]):
+                raise RobustvitError(f"transfer source {n} takes {m.spec.image_size}px images but {ctx.model_name} is "
+                                     f"evaluated on {size[-1]}px; every source must see the target's images")
+        return self._extra
+
+    def sources(self, ctx: EvalContext) -> dict[str, nn.Module]:
+        return {**ctx.models, **self.extra_sources(ctx)}
+
     def parts(self, ctx: EvalContext) -> list[str]:
-        return list(ctx.models)
+        return list(self.sources(ctx))
 
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         x, y = batch.x, batch.y
         key = (part, int(batch.index[0]), int(batch.index.numel()))
         x_adv = self._cache.get(key)
         if x_adv is None:
-            source = ctx.models[part]
+            source = self.sources(ctx)[part]
             x_adv = self.attack_for(ctx, source, chunk_seed(batch))(x, y)
             limit = float(self.options.get("cache_gb", 2)) * 2**30
             if self._cache_bytes + x_adv.numel() * x_adv.element_size() <= limit:
@@ -465,6 +500,14 @@ class TransferSuite(AttackSuite):
         first = next(iter(stats.values()), {})
         clean = first.get("clean", 0) / max(first.get("n", 0), 1)
         settings = {k: v for k, v in kw.items() if isinstance(v, (bool, int, float, str))}
+        models = self.sources(ctx)
+        provenance = {src: dict(getattr(models.get(src), "weights", None) or {"source": "unknown"}) for src in column}
+        random = [src for src in column if src in models and not is_comparable(models[src])]
+        if not is_comparable(ctx.model) and ctx.model_name not in random:
+            random.append(ctx.model_name)
+        notes = [f"random weights: {', '.join(random)} (untrained networks; the matrix is not comparable with "
+                 "published tables)"] if random else []
         return {"attack": self.attack_name, **settings, "target": ctx.model_name, "accuracy": column,
                 "matrix": {src: {ctx.model_name: acc} for src, acc in column.items()},
-                "clean_accuracy": clean, "num_images": first.get("n", 0), "flags": {}}
+                "clean_accuracy": clean, "num_images": first.get("n", 0), "sources": provenance,
+                "comparable": not random, "notes": notes, "flags": {}}
