@@ -159,3 +159,16 @@ def test_fewshot_suite_end_to_end_matches_an_independent_regression(tmp_path, mo
     auto = res["suites"]["fewshot:shots=2:draws=2:l2=auto:holdout=3"]
     assert auto["l2"] == "auto" and len(auto["l2_chosen"]["2"]) == 2
     assert all(v in [2.0 ** k for k in range(0, 21, 2)] for v in auto["l2_chosen"]["2"])
+
+
+def test_report_section_shows_mean_and_std_per_shot():
+    import robustvit.report.sections  # noqa: F401  (registers the sections)
+    from robustvit.report.builder import renderer_for
+
+    res = {"model": {"name": "vit"}, "suites": {"fewshot": {
+        "accuracy": {"1": {"mean": 0.25, "std": 0.05, "per_draw": [0.2, 0.3]},
+                     "10": {"mean": 0.75, "std": 0.0, "per_draw": [0.75, 0.75]}},
+        "draws": 2, "l2": 1024.0, "train_data": "synthshapes:train", "feature_dim": 8}}}
+    sec = renderer_for("fewshot")("fewshot", [res])
+    assert "| vit | 0.2500 ± 0.0500 | 0.7500 ± 0.0000 | 8 |" in sec.markdown
+    assert "1-shot | 10-shot" in sec.markdown and "λ = 1024.0" in sec.markdown
