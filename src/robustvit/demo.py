@@ -2,7 +2,8 @@
 
 1. generate ``synthshapes`` (train / test / cue-conflict);
 2. train three small models on it (``DEMO_MODELS``): a ViT, a ResNet and the same ViT trained adversarially;
-3. evaluate each with every registered suite, as planned in ``DEMO_SUITES``;
+3. evaluate each with every registered suite, as planned in ``DEMO_SUITES`` (including the ViT paper's few-shot
+   linear probe of each model's frozen features, ``fewshot``);
 4. explain: run the internals analyses on each (``DemoModel.analyses``);
 5. write ``OUT/<model>/results.json``, ``OUT/<model>/checkpoint/``, ``OUT/<model>/analysis/`` and a
    side-by-side ``OUT/report.md`` / ``OUT/report.html``.
@@ -87,6 +88,7 @@ DEMO_SUITES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "spatial": (("spatial:limit=200:translations=5:rotations=7:save=8",), ("spatial:limit=100:translations=3:rotations=5",)),
     "patch_fool": (("patch_fool:limit=100:steps=50:save=8",), ("patch_fool:limit=50:steps=20",)),
     "transfer": ((), ()),
+    "fewshot": (("fewshot:shots=1+5+10+25:draws=5:limit=500",), ("fewshot:shots=1+5+10:draws=3:limit=200",)),
     **{name: ((), ()) for name in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
 }
 #: Why a suite is not run by the demo.
@@ -158,6 +160,9 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
     md, html = write_report(list(results.values()), out, title="robustvit demo: evaluate, explain and harden on synthshapes",
                             notes=notes)
     for name, r in results.items():
-        print(f"[demo] {name}: clean top-1 {r['suites']['clean']['top1']:.3f}")
+        few = next((v for k, v in r["suites"].items() if k.startswith("fewshot")), None)
+        shots = "" if few is None else ", few-shot linear " + ", ".join(
+            f"{k}-shot {e['mean']:.3f}" for k, e in few["accuracy"].items())
+        print(f"[demo] {name}: clean top-1 {r['suites']['clean']['top1']:.3f}{shots}")
     print(f"[demo] report: {md} and {html}", flush=True)
     return results

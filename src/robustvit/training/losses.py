@@ -10,6 +10,7 @@ training and feature-alignment training plug into the same training loop:
   signed-gradient step of 1.25·ε, projection.
 * ``trades``: Zhang et al. (arXiv:1901.08573): CE(clean) + β·KL(p_clean ‖ p_adv), the inner PGD maximising the KL.
 * ``afat`` (and ``afat_random``, ``afat_patchdrop``): see :mod:`robustvit.training.afat`.
+* ``mpp``: masked patch prediction, the ViT paper's self-supervised pre-training; see :mod:`robustvit.training.mpp`.
 
 The inner attacks are robustvit's own (``robustvit.attacks``), which put the model in eval mode and restore
 its mode. ε follows a per-epoch schedule (:mod:`robustvit.training.schedules`); at ε = 0 (the first epoch of
@@ -74,6 +75,11 @@ class TrainingLoss(nn.Module):
 
     def metrics(self) -> dict[str, float]:
         return {}
+
+    def optimized_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        """(name, parameter) pairs of this loss that the trainer's optimizer trains with the model (MPP's
+        [mask] embedding and head); losses with their own optimizer (AFAT) return none."""
+        return []
 
 
 class CrossEntropy(TrainingLoss):
@@ -199,7 +205,12 @@ class TRADES(AdversarialLoss):
         return classification_loss(clean, y, self.label_smoothing) + self.beta * kl, clean, adv
 
 
-LOSSES: Registry[type[TrainingLoss]] = Registry("training loss", loader=lambda: __import__("robustvit.training.afat"),
+def _load_builtin_losses() -> None:
+    import robustvit.training.afat  # noqa: F401  (registers afat, afat_random, afat_patchdrop)
+    import robustvit.training.mpp  # noqa: F401  (registers mpp)
+
+
+LOSSES: Registry[type[TrainingLoss]] = Registry("training loss", loader=_load_builtin_losses,
                                                  hint="see `robustvit list losses`")
 register_loss = LOSSES.register
 for _cls in (CrossEntropy, PGDAT, FGSMRS, TRADES):

@@ -15,6 +15,10 @@ field can be overridden from a YAML config or the command line, and the resultin
   lr 2e-4 · √(batch/512), wd 0.5, pad-4 crop + flip, normalisation inside the model.
 * ``afat`` — min-max feature-alignment training (λ = 0.005, ρ = 0.1; :mod:`robustvit.training.afat`)
   on top of a standard crop + flip recipe.
+* ``mpp`` — masked patch prediction, the ViT paper's self-supervised pre-training (Dosovitskiy et al.,
+  arXiv:2010.11929, App. B.1.2; :mod:`robustvit.training.mpp`): 50 % of the patch embeddings corrupted
+  (80/10/10), 3-bit mean colour targets, Adam(W) with lr 2e-4, linear warm-up and cosine decay as in the
+  paper; crop + flip, no label smoothing. Fine-tune the resulting checkpoint with ``robustvit finetune``.
 """
 
 from __future__ import annotations
@@ -51,9 +55,14 @@ RECIPES.register(Recipe("afat", "Min-max feature-alignment training with the lea
     "loss": "afat", "loss_options": {"lam": 0.005, "rho": 0.1}, "weight_decay": 0.05, "label_smoothing": 0.1,
     "crop_padding": 4, "flip": True}))
 
+RECIPES.register(Recipe("mpp", "Masked patch prediction pre-training (ViT paper, App. B.1.2): 3-bit mean colour of "
+                        "50 % corrupted patches", {
+    "loss": "mpp", "lr": 2e-4, "warmup_epochs": 1, "weight_decay": 0.05, "label_smoothing": 0.0,
+    "crop_padding": 4, "flip": True}))
+
 
 def list_recipes(pattern: str | None = None) -> list[str]:
-    """Registered recipe names (``light-at``, ``deit``, ``trades-finetune``, ``afat``)."""
+    """Registered recipe names (``light-at``, ``deit``, ``trades-finetune``, ``afat``, ``mpp``)."""
     return RECIPES.list(pattern)
 
 

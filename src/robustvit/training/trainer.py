@@ -106,11 +106,12 @@ def build_loss(cfg: TrainConfig) -> TrainingLoss:
     return create_loss(cfg.loss, **{**opts, **cfg.loss_options})
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW; no weight decay on biases, norms, position embeddings and tokens."""
+def build_optimizer(model: nn.Module, cfg: TrainConfig, loss: TrainingLoss | None = None) -> torch.optim.AdamW:
+    """AdamW over the model's parameters and the loss's ``optimized_parameters()`` (MPP's [mask] embedding and
+    head); no weight decay on biases, norms, position embeddings and tokens."""
     def decays(n: str, p: torch.Tensor) -> bool:
         return p.ndim > 1 and "pos_embed" not in n and "token" not in n
-    named = list(model.named_parameters())
+    named = list(model.named_parameters()) + (loss.optimized_parameters() if loss is not None else [])
     return torch.optim.AdamW([{"params": [p for n, p in named if decays(n, p)], "weight_decay": cfg.weight_decay},
                               {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0}], lr=cfg.lr)
 
@@ -265,7 +266,7 @@ def setup_run(cfg: TrainConfig, resume: bool) -> Run:
     if world > 1:
         step = nn.parallel.DistributedDataParallel(step, device_ids=[device.index] if device.type == "cuda" else None)
     run = Run(cfg=cfg, out=out, device=device, rank=rank, world=world, dataset=dataset, val=val, model=model,
-              loss=loss, step=step, opt=build_optimizer(model, cfg), ema=_build_ema(model, cfg),
+              loss=loss, step=step, opt=build_optimizer(model, cfg, loss), ema=_build_ema(model, cfg),
               augment=_build_augment(cfg, model, dataset))
     run.steps_per_epoch = max(1, math.ceil(len(dataset) / (cfg.batch_size * world)))
     if resuming:
@@ -367,7 +368,8 @@ def optimizer_step(run: Run, x: torch.Tensor, y: torch.Tensor, n_global: int, ep
         sums += torch.tensor([float(loss.detach()) * len(xm),
                               float((logits.detach().argmax(1) == hard_labels(ym)).sum()), len(xm)], dtype=torch.float64)
     if cfg.grad_clip:
-        nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
+        nn.utils.clip_grad_norm_(list(run.model.parameters()) + [p for _, p in run.loss.optimized_parameters()],
+                                 cfg.grad_clip)
     run.opt.step()
     run.loss.after_step()
     if run.ema is not None:

@@ -1,0 +1,187 @@
+"""Masked patch prediction (MPP): the ViT paper's self-supervised pre-training (Dosovitskiy et al.,
+arXiv:2010.11929, §4.6 and App. B.1.2).
+
+"We corrupt 50 % of patch embeddings by either replacing their embeddings with a learnable [mask] embedding
+(80 %), a random other patch embedding (10 %) or just keeping them as is (10 %)" and predict, from each
+corrupted patch's output representation, its **3-bit mean colour** (512 classes: the patch's mean R, G, B
+in [0, 1], each quantised to 8 levels, index r·64 + g·8 + b). The loss is the cross-entropy over the
+corrupted patches only.
+
+How it plugs into a timm ViT without changing it: a forward hook on ``net.patch_embed`` corrupts the patch
+embeddings (before the position embeddings and prefix tokens are added), and the model's own
+``forward_features`` runs the rest; the output patch tokens go through a linear 512-way head. The [mask]
+embedding and the head belong to this loss module, not to the model: they are trained by the trainer's
+optimizer with the model (:meth:`optimized_parameters`) and saved with the loss state in
+``OUT/last/train_state.pt``; the model checkpoint (``OUT/checkpoint``) stays a plain timm model, which
+``robustvit finetune --model OUT/checkpoint`` fine-tunes (its classification head is untouched by MPP).
+
+Randomness: the corruption of call ``t`` is drawn from a generator seeded with (``seed``, ``"mpp"``, t, rank);
+``t`` is part of the loss state, so a resumed run replays it.
+
+>>> loss_fn = create_loss("mpp")
+>>> loss_fn.setup(model)                      # a ViT the probe supports (vit_*, deit_*, vit_cifar_*)
+>>> loss, cls_logits, _ = loss_fn(model, x, y, epoch=0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robustvit.errors import RobustvitError
+from robustvit.models.probe import ViTProbe
+from robustvit.training.losses import LossOutput, TrainingLoss, _rank, register_loss
+from robustvit.utils import derive_seed
+
+KEEP, MASK, RANDOM = 0, 1, 2
+
+
+@dataclass
+class Corruption:
+    """Sampled corruption of (N, L) patch embeddings: ``action`` KEEP/MASK/RANDOM, ``corrupted`` (the patches
+    to predict, including the kept 10 %), ``source`` (flat index into N·L of the replacing patch, RANDOM only)."""
+
+    corrupted: torch.Tensor   # bool (N, L)
+    action: torch.Tensor      # long (N, L)
+    source: torch.Tensor      # long (N, L)
+
+
+def sample_corruption(n: int, length: int, generator: torch.Generator, ratio: float = 0.5, p_mask: float = 0.8,
+                      p_random: float = 0.1, device: torch.device | str | None = None) -> Corruption:
+    """Choose ``round(ratio·L)`` patches of every image uniformly at random; each chosen patch is replaced by the
+    [mask] embedding with probability ``p_mask``, by another patch of the batch (uniform over the other N·L − 1)
+    with ``p_random``, else kept."""
+    device = device if device is not None else generator.device
+    m = int(round(ratio * length))
+    order = torch.rand(n, length, generator=generator, device=device).argsort(1)
+    corrupted = torch.zeros(n, length, dtype=torch.bool, device=device)
+    corrupted.scatter_(1, order[:, :m], True)
+    u = torch.rand(n, length, generator=generator, device=device)
+    action = torch.where(u < p_mask, MASK, torch.where(u < p_mask + p_random, RANDOM, KEEP))
+    action = torch.where(corrupted, action, KEEP)
+    total = n * length
+    j = torch.randint(0, max(total - 1, 1), (n, length), generator=generator, device=device)
+    own = torch.arange(total, device=device).view(n, length)
+    source = j + (j >= own).long() if total > 1 else own          # skips the patch itself
+    return Corruption(corrupted, action, source)
+
+
+def apply_corruption(tokens: torch.Tensor, c: Corruption, mask_embedding: torch.Tensor) -> torch.Tensor:
+    """Corrupted copy of patch embeddings ``tokens`` (N, L, D); ``mask_embedding`` (D,)."""
+    n, length, d = tokens.shape
+    swapped = tokens.reshape(n * length, d)[c.source.flatten()].view(n, length, d)
+    out = torch.where((c.action == RANDOM)[..., None], swapped, tokens)
+    return torch.where((c.action == MASK)[..., None], mask_embedding.to(tokens.dtype).expand_as(tokens), out)
+
+
+def mean_colour_targets(x: torch.Tensor, patch: int, bits: int = 3) -> torch.Tensor:
+    """The ``bits``-bit mean colour class of every patch of images ``x`` (N, 3, H, W) in [0, 1]: (N, L) in
+    [0, 2^(3·bits)), patches in row-major order (timm's token order), index r·4^bits + g·2^bits + b."""
+    levels = 2 ** bits
+    mean = F.avg_pool2d(x.float(), patch)                                   # (N, 3, H/p, W/p)
+    q = (mean * levels).floor().clamp(0, levels - 1).long()
+    idx = (q[:, 0] * levels + q[:, 1]) * levels + q[:, 2]
+    return idx.flatten(1)
+
+
+@register_loss
+class MaskedPatchPrediction(TrainingLoss):
+    """MPP (ViT paper, App. B.1.2): options ``mask_ratio`` (0.5), ``p_mask`` (0.8), ``p_random`` (0.1),
+    ``bits`` (3: 512 colour classes), ``seed``. Returns the CE over corrupted patches; the classification
+    logits returned for the trainer's log come from the model's (untrained) head on the corrupted input."""
+
+    name = "mpp"
+
+    def __init__(self, mask_ratio: float = 0.5, p_mask: float = 0.8, p_random: float = 0.1, bits: int = 3,
+                 seed: int = 0) -> None:
+        super().__init__()
+        self.mask_ratio, self.p_mask, self.p_random = float(mask_ratio), float(p_mask), float(p_random)
+        self.bits, self.seed = int(bits), int(seed)
+        if not (0 < self.mask_ratio <= 1 and self.p_mask >= 0 and self.p_random >= 0
+                and self.p_mask + self.p_random <= 1 and 1 <= self.bits <= 4):
+            raise RobustvitError("mpp: need 0 < mask_ratio <= 1, p_mask, p_random >= 0 with p_mask + p_random <= 1, "
+                                 "and 1 <= bits <= 4")
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        self.mask_embedding: nn.Parameter | None = None
+        self.head: nn.Linear | None = None
+        self._sums = {"correct": 0.0, "n": 0.0}
+
+    def setup(self, model: nn.Module) -> None:
+        """Create the [mask] embedding and the 512-way head for ``model``'s width (a ViT the probe supports)."""
+        probe = ViTProbe(model)
+        net = probe.net
+        dim = int(getattr(net, "embed_dim", 0) or getattr(net, "num_features", 0))
+        if dim <= 0 or probe.grid_size is None:
+            raise RobustvitError("mpp needs a ViT with a fixed patch grid and an embed_dim")
+        self.grid, self.num_prefix = probe.grid_size, probe.num_prefix_tokens
+        if self.mask_embedding is None:
+            device = next(model.parameters()).device
+            self.mask_embedding = nn.Parameter(torch.zeros(dim, device=device))
+            nn.init.trunc_normal_(self.mask_embedding, std=0.02)   # timm's init of the cls token
+            self.head = nn.Linear(dim, 2 ** (3 * self.bits), device=device)
+
+    def optimized_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        assert self.mask_embedding is not None and self.head is not None, "call setup(model) first"
+        return [("mpp.mask_token", self.mask_embedding)] + [(f"mpp.head.{n}", p) for n, p in self.head.named_parameters()]
+
+    def corrupt_and_encode(self, model: nn.Module, x: torch.Tensor, c: Corruption) -> torch.Tensor:
+        """The model's own ``forward_features`` on normalised ``x`` with its patch embeddings corrupted by ``c``:
+        output patch tokens (N, L, D)."""
+        net = model.net
+        seen = []
+
+        def hook(module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
+            shape = out.shape
+            tokens = out.reshape(shape[0], -1, shape[-1])      # (N, L, D); NHWC outputs flattened and restored
+            if tokens.shape[1] != c.action.shape[1]:
+                raise RobustvitError(f"mpp: the patch embedding gave {tokens.shape[1]} tokens, expected "
+                                     f"{c.action.shape[1]} ({self.grid[0]}×{self.grid[1]} patches)")
+            seen.append(True)
+            return apply_corruption(tokens, c, self.mask_embedding).reshape(shape)
+
+        handle = net.patch_embed.register_forward_hook(hook)
+        try:
+            z = (x - model.mean.to(x.dtype)) / model.std.to(x.dtype)
+            feats = net.forward_features(z)
+        finally:
+            handle.remove()
+        if not seen:
+            raise RobustvitError(f"mpp: {type(net).__name__}.forward_features does not call patch_embed")
+        return feats
+
+    def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
+        if self.head is None or not hasattr(self, "grid"):
+            self.setup(model)
+        gh, gw = self.grid
+        if x.shape[-2] % gh or x.shape[-1] % gw or x.shape[-2] // gh != x.shape[-1] // gw:
+            raise RobustvitError(f"mpp: {tuple(x.shape[-2:])} images do not split into the model's {gh}×{gw} patches")
+        gen = torch.Generator(device=x.device)
+        gen.manual_seed(derive_seed(self.seed, "mpp", int(self.calls), _rank()))
+        self.calls += 1
+        c = sample_corruption(len(x), gh * gw, gen, self.mask_ratio, self.p_mask, self.p_random, x.device)
+        feats = self.corrupt_and_encode(model, x, c)
+        patches = feats[:, self.num_prefix:]
+        target = mean_colour_targets(x, x.shape[-2] // gh, self.bits)
+        logits = self.head(patches[c.corrupted])
+        loss = F.cross_entropy(logits.float(), target[c.corrupted])
+        cls_logits = model.net.forward_head(feats)
+        # the classification head takes no part in MPP; 0·sum keeps it in the graph (DistributedDataParallel)
+        loss = loss + 0.0 * cls_logits.sum()
+        with torch.no_grad():
+            self._sums["correct"] += float((logits.argmax(1) == target[c.corrupted]).sum())
+            self._sums["n"] += float(c.corrupted.sum())
+        return loss, cls_logits.detach(), None
+
+    def metrics(self) -> dict[str, float]:
+        s, self._sums = self._sums, {"correct": 0.0, "n": 0.0}
+        return {"mpp_acc": s["correct"] / s["n"]} if s["n"] else {}
+
+    def extra_repr(self) -> str:
+        return f"mask_ratio={self.mask_ratio}, p_mask={self.p_mask}, p_random={self.p_random}, bits={self.bits}"
+
+
+__all__ = ["Corruption", "MaskedPatchPrediction", "apply_corruption", "mean_colour_targets", "sample_corruption"]
