@@ -4,7 +4,8 @@ It reuses :class:`robustvit.training.TrainConfig` (model = the backbone name or 
 data = a data set with masks, epochs, batch size, AdamW lr / weight decay / warm-up + cosine, seed, device,
 ``model_kwargs`` with ``head`` / ``head_channels`` for the head and the rest for the backbone, ``pretrained``,
 ``flip``, ``val_data`` / ``val_limit``). Loss: per-pixel cross-entropy, ``ignore_index`` 255. Augmentation:
-random horizontal flip of image and mask together (no crop: masks keep their pixels). Writes
+the same random crop (``crop_padding``; padded mask pixels ignored) and horizontal flip (``flip``) of image and
+mask. Writes
 ``OUT/config.yaml``, ``OUT/metrics.jsonl`` (per epoch: loss, pixel accuracy and, with ``val_data``, mIoU) and
 ``OUT/checkpoint/`` (``spec.json`` records ``task: segment`` and the head).
 """
@@ -50,6 +51,25 @@ def _masks(ds: Any, index: torch.Tensor) -> torch.Tensor:
         raise RobustvitError(f"{ds.spec} has no masks; use a segmentation data set (synthshapes:train,masks=1, "
                              "cityscapes:ROOT, ade20k:ROOT)")
     return ds.get_masks(index)
+
+
+def crop_flip(x: torch.Tensor, m: torch.Tensor, padding: int, flip: bool, gen: torch.Generator
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same random crop (after zero padding; padded mask pixels are ignored, 255) and horizontal flip of
+    each image and its mask."""
+    if padding > 0:
+        n, _, h, w = x.shape
+        xp = F.pad(x, (padding,) * 4)
+        mp = F.pad(m, (padding,) * 4, value=IGNORE_INDEX)
+        dy = torch.randint(0, 2 * padding + 1, (n,), generator=gen).tolist()
+        dx = torch.randint(0, 2 * padding + 1, (n,), generator=gen).tolist()
+        x = torch.stack([xp[i, :, a:a + h, b:b + w] for i, (a, b) in enumerate(zip(dy, dx))])
+        m = torch.stack([mp[i, a:a + h, b:b + w] for i, (a, b) in enumerate(zip(dy, dx))])
+    if flip:
+        f = torch.rand(len(x), generator=gen) < 0.5
+        x = torch.where(f[:, None, None, None], x.flip(-1), x)
+        m = torch.where(f[:, None, None], m.flip(-1), m)
+    return x, m
 
 
 def build_segmenter(cfg: TrainConfig, num_classes: int) -> Normalized:
@@ -124,10 +144,7 @@ def train_segmenter(cfg: TrainConfig, progress: bool = True) -> Path:
             for idx in order.split(cfg.batch_size):
                 x, _ = dataset.get_batch(idx)
                 m = dataset.get_masks(idx)
-                if cfg.flip:
-                    flip = torch.rand(len(idx), generator=gen) < 0.5
-                    x = torch.where(flip[:, None, None, None], x.flip(-1), x)
-                    m = torch.where(flip[:, None, None], m.flip(-1), m)
+                x, m = crop_flip(x, m, cfg.crop_padding, cfg.flip, gen)
                 x, m = x.to(device, non_blocking=True), m.to(device, non_blocking=True)
                 for g in opt.param_groups:
                     g["lr"] = lr_at(step, total, warmup, cfg.effective_lr(1), cfg.min_lr)
@@ -164,4 +181,4 @@ def train_segmenter(cfg: TrainConfig, progress: bool = True) -> Path:
         "train_config": cfg.to_dict()})
 
 
-__all__ = ["build_segmenter", "evaluate_segmentation", "train_segmenter"]
+__all__ = ["build_segmenter", "crop_flip", "evaluate_segmentation", "train_segmenter"]
