@@ -137,7 +137,7 @@ def add_train(sub: argparse._SubParsersAction) -> None:
 
 def cmd_train(a: argparse.Namespace) -> int:
     if getattr(a, "task", "classify") == "segment":
-        from robustvit.dense import train_segmenter
+        from robustvit.training.segment import train_segmenter
 
         if a.resume:
             raise RobustvitError("--resume is not supported with --task segment; start a new run in a new --out")

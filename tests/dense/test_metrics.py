@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from robustvit.dense.metrics import coco_box_map, confusion_matrix, segmentation_scores
+from robustvit.metrics.dense import coco_box_map, confusion_matrix, segmentation_scores
 from robustvit.errors import RobustvitError
 
 

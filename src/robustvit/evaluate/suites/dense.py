@@ -9,7 +9,7 @@ severities 1–3, the others at 1–5; mIoU per corruption × severity, the mean
 mean corrupted mIoU / clean mIoU. Detection under corruption follows COCO-C (Michaelis et al., arXiv:1907.07484):
 the ImageNet-C corruptions on COCO val, box mAP per corruption × severity, mean and retention.
 
-Corruptions touch the image only, never the mask or the boxes. mIoU: :mod:`robustvit.dense.metrics` (one
+Corruptions touch the image only, never the mask or the boxes. mIoU: :mod:`robustvit.metrics.dense` (one
 confusion matrix over the data set, as mmseg); mAP: ``pycocotools``' COCOeval.
 
 Options (``seg_corruptions:corruptions=noise:severities=1+3``):
@@ -47,10 +47,11 @@ from robustvit.corruptions import corrupt
 from robustvit.corruptions.params import parse_corruptions, parse_severities, resolve_preset
 from robustvit.data import ImageDataset, create_dataset, dataset_for_model
 from robustvit.data.dense import (StoredCorruptions, coco_ground_truth, detection_images, image_ids, relpaths)
-from robustvit.dense.metrics import coco_box_map, confusion_matrix, segmentation_scores
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, create_suite, register_suite
 from robustvit.metrics.corruption import mean_or_none, retention
+from robustvit.metrics.dense import coco_box_map, confusion_matrix, segmentation_scores
+from robustvit.models.segmenter import ARCHITECTURE as _SEGMENTER  # noqa: F401  (registers segmentation_net with timm)
 from robustvit.utils import derive_seed, sum_stats
 
 CLEAN = "clean"
@@ -268,7 +269,7 @@ class _Detection(_DenseCorruptions):
         out = ctx.model(ims)
         if not isinstance(out, (list, tuple)) or (out and not isinstance(out[0], dict)):
             raise RobustvitError(f"{self.name} needs a detection model (a list of dicts with boxes/labels/scores "
-                                 "per image), e.g. robustvit.dense.create_detector('fasterrcnn_resnet50_fpn')")
+                                 "per image), e.g. robustvit.models.detection.create_detector('fasterrcnn_resnet50_fpn')")
         dets: dict[str, list[list[float]]] = {}
         for i, o in zip(batch.index.tolist(), out):
             b = o["boxes"].detach().float().cpu()
@@ -328,7 +329,7 @@ class DetCorruptions(_Detection):
 # ------------------------------------------------------------------------------------------ from Python
 def evaluate_dense(model: nn.Module, data: str | ImageDataset, suites: list[str], *, batch_size: int = 32,
                    limit: int | None = None, seed: int = 0, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """Run dense suites on ``model`` (a segmentation model or a :class:`robustvit.dense.Detector`) without the
+    """Run dense suites on ``model`` (a segmentation model or a :class:`robustvit.models.detection.Detector`) without the
     unit store: {suite key: result}. Units are seeded as in ``robustvit eval`` (run seed, suite key, part,
     chunk), so the numbers match a CLI run with the same ``--seed``, ``--batch-size`` and ``--limit``.
 

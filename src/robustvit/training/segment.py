@@ -1,4 +1,4 @@
-"""``robustvit train --task segment``: a small training loop for :mod:`robustvit.dense.segmenter` models.
+"""``robustvit train --task segment``: a small training loop for :mod:`robustvit.models.segmenter` models.
 
 It reuses :class:`robustvit.training.TrainConfig` (model = the backbone name or a segmentation checkpoint,
 data = a data set with masks, epochs, batch size, AdamW lr / weight decay / warm-up + cosine, seed, device,
@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 
 from robustvit.data import create_dataset, dataset_for_model
-from robustvit.dense.metrics import IGNORE_INDEX, confusion_matrix, segmentation_scores
-from robustvit.dense.segmenter import create_segmenter, is_segmenter
 from robustvit.errors import RobustvitError
+from robustvit.metrics.dense import IGNORE_INDEX, confusion_matrix, segmentation_scores
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import save_checkpoint
+from robustvit.models.segmenter import create_segmenter, is_segmenter
 from robustvit.progress import progress_bar
 from robustvit.training.config import TrainConfig
 from robustvit.training.trainer import build_optimizer, lr_at

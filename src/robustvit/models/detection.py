@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from robustvit.errors import RobustvitError
-from robustvit.models import ModelSpec
+from robustvit.models.spec import ModelSpec
 
 
 def list_detectors() -> list[str]:

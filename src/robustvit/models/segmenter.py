@@ -28,8 +28,8 @@ from timm.models import register_model
 from torch import nn
 
 from robustvit.errors import RobustvitError
-from robustvit.models import Normalized, create_model
-from robustvit.models.factory import spec_from_timm
+from robustvit.models.factory import create_model, spec_from_timm
+from robustvit.models.wrapper import Normalized
 
 ARCHITECTURE = "segmentation_net"
 HEADS = ("setr_naive", "linear")
