@@ -112,3 +112,30 @@ def test_seg_suite_refuses_a_classifier(tiny_vit) -> None:
 
     with pytest.raises(RobustvitError, match="segmentation model"):
         evaluate_dense(tiny_vit, "synthshapes:test,count=4,masks=1,size=16", ["seg_clean"])
+
+
+def test_seg_corruptions_from_a_stored_tree(tmp_path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    root = tmp_path / "cs"
+    ids = np.zeros((8, 16), dtype=np.uint8)
+    ids[:, :6] = 7                                           # road (train id 0)
+    ids[2:6, 9:14] = 26                                      # car (train id 13); the rest unlabeled (255)
+    for i, city in enumerate(("aachen", "bonn")):
+        rgb = np.full((8, 16, 3), 40 * (i + 1), dtype=np.uint8)
+        for sub, arr, suffix in (("leftImg8bit", rgb, "leftImg8bit"), ("gtFine", ids, "gtFine_labelIds")):
+            p = root / sub / "val" / city / f"{city}_000000_000019_{suffix}.png"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(arr).save(p)
+        p = tmp_path / "c" / "fog" / "3" / city / f"{city}_000000_000019_leftImg8bit.png"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((8, 16, 3), 250, dtype=np.uint8)).save(p)
+    ds = create_dataset(f"cityscapes:{root}")
+    key = f"seg_corruptions:source={tmp_path / 'c'}:severities=3"
+    r = evaluate_dense(SegOracle(ds, 2), ds, [key], batch_size=2)[key]
+    assert r["corruptions"] == ["fog"] and r["clean_miou"] == pytest.approx(1.0)
+    # the stored images are unknown to the oracle: all "road" (class 0) → IoU_road = road / labelled pixels, car 0
+    m = ds.get_masks(torch.arange(2))
+    road = float((m == 0).sum()) / float((m != 255).sum())
+    assert r["miou"]["fog"]["3"] == pytest.approx(road / 2)

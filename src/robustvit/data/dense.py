@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from robustvit.data.base import ImageDataset, Resize, to_float
+from robustvit.data.base import ImageDataset, Resize
 from robustvit.errors import RobustvitError
 
 IGNORE_INDEX = 255
@@ -183,7 +183,8 @@ class StoredCorruptions:
         self.corruptions = sorted(p.name for p in self.root.iterdir()
                                   if p.is_dir() and any(q.is_dir() and q.name.isdigit() for q in p.iterdir()))
         if not self.corruptions:
-            raise RobustvitError(f"{self.root} holds no <corruption>/<severity>/ folders (Cityscapes-C / COCO-C layout)")
+            raise RobustvitError(f"{self.root} holds no <corruption>/<severity>/ folders "
+                                 "(the Cityscapes-C / COCO-C layout)")
 
     def path(self, name: str, severity: int, relpath: str) -> Path:
         base = self.root / name / str(severity) / relpath

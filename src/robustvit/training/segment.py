@@ -79,7 +79,8 @@ def build_segmenter(cfg: TrainConfig, num_classes: int) -> Normalized:
         if not is_segmenter(model):
             raise RobustvitError(f"{cfg.model} is not a segmentation checkpoint; give a backbone name instead")
         if model.spec.num_classes != num_classes:
-            raise RobustvitError(f"{cfg.model} predicts {model.spec.num_classes} classes but the data has {num_classes}")
+            raise RobustvitError(f"{cfg.model} predicts {model.spec.num_classes} classes but the data has "
+                                 f"{num_classes}")
         return model
     kwargs = dict(cfg.model_kwargs)
     head = kwargs.pop("head", "setr_naive")

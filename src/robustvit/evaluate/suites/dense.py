@@ -269,7 +269,7 @@ class _Detection(_DenseCorruptions):
         out = ctx.model(ims)
         if not isinstance(out, (list, tuple)) or (out and not isinstance(out[0], dict)):
             raise RobustvitError(f"{self.name} needs a detection model (a list of dicts with boxes/labels/scores "
-                                 "per image), e.g. robustvit.models.detection.create_detector('fasterrcnn_resnet50_fpn')")
+                                 "per image): robustvit.dense.create_detector('fasterrcnn_resnet50_fpn')")
         dets: dict[str, list[list[float]]] = {}
         for i, o in zip(batch.index.tolist(), out):
             b = o["boxes"].detach().float().cpu()
@@ -329,8 +329,8 @@ class DetCorruptions(_Detection):
 # ------------------------------------------------------------------------------------------ from Python
 def evaluate_dense(model: nn.Module, data: str | ImageDataset, suites: list[str], *, batch_size: int = 32,
                    limit: int | None = None, seed: int = 0, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """Run dense suites on ``model`` (a segmentation model or a :class:`robustvit.models.detection.Detector`) without the
-    unit store: {suite key: result}. Units are seeded as in ``robustvit eval`` (run seed, suite key, part,
+    """Run dense suites on ``model`` (a segmentation model or a :class:`robustvit.models.detection.Detector`)
+    without the unit store: {suite key: result}. Units are seeded as in ``robustvit eval`` (run seed, suite key, part,
     chunk), so the numbers match a CLI run with the same ``--seed``, ``--batch-size`` and ``--limit``.
 
     >>> evaluate_dense(create_segmenter("vit_cifar_micro", 11), "synthshapes:test,masks=1", ["seg_clean"],
@@ -341,7 +341,8 @@ def evaluate_dense(model: nn.Module, data: str | ImageDataset, suites: list[str]
     model = model.to(device).eval()
     spec = getattr(model, "spec", None)
     if isinstance(data, str):
-        dataset = dataset_for_model(data, spec) if spec is not None and spec.family != "detector" else create_dataset(data)
+        detector = spec is None or spec.family == "detector"
+        dataset = create_dataset(data) if detector else dataset_for_model(data, spec)
         data_spec = data
     else:
         dataset, data_spec = data, getattr(data, "spec", "")
