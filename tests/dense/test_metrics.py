@@ -98,3 +98,12 @@ def test_coco_map_known_precision_recall() -> None:
 def test_coco_map_no_detections_is_zero() -> None:
     pytest.importorskip("pycocotools")
     assert coco_box_map(_gt([[10.0, 10.0, 30.0, 30.0]]), [])["map"] == 0.0
+
+
+def test_coco_map_without_pycocotools_refuses_in_one_line(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pycocotools", None)
+    monkeypatch.setitem(sys.modules, "pycocotools.coco", None)
+    with pytest.raises(RobustvitError, match=r"pip install 'robustvit\[dense\]'"):
+        coco_box_map(_gt([[10.0, 10.0, 30.0, 30.0]]), [])

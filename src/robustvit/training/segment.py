@@ -3,11 +3,11 @@
 It reuses :class:`robustvit.training.TrainConfig` (model = the backbone name or a segmentation checkpoint,
 data = a data set with masks, epochs, batch size, AdamW lr / weight decay / warm-up + cosine, seed, device,
 ``model_kwargs`` with ``head`` / ``head_channels`` for the head and the rest for the backbone, ``pretrained``,
-``flip``, ``val_data`` / ``val_limit``). Loss: per-pixel cross-entropy, ``ignore_index`` 255. Augmentation:
-the same random crop (``crop_padding``; padded mask pixels ignored) and horizontal flip (``flip``) of image and
-mask. Writes
-``OUT/config.yaml``, ``OUT/metrics.jsonl`` (per epoch: loss, pixel accuracy and, with ``val_data``, mIoU) and
-``OUT/checkpoint/`` (``spec.json`` records ``task: segment`` and the head).
+``flip``, ``val_data`` / ``val_limit``). Loss: per-pixel cross-entropy, ``ignore_index`` 255
+(``label_smoothing`` is not applied). Augmentation: the same random crop (``crop_padding``; padded mask pixels
+ignored) and horizontal flip (``flip``) of image and mask. Writes ``OUT/config.yaml``, ``OUT/metrics.jsonl``
+(per epoch: loss, pixel accuracy and, with ``val_data``, mIoU) and ``OUT/checkpoint/`` (``spec.json`` records
+``task: segment`` and the head).
 """
 
 from __future__ import annotations
