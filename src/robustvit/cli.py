@@ -141,10 +141,20 @@ def _train_config(a: argparse.Namespace) -> Any:
 def add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a model: robust losses, recipes, checkpoints, --resume, torchrun")
     _train_arguments(p)
+    p.add_argument("--task", choices=["classify", "segment"], default="classify",
+                   help="classify (default) or segment: --model is then the backbone of a segmentation model, "
+                        "--data a data set with masks (e.g. synthshapes:train,masks=1); see docs/dense.md")
     p.set_defaults(func=cmd_train)
 
 
 def cmd_train(a: argparse.Namespace) -> int:
+    if getattr(a, "task", "classify") == "segment":
+        from robustvit.training.segment import train_segmenter
+
+        if a.resume:
+            raise RobustvitError("--resume is not supported with --task segment; start a new run in a new --out")
+        print(f"saved {train_segmenter(_train_config(a))}")
+        return 0
     from robustvit.training import train
 
     path = train(_train_config(a), resume=a.resume)

@@ -38,6 +38,11 @@ from robustvit.data import corrupted as _corrupted  # noqa: E402  (ImageNet-C / 
 for _name in ("imagenet_c", "cifar_c"):
     register_source(_name)(getattr(_corrupted, _name))
 
+from robustvit.data import dense as _dense  # noqa: E402  (segmentation / detection layouts)
+
+for _name in ("cityscapes", "ade20k", "coco"):
+    register_source(_name)(getattr(_dense, _name))
+
 
 def list_sources(pattern: str | None = None) -> list[str]:
     return SOURCES.list(pattern)

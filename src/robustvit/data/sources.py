@@ -23,7 +23,7 @@ def cache_root(options: dict[str, Any]) -> Path:
 
 
 def synthshapes(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
-    """``synthshapes:train|test|cue_conflict[,size=32,count=N,seed=S,classes=K,texture_correlation=p]``."""
+    """``synthshapes:train|test|cue_conflict[,size=32,count=N,seed=S,classes=K,texture_correlation=p,masks=1,boxes=1]``."""
     split = arg or "train"
     if split not in SPLITS:
         raise RobustvitError(f"unknown synthshapes split {split!r}; use train, test or cue_conflict")
@@ -32,10 +32,14 @@ def synthshapes(arg: str, options: dict[str, Any], resize: Resize | None, strict
     count, seed = int(options.pop("count", count)), int(options.pop("seed", seed))
     k = int(options.pop("classes", 10))
     tc = float(options.pop("texture_correlation", 0.5))
+    masks = str(options.pop("masks", "0")) not in ("0", "false", "no")      # dense prediction: per-pixel masks
+    boxes = str(options.pop("boxes", "0")) not in ("0", "false", "no")      # … and/or COCO-style boxes
     _no_more(options, "synthshapes")
     spec = f"synthshapes:{split},size={size},count={count},seed={seed},classes={k},texture_correlation={tc:g}"
+    spec += ",masks=1" if masks else ""
+    spec += ",boxes=1" if boxes else ""
     return SynthShapesDataset(count, size=size, seed=seed, classes=k, texture_correlation=tc,
-                              cue_conflict=split == "cue_conflict", spec=spec)
+                              cue_conflict=split == "cue_conflict", spec=spec, masks=masks, boxes=boxes)
 
 
 def folder(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:

@@ -109,7 +109,10 @@ def _value_noise(n: int, size: int, gen: torch.Generator) -> torch.Tensor:
     return (up[:, 0] > 0.5).float()
 
 
-def _render_chunk(labels: torch.Tensor, tex: torch.Tensor, size: int, gen: torch.Generator) -> torch.Tensor:
+def _render_chunk(labels: torch.Tensor, tex: torch.Tensor, size: int, gen: torch.Generator,
+                  layers: bool = False) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """uint8 images; with ``layers``, also the shape's coverage ``alpha`` (n, H, W) and the foreground and
+    background layers (n, 3, H, W) the image composites (``img = alpha·fg + (1 − alpha)·bg + noise``)."""
     n = labels.numel()
     rnd = lambda *shape: torch.rand(shape, generator=gen)  # noqa: E731
     lin = (torch.arange(size, dtype=torch.float32) + 0.5) / size * 2 - 1
@@ -156,7 +159,10 @@ def _render_chunk(labels: torch.Tensor, tex: torch.Tensor, size: int, gen: torch
     bg = b1 * gw + b2 * (1 - gw) + 0.12 * (bg_p[:, None] - 0.5)
     img = alpha * fg + (1 - alpha) * bg
     img = img + 0.03 * torch.randn(img.shape, generator=gen)
-    return (img.clamp(0, 1) * 255 + 0.5).to(torch.uint8)
+    out = (img.clamp(0, 1) * 255 + 0.5).to(torch.uint8)
+    if layers:
+        return out, {"alpha": alpha[:, 0], "fg": fg, "bg": bg}
+    return out
 
 
 def _check(count: int, size: int, classes: int, texture_correlation: float) -> None:
@@ -210,6 +216,33 @@ def render_chunk(c: int, size: int = 32, seed: int = 0, classes: int = 10, textu
     return _render_chunk(labels, tex, size, gen)
 
 
+def render_chunk_masks(c: int, size: int = 32, seed: int = 0, classes: int = 10, texture_correlation: float = 0.5,
+                       cue_conflict: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunk ``c`` as (uint8 images, uint8 masks (chunk size, size, size)): mask value 0 is background and
+    ``k + 1`` the pixels whose centre lies inside the shape of class ``k`` (coverage > 1/2). The images are
+    those of :func:`render_chunk`, bit for bit."""
+    labels, tex, gen = _chunk_labels(c, size, seed, classes, texture_correlation, cue_conflict)
+    img, layers = _render_chunk(labels, tex, size, gen, layers=True)
+    inside = layers["alpha"] > 0.5
+    return img, (inside * (labels + 1).view(-1, 1, 1)).to(torch.uint8)
+
+
+def boxes_from_masks(masks: torch.Tensor) -> torch.Tensor:
+    """Tight boxes (n, 4) ``[x0, y0, x1, y1]`` in pixels (x1, y1 exclusive, as COCO's x + w) of each mask's
+    non-zero pixels; all zeros for an empty mask."""
+    fg = masks != 0
+    n, h, w = fg.shape
+    cols, rows = fg.any(1), fg.any(2)
+    xs, ys = torch.arange(w), torch.arange(h)
+    big = max(h, w) + 1
+    x0 = torch.where(cols, xs, big).amin(1)
+    x1 = torch.where(cols, xs + 1, -1).amax(1)
+    y0 = torch.where(rows, ys, big).amin(1)
+    y1 = torch.where(rows, ys + 1, -1).amax(1)
+    box = torch.stack([x0, y0, x1, y1], 1).float()
+    return torch.where(fg.flatten(1).any(1, keepdim=True), box, torch.zeros_like(box))
+
+
 def render_synthshapes(count: int, size: int = 32, seed: int = 0, classes: int = 10,
                        texture_correlation: float = 0.5, cue_conflict: bool = False
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -228,16 +261,29 @@ def render_synthshapes(count: int, size: int = 32, seed: int = 0, classes: int =
 class SynthShapesDataset(ImageDataset):
     """synthshapes generated on demand: a batch renders only the chunks its images fall in, and rendered
     chunks are kept (shuffled training revisits them), so ``--limit 50`` at 224 px renders one chunk, not the
-    whole split. Image ``i`` is the same as ``render_synthshapes(...)[0][i]``."""
+    whole split. Image ``i`` is the same as ``render_synthshapes(...)[0][i]``.
+
+    ``masks=True`` / ``boxes=True`` make it a dense-prediction data set: the classes become
+    ``["background", *shapes]`` (label of an image = its shape class + 1), :meth:`get_masks` gives per-pixel
+    masks and :meth:`get_targets` / :meth:`coco_ground_truth` the shape's box (COCO category id = label)."""
+
+    ignore_index = 255
 
     def __init__(self, count: int, size: int = 32, seed: int = 0, classes: int = 10,
-                 texture_correlation: float = 0.5, cue_conflict: bool = False, spec: str = "") -> None:
+                 texture_correlation: float = 0.5, cue_conflict: bool = False, spec: str = "",
+                 masks: bool = False, boxes: bool = False) -> None:
         self.labels, tex = synthshapes_labels(count, size, seed, classes, texture_correlation, cue_conflict)
         self.classes, self.spec = list(SHAPES[:classes]), spec
         self.extra = {"texture_labels": tex}
+        self.dense = bool(masks or boxes)
+        self.has_masks, self.has_boxes = bool(masks), bool(boxes)
+        if self.dense:
+            self.classes = ["background", *self.classes]
+            self.labels = self.labels + 1
         self._args = (size, seed, classes, texture_correlation, cue_conflict)
         self._chunk = chunk_size(classes)
         self._chunks: dict[int, torch.Tensor] = {}
+        self._masks: dict[int, torch.Tensor] = {}
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -254,7 +300,48 @@ class SynthShapesDataset(ImageDataset):
         out = torch.empty(len(index), 3, self._args[0], self._args[0], dtype=torch.uint8)
         for c in chunks.unique().tolist():
             sel = chunks == c
-            if c not in self._chunks:
-                self._chunks[c] = render_chunk(c, *self._args)
+            self._render(c)
             out[sel] = self._chunks[c][index[sel] - c * self._chunk]
         return to_float(out), self.labels[index]
+
+    def _render(self, c: int) -> None:
+        if c in self._chunks and (not self.dense or c in self._masks):
+            return
+        if self.dense:
+            self._chunks[c], self._masks[c] = render_chunk_masks(c, *self._args)
+        else:
+            self._chunks[c] = render_chunk(c, *self._args)
+
+    def get_masks(self, index: torch.Tensor) -> torch.Tensor:
+        """Per-pixel class masks (n, H, W), long: 0 background, k + 1 shape class k (needs ``masks=1``)."""
+        if not self.has_masks:
+            raise RobustvitError(f"{self.spec or 'synthshapes'} has no masks; add the option masks=1 "
+                                 "(e.g. synthshapes:test,masks=1)")
+        return self._gather_masks(index)
+
+    def _gather_masks(self, index: torch.Tensor) -> torch.Tensor:
+        index = torch.as_tensor(index, dtype=torch.long).cpu()
+        if len(index) and (int(index.min()) < 0 or int(index.max()) >= len(self)):
+            raise IndexError(f"synthshapes index out of range 0..{len(self) - 1}")
+        size = self._args[0]
+        chunks = index // self._chunk
+        out = torch.empty(len(index), size, size, dtype=torch.uint8)
+        for c in chunks.unique().tolist():
+            sel = chunks == c
+            self._render(c)
+            out[sel] = self._masks[c][index[sel] - c * self._chunk]
+        return out.long()
+
+    def get_targets(self, index: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        """Detection targets as torchvision's detection models take them: per image ``boxes`` (1, 4) float
+        ``[x0, y0, x1, y1]`` in pixels and ``labels`` (1,) long (shape class + 1; needs ``boxes=1``)."""
+        if not self.has_boxes:
+            raise RobustvitError(f"{self.spec or 'synthshapes'} has no boxes; add the option boxes=1 "
+                                 "(e.g. synthshapes:test,boxes=1)")
+        index = torch.as_tensor(index, dtype=torch.long).cpu()
+        boxes = boxes_from_masks(self._gather_masks(index))
+        return [{"boxes": boxes[i:i + 1], "labels": self.labels[index[i]].view(1)} for i in range(len(index))]
+
+    def image_sizes(self, index: torch.Tensor) -> list[tuple[int, int]]:
+        """(height, width) of each image."""
+        return [(self._args[0], self._args[0])] * len(torch.as_tensor(index))

@@ -1,0 +1,374 @@
+"""Dense-prediction suites: ``seg_clean``, ``seg_corruptions`` (semantic segmentation, mIoU) and ``det_clean``,
+``det_corruptions`` (object detection, COCO box mAP).
+
+Segmentation under corruption follows Kamann & Rother ("Benchmarking the Robustness of Semantic Segmentation
+Models", CVPR 2020, arXiv:1908.05005) as SegFormer (arXiv:2105.15203) and FAN (arXiv:2204.12451) report it on
+Cityscapes-C: 16 corruptions (noise: Gaussian, shot, impulse, speckle; blur: defocus, glass, motion, Gaussian;
+digital: brightness, contrast, saturate, JPEG; weather: snow, spatter, fog, frost); the noise corruptions at
+severities 1–3, the others at 1–5; mIoU per corruption × severity, the mean over corruptions, and retention =
+mean corrupted mIoU / clean mIoU. Detection under corruption follows COCO-C (Michaelis et al., arXiv:1907.07484):
+the ImageNet-C corruptions on COCO val, box mAP per corruption × severity, mean and retention.
+
+Corruptions touch the image only, never the mask or the boxes. mIoU: :mod:`robustvit.metrics.dense` (one
+confusion matrix over the data set, as mmseg); mAP: ``pycocotools``' COCOeval.
+
+Options (``seg_corruptions:corruptions=noise:severities=1+3``):
+
+* ``corruptions``: ``cityscapes_c`` (seg default, the 16 above), ``benchmark`` (det default, ImageNet-C's 15), a
+  corruption group or ``+``-separated names;
+* ``severities``: ``1-5`` (default); ``noise_severities``: the severities of the noise corruptions in the
+  segmentation suite (default ``1-3``, SegFormer's practice; ``all`` = ``severities``);
+* ``preset``: corruption parameter table (``imagenet`` / ``cifar``; default by image size);
+* ``source``: a stored tree ``DIR/<corruption>/<severity>/<relative image path>`` read instead of corrupting
+  (Cityscapes-C / COCO-C style, see ``robustvit.data.dense``);
+* ``limit``: number of images.
+
+Results (``suites.<key>``) — segmentation: ``miou`` / ``pixel_accuracy`` ``[name][severity]``,
+``clean_miou``, ``clean_pixel_accuracy``, ``clean_mean_accuracy``, ``clean_iou`` (per class), ``class_names``,
+``corruption_miou[name]`` (mean over its severities), ``category_miou`` (noise/blur/digital/weather),
+``severity_miou[s]``, ``mean_miou``, ``retention``; detection: ``map`` / ``map_50`` ``[name][severity]``,
+``clean_map``, ``clean_map_50``, ``clean_stats`` (COCOeval's 12 numbers), ``corruption_map[name]``,
+``mean_map``, ``retention``; both: ``severities``, ``corruptions``, ``source``, ``num_images``.
+
+From Python (any model, no CLI): :func:`evaluate_dense`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robustvit.corruptions import corrupt
+from robustvit.corruptions.params import parse_corruptions, parse_severities, resolve_preset
+from robustvit.data import ImageDataset, create_dataset, dataset_for_model
+from robustvit.data.dense import (StoredCorruptions, coco_ground_truth, detection_images, image_ids, relpaths)
+from robustvit.errors import RobustvitError
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, create_suite, register_suite
+from robustvit.metrics.corruption import mean_or_none, retention
+from robustvit.metrics.dense import coco_box_map, confusion_matrix, segmentation_scores
+from robustvit.models.segmenter import ARCHITECTURE as _SEGMENTER  # noqa: F401  (registers segmentation_net with timm)
+from robustvit.utils import derive_seed, sum_stats
+
+CLEAN = "clean"
+#: Cityscapes-C (Kamann & Rother 2020) as SegFormer / FAN report it, by category.
+CITYSCAPES_C_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "noise": ("gaussian_noise", "shot_noise", "impulse_noise", "speckle_noise"),
+    "blur": ("defocus_blur", "glass_blur", "motion_blur", "gaussian_blur"),
+    "digital": ("brightness", "contrast", "saturate", "jpeg_compression"),
+    "weather": ("snow", "spatter", "fog", "frost"),
+}
+CITYSCAPES_C: tuple[str, ...] = tuple(n for g in CITYSCAPES_C_CATEGORIES.values() for n in g)
+SEG_NOISE = CITYSCAPES_C_CATEGORIES["noise"]
+#: Corruptions that move pixels: the (unchanged) mask no longer lines up exactly.
+GEOMETRIC = ("elastic_transform",)
+
+
+def _base(ds: Any) -> Any:
+    """The data set under a ``ResizedDataset`` (which resizes images only)."""
+    while hasattr(ds, "ds") and not hasattr(ds, "get_masks") and not hasattr(ds, "get_targets"):
+        ds = ds.ds
+    return ds
+
+
+class _IndexView(ImageDataset):
+    """The runner's view of a detection data set: placeholder images (each unit reads its own, at native size)."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds, self.classes, self.spec = ds, list(ds.classes), ds.spec
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return torch.zeros(3, 1, 1), 0
+
+    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.zeros(len(index), 3, 1, 1), torch.zeros(len(index), dtype=torch.long)
+
+
+class _DenseCorruptions(Suite):
+    """Shared option handling: corruptions × severities (+ clean), in memory or from a stored tree."""
+
+    default_corruptions = "benchmark"
+    corrupted = True
+    option_names = ("corruptions", "severities", "preset", "source")
+
+    def __init__(self, limit: int | None = None, **options: Any) -> None:
+        super().__init__(limit, **options)
+        if self.max_images is not None and self.max_images < 1:
+            raise RobustvitError(f"limit must be >= 1, got {self.max_images}")
+        spec = options.get("corruptions", self.default_corruptions)
+        self.names = list(CITYSCAPES_C) if spec == "cityscapes_c" else parse_corruptions(spec)
+        self.severities = parse_severities(options.get("severities", "1-5"))
+        self.preset = options.get("preset")
+        if self.preset is not None:
+            resolve_preset(self.preset, 0, 0)
+        self.source = options.get("source")
+        self._src = StoredCorruptions(self.source) if self.source is not None else None
+        if self._src is not None:
+            if self.preset is not None:
+                raise RobustvitError("source= reads stored images: preset= does not apply; drop it")
+            if "corruptions" not in options:
+                self.names = [n for n in self.names if n in self._src.corruptions]
+
+    def severities_of(self, name: str) -> list[int]:
+        return list(self.severities)
+
+    def units(self) -> list[tuple[str, int]]:
+        return [(n, s) for n in self.names for s in self.severities_of(n)]
+
+    def parts(self, ctx: EvalContext) -> list[str]:
+        if not self.corrupted:
+            return [CLEAN]
+        if self._src is not None:
+            for n, s in self.units():
+                self._src.check(n, s)
+        return [CLEAN] + [f"{n}/{s}" for n, s in self.units()]
+
+    def _corrupt(self, x: torch.Tensor, part: str, gen: torch.Generator) -> torch.Tensor:
+        name, sev = part.rsplit("/", 1)
+        return corrupt(x, name, int(sev), generator=gen, preset=self.preset)
+
+    def _common(self, n: int) -> dict[str, Any]:
+        return {"severities": list(self.severities), "corruptions": list(self.names) if self.corrupted else [],
+                "source": None if self.source is None else str(Path(self.source)), "num_images": int(n),
+                "preset": self.preset}
+
+
+# ------------------------------------------------------------------------------------------ segmentation
+class _Segmentation(_DenseCorruptions):
+    default_corruptions = "cityscapes_c"
+    option_names = ("corruptions", "severities", "noise_severities", "preset", "source")
+
+    def __init__(self, limit: int | None = None, **options: Any) -> None:
+        super().__init__(limit, **options)
+        ns = options.get("noise_severities", "1-3")
+        self.noise_severities = list(self.severities) if ns == "all" else [
+            s for s in parse_severities(ns) if s in self.severities]
+
+    def severities_of(self, name: str) -> list[int]:
+        return self.noise_severities if name in SEG_NOISE else list(self.severities)
+
+    def _masks(self, ctx: EvalContext, index: torch.Tensor) -> torch.Tensor:
+        ds = _base(ctx.dataset)
+        if not getattr(ds, "has_masks", False):
+            raise RobustvitError(f"{self.name} needs masks: use a segmentation data set (synthshapes:test,masks=1, "
+                                 "cityscapes:ROOT, ade20k:ROOT)")
+        return ds.get_masks(index.cpu()).to(ctx.device)
+
+    def _images(self, ctx: EvalContext, part: str, batch: Batch) -> torch.Tensor:
+        if part == CLEAN:
+            return batch.x
+        if self._src is None:
+            return self._corrupt(batch.x, part, batch.generator)
+        name, sev = part.rsplit("/", 1)
+        ds = _base(ctx.dataset)
+        rel = relpaths(ds)
+        ims = self._src.images(name, int(sev), [rel[i] for i in batch.index.tolist()], getattr(ds, "size", None))
+        return torch.stack(ims).to(ctx.device)
+
+    @torch.no_grad()
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        x = self._images(ctx, part, batch)
+        masks = self._masks(ctx, batch.index)
+        logits = ctx.model(x)
+        if logits.ndim != 4:
+            raise RobustvitError(f"{self.name} needs a segmentation model ((N, K, H, W) logits), got output "
+                                 f"{tuple(logits.shape)}; train one with robustvit train --task segment")
+        if logits.shape[-2:] != masks.shape[-2:]:
+            logits = F.interpolate(logits, size=masks.shape[-2:], mode="bilinear", align_corners=False)
+        k = int(logits.shape[1])
+        conf = confusion_matrix(logits.argmax(1), masks, k).flatten().cpu()
+        nz = conf.nonzero().flatten().tolist()
+        return {"n": int(len(x)), "confusion": {str(i): int(conf[i]) for i in nz}}
+
+    @staticmethod
+    def scores(stat: dict[str, Any] | None, k: int) -> dict[str, Any] | None:
+        if not stat or not stat.get("n"):
+            return None
+        conf = torch.zeros(k * k, dtype=torch.long)
+        for i, v in stat["confusion"].items():
+            conf[int(i)] = int(v)
+        return segmentation_scores(conf.view(k, k))
+
+    def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        k = int(ctx.num_classes)
+        clean = self.scores(stats.get(CLEAN), k)
+        out: dict[str, Any] = {
+            "clean_miou": clean and clean["miou"], "clean_pixel_accuracy": clean and clean["pixel_accuracy"],
+            "clean_mean_accuracy": clean and clean["mean_accuracy"], "clean_iou": clean and clean["iou"],
+            "class_names": list(getattr(ctx.dataset, "classes", [])) or None}
+        n = max((int(s.get("n", 0)) for s in stats.values()), default=0)
+        if not self.corrupted:
+            return {**out, **self._common(n)}
+        miou: dict[str, dict[str, float | None]] = {}
+        pacc: dict[str, dict[str, float | None]] = {}
+        for name in self.names:
+            miou[name], pacc[name] = {}, {}
+            for s in self.severities_of(name):
+                r = self.scores(stats.get(f"{name}/{s}"), k)
+                miou[name][str(s)] = r and r["miou"]
+                pacc[name][str(s)] = r and r["pixel_accuracy"]
+        per_corr = {nm: mean_or_none(list(v.values())) if v else None for nm, v in miou.items()}
+        mean = mean_or_none([v for v in per_corr.values()])
+        cats = {c: mean_or_none([per_corr[nm] for nm in names if nm in per_corr])
+                for c, names in CITYSCAPES_C_CATEGORIES.items() if any(nm in per_corr for nm in names)}
+        per_sev = {str(s): mean_or_none([miou[nm][str(s)] for nm in self.names if str(s) in miou[nm]])
+                   for s in self.severities if any(str(s) in miou[nm] for nm in self.names)}
+        return {**out, "miou": miou, "pixel_accuracy": pacc, "corruption_miou": per_corr, "category_miou": cats,
+                "severity_miou": per_sev, "mean_miou": mean, "retention": retention(mean, out["clean_miou"]),
+                "noise_severities": list(self.noise_severities),
+                "misaligned_corruptions": [nm for nm in self.names if nm in GEOMETRIC], **self._common(n)}
+
+
+@register_suite
+class SegClean(_Segmentation):
+    name = "seg_clean"
+    description = "semantic segmentation: mIoU, pixel accuracy, per-class IoU on clean images"
+    corrupted = False
+    option_names = ()
+
+
+@register_suite
+class SegCorruptions(_Segmentation):
+    name = "seg_corruptions"
+    description = "segmentation under corruption (Cityscapes-C style): mIoU per corruption × severity, mean, retention"
+
+
+# ------------------------------------------------------------------------------------------ detection
+class _Detection(_DenseCorruptions):
+    def dataset(self, ctx: EvalContext) -> ImageDataset | None:
+        ds = _base(ctx.dataset)
+        if not getattr(ds, "has_boxes", False):
+            raise RobustvitError(f"{self.name} needs boxes: use a detection data set (coco:ROOT, "
+                                 "synthshapes:test,boxes=1)")
+        return _IndexView(ds)
+
+    def _images(self, ctx: EvalContext, part: str, batch: Batch) -> list[torch.Tensor]:
+        ds = _base(ctx.dataset)
+        idx = batch.index.cpu()
+        if part != CLEAN and self._src is not None:
+            name, sev = part.rsplit("/", 1)
+            rel = relpaths(ds)
+            return [im.to(ctx.device) for im in self._src.images(name, int(sev), [rel[i] for i in idx.tolist()], None)]
+        ims = [im.to(ctx.device) for im in detection_images(ds, idx)]
+        if part == CLEAN:
+            return ims
+        if len({tuple(im.shape) for im in ims}) == 1:
+            return list(self._corrupt(torch.stack(ims), part, batch.generator))
+        return [self._corrupt(im[None], part, batch.generator)[0] for im in ims]
+
+    @torch.no_grad()
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        ims = self._images(ctx, part, batch)
+        out = ctx.model(ims)
+        if not isinstance(out, (list, tuple)) or (out and not isinstance(out[0], dict)):
+            raise RobustvitError(f"{self.name} needs a detection model (a list of dicts with boxes/labels/scores "
+                                 "per image): robustvit.dense.create_detector('fasterrcnn_resnet50_fpn')")
+        dets: dict[str, list[list[float]]] = {}
+        for i, o in zip(batch.index.tolist(), out):
+            b = o["boxes"].detach().float().cpu()
+            wh = b[:, 2:] - b[:, :2]
+            rows = torch.cat([b[:, :2], wh, o["scores"].detach().float().cpu()[:, None],
+                              o["labels"].detach().float().cpu()[:, None]], 1)
+            dets[str(i)] = [[round(v, 3) for v in r[:4]] + [round(r[4], 5), int(r[5])] for r in rows.tolist()]
+        return {"n": len(ims), "detections": dets}
+
+    @staticmethod
+    def scores(ds: Any, stat: dict[str, Any] | None) -> dict[str, Any] | None:
+        if not stat or not stat.get("n"):
+            return None
+        pos = sorted(int(i) for i in stat["detections"])
+        index = torch.tensor(pos, dtype=torch.long)
+        gt = coco_ground_truth(ds, index)
+        ids = image_ids(ds, index)
+        dts = [{"image_id": iid, "category_id": int(d[5]), "bbox": d[:4], "score": float(d[4])}
+               for p, iid in zip(pos, ids) for d in stat["detections"][str(p)]]
+        return coco_box_map(gt, dts)
+
+    def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        ds = _base(ctx.dataset)
+        clean = self.scores(ds, stats.get(CLEAN))
+        n = max((int(s.get("n", 0)) for s in stats.values()), default=0)
+        out: dict[str, Any] = {"clean_map": clean and clean["map"], "clean_map_50": clean and clean["map_50"],
+                               "clean_map_75": clean and clean["map_75"], "clean_stats": clean and clean["stats"]}
+        if not self.corrupted:
+            return {**out, **self._common(n)}
+        m: dict[str, dict[str, float | None]] = {}
+        m50: dict[str, dict[str, float | None]] = {}
+        for name in self.names:
+            m[name], m50[name] = {}, {}
+            for s in self.severities:
+                r = self.scores(ds, stats.get(f"{name}/{s}"))
+                m[name][str(s)], m50[name][str(s)] = r and r["map"], r and r["map_50"]
+        per_corr = {nm: mean_or_none(list(v.values())) for nm, v in m.items()}
+        mean = mean_or_none(list(per_corr.values()))
+        return {**out, "map": m, "map_50": m50, "corruption_map": per_corr, "mean_map": mean,
+                "retention": retention(mean, out["clean_map"]), **self._common(n)}
+
+
+@register_suite
+class DetClean(_Detection):
+    name = "det_clean"
+    description = "object detection: COCO box mAP (pycocotools) on clean images"
+    corrupted = False
+    option_names = ()
+
+
+@register_suite
+class DetCorruptions(_Detection):
+    name = "det_corruptions"
+    description = "detection under corruption (COCO-C style): box mAP per corruption × severity, mean, retention"
+
+
+# ------------------------------------------------------------------------------------------ from Python
+def evaluate_dense(model: nn.Module, data: str | ImageDataset, suites: list[str], *, batch_size: int = 32,
+                   limit: int | None = None, seed: int = 0, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Run dense suites on ``model`` (a segmentation model or a :class:`robustvit.models.detection.Detector`)
+    without the unit store: {suite key: result}. Units are seeded as in ``robustvit eval`` (run seed, suite key, part,
+    chunk), so the numbers match a CLI run with the same ``--seed``, ``--batch-size`` and ``--limit``.
+
+    >>> evaluate_dense(create_segmenter("vit_cifar_micro", 11), "synthshapes:test,masks=1", ["seg_clean"],
+    ...                limit=8)["seg_clean"]["num_images"]                                   # doctest: +SKIP
+    8
+    """
+    device = torch.device(device)
+    model = model.to(device).eval()
+    spec = getattr(model, "spec", None)
+    if isinstance(data, str):
+        detector = spec is None or spec.family == "detector"
+        dataset = create_dataset(data) if detector else dataset_for_model(data, spec)
+        data_spec = data
+    else:
+        dataset, data_spec = data, getattr(data, "spec", "")
+    ctx = EvalContext(model=model, model_name=getattr(spec, "architecture", "model"), models={"model": model},
+                      data_spec=data_spec, dataset=dataset, num_classes=int(getattr(spec, "num_classes", 0) or
+                                                                             dataset.num_classes),
+                      device=device, seed=seed)
+    results: dict[str, Any] = {}
+    for key in suites:
+        suite = create_suite(key)
+        ds = suite.dataset(ctx) or dataset
+        n = len(ds) if limit is None else min(limit, len(ds))
+        n = n if suite.max_images is None else min(n, suite.max_images)
+        parts = suite.parts(ctx)
+        acc: dict[str, list[dict[str, Any]]] = {p: [] for p in parts}
+        for c in range(math.ceil(n / batch_size)):
+            idx = torch.arange(c * batch_size, min(n, (c + 1) * batch_size))
+            x, y = ds.get_batch(idx)
+            x, y = x.to(device), y.to(device)
+            for p in parts:
+                gen = torch.Generator(device=device)
+                gen.manual_seed(derive_seed(seed, suite.key, p, c))
+                acc[p].append(suite.run(ctx, p, Batch(x, y, idx, gen)))
+        results[suite.key] = suite.finalize(ctx, {p: sum_stats(v) for p, v in acc.items()})
+    return results
+
+
+__all__ = ["CITYSCAPES_C", "CITYSCAPES_C_CATEGORIES", "DetClean", "DetCorruptions", "SegClean", "SegCorruptions",
+           "evaluate_dense"]
