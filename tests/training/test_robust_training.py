@@ -97,7 +97,7 @@ def test_best_epoch_selection_on_robust_validation(tmp_path):
 
 
 def test_recipes_are_valid_configs():
-    assert list_recipes() == ["afat", "deit", "light-at", "trades-finetune"]
+    assert list_recipes() == ["afat", "deit", "light-at", "mpp", "trades-finetune"]
     for name, recipe in RECIPES.items():
         TrainConfig.from_dict({"recipe": name, "model": "m", "data": "d", "out": "o"})
         assert set(recipe.settings) <= TrainConfig.field_names()

@@ -50,6 +50,7 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
     ``limit`` / ``subset_method`` / ``subset`` (a file of indices or relative paths) / ``subset_seed`` (default
     ``seed``) choose the images; ``class_map`` maps a model's classes onto the data's."""
     from robustvit.analysis import check_family, family_of, get_analysis
+    from robustvit.models.factory import RANDOM_LABEL, is_comparable
 
     specs = [s for s in (names.split(",") if isinstance(names, str) else names) if s.strip()]
     if not specs:
@@ -102,6 +103,8 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                 notes.append(f"{n} images (the paper used {paper})")
             if a.needs_data and subset_note:
                 notes.append(subset_note)
+            if not is_comparable(model):
+                notes.append(RANDOM_LABEL["note"])
             head = {"analysis": a.name, "model": model_name, "family": family, "data": data_spec,
                     "num_images": res.pop("num_images", n), "subset": subset_record if a.needs_data else None,
                     "seed": seed, "batch_size": batch_size, "options": opts,

@@ -28,7 +28,7 @@ from robustvit.evaluate.store import ResultStore
 from robustvit.evaluate.suites import Batch, EvalContext, Suite, create_suite
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
-from robustvit.models.factory import warn_if_random
+from robustvit.models.factory import RANDOM_LABEL, is_comparable, warn_if_random
 from robustvit.utils import derive_seed, resolve_device, sum_stats
 
 RESULTS_FILE = "results.json"
@@ -337,8 +337,8 @@ def comparability_notes(ctx: EvalContext, suites: list[Suite], keys: list[str]) 
         note = getattr(suite, "subset_note", None)
         if note and note != run_note:
             notes.append(f"{key}: {note}")
-    if getattr(ctx.model, "weights", {}).get("source") == "random":
-        notes.append("random weights: the model was not trained (no --pretrained, --weights or checkpoint)")
+    if not is_comparable(ctx.model):
+        notes.append(RANDOM_LABEL["note"])
     return notes
 
 

@@ -3,6 +3,7 @@
 
 from robustvit.models.factory import (create_model, is_checkpoint_dir, list_models, load_checkpoint,
                                       save_checkpoint)
+from robustvit.models import segmenter as _segmenter  # noqa: F401  (registers segmentation_net with timm)
 from robustvit.models.spec import ModelSpec
 from robustvit.models.wrapper import Normalized
 
