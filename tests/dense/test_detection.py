@@ -44,3 +44,24 @@ def test_detector_through_det_suites(detector) -> None:
     res = r["det_corruptions:corruptions=gaussian_noise:severities=3"]
     assert res["num_images"] == 4 and 0.0 <= res["clean_map"] <= 1.0 and len(res["clean_stats"]) == 12
     assert set(res["map"]) == {"gaussian_noise"}
+
+
+def test_eval_cli_builds_a_torchvision_detector(tmp_path) -> None:
+    """`robustvit eval --model tv:NAME` evaluates a torchvision detector (random weights: the data's class
+    count, labelled not comparable) with the numbers of ``evaluate_dense`` on the same model."""
+    pytest.importorskip("pycocotools")
+    from robustvit.evaluate.runner import EvalConfig, run_eval
+
+    name, data = "fasterrcnn_mobilenet_v3_large_320_fpn", "synthshapes:test,count=2,boxes=1"
+    torch.manual_seed(0)
+    res = run_eval(EvalConfig(models=[f"tv:{name}"], data=data, suites=["det_clean"], out=str(tmp_path),
+                              progress=False))[f"tv:{name}"]
+    assert res["comparable"] is False and any("random weights" in n for n in res["notes"])
+    torch.manual_seed(0)
+    det = create_detector(name, num_classes=11)
+    assert det.spec.num_classes == 11
+    direct = evaluate_dense(det, data, ["det_clean"], batch_size=128)["det_clean"]
+    assert res["suites"]["det_clean"]["clean_stats"] == direct["clean_stats"]
+    with pytest.raises(RobustvitError, match="--weights"):
+        run_eval(EvalConfig(models=[f"tv:{name}"], data=data, suites=["det_clean"], out=str(tmp_path / "w"),
+                            weights="x.pth", progress=False))

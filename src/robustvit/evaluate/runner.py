@@ -17,10 +17,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.utils.data import DataLoader
 
 import robustvit
-from robustvit.data import UNREADABLE, ImageDataset, Resize, dataset_for_model, model_resize
+from robustvit.data import UNREADABLE, ImageDataset, Resize, create_dataset, dataset_for_model, model_resize
 from robustvit.data.classmap import load_class_map, match_classes as _match_classes
 from robustvit.data.subset import Subset, make_subset
 from robustvit.errors import RobustvitError
@@ -81,8 +82,11 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
         raise RobustvitError("--weights FILE applies to one model; evaluate the models one at a time")
     models: dict[str, Normalized] = {}
     for name in cfg.models:
-        m = create_model(name, pretrained=cfg.pretrained and not is_checkpoint_dir(name),
-                         checkpoint=cfg.weights).to(device).eval()
+        if name.startswith(DETECTOR_PREFIX):
+            m = _detector(name, cfg).to(device).eval()
+        else:
+            m = create_model(name, pretrained=cfg.pretrained and not is_checkpoint_dir(name),
+                             checkpoint=cfg.weights).to(device).eval()
         warn_if_random(name, m)
         key = model_dir_name(name, m)
         if key in models:
@@ -90,9 +94,10 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
         models[key] = m
     datasets: dict[Resize, ImageDataset] = {}       # one per preprocessing: models with the same one share it
     for key, m in models.items():
-        resize = model_resize(m.spec)
+        resize = _data_key(m)
         if resize not in datasets:
-            datasets[resize] = dataset_for_model(cfg.data, m.spec, strict=cfg.strict)
+            datasets[resize] = (create_dataset(cfg.data, strict=cfg.strict) if resize is None
+                                else dataset_for_model(cfg.data, m.spec, strict=cfg.strict))
         match_classes(key, m, datasets[resize], cfg)
     if len(datasets) > 1 and any(s.name == "transfer" for s in suites):
         seen = ", ".join(f"{r.size}px crop_pct {r.crop_pct} {r.interpolation}" for r in datasets)
@@ -105,7 +110,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     multi = len(models) > 1
     results: dict[str, dict[str, Any]] = {}
     for key, model in models.items():
-        dataset = datasets[model_resize(model.spec)]
+        dataset = datasets[_data_key(model)]
         out = Path(cfg.out) / key if multi else Path(cfg.out)
         ctx = EvalContext(model=model, model_name=key, models=models, data_spec=cfg.data, dataset=dataset,
                           num_classes=model.spec.num_classes, device=device, seed=cfg.seed, options=cfg.options,
@@ -128,6 +133,24 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     if world > 1:
         dist.barrier()
     return results
+
+
+DETECTOR_PREFIX = "tv:"
+
+
+def _detector(name: str, cfg: EvalConfig) -> nn.Module:
+    """``tv:NAME``: a torchvision detector (the ``det_*`` suites); random weights get the data's class count."""
+    from robustvit.models.detection import create_detector
+
+    if cfg.weights is not None:
+        raise RobustvitError(f"--weights does not apply to the torchvision detector {name}; use --pretrained")
+    k = None if cfg.pretrained else create_dataset(cfg.data).num_classes
+    return create_detector(name[len(DETECTOR_PREFIX):], pretrained=cfg.pretrained, num_classes=k)
+
+
+def _data_key(model: nn.Module) -> Resize | None:
+    """How a model reads the data: its own preprocessing, or (None) images at their native size (detectors)."""
+    return None if model.spec.family == "detector" else model_resize(model.spec)
 
 
 def match_classes(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalConfig) -> None:

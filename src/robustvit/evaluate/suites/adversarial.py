@@ -160,8 +160,8 @@ class AttackSuite(Suite):
 
     def maybe_save(self, ctx: EvalContext, batch: Batch, x: torch.Tensor, x_adv: torch.Tensor,
                    clean_ok: torch.Tensor) -> int:
-        """Save the images with data-set index < ``save``; those misclassified before the attack (not
-        attacked for the statistics) are attacked separately, for the picture only."""
+        """Save the suite's first ``save`` images (files named by their data-set index); those misclassified
+        before the attack (not attacked for the statistics) are attacked separately, for the picture only."""
         n_save = int(self.options.get("save", 0))
         sel = (batch.index < n_save).to(x.device)
         if n_save <= 0 or ctx.out_dir is None or not bool(sel.any()):
@@ -173,7 +173,7 @@ class AttackSuite(Suite):
             x_adv[extra] = atk(x[extra], batch.y[extra])
         linf = getattr(atk, "bounded", False) and atk.norm == "linf" and atk.eps > 0
         scale = atk.eps if linf else max(float((x_adv[sel] - x[sel]).abs().max()), 1e-12)
-        return save_examples(self.save_dir(ctx), batch.index[sel.cpu()], x[sel], x_adv[sel], scale)
+        return save_examples(self.save_dir(ctx), batch.ids[sel.cpu()], x[sel], x_adv[sel], scale)
 
     def save_dir(self, ctx: EvalContext) -> Path:
         assert ctx.out_dir is not None

@@ -169,13 +169,13 @@ class _Segmentation(_DenseCorruptions):
         name, sev = part.rsplit("/", 1)
         ds = _base(ctx.dataset)
         rel = relpaths(ds)
-        ims = self._src.images(name, int(sev), [rel[i] for i in batch.index.tolist()], getattr(ds, "size", None))
+        ims = self._src.images(name, int(sev), [rel[i] for i in batch.ids.tolist()], getattr(ds, "size", None))
         return torch.stack(ims).to(ctx.device)
 
     @torch.no_grad()
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         x = self._images(ctx, part, batch)
-        masks = self._masks(ctx, batch.index)
+        masks = self._masks(ctx, batch.ids)
         logits = ctx.model(x)
         if logits.ndim != 4:
             raise RobustvitError(f"{self.name} needs a segmentation model ((N, K, H, W) logits), got output "
@@ -251,7 +251,7 @@ class _Detection(_DenseCorruptions):
 
     def _images(self, ctx: EvalContext, part: str, batch: Batch) -> list[torch.Tensor]:
         ds = _base(ctx.dataset)
-        idx = batch.index.cpu()
+        idx = batch.ids.cpu()
         if part != CLEAN and self._src is not None:
             name, sev = part.rsplit("/", 1)
             rel = relpaths(ds)
@@ -271,7 +271,7 @@ class _Detection(_DenseCorruptions):
             raise RobustvitError(f"{self.name} needs a detection model (a list of dicts with boxes/labels/scores "
                                  "per image): robustvit.dense.create_detector('fasterrcnn_resnet50_fpn')")
         dets: dict[str, list[list[float]]] = {}
-        for i, o in zip(batch.index.tolist(), out):
+        for i, o in zip(batch.ids.tolist(), out):
             b = o["boxes"].detach().float().cpu()
             wh = b[:, 2:] - b[:, :2]
             rows = torch.cat([b[:, :2], wh, o["scores"].detach().float().cpu()[:, None],

@@ -42,7 +42,10 @@ def _headlines(name: str, a: dict[str, dict[str, Any]]) -> list[list[Any]]:
         rows.append([f"attention stability: mean cosine at {r['rho']:.0%} occlusion", r["mean"]])
     if "grouping" in a:
         r = a["grouping"]
-        rows.append(["grouping: significant eigenvalues, last block", r["significant_eigenvalues"][-1]])
+        if r.get("insignificant_eigenvalues"):     # FAN's Fig. 3 plots the insignificant ones
+            rows.append(["grouping: insignificant eigenvalues, last block", r["insignificant_eigenvalues"][-1]])
+        else:
+            rows.append(["grouping: significant eigenvalues, last block", r["significant_eigenvalues"][-1]])
     if "perturbation_semantics" in a:
         r = a["perturbation_semantics"]
         rows.append([f"perturbation semantics: top-1 / top-5 ({r['classifier']})", f"{r['top1']:.4f} / {r['top5']:.4f}"])
