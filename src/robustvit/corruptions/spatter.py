@@ -3,12 +3,19 @@
 The water variant shades the liquid blobs with an embossed, histogram-equalised distance-to-edge map. The
 reference builds it with OpenCV (Canny, distanceTransform, equalizeHist, filter2D, blur); here each step is
 a batched tensor operation with the same definition: Canny with Sobel L1 magnitude, 4-direction
-non-maximum suppression and hysteresis (50, 150); an exact Euclidean distance (OpenCV's ``DIST_L2`` with a
-5×5 mask is a chamfer approximation of it, off by at most about 2 %), truncated at 20 px.
+non-maximum suppression and hysteresis (50, 150); OpenCV's ``distanceTransform(DIST_L2, 5)``, which is the
+5×5 *chamfer* distance (steps 1, 1.4 and 2.1969 for a side, a diagonal and a knight's move), not the exact
+Euclidean one, truncated at 20 px. The difference matters: the distance is blurred and truncated to whole
+grey levels before the histogram equalisation, so the exact distance moves pixels between grey levels and
+shifts the shading (about +1 % of mean damage at 224 px, measured against ``imagecorruptions`` on the same
+liquid draws).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -58,26 +65,56 @@ def canny(img: torch.Tensor, low: float = 50.0, high: float = 150.0, max_hystere
     return edges
 
 
-def edge_distance(edges: torch.Tensor, cap: int = 20) -> torch.Tensor:
-    """Euclidean distance (N, 1, H, W) from every pixel to the nearest edge pixel, capped at ``cap``.
+#: OpenCV's 5×5 chamfer steps for ``DIST_L2`` (a side, a diagonal, a knight's move), as float32 like its tables.
+CHAMFER_STEPS: tuple[float, float, float] = (1.0, 1.4, 2.1969)
 
-    Exact (within the cap): the distance along each row by running maxima of edge positions, then
-    D² = min_k (row(y + k)² + k²) over |k| ≤ cap.
+
+def chamfer_norm(dx: int, dy: int) -> float:
+    """Length of the cheapest path of 5×5 chamfer steps covering the offset (dx, dy), as OpenCV returns it.
+
+    With u = max(|dx|, |dy|) and v = min(|dx|, |dy|): u − 2v side steps and v knight's moves when u ≥ 2v,
+    else 2v − u diagonals and u − v knight's moves (Borgefors 1986). The steps are float32 numbers summed in
+    float32, sides or diagonals first, then knight's moves. OpenCV (its IPP kernel) sums along the path its
+    two raster scans find, so a few pixels get the same length rounded one float32 step (~1e-6) the other way.
+    """
+    a, b, c = (np.float32(s) for s in CHAMFER_STEPS)
+    u, v = max(abs(dx), abs(dy)), min(abs(dx), abs(dy))
+    steps = [a] * (u - 2 * v) + [c] * v if u >= 2 * v else [b] * (2 * v - u) + [c] * (u - v)
+    total = np.float32(0)
+    for step in steps:
+        total = np.float32(total + step)
+    return float(total)
+
+
+@lru_cache(maxsize=8)
+def _chamfer_table(cap: int) -> torch.Tensor:
+    """(cap + 1, cap + 2) float32: [k, r] = chamfer length of the offset (r, k), r = cap + 1 meaning "far"."""
+    return torch.tensor([[chamfer_norm(r, k) for r in range(cap + 2)] for k in range(cap + 1)], dtype=torch.float32)
+
+
+def edge_distance(edges: torch.Tensor, cap: int = 20) -> torch.Tensor:
+    """OpenCV ``distanceTransform(~edges, DIST_L2, 5)`` (N, 1, H, W), capped at ``cap`` (float32).
+
+    The chamfer length grows with |dx| at a fixed |dy|, so the nearest edge pixel of each row suffices: the
+    horizontal distance to it along every row (running maxima of edge positions), then
+    D = min_k chamfer(row(y + k), k) over |k| ≤ cap, read from a small table. Every chamfer length is ≥ the
+    larger of |dx| and |dy|, so offsets beyond ``cap`` never fall under it.
     """
     n, _, h, w = edges.shape
-    big = float(cap + 1)
+    big = cap + 1
     pos = torch.arange(w, device=edges.device, dtype=torch.float32).expand_as(edges[..., :])
     far = torch.full_like(pos, -1e6)
     left = torch.where(edges, pos, far).cummax(-1).values
     right = torch.where(edges.flip(-1), pos, far).cummax(-1).values     # the same, right to left (flipped)
-    row = torch.minimum(pos - left, (pos - right).flip(-1)).clamp_max(big)
-    sq = F.pad(row * row, (0, 0, cap, cap), value=big * big)
-    best = sq[..., cap:cap + h, :].clone()
+    row = torch.minimum(pos - left, (pos - right).flip(-1)).clamp_max(big).long()
+    row = F.pad(row, (0, 0, cap, cap), value=big)
+    table = _chamfer_table(cap).to(edges.device)
+    best = table[0][row[..., cap:cap + h, :]]
     for k in range(1, cap + 1):
-        kk = float(k * k)
-        torch.minimum(best, sq[..., cap + k:cap + k + h, :] + kk, out=best)
-        torch.minimum(best, sq[..., cap - k:cap - k + h, :] + kk, out=best)
-    return best.sqrt().clamp_max(float(cap))
+        tk = table[k]
+        torch.minimum(best, tk[row[..., cap + k:cap + k + h, :]], out=best)
+        torch.minimum(best, tk[row[..., cap - k:cap - k + h, :]], out=best)
+    return best.clamp_max(float(cap))
 
 
 def equalize_hist(img: torch.Tensor) -> torch.Tensor:
