@@ -5,7 +5,7 @@ Never imported by robustvit. The benchmarks call it in a subprocess and exchange
     python _ref_corruptions.py images --out photos.npy            # scikit-image sample photos, 224 px
     python _ref_corruptions.py corrupt --images x.npy --names fog,snow --repeats 2 --seed 0 --out y.npz
     python _ref_corruptions.py time --images x.npy --names fog --n 2 --out t.json
-    python _ref_corruptions.py replay --images x.npy --names frost,spatter --seed 0 --out r.npz   # draws + outputs
+    python _ref_corruptions.py replay --images x.npy --names frost,spatter --seed 0 --out r.npz  # + draws
     python _ref_corruptions.py fixtures --out tests/corruptions/fixtures/imagecorruptions_fixed_draws.npz
 
 Make the environment outside the repository:
@@ -121,6 +121,53 @@ def cmd_time(a: argparse.Namespace) -> None:
         json.dump(res, f)
 
 
+def _replay_one(img: np.ndarray, name: str, severity: int, rng: np.random.RandomState) -> tuple[np.ndarray, np.ndarray]:
+    """``imagecorruptions``' frost or spatter on one image with its draw taken from ``rng`` and returned:
+    frost ``(photo, top, left)``, spatter the standard-normal liquid field (H, W) behind ``np.random.normal``."""
+    from PIL import Image
+    from imagecorruptions import corruptions
+
+    _skimage_compat()
+    if name == "spatter":
+        z = rng.standard_normal(img.shape[:2])
+        normal = np.random.normal
+        np.random.normal = lambda size, loc, scale: z * scale + loc                      # noqa: E731
+        try:
+            y = corruptions.spatter(Image.fromarray(img), severity)
+        finally:
+            np.random.normal = normal
+        return np.uint8(y), z
+    if name != "frost":
+        raise SystemExit(f"replay knows frost and spatter, not {name}")
+    picks: list[int] = []
+    randint = np.random.randint
+
+    def record(low, high=None, size=None):  # noqa: ANN001, ANN202
+        v = rng.randint(low, high) if high is not None else rng.randint(low)
+        picks.append(int(v))
+        return v
+
+    np.random.randint = record
+    try:
+        y = corruptions.frost(img, severity)
+    finally:
+        np.random.randint = randint
+    return np.uint8(y), np.array(picks)
+
+
+def cmd_replay(a: argparse.Namespace) -> None:
+    """Outputs and the draws behind them, so robustvit can be run on the very same draws."""
+    imgs = np.load(a.images)
+    rng = np.random.RandomState(a.seed)
+    out = {}
+    for name in a.names.split(","):
+        for sev in range(1, 6):
+            pairs = [_replay_one(im, name, sev, rng) for _ in range(a.repeats) for im in imgs]
+            out[f"{name}/{sev}"] = np.stack([y for y, _ in pairs])            # (repeats·N, H, W, 3) uint8
+            out[f"{name}/{sev}/draw"] = np.stack([d for _, d in pairs])
+    np.savez_compressed(a.out, **out)
+
+
 def _fixture_image(size: int) -> np.ndarray:
     """A smooth uint8 RGB test image with a bright disc (the one tests/corruptions/test_spatter.py rebuilds)."""
     yy, xx = np.mgrid[0:size, 0:size] / size
@@ -201,6 +248,13 @@ def main() -> None:
     i.add_argument("--size", type=int, default=224)
     i.add_argument("--out", required=True)
     i.set_defaults(func=cmd_images)
+    r = sub.add_parser("replay")
+    r.add_argument("--images", required=True)
+    r.add_argument("--names", default="frost,spatter")
+    r.add_argument("--repeats", type=int, default=1)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--out", required=True)
+    r.set_defaults(func=cmd_replay)
     f = sub.add_parser("fixtures")
     f.add_argument("--out", required=True)
     f.set_defaults(func=cmd_fixtures)

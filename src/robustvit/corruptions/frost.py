@@ -137,21 +137,31 @@ def _scaled_photos(folder: str, scale: float, zoom: float, height: int, width: i
     return stack, torch.tensor([p.shape[1:] for p in scaled])
 
 
+def photo_crops(folder: Path, photo: torch.Tensor, top_left: torch.Tensor, height: int, width: int, *,
+                scale: float = 1.0, zoom: float = 1.0) -> torch.Tensor:
+    """Crops (n, 3, H, W) in [0, 1] (CPU) of the resized photographs: photo ``photo[i]`` (index into
+    :data:`FROST_FILES`) from row, column ``top_left[i]``, one batched gather."""
+    stack, _ = _scaled_photos(str(folder), float(scale), float(zoom), int(height), int(width))
+    photo, top_left = photo.long().cpu(), top_left.long().cpu()
+    rows = top_left[:, :1] + torch.arange(height)                            # (n, H)
+    cols = top_left[:, 1:] + torch.arange(width)                             # (n, W)
+    texture = stack.permute(0, 2, 3, 1)[photo[:, None, None], rows[:, :, None], cols[:, None, :]]
+    return texture.permute(0, 3, 1, 2).contiguous()
+
+
 def photo_frost(n: int, height: int, width: int, generator: torch.Generator, folder: Path, *,
                 scale: float = 1.0, zoom: float = 1.0) -> dict[str, torch.Tensor]:
     """Crops of the frost photographs in ``folder`` resized by :func:`photo_scale`: one photo (uniform over
     the five) and a uniform position per image. Returns ``photo`` (n,), ``top_left`` (n, 2) and ``texture``
     (n, 3, H, W) (CPU)."""
-    stack, sizes = _scaled_photos(str(folder), float(scale), float(zoom), int(height), int(width))
+    _, sizes = _scaled_photos(str(folder), float(scale), float(zoom), int(height), int(width))
     g = generator
     photo = torch.randint(0, len(FROST_FILES), (n,), generator=g, device=g.device).cpu()
     u = torch.rand((n, 2), generator=g, device=g.device, dtype=torch.float64).cpu()
     room = (sizes[photo] - torch.tensor([height, width])).clamp_min(1)     # randint(0, size − side)
     top_left = (u * room).floor().long()
-    rows = top_left[:, :1] + torch.arange(height)                            # (n, H)
-    cols = top_left[:, 1:] + torch.arange(width)                             # (n, W)
-    texture = stack.permute(0, 2, 3, 1)[photo[:, None, None], rows[:, :, None], cols[:, None, :]]
-    return {"photo": photo, "top_left": top_left, "texture": texture.permute(0, 3, 1, 2).contiguous()}
+    texture = photo_crops(folder, photo, top_left, height, width, scale=scale, zoom=zoom)
+    return {"photo": photo, "top_left": top_left, "texture": texture}
 
 
 def _standardise(t: torch.Tensor) -> torch.Tensor:

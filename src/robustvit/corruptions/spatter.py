@@ -86,35 +86,59 @@ def chamfer_norm(dx: int, dy: int) -> float:
     return float(total)
 
 
+#: The chamfer steps in exact integer units of 10⁻⁴ (1, 1.4, 2.1969 have four decimals): path lengths compare exactly.
+_UNITS = (10000, 14000, 21969)
+
+
 @lru_cache(maxsize=8)
-def _chamfer_table(cap: int) -> torch.Tensor:
-    """(cap + 1, cap + 2) float32: [k, r] = chamfer length of the offset (r, k), r = cap + 1 meaning "far"."""
-    return torch.tensor([[chamfer_norm(r, k) for r in range(cap + 2)] for k in range(cap + 1)], dtype=torch.float32)
+def _chamfer_values(cap: int) -> torch.Tensor:
+    """float32 (cap·10⁴ + 1,): the length OpenCV reports for a path of exact length ``key``·10⁻⁴ (the smallest
+    of its float32 sums when several step mixes tie), for the keys of offsets within ``cap``."""
+    values = (torch.arange(cap * _UNITS[0] + 1, dtype=torch.float64) / _UNITS[0]).to(torch.float32)
+    a, b, c = _UNITS
+    seen: set[int] = set()
+    for u in range(cap + 1):
+        for v in range(u + 1):
+            key = (u - 2 * v) * a + v * c if u >= 2 * v else (2 * v - u) * b + (u - v) * c
+            if key <= cap * a:
+                value = torch.tensor(chamfer_norm(u, v), dtype=torch.float32)
+                values[key] = value if key not in seen else torch.minimum(values[key], value)
+                seen.add(key)
+    return values
 
 
 def edge_distance(edges: torch.Tensor, cap: int = 20) -> torch.Tensor:
     """OpenCV ``distanceTransform(~edges, DIST_L2, 5)`` (N, 1, H, W), capped at ``cap`` (float32).
 
     The chamfer length grows with |dx| at a fixed |dy|, so the nearest edge pixel of each row suffices: the
-    horizontal distance to it along every row (running maxima of edge positions), then
-    D = min_k chamfer(row(y + k), k) over |k| ≤ cap, read from a small table. Every chamfer length is ≥ the
-    larger of |dx| and |dy|, so offsets beyond ``cap`` never fall under it.
+    horizontal distance r to it along every row (running maxima of edge positions), then the minimum over
+    row offsets |k| ≤ cap of the chamfer length of (r, k) — in exact integer units of 10⁻⁴, as the larger of
+    the two linear pieces of the 5×5 chamfer norm (u = max(r, k), v = min(r, k)):
+    max(1·u + 0.1969·v, 0.7969·u + 0.6031·v) — and one lookup of OpenCV's float32 value at the end
+    (:func:`chamfer_norm`). Every chamfer length is ≥ max(|dx|, |dy|), so offsets beyond ``cap`` never fall
+    under it. Rows are laid out outermost, so each offset's rows are one contiguous block.
     """
     n, _, h, w = edges.shape
-    big = cap + 1
+    a, b, c = _UNITS
+    big = float(cap + 1)
     pos = torch.arange(w, device=edges.device, dtype=torch.float32).expand_as(edges[..., :])
     far = torch.full_like(pos, -1e6)
     left = torch.where(edges, pos, far).cummax(-1).values
     right = torch.where(edges.flip(-1), pos, far).cummax(-1).values     # the same, right to left (flipped)
-    row = torch.minimum(pos - left, (pos - right).flip(-1)).clamp_max(big).long()
-    row = F.pad(row, (0, 0, cap, cap), value=big)
-    table = _chamfer_table(cap).to(edges.device)
-    best = table[0][row[..., cap:cap + h, :]]
-    for k in range(1, cap + 1):
-        tk = table[k]
-        torch.minimum(best, tk[row[..., cap + k:cap + k + h, :]], out=best)
-        torch.minimum(best, tk[row[..., cap - k:cap - k + h, :]], out=best)
-    return best.clamp_max(float(cap))
+    row = torch.minimum(pos - left, (pos - right).flip(-1)).clamp_max(big)
+    rows = F.pad(row, (0, 0, cap, cap), value=big).permute(2, 0, 1, 3).contiguous()     # (H + 2cap, N, 1, W)
+    best = rows[cap:cap + h] * a
+    v, u, key = (torch.empty_like(best) for _ in range(3))
+    for k in range(1, cap + 1):                         # one row offset ±k at a time, contiguous row blocks
+        torch.minimum(rows[cap + k:cap + k + h], rows[cap - k:cap - k + h], out=v)   # r: the nearer of the two
+        torch.clamp(v, min=float(k), out=u)             # u = max(r, k)
+        v.add_(k).sub_(u)                               # v = min(r, k) = r + k − u
+        # max(a·u + (c − 2a)·v, (c − b)·u + (2b − c)·v): whole numbers, exact in float32
+        torch.mul(u, a - (c - b), out=key).add_(v, alpha=(c - 2 * a) - (2 * b - c)).clamp_(min=0)
+        key.add_(u, alpha=c - b).add_(v, alpha=2 * b - c)
+        torch.minimum(best, key, out=best)
+    index = best.clamp_max_(cap * a).permute(1, 2, 0, 3).reshape(-1).to(torch.int64)
+    return _chamfer_values(cap).to(edges.device).index_select(0, index).view(n, 1, h, w)
 
 
 def equalize_hist(img: torch.Tensor) -> torch.Tensor:
