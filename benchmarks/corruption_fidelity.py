@@ -232,8 +232,8 @@ def markdown_replay(rows: list[dict], label: str) -> str:
 
 def spread_table(rows: list[dict], label: str) -> str:
     """Mean and std of |Δ| per severity, ours against the reference, each with its range over the draws."""
-    lines = ["| corruption | severity | mean |Δ| ours [draws] | mean |Δ| ref [draws] | std |Δ| ours [draws] | "
-             "std |Δ| ref [draws] |", "|---|---|---|---|---|---|"]
+    lines = [r"| corruption | severity | mean \|Δ\| ours [draws] | mean \|Δ\| ref [draws] | std \|Δ\| ours [draws] | "
+             r"std \|Δ\| ref [draws] |", "|---|---|---|---|---|---|"]
     for r in rows:
         if r["set"] != label or not r["random"]:
             continue
