@@ -182,8 +182,8 @@ def cmd_fixtures(a: argparse.Namespace) -> None:
     - ``frost_photo`` (uint8, 20×24×3, ``RandomState(0)``) and ``frost_resized``: ``imagecorruptions``' frost
       resize of it (×1.1, ``ceil`` sizes, ``cv2.INTER_CUBIC``);
     - ``spatter_delta{s}`` (int16): ``spatter`` output − image for the 96-px :func:`_fixture_image` at the water
-      severities ``s`` = 1, 2, 3, its normal draw replaced by ``RandomState(s).standard_normal((96, 96))`` (scaled by the table's
-      std, shifted by its mean, as ``np.random.normal`` does).
+      severities ``s`` = 1, 2, 3, its normal draw replaced by ``RandomState(s).standard_normal((96, 96))``
+      (scaled by the table's std, shifted by its mean, as ``np.random.normal`` does).
     """
     import cv2
     from PIL import Image

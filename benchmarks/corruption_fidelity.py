@@ -136,7 +136,8 @@ def compare(clean: np.ndarray, mine: np.ndarray, ref: np.ndarray, random: bool) 
 
 
 def replay_ours(imgs: np.ndarray, name: str, severity: int, draws: np.ndarray, frost_dir: str) -> np.ndarray:
-    """robustvit's frost/spatter on the reference's own draws (``_ref_corruptions.py replay``), uint8 (R·N, H, W, 3)."""
+    """robustvit's frost/spatter on the reference's own draws (``_ref_corruptions.py replay``), uint8
+    (R·N, H, W, 3)."""
     from robustvit.corruptions import CORRUPTIONS, corruption_params
     from robustvit.corruptions.frost import photo_crops
 
@@ -168,7 +169,8 @@ def run_replay(label: str, imgs: np.ndarray, names: list[str], py: str, repeats:
             clean = np.concatenate([imgs] * (len(r) // len(imgs))).astype(np.float64)
             diff = np.abs(mine - r)
             rows.append({"set": f"{label}-replay", "name": name, "severity": sev, "n": int(len(r)),
-                         "mad": float(diff.mean()), "max_diff": float(diff.max()), "frac_diff": float((diff > 0).mean()),
+                         "mad": float(diff.mean()), "max_diff": float(diff.max()),
+                         "frac_diff": float((diff > 0).mean()),
                          "ours_mean": float(np.abs(mine - clean).mean()), "ref_mean": float(np.abs(r - clean).mean())})
     return rows
 

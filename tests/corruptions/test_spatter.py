@@ -50,7 +50,8 @@ def test_edge_distance_is_opencvs_5x5_chamfer_distance():
     opencv = torch.tensor([[0, 1, 2, 3], [1, 1.4, 2.1969, 3.1969], [2, 2.1969, 2.8, 3.5969],
                            [3, 3.1969, 3.5969, 4.2]], dtype=torch.float32)
     torch.testing.assert_close(d[:4, :4], opencv, rtol=0, atol=0)
-    for (y, x), value in {(3, 4): "4.9968996", (8, 8): "11.199999", (20, 20): "27.999994", (2, 13): "13.393799"}.items():
+    printed = {(3, 4): "4.9968996", (8, 8): "11.199999", (20, 20): "27.999994", (2, 13): "13.393799"}
+    for (y, x), value in printed.items():
         assert float(d[y, x]) == float(np.float32(value)), (y, x)
 
 

@@ -93,7 +93,7 @@ def _photos(folder: str) -> tuple[torch.Tensor, ...]:
     return tuple(out)
 
 
-#: ``imagecorruptions`` enlarges every photograph by this factor over the one that covers the image.
+#: Without a zoom (``cifar``), a photo too small for the image is enlarged this much beyond the covering factor.
 COVER_MARGIN = 1.1
 
 
@@ -117,7 +117,8 @@ def resized_size(photo_size: tuple[int, int], k: float, height: int, width: int)
 
 
 @lru_cache(maxsize=8)
-def _scaled_photos(folder: str, scale: float, zoom: float, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _scaled_photos(folder: str, scale: float, zoom: float, height: int,
+                   width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The photographs resized by :func:`photo_scale` to :func:`resized_size` (bicubic in float64 when
     enlarging, which gives OpenCV's ``INTER_CUBIC`` up to a grey level in one pixel of 10⁵; bilinear when
     shrinking, ``cv2.resize``'s default), rounded to uint8 values and zero-padded into one float stack

@@ -86,7 +86,7 @@ def chamfer_norm(dx: int, dy: int) -> float:
     return float(total)
 
 
-#: The chamfer steps in exact integer units of 10⁻⁴ (1, 1.4, 2.1969 have four decimals): path lengths compare exactly.
+#: The chamfer steps in integer units of 10⁻⁴ (1, 1.4, 2.1969 have four decimals): lengths compare exactly.
 _UNITS = (10000, 14000, 21969)
 
 
