@@ -5,6 +5,8 @@ Never imported by robustvit. The benchmarks call it in a subprocess and exchange
     python _ref_corruptions.py images --out photos.npy            # scikit-image sample photos, 224 px
     python _ref_corruptions.py corrupt --images x.npy --names fog,snow --repeats 2 --seed 0 --out y.npz
     python _ref_corruptions.py time --images x.npy --names fog --n 2 --out t.json
+    python _ref_corruptions.py replay --images x.npy --names frost,spatter --seed 0 --out r.npz  # + draws
+    python _ref_corruptions.py fixtures --out tests/corruptions/fixtures/imagecorruptions_fixed_draws.npz
 
 Make the environment outside the repository:
     python3 -m venv /tmp/ref && /tmp/ref/bin/pip install numpy==1.26.0 scikit-image==0.20.0 "setuptools<80" imagecorruptions
@@ -119,6 +121,92 @@ def cmd_time(a: argparse.Namespace) -> None:
         json.dump(res, f)
 
 
+def _replay_one(img: np.ndarray, name: str, severity: int, rng: np.random.RandomState) -> tuple[np.ndarray, np.ndarray]:
+    """``imagecorruptions``' frost or spatter on one image with its draw taken from ``rng`` and returned:
+    frost ``(photo, top, left)``, spatter the standard-normal liquid field (H, W) behind ``np.random.normal``."""
+    from PIL import Image
+    from imagecorruptions import corruptions
+
+    _skimage_compat()
+    if name == "spatter":
+        z = rng.standard_normal(img.shape[:2])
+        normal = np.random.normal
+        np.random.normal = lambda size, loc, scale: z * scale + loc                      # noqa: E731
+        try:
+            y = corruptions.spatter(Image.fromarray(img), severity)
+        finally:
+            np.random.normal = normal
+        return np.uint8(y), z
+    if name != "frost":
+        raise SystemExit(f"replay knows frost and spatter, not {name}")
+    picks: list[int] = []
+    randint = np.random.randint
+
+    def record(low, high=None, size=None):  # noqa: ANN001, ANN202
+        v = rng.randint(low, high) if high is not None else rng.randint(low)
+        picks.append(int(v))
+        return v
+
+    np.random.randint = record
+    try:
+        y = corruptions.frost(img, severity)
+    finally:
+        np.random.randint = randint
+    return np.uint8(y), np.array(picks)
+
+
+def cmd_replay(a: argparse.Namespace) -> None:
+    """Outputs and the draws behind them, so robustvit can be run on the very same draws."""
+    imgs = np.load(a.images)
+    rng = np.random.RandomState(a.seed)
+    out = {}
+    for name in a.names.split(","):
+        for sev in range(1, 6):
+            pairs = [_replay_one(im, name, sev, rng) for _ in range(a.repeats) for im in imgs]
+            out[f"{name}/{sev}"] = np.stack([y for y, _ in pairs])            # (repeats·N, H, W, 3) uint8
+            out[f"{name}/{sev}/draw"] = np.stack([d for _, d in pairs])
+    np.savez_compressed(a.out, **out)
+
+
+def _fixture_image(size: int) -> np.ndarray:
+    """A smooth uint8 RGB test image with a bright disc (the one tests/corruptions/test_spatter.py rebuilds)."""
+    yy, xx = np.mgrid[0:size, 0:size] / size
+    img = np.stack([xx, yy, (xx + yy) / 2], -1) * 180 + 30
+    img[(yy - .5) ** 2 + (xx - .5) ** 2 < .06] += 40
+    return img.clip(0, 255).astype(np.uint8)
+
+
+def cmd_fixtures(a: argparse.Namespace) -> None:
+    """Reference outputs on fixed draws, for tests that must not need the reference (kept in the repository):
+
+    - ``frost_photo`` (uint8, 20×24×3, ``RandomState(0)``) and ``frost_resized``: ``imagecorruptions``' frost
+      resize of it (×1.1, ``ceil`` sizes, ``cv2.INTER_CUBIC``);
+    - ``spatter_delta{s}`` (int16): ``spatter`` output − image for the 96-px :func:`_fixture_image` at the water
+      severities ``s`` = 1, 2, 3, its normal draw replaced by ``RandomState(s).standard_normal((96, 96))``
+      (scaled by the table's std, shifted by its mean, as ``np.random.normal`` does).
+    """
+    import cv2
+    from PIL import Image
+    from imagecorruptions import corruptions
+
+    _skimage_compat()
+    out = {}
+    photo = np.random.RandomState(0).randint(0, 256, (20, 24, 3)).astype(np.uint8)
+    size = (int(np.ceil(photo.shape[1] * 1.1)), int(np.ceil(photo.shape[0] * 1.1)))
+    out["frost_photo"], out["frost_resized"] = photo, cv2.resize(photo, dsize=size, interpolation=cv2.INTER_CUBIC)
+    img = _fixture_image(96)
+    normal = np.random.normal
+    try:
+        for sev in (1, 2, 3):                                                    # the water variant
+            z = np.random.RandomState(sev).standard_normal(img.shape[:2])
+            np.random.normal = lambda size, loc, scale, z=z: z * scale + loc          # noqa: E731
+            y = np.uint8(corruptions.spatter(Image.fromarray(img), sev))
+            out[f"spatter_delta{sev}"] = y.astype(np.int16) - img
+    finally:
+        np.random.normal = normal
+    np.savez_compressed(a.out, **out)
+
+
 def cmd_images(a: argparse.Namespace) -> None:
     np.save(a.out, _photos(a.size))
 
@@ -160,6 +248,16 @@ def main() -> None:
     i.add_argument("--size", type=int, default=224)
     i.add_argument("--out", required=True)
     i.set_defaults(func=cmd_images)
+    r = sub.add_parser("replay")
+    r.add_argument("--images", required=True)
+    r.add_argument("--names", default="frost,spatter")
+    r.add_argument("--repeats", type=int, default=1)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--out", required=True)
+    r.set_defaults(func=cmd_replay)
+    f = sub.add_parser("fixtures")
+    f.add_argument("--out", required=True)
+    f.set_defaults(func=cmd_fixtures)
     v = sub.add_parser("versions")
     v.set_defaults(func=cmd_versions)
     a = p.parse_args()

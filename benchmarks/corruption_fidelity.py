@@ -16,7 +16,13 @@ re-implementation), compared with robustvit's default ``elastic_transform``.
   to uint8 the way the reference does (truncation; rounding for pixelate, whose reference goes through PIL).
   Target ≤ 1 grey level at 224 px.
 - random corruptions: mean and standard deviation of |corrupted − clean| (grey levels) over all pixels,
-  images and repeats, for both; relative differences. Target: both within 10 %.
+  images and repeats, for both; relative differences. Target: both within 10 %. Each row also records the
+  range of both statistics over the draws (``ours_mean_draws``, ``ref_mean_draws``, ``ours_std_draws``,
+  ``ref_std_draws``: one draw = every image once) and ``in_ref_spread``: whether ours lie inside the
+  reference's own range; ``--spread`` prints them per severity.
+- ``--replay``: frost and spatter on the *same* draws (the reference's frost photo and crop position, its
+  spatter liquid field, recorded by ``_ref_corruptions.py replay`` and fed to robustvit): MAD in grey levels
+  and the share of values that differ — implementation differences without the draw-to-draw noise.
 
 The reference runs in its own (old-library) environment, in a subprocess; make it outside the repository:
 
@@ -26,6 +32,8 @@ Usage (from the repository root):
 
     python benchmarks/corruption_fidelity.py --ref-python /tmp/ref/bin/python \\
         --cifar PATH/cifar10-jpg.tar.gz --out /tmp/fidelity.json [--grid docs/img/corruptions_grid.png]
+    python benchmarks/corruption_fidelity.py --ref-python /tmp/ref/bin/python --names frost,spatter \\
+        --repeats 16 --replay --spread --out /tmp/fidelity_frost_spatter.json
 """
 
 from __future__ import annotations
@@ -107,6 +115,8 @@ def matplotlib_photos(size: int = 224) -> list[np.ndarray]:
 
 
 def compare(clean: np.ndarray, mine: np.ndarray, ref: np.ndarray, random: bool) -> dict:
+    """Mean and std of |Δ| over everything for both; for random corruptions also the range of each over the
+    draws (one draw = every image once), and whether ours lie inside the reference's own range."""
     c = clean.astype(np.float64)[None]
     dm, dr = np.abs(mine - c), np.abs(ref - c)
     row = {"ours_mean": dm.mean(), "ref_mean": dr.mean(), "ours_std": dm.std(), "ref_std": dr.std()}
@@ -114,7 +124,55 @@ def compare(clean: np.ndarray, mine: np.ndarray, ref: np.ndarray, random: bool) 
     row["rel_std"] = row["ours_std"] / max(row["ref_std"], 1e-9) - 1
     if not random:
         row["mad"] = np.abs(mine.astype(np.float64) - ref).mean()
-    return {k: float(v) for k, v in row.items()}
+        return {k: float(v) for k, v in row.items()}
+    out: dict = {k: float(v) for k, v in row.items()}
+    for who, d in (("ours", dm), ("ref", dr)):
+        flat = d.reshape(len(d), -1)
+        for stat, values in (("mean", flat.mean(1)), ("std", flat.std(1))):
+            out[f"{who}_{stat}_draws"] = [float(values.min()), float(values.max())]
+    out["in_ref_spread"] = bool(all(out[f"ref_{k}_draws"][0] <= out[f"ours_{k}"] <= out[f"ref_{k}_draws"][1]
+                                    for k in ("mean", "std")))
+    return out
+
+
+def replay_ours(imgs: np.ndarray, name: str, severity: int, draws: np.ndarray, frost_dir: str) -> np.ndarray:
+    """robustvit's frost/spatter on the reference's own draws (``_ref_corruptions.py replay``), uint8
+    (R·N, H, W, 3)."""
+    from robustvit.corruptions import CORRUPTIONS, corruption_params
+    from robustvit.corruptions.frost import photo_crops
+
+    reps = len(draws) // len(imgs)
+    x = torch.from_numpy(np.concatenate([imgs] * reps)).permute(0, 3, 1, 2).float() / 255
+    n, _, h, w = x.shape
+    p = corruption_params(name, severity, "imagenet")
+    if name == "frost":
+        draw = {"texture": photo_crops(Path(frost_dir), torch.from_numpy(draws[:, 0]), torch.from_numpy(draws[:, 1:]),
+                                       h, w, scale=p.crystal_size, zoom=p.photo_zoom)}
+    else:
+        draw = {"liquid": torch.from_numpy(draws).float()[:, None]}
+    y = CORRUPTIONS.get(name).apply(x, p, draw)
+    return to_uint8(y, "floor").permute(0, 2, 3, 1).numpy()
+
+
+def run_replay(label: str, imgs: np.ndarray, names: list[str], py: str, repeats: int, seed: int, tmp: Path,
+               frost_dir: str) -> list[dict]:
+    """Same draws on both sides: the reference's frost crops / spatter liquid fields fed to robustvit."""
+    np.save(tmp / f"{label}.npy", imgs)
+    ref_call(py, "replay", "--images", str(tmp / f"{label}.npy"), "--names", ",".join(names), "--repeats",
+             str(repeats), "--seed", str(seed), "--out", str(tmp / "replay.npz"))
+    ref = np.load(tmp / "replay.npz")
+    rows = []
+    for name in names:
+        for sev in range(1, 6):
+            r = ref[f"{name}/{sev}"].astype(np.float64)
+            mine = replay_ours(imgs, name, sev, ref[f"{name}/{sev}/draw"], frost_dir).astype(np.float64)
+            clean = np.concatenate([imgs] * (len(r) // len(imgs))).astype(np.float64)
+            diff = np.abs(mine - r)
+            rows.append({"set": f"{label}-replay", "name": name, "severity": sev, "n": int(len(r)),
+                         "mad": float(diff.mean()), "max_diff": float(diff.max()),
+                         "frac_diff": float((diff > 0).mean()),
+                         "ours_mean": float(np.abs(mine - clean).mean()), "ref_mean": float(np.abs(r - clean).mean())})
+    return rows
 
 
 def run_set(label: str, imgs: np.ndarray, names: list[str], py: str, repeats: int, seed: int,
@@ -145,18 +203,46 @@ def verdict(row: dict) -> bool:
 
 
 def markdown(rows: list[dict], label: str) -> str:
-    lines = ["| corruption | kind | s1 | s2 | s3 | s4 | s5 | within target |", "|---|---|---|---|---|---|---|---|"]
+    if label.endswith("-replay"):
+        return markdown_replay(rows, label)
+    lines = ["| corruption | kind | s1 | s2 | s3 | s4 | s5 | within target | within ref draws |",
+             "|---|---|---|---|---|---|---|---|---|"]
     names = list(dict.fromkeys(r["name"] for r in rows if r["set"] == label))
     for name in names:
         rs = [r for r in rows if r["set"] == label and r["name"] == name]
         if rs[0]["random"]:
             cells = [f"{100 * r['rel_mean']:+.0f}% / {100 * r['rel_std']:+.0f}%" for r in rs]
             kind = "random: Δmean / Δstd"
+            spread = f"{sum(r['in_ref_spread'] for r in rs)}/5"
         else:
             cells = [f"{r['mad']:.2f}" for r in rs]
             kind = "MAD (grey levels)"
+            spread = "–"
         ok = sum(verdict(r) for r in rs)
-        lines.append(f"| {name} | {kind} | " + " | ".join(cells) + f" | {ok}/5 |")
+        lines.append(f"| {name} | {kind} | " + " | ".join(cells) + f" | {ok}/5 | {spread} |")
+    return "\n".join(lines)
+
+
+def markdown_replay(rows: list[dict], label: str) -> str:
+    """Same-draw table: MAD in grey levels (share of values that differ at all) per severity."""
+    lines = ["| corruption (same draws) | s1 | s2 | s3 | s4 | s5 |", "|---|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["name"] for r in rows if r["set"] == label):
+        rs = [r for r in rows if r["set"] == label and r["name"] == name]
+        lines.append(f"| {name} | " + " | ".join(f"{r['mad']:.4f} ({100 * r['frac_diff']:.2f} %)" for r in rs) + " |")
+    return "\n".join(lines)
+
+
+def spread_table(rows: list[dict], label: str) -> str:
+    """Mean and std of |Δ| per severity, ours against the reference, each with its range over the draws."""
+    lines = [r"| corruption | severity | mean \|Δ\| ours [draws] | mean \|Δ\| ref [draws] | std \|Δ\| ours [draws] | "
+             r"std \|Δ\| ref [draws] |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["set"] != label or not r["random"]:
+            continue
+        cell = {k: f"{r[f'{k}']:.2f} [{r[f'{k}_draws'][0]:.2f}–{r[f'{k}_draws'][1]:.2f}]"
+                for k in ("ours_mean", "ref_mean", "ours_std", "ref_std")}
+        lines.append(f"| {r['name']} | {r['severity']} | {cell['ours_mean']} | {cell['ref_mean']} | "
+                     f"{cell['ours_std']} | {cell['ref_std']} |")
     return "\n".join(lines)
 
 
@@ -218,6 +304,10 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("corruption_fidelity.json"))
     p.add_argument("--grid", type=Path, help="also draw the corruption × severity grid to this PNG")
+    p.add_argument("--replay", action="store_true",
+                   help="also run frost and spatter on the reference's own draws (same-draw MAD table)")
+    p.add_argument("--spread", action="store_true",
+                   help="also print mean/std of |Δ| per severity with their ranges over the draws")
     a = p.parse_args()
     torch.set_num_threads(2)
     if a.grid:
@@ -234,12 +324,23 @@ def main() -> None:
         photos = np.concatenate([np.load(tmp / "photos.npy"), np.stack(matplotlib_photos())])
         frost_dir = versions.pop("frost_dir")
         rows += run_set("224", photos, names, a.ref_python, a.repeats, a.seed, tmp, frost_dir)
+        replay = [n for n in ("frost", "spatter") if n in names] if a.replay else []
+        if replay:
+            rows += run_replay("224", photos, replay, a.ref_python, a.repeats, a.seed, tmp, frost_dir)
         if a.cifar:
-            rows += run_set("32", cifar_images(a.cifar), names, a.ref_python, a.repeats, a.seed, tmp, frost_dir)
+            cifar = cifar_images(a.cifar)
+            rows += run_set("32", cifar, names, a.ref_python, a.repeats, a.seed, tmp, frost_dir)
+            if replay:
+                rows += run_replay("32", cifar, replay, a.ref_python, a.repeats, a.seed, tmp, frost_dir)
     md = []
     for label in dict.fromkeys(r["set"] for r in rows):
-        n_img = {"224": len(photos)}.get(label, 40)
-        md.append(f"### {label} px ({n_img} images)\n\n" + markdown(rows, label))
+        n_img = {"224": len(photos)}.get(label.split("-")[0], 40)
+        size = label.split("-")[0]
+        title = f"### {size} px ({n_img} images{', same draws' if label.endswith('-replay') else ''})"
+        md.append(f"{title}\n\n" + markdown(rows, label))
+        if a.spread and not label.endswith("-replay"):
+            md.append(f"#### {size} px: |Δ| per severity and its range over the {a.repeats} draws\n\n"
+                      + spread_table(rows, label))
     text = "\n\n".join(md)
     print(text)
     a.out.write_text(json.dumps({"reference": versions, "torch": torch.__version__, "rows": rows}, indent=1))

@@ -1,10 +1,15 @@
-"""Deterministic corruptions and building blocks against numbers computed independently (numpy/scipy/PIL)."""
+"""Deterministic corruptions and building blocks against numbers computed independently (numpy/scipy/PIL); with
+``ROBUSTVIT_REF_PYTHON`` set, frost and spatter against ``imagecorruptions`` 1.1.2 itself on its own draws."""
 
 from __future__ import annotations
 
 import colorsys
+import importlib.util
 import io
+import json
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -233,3 +238,22 @@ def test_corrupt_image_drop_in():
         corrupt_image(img, severity=1)
     with pytest.raises(RobustvitError, match="did you mean"):
         corrupt_image(img, "frosted", 1)
+
+
+REF_PYTHON = os.environ.get("ROBUSTVIT_REF_PYTHON", "")
+
+
+@pytest.mark.skipif(not REF_PYTHON, reason="set ROBUSTVIT_REF_PYTHON to the python of an imagecorruptions 1.1.2 env "
+                                          "(benchmarks/corruption_fidelity.py says how to make one)")
+def test_frost_and_spatter_replay_imagecorruptions_on_its_own_draws(tmp_path, monkeypatch):
+    """The reference's frost photo/crop and spatter liquid draws, fed to robustvit, give its outputs."""
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    spec = importlib.util.spec_from_file_location("corruption_fidelity", bench / "corruption_fidelity.py")
+    fidelity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fidelity)
+    frost_dir = json.loads(fidelity.ref_call(REF_PYTHON, "versions"))["frost_dir"]
+    monkeypatch.setenv("ROBUSTVIT_FROST_DIR", frost_dir)
+    imgs = np.stack([photo(64, seed=s) for s in range(2)])
+    rows = fidelity.run_replay("64", imgs, ["frost", "spatter"], REF_PYTHON, 1, 0, tmp_path, frost_dir)
+    for row in rows:
+        assert row["mad"] <= 0.05 and row["frac_diff"] <= 0.03, row      # ±1 grey level from float rounding

@@ -1,14 +1,17 @@
 """Frost layers: the ImageNet-C frost photographs when they are available, else a procedural texture.
 
 The reference frost corruption (Hendrycks & Dietterich 2019, arXiv:1903.12261) blends a random crop of one
-of five frost *photographs* into the image: ``out = a·x + b·frost`` (``make_imagenet_c.py`` crops 224 px from
-the photo as it is; ``make_cifar_c.py`` first resizes it by 0.2). robustvit does not ship those photos. It
+of five frost *photographs* into the image: ``out = a·x + b·frost``. robustvit does not ship those photos. It
 uses them when it finds them (:func:`frost_photo_dir`): the folder in ``$ROBUSTVIT_FROST_DIR``
 (``robustvit eval --frost-dir``), else the ``frost/`` folder of an installed ``imagecorruptions`` package
-(found without importing it). The photo is scaled by the spec's ``crystal_size`` (1 at 224 px, 0.2 at 32 px,
-times the image size over the preset's), enlarged further when it is still smaller than the image (×1.1 over
-the minimum, as ``imagecorruptions`` does), and one of the five is cropped at a uniform random position per
-image. :func:`frost_source` names the source used; results and exports record it.
+(found without importing it). The photo is scaled as the reference package ``imagecorruptions`` 1.1.2 does
+for the ``imagenet`` preset: by the spec's ``crystal_size`` (1 at 224 px, times the image size over the
+preset's), replaced by the smallest factor that covers the image when that is too small, then *always*
+enlarged by ``photo_zoom`` = 1.1 (bicubic, OpenCV's ``INTER_CUBIC`` kernel, the new side ``ceil(side·f)``),
+so a 224-px crop spans 204 px of the photograph, smoothed by the interpolation. The ``cifar`` preset follows
+``make_cifar_c.py``: the photo shrunk by 0.2 (bilinear, rounded size), no zoom. One of the five photos is
+cropped at a uniform random position per image (``randint(0, side′ − side)``, as the reference).
+:func:`frost_source` names the source used; results and exports record it.
 
 Without the photos it synthesises a frost-like texture per image instead, seeded from the generator:
 
@@ -28,6 +31,7 @@ across photos ≈ 0.13–0.19, within-crop standard deviation ≈ 0.09. ``scale`
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -89,42 +93,76 @@ def _photos(folder: str) -> tuple[torch.Tensor, ...]:
     return tuple(out)
 
 
+#: Without a zoom (``cifar``), a photo too small for the image is enlarged this much beyond the covering factor.
+COVER_MARGIN = 1.1
+
+
+def photo_scale(photo_size: tuple[int, int], height: int, width: int, scale: float, zoom: float) -> float:
+    """The factor a photograph of ``photo_size`` (h, w) is resized by: ``scale`` when the result covers the
+    image, else the smallest factor that does (times :data:`COVER_MARGIN` when ``zoom`` is 1), times ``zoom``
+    — ``imagecorruptions``' ``frost`` with scale 1 and zoom 1.1."""
+    ph, pw = photo_size
+    k = float(scale)
+    if ph * k < height or pw * k < width:                # too small: cover the image
+        k = max(height / ph, width / pw) * (COVER_MARGIN if zoom == 1 else 1.0)
+    return k * float(zoom)
+
+
+def resized_size(photo_size: tuple[int, int], k: float, height: int, width: int) -> tuple[int, int]:
+    """The photograph's size after resizing by ``k``: ``ceil`` when enlarging (``imagecorruptions``), rounded
+    when shrinking (OpenCV's ``fx``/``fy`` resize of ``make_cifar_c.py``); always larger than the image."""
+    ph, pw = photo_size
+    side = math.ceil if k > 1 else round
+    return max(height + 1, int(side(ph * k))), max(width + 1, int(side(pw * k)))
+
+
 @lru_cache(maxsize=8)
-def _scaled_photos(folder: str, scale: float, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The photographs scaled by ``scale`` (bilinear when shrinking, as ``cv2.resize``'s default in
-    ``make_cifar_c.py``; bicubic when enlarging, as ``imagecorruptions``) and enlarged to cover
-    ``height`` × ``width``, zero-padded into one float stack (5, 3, Hmax, Wmax) in [0, 1], with their sizes (5, 2)."""
+def _scaled_photos(folder: str, scale: float, zoom: float, height: int,
+                   width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The photographs resized by :func:`photo_scale` to :func:`resized_size` (bicubic in float64 when
+    enlarging, which gives OpenCV's ``INTER_CUBIC`` up to a grey level in one pixel of 10⁵; bilinear when
+    shrinking, ``cv2.resize``'s default), rounded to uint8 values and zero-padded into one float stack
+    (5, 3, Hmax, Wmax) in [0, 1], with their sizes (5, 2)."""
     scaled = []
     for photo in _photos(folder):
         ph, pw = photo.shape[-2:]
-        k = float(scale)
-        if ph * k < height or pw * k < width:            # still too small: cover the image, plus 10 %
-            k = max(height / ph, width / pw) * 1.1
-        size = (max(height + 1, int(round(ph * k))), max(width + 1, int(round(pw * k))))
-        img = photo[None].float()
+        k = photo_scale((ph, pw), height, width, scale, zoom)
+        size = resized_size((ph, pw), k, height, width)
+        img = photo[None].double()
         if size != (ph, pw):
             mode = "bilinear" if k < 1 else "bicubic"
             img = F.interpolate(img, size=size, mode=mode, align_corners=False).clamp(0, 255).round()
-        scaled.append(img[0] / 255)
+        scaled.append(img[0].float() / 255)
     hmax, wmax = max(p.shape[1] for p in scaled), max(p.shape[2] for p in scaled)
     stack = torch.stack([F.pad(p, (0, wmax - p.shape[2], 0, hmax - p.shape[1])) for p in scaled])
     return stack, torch.tensor([p.shape[1:] for p in scaled])
 
 
+def photo_crops(folder: Path, photo: torch.Tensor, top_left: torch.Tensor, height: int, width: int, *,
+                scale: float = 1.0, zoom: float = 1.0) -> torch.Tensor:
+    """Crops (n, 3, H, W) in [0, 1] (CPU) of the resized photographs: photo ``photo[i]`` (index into
+    :data:`FROST_FILES`) from row, column ``top_left[i]``, one batched gather."""
+    stack, _ = _scaled_photos(str(folder), float(scale), float(zoom), int(height), int(width))
+    photo, top_left = photo.long().cpu(), top_left.long().cpu()
+    rows = top_left[:, :1] + torch.arange(height)                            # (n, H)
+    cols = top_left[:, 1:] + torch.arange(width)                             # (n, W)
+    texture = stack.permute(0, 2, 3, 1)[photo[:, None, None], rows[:, :, None], cols[:, None, :]]
+    return texture.permute(0, 3, 1, 2).contiguous()
+
+
 def photo_frost(n: int, height: int, width: int, generator: torch.Generator, folder: Path, *,
-                scale: float = 1.0) -> dict[str, torch.Tensor]:
-    """Crops of the frost photographs in ``folder``: one photo (uniform over the five) and a uniform
-    position per image. Returns ``photo`` (n,), ``top_left`` (n, 2) and ``texture`` (n, 3, H, W) (CPU)."""
-    stack, sizes = _scaled_photos(str(folder), float(scale), int(height), int(width))
+                scale: float = 1.0, zoom: float = 1.0) -> dict[str, torch.Tensor]:
+    """Crops of the frost photographs in ``folder`` resized by :func:`photo_scale`: one photo (uniform over
+    the five) and a uniform position per image. Returns ``photo`` (n,), ``top_left`` (n, 2) and ``texture``
+    (n, 3, H, W) (CPU)."""
+    _, sizes = _scaled_photos(str(folder), float(scale), float(zoom), int(height), int(width))
     g = generator
     photo = torch.randint(0, len(FROST_FILES), (n,), generator=g, device=g.device).cpu()
     u = torch.rand((n, 2), generator=g, device=g.device, dtype=torch.float64).cpu()
     room = (sizes[photo] - torch.tensor([height, width])).clamp_min(1)     # randint(0, size − side)
     top_left = (u * room).floor().long()
-    rows = top_left[:, :1] + torch.arange(height)                            # (n, H)
-    cols = top_left[:, 1:] + torch.arange(width)                             # (n, W)
-    texture = stack.permute(0, 2, 3, 1)[photo[:, None, None], rows[:, :, None], cols[:, None, :]]
-    return {"photo": photo, "top_left": top_left, "texture": texture.permute(0, 3, 1, 2).contiguous()}
+    texture = photo_crops(folder, photo, top_left, height, width, scale=scale, zoom=zoom)
+    return {"photo": photo, "top_left": top_left, "texture": texture}
 
 
 def _standardise(t: torch.Tensor) -> torch.Tensor:

@@ -147,7 +147,7 @@ def _sample_frost(n: int, size: Size, p: CorruptionParams, g: torch.Generator, l
     folder = frost_photo_dir()
     if folder is None:
         return {"texture": frost_texture(n, *size, g, scale=p.crystal_size, device=like.device, dtype=like.dtype)}
-    draw = photo_frost(n, *size, g, folder, scale=p.crystal_size)
+    draw = photo_frost(n, *size, g, folder, scale=p.crystal_size, zoom=p.photo_zoom)
     return {k: v.to(like.device, like.dtype if k == "texture" else v.dtype) for k, v in draw.items()}
 
 
@@ -384,10 +384,11 @@ for _spec in (
         "cifar": [(.1, .2, 1, .6, 8, 3, .95), (.1, .2, 1, .5, 10, 4, .9), (.15, .3, 1.75, .55, 10, 4, .9),
                   (.25, .3, 2.25, .6, 12, 6, .85), (.3, .3, 1.25, .65, 14, 12, .8)]},
         snow, _sample_snow, spatial=("zoom", "radius", "sigma")),
-    # frost: image weight, texture weight, photo scale / crystal size (the CIFAR script shrinks the photos by 0.2)
-    Corruption("frost", "weather", ("image_weight", "frost_weight", "crystal_size"), {
-        "imagenet": [(1, .4, 1), (.8, .6, 1), (.7, .7, 1), (.65, .7, 1), (.6, .75, 1)],
-        "cifar": [(1, .2, .2), (1, .3, .2), (.9, .4, .2), (.85, .4, .2), (.75, .45, .2)]},
+    # frost: image weight, texture weight, photo scale / crystal size (the CIFAR script shrinks the photos by 0.2),
+    # photo zoom (imagecorruptions enlarges every photo by 1.1 after the scale; make_cifar_c.py does not)
+    Corruption("frost", "weather", ("image_weight", "frost_weight", "crystal_size", "photo_zoom"), {
+        "imagenet": [(1, .4, 1, 1.1), (.8, .6, 1, 1.1), (.7, .7, 1, 1.1), (.65, .7, 1, 1.1), (.6, .75, 1, 1.1)],
+        "cifar": [(1, .2, .2, 1), (1, .3, .2, 1), (.9, .4, .2, 1), (.85, .4, .2, 1), (.75, .45, .2, 1)]},
         frost, _sample_frost, spatial=("crystal_size",)),
     Corruption("fog", "weather", ("strength", "decay"), {
         "imagenet": [(1.5, 2), (2., 2), (2.5, 1.7), (2.5, 1.5), (3., 1.4)],

@@ -3,12 +3,19 @@
 The water variant shades the liquid blobs with an embossed, histogram-equalised distance-to-edge map. The
 reference builds it with OpenCV (Canny, distanceTransform, equalizeHist, filter2D, blur); here each step is
 a batched tensor operation with the same definition: Canny with Sobel L1 magnitude, 4-direction
-non-maximum suppression and hysteresis (50, 150); an exact Euclidean distance (OpenCV's ``DIST_L2`` with a
-5×5 mask is a chamfer approximation of it, off by at most about 2 %), truncated at 20 px.
+non-maximum suppression and hysteresis (50, 150); OpenCV's ``distanceTransform(DIST_L2, 5)``, which is the
+5×5 *chamfer* distance (steps 1, 1.4 and 2.1969 for a side, a diagonal and a knight's move), not the exact
+Euclidean one, truncated at 20 px. The difference matters: the distance is blurred and truncated to whole
+grey levels before the histogram equalisation, so the exact distance moves pixels between grey levels and
+shifts the shading (about +1 % of mean damage at 224 px, measured against ``imagecorruptions`` on the same
+liquid draws).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -58,26 +65,80 @@ def canny(img: torch.Tensor, low: float = 50.0, high: float = 150.0, max_hystere
     return edges
 
 
-def edge_distance(edges: torch.Tensor, cap: int = 20) -> torch.Tensor:
-    """Euclidean distance (N, 1, H, W) from every pixel to the nearest edge pixel, capped at ``cap``.
+#: OpenCV's 5×5 chamfer steps for ``DIST_L2`` (a side, a diagonal, a knight's move), as float32 like its tables.
+CHAMFER_STEPS: tuple[float, float, float] = (1.0, 1.4, 2.1969)
 
-    Exact (within the cap): the distance along each row by running maxima of edge positions, then
-    D² = min_k (row(y + k)² + k²) over |k| ≤ cap.
+
+def chamfer_norm(dx: int, dy: int) -> float:
+    """Length of the cheapest path of 5×5 chamfer steps covering the offset (dx, dy), as OpenCV returns it.
+
+    With u = max(|dx|, |dy|) and v = min(|dx|, |dy|): u − 2v side steps and v knight's moves when u ≥ 2v,
+    else 2v − u diagonals and u − v knight's moves (Borgefors 1986). The steps are float32 numbers summed in
+    float32, sides or diagonals first, then knight's moves. OpenCV (its IPP kernel) sums along the path its
+    two raster scans find, so a few pixels get the same length rounded one float32 step (~1e-6) the other way.
+    """
+    a, b, c = (np.float32(s) for s in CHAMFER_STEPS)
+    u, v = max(abs(dx), abs(dy)), min(abs(dx), abs(dy))
+    steps = [a] * (u - 2 * v) + [c] * v if u >= 2 * v else [b] * (2 * v - u) + [c] * (u - v)
+    total = np.float32(0)
+    for step in steps:
+        total = np.float32(total + step)
+    return float(total)
+
+
+#: The chamfer steps in integer units of 10⁻⁴ (1, 1.4, 2.1969 have four decimals): lengths compare exactly.
+_UNITS = (10000, 14000, 21969)
+
+
+@lru_cache(maxsize=8)
+def _chamfer_values(cap: int) -> torch.Tensor:
+    """float32 (cap·10⁴ + 1,): the length OpenCV reports for a path of exact length ``key``·10⁻⁴ (the smallest
+    of its float32 sums when several step mixes tie), for the keys of offsets within ``cap``."""
+    values = (torch.arange(cap * _UNITS[0] + 1, dtype=torch.float64) / _UNITS[0]).to(torch.float32)
+    a, b, c = _UNITS
+    seen: set[int] = set()
+    for u in range(cap + 1):
+        for v in range(u + 1):
+            key = (u - 2 * v) * a + v * c if u >= 2 * v else (2 * v - u) * b + (u - v) * c
+            if key <= cap * a:
+                value = torch.tensor(chamfer_norm(u, v), dtype=torch.float32)
+                values[key] = value if key not in seen else torch.minimum(values[key], value)
+                seen.add(key)
+    return values
+
+
+def edge_distance(edges: torch.Tensor, cap: int = 20) -> torch.Tensor:
+    """OpenCV ``distanceTransform(~edges, DIST_L2, 5)`` (N, 1, H, W), capped at ``cap`` (float32).
+
+    The chamfer length grows with |dx| at a fixed |dy|, so the nearest edge pixel of each row suffices: the
+    horizontal distance r to it along every row (running maxima of edge positions), then the minimum over
+    row offsets |k| ≤ cap of the chamfer length of (r, k) — in exact integer units of 10⁻⁴, as the larger of
+    the two linear pieces of the 5×5 chamfer norm (u = max(r, k), v = min(r, k)):
+    max(1·u + 0.1969·v, 0.7969·u + 0.6031·v) — and one lookup of OpenCV's float32 value at the end
+    (:func:`chamfer_norm`). Every chamfer length is ≥ max(|dx|, |dy|), so offsets beyond ``cap`` never fall
+    under it. Rows are laid out outermost, so each offset's rows are one contiguous block.
     """
     n, _, h, w = edges.shape
+    a, b, c = _UNITS
     big = float(cap + 1)
     pos = torch.arange(w, device=edges.device, dtype=torch.float32).expand_as(edges[..., :])
     far = torch.full_like(pos, -1e6)
     left = torch.where(edges, pos, far).cummax(-1).values
     right = torch.where(edges.flip(-1), pos, far).cummax(-1).values     # the same, right to left (flipped)
     row = torch.minimum(pos - left, (pos - right).flip(-1)).clamp_max(big)
-    sq = F.pad(row * row, (0, 0, cap, cap), value=big * big)
-    best = sq[..., cap:cap + h, :].clone()
-    for k in range(1, cap + 1):
-        kk = float(k * k)
-        torch.minimum(best, sq[..., cap + k:cap + k + h, :] + kk, out=best)
-        torch.minimum(best, sq[..., cap - k:cap - k + h, :] + kk, out=best)
-    return best.sqrt().clamp_max(float(cap))
+    rows = F.pad(row, (0, 0, cap, cap), value=big).permute(2, 0, 1, 3).contiguous()     # (H + 2cap, N, 1, W)
+    best = rows[cap:cap + h] * a
+    v, u, key = (torch.empty_like(best) for _ in range(3))
+    for k in range(1, cap + 1):                         # one row offset ±k at a time, contiguous row blocks
+        torch.minimum(rows[cap + k:cap + k + h], rows[cap - k:cap - k + h], out=v)   # r: the nearer of the two
+        torch.clamp(v, min=float(k), out=u)             # u = max(r, k)
+        v.add_(k).sub_(u)                               # v = min(r, k) = r + k − u
+        # max(a·u + (c − 2a)·v, (c − b)·u + (2b − c)·v): whole numbers, exact in float32
+        torch.mul(u, a - (c - b), out=key).add_(v, alpha=(c - 2 * a) - (2 * b - c)).clamp_(min=0)
+        key.add_(u, alpha=c - b).add_(v, alpha=2 * b - c)
+        torch.minimum(best, key, out=best)
+    index = best.clamp_max_(cap * a).permute(1, 2, 0, 3).reshape(-1).to(torch.int64)
+    return _chamfer_values(cap).to(edges.device).index_select(0, index).view(n, 1, h, w)
 
 
 def equalize_hist(img: torch.Tensor) -> torch.Tensor:
