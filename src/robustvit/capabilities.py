@@ -429,7 +429,7 @@ def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 2, 
         x, y = tiny_batch(model, images, seed)
         dataset = TensorImageDataset(x, y, [str(i) for i in range(int(spec.num_classes))], spec="tensor:capabilities")
     out: dict[str, Any] = {
-        "model": name, "family": spec.family, "analysis_family": _safe(lambda: family_of(model), "other"),
+        "model": name, "network": type(getattr(model, "net", model)).__name__, "family": spec.family, "analysis_family": _safe(lambda: family_of(model), "other"),
         "input_size": list(spec.input_size), "patch_size": spec.patch_size, "verified": bool(run),
         "probe": probe_info(model, x[:1] if x is not None else None),
         "analyses": {a: check_analysis(model, a, dataset, run=run) for a in (analyses or list_analyses())},
