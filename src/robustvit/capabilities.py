@@ -12,7 +12,10 @@
   ε-ball for bounded attacks), ``applies`` (static check: it would be accepted; nothing was run),
   ``refused`` (a one-line ``RobustvitError``, given as ``reason``) or ``failed`` (any other exception, or a
   broken invariant: a bug);
-* ``counts``: per group, how many are ok/applies, refused and failed.
+* ``counts``: per group, how many are ok/applies, refused and failed;
+* ``model``, ``network`` (the network's class), ``family`` (``ModelSpec.family``), ``analysis_family`` (the
+  family the analysis registry uses), ``has_class_token`` and ``num_registers`` (the probe's view, else the
+  network's), ``input_size``, ``patch_size``, ``verified`` (whether it ran).
 
 Two modes. ``run=True`` executes everything on ``images`` random images at the model's input size with tiny
 options (few steps, queries, masks: :data:`ANALYSIS_OPTIONS`, :data:`ATTACK_OPTIONS`, :data:`SUITE_SPECS`) —
@@ -405,7 +408,7 @@ def tiny_batch(model: nn.Module, images: int = 2, seed: int = 0) -> tuple[torch.
     return x, y
 
 
-def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 2, seed: int = 0,
+def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 4, seed: int = 0,
                  analyses: Iterable[str] | None = None, attacks: Iterable[str] | None = None,
                  suites: Iterable[str] | None = None) -> dict[str, Any]:
     """What applies to ``model`` (a ``Normalized`` model, or a model name: built at its default configuration
@@ -436,6 +439,8 @@ def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 2, 
         "attacks": {a: check_attack(model, a, x, y, run=run) for a in (attacks or list_attacks())},
         "suites": {s: check_suite(model, s, x, y, run=run) for s in (suites or list_suites())},
     }
+    out["has_class_token"] = out["probe"]["has_class_token"]
+    out["num_registers"] = out["probe"]["num_registers"]
     out["counts"] = {g: {st: sum(1 for e in out[g].values() if e["status"] == st) for st in STATUSES}
                      for g in ("analyses", "attacks", "suites")}
     return out
