@@ -475,14 +475,21 @@ def build_default(name: str) -> nn.Module:
     return create_model(name).eval()
 
 
-def capability_rows(pattern: str) -> list[dict[str, Any]]:
+#: At most this many models per ``capability_rows`` call (each is built at its default size: seconds each).
+MAX_MODELS = 64
+
+
+def capability_rows(pattern: str, max_models: int = MAX_MODELS) -> list[dict[str, Any]]:
     """Static capabilities of every model whose name matches ``pattern`` (``robustvit list models
-    --capabilities PATTERN``)."""
+    --capabilities PATTERN``); refuses more than ``max_models`` models."""
     from robustvit.models import list_models
 
     names = [n for n in list_models(pattern) if fnmatch.fnmatch(n, pattern)] if pattern else list_models()
     if not names:
         raise RobustvitError(f"no model matches {pattern!r}; see `robustvit list models`")
+    if len(names) > max_models:
+        raise RobustvitError(f"{len(names)} models match {pattern!r}; --capabilities builds each at its default size "
+                             f"(seconds per model), so give a pattern matching at most {max_models}, e.g. 'deit_*'")
     rows = []
     for n in names:
         try:
@@ -537,6 +544,6 @@ def format_one(cap: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ANALYSIS_OPTIONS", "ATTACK_OPTIONS", "PROBE_RTOL", "STATUSES", "SUITE_SPECS", "build_default", "build_meta",
+__all__ = ["ANALYSIS_CHECKS", "ANALYSIS_OPTIONS", "ATTACK_OPTIONS", "MAX_MODELS", "PROBE_RTOL", "STATUSES", "SUITE_SPECS", "build_default", "build_meta",
            "capabilities", "capability_rows", "check_analysis", "check_attack", "check_suite", "format_one",
            "format_table", "mark", "probe_error", "probe_info", "structure", "tiny_batch"]

@@ -85,6 +85,8 @@ def test_cli_capabilities_table_and_one_model(capsys):
     assert "✗ attention_distance — analysis attention_distance does not apply to cnn models" in out
     assert main(["list", "attacks", "--capabilities"]) == 2
     assert main(["list", "models", "--capabilities", "no_such_model_*"]) == 2
+    assert main(["list", "models", "--capabilities"]) == 2          # every model: refused, narrow the pattern
+    assert "models match '*'" in capsys.readouterr().err
 
 
 def test_docs_generator_renders_a_family(tmp_path):
