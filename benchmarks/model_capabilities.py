@@ -58,8 +58,10 @@ def collect(only: list[str] | None, images: int) -> list[dict]:
         except Exception as e:  # noqa: BLE001  (a family that does not even build is reported, not fatal)
             cap = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
         with tempfile.TemporaryDirectory() as tmp:
-            cap["checkpoints"] = {what or "checkpoint": adaptation_check(fam, what, Path(tmp) / (what or "plain"))
+            cap["checkpoints"] = {what or "checkpoint": adaptation_check(fam, what, Path(tmp) / "ckpt")
                                   for what in (None, *ADAPTATIONS)}
+            for e in cap["checkpoints"].values():       # no machine paths in the docs
+                e["reason"] = e["reason"].replace(str(Path(tmp) / "ckpt"), "CKPT") if e["reason"] else None
         cap.update(key=fam.key, timm=fam.model, kind=fam.kind, note=fam.note, seconds=round(time.time() - t0, 1))
         rows.append(cap)
         print(f"{fam.key:16s} {cap['seconds']:6.1f}s " + (cap.get("error") or " ".join(
@@ -159,9 +161,11 @@ def render(rows: list[dict], images: int) -> str:
             elif e["status"] == "failed":
                 fails.append(f"- {r['key']} · {w if w == 'checkpoint' else 'checkpoint after ' + w}: {e['reason']}")
         p = r["probe"]
+        if p["kind"] == "none" and p.get("reason"):
+            reasons[("probe", "make_probe", _generic(p["reason"], r))].append(r["key"])
         if p.get("exact") is False:
             fails.append(f"- {r['key']} · probe {p['kind']}: {p.get('reason')}")
-    order = (*GROUPS, "checkpoints")
+    order = ("probe", *GROUPS, "checkpoints")
     for (g, n, why), keys in sorted(reasons.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1], -len(kv[1]))):
         fams = ", ".join(keys) if len(keys) < len(ok_rows) else "all families"
         lines.append(f"- **{n}** ({g}) — {why} — *{fams}*")

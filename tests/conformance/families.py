@@ -349,7 +349,7 @@ def round_trip(model: Any, directory: Any) -> dict[str, Any]:
     except RobustvitError as e:
         return {"status": "failed", "reason": f"RobustvitError: {e}"}
     except Exception as e:  # noqa: BLE001
-        return {"status": "failed", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+        return {"status": "failed", "reason": f"{type(e).__name__}: {_first_line(e)}"[:300]}
     if after.shape != before.shape or not torch.equal(after, before):
         err = float((after - before).abs().max() / before.abs().max()) if after.shape == before.shape else math.inf
         return {"status": "failed", "reason": f"the reloaded model's logits differ (relative {err:.3g})"}
@@ -368,5 +368,9 @@ def adaptation_check(fam: Family, what: str, directory: Any, seed: int = 0) -> d
         except RobustvitError as e:
             return {"status": "refused", "reason": str(e)}
         except Exception as e:  # noqa: BLE001
-            return {"status": "failed", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+            return {"status": "failed", "reason": f"{type(e).__name__}: {_first_line(e)}"[:300]}
     return round_trip(model, directory)
+
+
+def _first_line(e: BaseException) -> str:
+    return next((line.strip() for line in str(e).splitlines() if line.strip()), "")

@@ -55,7 +55,7 @@ KNOWN: dict[tuple[str, str], str] = {
     ("fan", "patch_size"): _STEM,
     ("coat", "checkpoint"): _SHARED,
     ("coat", "head"): _SHARED,
-    ("coat", "img_size"): _SHARED,
+    ("coat", "img_size"): _FIXED.format(what="CoaT's patch embeddings keep the old size"),
     ("vit_relpos", "img_size"): _RELPOS.format(what="relative-position tables"),
     ("vit_relpos", "patch_size"): _RELPOS.format(what="relative-position tables"),
     ("beit", "img_size"): _RELPOS.format(what="BEiT's relative-position tables"),
