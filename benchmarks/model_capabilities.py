@@ -17,6 +17,7 @@ import argparse
 import json
 import re
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -26,7 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "conformance"))
 
-from families import FAMILIES, build  # noqa: E402
+from families import ADAPTATIONS, FAMILIES, adaptation_check, build  # noqa: E402
 
 from robustvit.capabilities import capabilities, mark  # noqa: E402
 
@@ -38,9 +39,11 @@ def _short(name: str) -> str:
     return name.replace("attention_", "attn_").replace("perturbation_", "pert_").replace("restricted_", "restr_")
 
 
-def _generic(reason: str, model: str) -> str:
-    """A refusal reason with the model's name taken out (so families share one line)."""
-    return re.sub(rf"\(?{re.escape(model)}\)?", "…", reason).replace("  ", " ").strip()
+def _generic(reason: str, row: dict) -> str:
+    """A refusal reason with the model's and its network class's names taken out (so families share one line)."""
+    for name in (row["model"], row.get("network") or row["model"]):
+        reason = re.sub(rf"\(?\b{re.escape(name)}\b\)?", "…", reason)
+    return reason.replace("  ", " ").strip()
 
 
 def collect(only: list[str] | None, images: int) -> list[dict]:
@@ -54,6 +57,11 @@ def collect(only: list[str] | None, images: int) -> list[dict]:
             cap = capabilities(model, run=True, images=images)
         except Exception as e:  # noqa: BLE001  (a family that does not even build is reported, not fatal)
             cap = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        with tempfile.TemporaryDirectory() as tmp:
+            cap["checkpoints"] = {what or "checkpoint": adaptation_check(fam, what, Path(tmp) / "ckpt")
+                                  for what in (None, *ADAPTATIONS)}
+            for e in cap["checkpoints"].values():       # no machine paths in the docs
+                e["reason"] = e["reason"].replace(str(Path(tmp) / "ckpt"), "CKPT") if e["reason"] else None
         cap.update(key=fam.key, timm=fam.model, kind=fam.kind, note=fam.note, seconds=round(time.time() - t0, 1))
         rows.append(cap)
         print(f"{fam.key:16s} {cap['seconds']:6.1f}s " + (cap.get("error") or " ".join(
@@ -102,7 +110,7 @@ def render(rows: list[dict], images: int) -> str:
         "Patch-Fool; `BlockProbe` reads the model's own forward through hooks; *CLS* / *reg*: class token and "
         "register tokens in the probed token sequence.",
         "",
-        "| family | timm model | what is special | probe | exact | CLS | reg | analyses ✓/✗/! | attacks ✓/✗/! | suites ✓/✗/! |",
+        "| family | model | what is special | probe | exact | CLS | reg | analyses ✓/✗/! | attacks ✓/✗/! | suites ✓/✗/! |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -123,6 +131,19 @@ def render(rows: list[dict], images: int) -> str:
               + " (family × item pairs).", ""]
     for g, title in (("analyses", "Analyses"), ("attacks", "Attacks"), ("suites", "Evaluation suites")):
         lines += [f"## {title}", ""] + _matrix(ok_rows, g) + [""]
+    lines += ["## Checkpoints and fine-tuning adaptations", "",
+              "`save_checkpoint` → `load_checkpoint` must give bit-identical logits, as is and after each adaptation of "
+              "`robustvit.models.finetune`: a new head (`reset_head`, then random weights), a new input size "
+              "(`adapt_input(img_size=)`: +2 patches a side for ViTs, 48 px for CNNs) and a new patch size "
+              "(`adapt_input(patch_size=)`: half the patch; XCiT's convolutional stem 16 → 4). ✓ reloads identically · "
+              "✗ the adaptation refuses in one line · ! fails (the error or the difference is listed under *Failures*).",
+              "", "| family | checkpoint | head | img_size | patch_size |", "|---|---|---|---|---|"]
+    for r in rows:
+        if "checkpoints" in r:
+            lines.append(f"| {r['key']} | " + " | ".join(mark(r["checkpoints"][w]) for w in ("checkpoint", *ADAPTATIONS)) + " |")
+    ck = {st: sum(1 for r in rows for e in r.get("checkpoints", {}).values() if e["status"] == st)
+          for st in ("ok", "refused", "failed")}
+    lines += ["", f"{ck['ok']} ✓, {ck['refused']} ✗, {ck['failed']} ! (family × check pairs).", ""]
     lines += ["## Why they refuse", "",
               "Each refusal's one-line message (the model's name replaced by …), with the families that gave it.", ""]
     reasons: dict[tuple[str, str, str], list[str]] = defaultdict(list)
@@ -131,13 +152,21 @@ def render(rows: list[dict], images: int) -> str:
         for g in GROUPS:
             for n, e in r[g].items():
                 if e["status"] == "refused":
-                    reasons[(g, n, _generic(e["reason"], r["model"]))].append(r["key"])
+                    reasons[(g, n, _generic(e["reason"], r))].append(r["key"])
                 elif e["status"] == "failed":
                     fails.append(f"- {r['key']} · {g[:-1] if g != 'analyses' else 'analysis'} `{n}`: {e['reason']}")
+        for w, e in r.get("checkpoints", {}).items():
+            if e["status"] == "refused":
+                reasons[("checkpoints", w, _generic(e["reason"], r))].append(r["key"])
+            elif e["status"] == "failed":
+                fails.append(f"- {r['key']} · {w if w == 'checkpoint' else 'checkpoint after ' + w}: {e['reason']}")
         p = r["probe"]
+        if p["kind"] == "none" and p.get("reason"):
+            reasons[("probe", "make_probe", _generic(p["reason"], r))].append(r["key"])
         if p.get("exact") is False:
             fails.append(f"- {r['key']} · probe {p['kind']}: {p.get('reason')}")
-    for (g, n, why), keys in sorted(reasons.items(), key=lambda kv: (GROUPS.index(kv[0][0]), kv[0][1], -len(kv[1]))):
+    order = ("probe", *GROUPS, "checkpoints")
+    for (g, n, why), keys in sorted(reasons.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1], -len(kv[1]))):
         fams = ", ".join(keys) if len(keys) < len(ok_rows) else "all families"
         lines.append(f"- **{n}** ({g}) — {why} — *{fams}*")
     lines += ["", "## Failures", ""]

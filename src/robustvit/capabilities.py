@@ -12,7 +12,10 @@
   ε-ball for bounded attacks), ``applies`` (static check: it would be accepted; nothing was run),
   ``refused`` (a one-line ``RobustvitError``, given as ``reason``) or ``failed`` (any other exception, or a
   broken invariant: a bug);
-* ``counts``: per group, how many are ok/applies, refused and failed.
+* ``counts``: per group, how many are ok/applies, refused and failed;
+* ``model``, ``network`` (the network's class), ``family`` (``ModelSpec.family``), ``analysis_family`` (the
+  family the analysis registry uses), ``has_class_token`` and ``num_registers`` (the probe's view, else the
+  network's), ``input_size``, ``patch_size``, ``verified`` (whether it ran).
 
 Two modes. ``run=True`` executes everything on ``images`` random images at the model's input size with tiny
 options (few steps, queries, masks: :data:`ANALYSIS_OPTIONS`, :data:`ATTACK_OPTIONS`, :data:`SUITE_SPECS`) —
@@ -405,7 +408,7 @@ def tiny_batch(model: nn.Module, images: int = 2, seed: int = 0) -> tuple[torch.
     return x, y
 
 
-def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 2, seed: int = 0,
+def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 4, seed: int = 0,
                  analyses: Iterable[str] | None = None, attacks: Iterable[str] | None = None,
                  suites: Iterable[str] | None = None) -> dict[str, Any]:
     """What applies to ``model`` (a ``Normalized`` model, or a model name: built at its default configuration
@@ -429,13 +432,15 @@ def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 2, 
         x, y = tiny_batch(model, images, seed)
         dataset = TensorImageDataset(x, y, [str(i) for i in range(int(spec.num_classes))], spec="tensor:capabilities")
     out: dict[str, Any] = {
-        "model": name, "family": spec.family, "analysis_family": _safe(lambda: family_of(model), "other"),
+        "model": name, "network": type(getattr(model, "net", model)).__name__, "family": spec.family, "analysis_family": _safe(lambda: family_of(model), "other"),
         "input_size": list(spec.input_size), "patch_size": spec.patch_size, "verified": bool(run),
         "probe": probe_info(model, x[:1] if x is not None else None),
         "analyses": {a: check_analysis(model, a, dataset, run=run) for a in (analyses or list_analyses())},
         "attacks": {a: check_attack(model, a, x, y, run=run) for a in (attacks or list_attacks())},
         "suites": {s: check_suite(model, s, x, y, run=run) for s in (suites or list_suites())},
     }
+    out["has_class_token"] = out["probe"]["has_class_token"]
+    out["num_registers"] = out["probe"]["num_registers"]
     out["counts"] = {g: {st: sum(1 for e in out[g].values() if e["status"] == st) for st in STATUSES}
                      for g in ("analyses", "attacks", "suites")}
     return out
@@ -470,14 +475,21 @@ def build_default(name: str) -> nn.Module:
     return create_model(name).eval()
 
 
-def capability_rows(pattern: str) -> list[dict[str, Any]]:
+#: At most this many models per ``capability_rows`` call (each is built at its default size: seconds each).
+MAX_MODELS = 64
+
+
+def capability_rows(pattern: str, max_models: int = MAX_MODELS) -> list[dict[str, Any]]:
     """Static capabilities of every model whose name matches ``pattern`` (``robustvit list models
-    --capabilities PATTERN``)."""
+    --capabilities PATTERN``); refuses more than ``max_models`` models."""
     from robustvit.models import list_models
 
     names = [n for n in list_models(pattern) if fnmatch.fnmatch(n, pattern)] if pattern else list_models()
     if not names:
         raise RobustvitError(f"no model matches {pattern!r}; see `robustvit list models`")
+    if len(names) > max_models:
+        raise RobustvitError(f"{len(names)} models match {pattern!r}; --capabilities builds each at its default size "
+                             f"(seconds per model), so give a pattern matching at most {max_models}, e.g. 'deit_*'")
     rows = []
     for n in names:
         try:
@@ -532,6 +544,6 @@ def format_one(cap: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ANALYSIS_OPTIONS", "ATTACK_OPTIONS", "PROBE_RTOL", "STATUSES", "SUITE_SPECS", "build_default", "build_meta",
+__all__ = ["ANALYSIS_CHECKS", "ANALYSIS_OPTIONS", "ATTACK_OPTIONS", "MAX_MODELS", "PROBE_RTOL", "STATUSES", "SUITE_SPECS", "build_default", "build_meta",
            "capabilities", "capability_rows", "check_analysis", "check_attack", "check_suite", "format_one",
            "format_table", "mark", "probe_error", "probe_info", "structure", "tiny_batch"]

@@ -19,6 +19,7 @@ generator (``benchmarks/model_capabilities.py``) and the probe tests::
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -301,3 +302,75 @@ def example_input(model: Any, n: int = 2, seed: int = 0) -> torch.Tensor:
     """(n, 3, S, S) images in [0, 1] at the model's input size, seeded."""
     s = int(model.spec.image_size)
     return torch.rand(n, 3, s, s, generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fine-tuning adaptations and checkpoint round trips (tests/conformance/test_zoo.py, docs/models.md)
+# ---------------------------------------------------------------------------------------------------------
+ADAPTATIONS = ("head", "img_size", "patch_size")
+
+
+def adapt(model: Any, fam: Family, what: str) -> None:
+    """Apply one fine-tuning adaptation of ``robustvit.models.finetune`` to ``model`` in place: ``head`` (a new
+    5-class head, then given random weights: a zero head would hide a wrong reload), ``img_size`` or
+    ``patch_size`` (the family's ``adapt_to`` values). Raises what the adaptation raises."""
+    from robustvit.models.finetune import adapt_input, reset_head
+
+    if what == "head":
+        reset_head(model, 5)
+        head = model.net.get_classifier()
+        g = torch.Generator().manual_seed(3)
+        mods = [head] if isinstance(head, nn.Module) else list(head)
+        with torch.no_grad():
+            for p in (q for m in mods for q in m.parameters()):
+                p.copy_(torch.randn(p.shape, generator=g))
+    elif what == "img_size":
+        adapt_input(model, img_size=fam.adapt_to.get("img_size", fam.img_size + 16))
+    elif what == "patch_size":
+        adapt_input(model, patch_size=fam.adapt_to.get("patch_size", 4))
+    else:
+        raise ValueError(f"unknown adaptation {what!r}")
+
+
+def round_trip(model: Any, directory: Any) -> dict[str, Any]:
+    """``save_checkpoint`` → ``load_checkpoint`` → the same logits (bit for bit) on ``example_input``:
+    {"status": "ok" | "failed", "reason"}."""
+    from robustvit.errors import RobustvitError
+    from robustvit.models import load_checkpoint, save_checkpoint
+
+    x = example_input(model)
+    try:
+        with torch.no_grad():
+            before = model(x)
+        save_checkpoint(model, directory)
+        back = load_checkpoint(directory).eval()
+        with torch.no_grad():
+            after = back(x)
+    except RobustvitError as e:
+        return {"status": "failed", "reason": f"RobustvitError: {e}"}
+    except Exception as e:  # noqa: BLE001
+        return {"status": "failed", "reason": f"{type(e).__name__}: {_first_line(e)}"[:300]}
+    if after.shape != before.shape or not torch.equal(after, before):
+        err = float((after - before).abs().max() / before.abs().max()) if after.shape == before.shape else math.inf
+        return {"status": "failed", "reason": f"the reloaded model's logits differ (relative {err:.3g})"}
+    return {"status": "ok", "reason": None}
+
+
+def adaptation_check(fam: Family, what: str, directory: Any, seed: int = 0) -> dict[str, Any]:
+    """Build the family, apply ``what`` (None: no adaptation) and round-trip it: ``ok``, ``refused`` (a one-line
+    ``RobustvitError`` from the adaptation) or ``failed`` (another error, or a reload that differs)."""
+    from robustvit.errors import RobustvitError
+
+    model = build(fam, seed)
+    if what is not None:
+        try:
+            adapt(model, fam, what)
+        except RobustvitError as e:
+            return {"status": "refused", "reason": str(e)}
+        except Exception as e:  # noqa: BLE001
+            return {"status": "failed", "reason": f"{type(e).__name__}: {_first_line(e)}"[:300]}
+    return round_trip(model, directory)
+
+
+def _first_line(e: BaseException) -> str:
+    return next((line.strip() for line in str(e).splitlines() if line.strip()), "")

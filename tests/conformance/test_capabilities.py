@@ -85,3 +85,25 @@ def test_cli_capabilities_table_and_one_model(capsys):
     assert "✗ attention_distance — analysis attention_distance does not apply to cnn models" in out
     assert main(["list", "attacks", "--capabilities"]) == 2
     assert main(["list", "models", "--capabilities", "no_such_model_*"]) == 2
+    assert main(["list", "models", "--capabilities"]) == 2          # every model: refused, narrow the pattern
+    assert "models match '*'" in capsys.readouterr().err
+
+
+def test_docs_generator_renders_a_family(tmp_path):
+    """``benchmarks/model_capabilities.py`` (which writes docs/models.md) on one family: the table row, counts
+    that add up, the checkpoint table and the command line at the top."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "model_capabilities.py"
+    spec = importlib.util.spec_from_file_location("robustvit_model_capabilities", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "models.md"
+    assert mod.main(["--only", "vit_gap", "--out", str(out), "--images", "4"]) == 0
+    text = out.read_text()
+    assert mod.COMMAND in text.splitlines()[2]
+    row = next(line for line in text.splitlines() if line.startswith("| vit_gap | `vit_cifar_micro`"))
+    assert "| ViTProbe | ✓ | — | 0 | 9/0/0 | 12/0/0 |" in row
+    assert "| vit_gap | ✓ | ✓ | ✓ | ✓ |" in text
+    assert "## Failures\n\nNone." in text

@@ -26,7 +26,7 @@ import pytest
 import torch
 from PIL import Image
 
-from families import FAMILIES, Family, build, build_timm, example_input, get_family
+from families import ADAPTATIONS, FAMILIES, adapt, build, build_timm, example_input, get_family
 
 from robustvit.errors import RobustvitError
 
@@ -55,7 +55,7 @@ KNOWN: dict[tuple[str, str], str] = {
     ("fan", "patch_size"): _STEM,
     ("coat", "checkpoint"): _SHARED,
     ("coat", "head"): _SHARED,
-    ("coat", "img_size"): _SHARED,
+    ("coat", "img_size"): _FIXED.format(what="CoaT's patch embeddings keep the old size"),
     ("vit_relpos", "img_size"): _RELPOS.format(what="relative-position tables"),
     ("vit_relpos", "patch_size"): _RELPOS.format(what="relative-position tables"),
     ("beit", "img_size"): _RELPOS.format(what="BEiT's relative-position tables"),
@@ -140,26 +140,6 @@ def test_checkpoint_round_trip(key, tmp_path):
         assert torch.equal(back(x), model(x))
 
 
-ADAPTATIONS = ("head", "img_size", "patch_size")
-
-
-def _adapt(model, fam: Family, what: str) -> None:
-    from robustvit.models.finetune import adapt_input, reset_head
-
-    if what == "head":
-        reset_head(model, 5)
-        head = model.net.get_classifier()
-        g = torch.Generator().manual_seed(3)   # a zero head would hide a wrong reload: give it weights
-        with torch.no_grad():
-            for p in (head.parameters() if isinstance(head, torch.nn.Module) else
-                      (q for h in head for q in h.parameters())):
-                p.copy_(torch.randn(p.shape, generator=g))
-    elif what == "img_size":
-        adapt_input(model, img_size=fam.adapt_to.get("img_size", fam.img_size + 16))
-    else:
-        adapt_input(model, patch_size=fam.adapt_to.get("patch_size", 4))
-
-
 @pytest.mark.parametrize("what", ADAPTATIONS)
 @pytest.mark.parametrize("key", IDS)
 def test_adapted_checkpoint_round_trip(key, what, tmp_path, request):
@@ -172,7 +152,7 @@ def test_adapted_checkpoint_round_trip(key, what, tmp_path, request):
     fam = get_family(key)
     model = model_of(key)
     try:
-        _adapt(model, fam, what)
+        adapt(model, fam, what)
     except RobustvitError as e:
         assert "\n" not in str(e)
         assert what not in fam.adapt, f"{what} should apply to {key}: {e}"
