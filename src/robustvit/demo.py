@@ -90,6 +90,7 @@ DEMO_SUITES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "transfer": ((), ()),
     "fewshot": (("fewshot:shots=1+5+10+25:draws=5:limit=500",), ("fewshot:shots=1+5+10:draws=3:limit=200",)),
     **{name: ((), ()) for name in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
+    **{name: ((), ()) for name in ("seg_clean", "seg_corruptions", "det_clean", "det_corruptions")},
 }
 #: Why a suite is not run by the demo.
 DEMO_SKIPPED = {
@@ -97,6 +98,10 @@ DEMO_SKIPPED = {
     "transfer": "the demo evaluates its models one at a time; run `robustvit eval --model A,B --suite transfer`",
     **{name: "needs the data set on disk and a 1000-class ImageNet model (pass root=DIR)"
        for name in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
+    **{name: "needs a segmentation model and per-pixel masks (docs/dense.md: train --task segment)"
+       for name in ("seg_clean", "seg_corruptions")},
+    **{name: "needs a torchvision detector (--model tv:NAME) and box annotations (docs/dense.md)"
+       for name in ("det_clean", "det_corruptions")},
 }
 
 

@@ -21,7 +21,8 @@ def cls_vit():
     m = create_model("vit_cifar_tiny", embed_dim=32, depth=3, num_heads=2, img_size=16, num_classes=5).eval()
     with torch.no_grad():
         m.net.head.weight.normal_(0, 1.0)
-    return m
+    m.weights = {"pretrained": True, "source": "file:seeded-test-weights"}   # stands for a trained model here:
+    return m                                                                # the tests judge the protocol labels
 
 
 def _standins():

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from robustvit.models.wrapper import range_check_off
+
 from robustvit.analysis import grouping, run_analyses
 from robustvit.analysis.grouping import significant_eigenvalues
 from robustvit.utils import derive_seed
@@ -25,7 +27,7 @@ def _block_tokens(model, x):
     outs = []
     hs = [b.register_forward_hook(lambda m, a, y: outs.append(y.detach())) for b in model.net.blocks]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), range_check_off(model):
             model(x)
     finally:
         for h in hs:

@@ -42,8 +42,6 @@ _FIXED = ("adapt_input(img_size=) is accepted but {what}; the forward then fails
 _RELPOS = "adapt_input resamples only an absolute pos_embed; {what} stay at the old grid and the forward fails (models/finetune.py)"
 _NOCLS = ("adapt_input resamples pos_embed with num_prefix_tokens=1, but {what}'s pos_embed holds no class-token "
           "entry (the class token joins later): wrong shape (models/finetune.py)")
-_STEM = ("adapt_input(patch_size=) on a convolutional stem is not recorded in the checkpoint spec: load_checkpoint "
-         "rebuilds the stride-16 stem and the logits differ (models/finetune.py, models/factory.py)")
 _SHARED = ("save_checkpoint fails on weights shared between modules (CoaT's shared conv position encodings): "
            "safetensors refuses aliased tensors (models/factory.py: save with safetensors' save_model or "
            "de-duplicate)")
@@ -51,8 +49,6 @@ _SHARED = ("save_checkpoint fails on weights shared between modules (CoaT's shar
 #: Known failures whose fix lives in a file another engineer owns: (family key, check) → reason. Checks are
 #: "checkpoint", "head", "img_size", "patch_size" (xfail strict: the list must shrink as fixes land).
 KNOWN: dict[tuple[str, str], str] = {
-    ("xcit", "patch_size"): _STEM,
-    ("fan", "patch_size"): _STEM,
     ("coat", "checkpoint"): _SHARED,
     ("coat", "head"): _SHARED,
     ("coat", "img_size"): _FIXED.format(what="CoaT's patch embeddings keep the old size"),
@@ -272,8 +268,6 @@ def _assert_no_failures(key: str, res: dict, request, prefix: str = "") -> None:
     assert not {n: r for n, r in bad.items() if n in known}
 
 
-_STAB = ("attention_stability stacks per-block cosines, but Swin's windowed maps have a different head count per "
-         "stage (analysis/stability.py)")
 _TALK = ("CaiT's talking-heads attention mixes heads after the softmax: the maps the probe reads are not "
          "distributions (negative entries), so attention distance leaves [0, image diagonal] and attention maps go "
          "negative; read the maps before proj_w or refuse (models/probe.py / analysis/attention.py)")
@@ -281,8 +275,6 @@ _AA = ("autoattack passes an empty batch to its next member once no point is rob
        "reshape 0 images (attacks/autoattack.py: skip members when nothing is left)")
 #: Known run failures (fix in a file another engineer owns): (family key, analysis | attack | "suite:NAME").
 KNOWN_RUN: dict[tuple[str, str], str] = {
-    ("swin", "attention_stability"): _STAB,
-    ("swinv2", "attention_stability"): _STAB,
     ("cait", "attention_distance"): _TALK,
     ("cait", "attention_maps"): _TALK,
     ("swin", "autoattack"): _AA,

@@ -32,6 +32,7 @@ import torch
 
 from robustvit.analysis.base import Analysis, Context, make_context, tolist
 from robustvit.errors import RobustvitError
+from robustvit.models.wrapper import range_check_off
 
 CONVENTIONS = ("fan", "relative")
 #: Default thresholds per convention: absolute (FAN) and relative to the largest eigenvalue.
@@ -98,7 +99,8 @@ def compute_grouping(ctx: Context, eig_threshold: float | None = None, sigma: fl
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
         clean = patch_tokens(probe, probe.run(x, tokens=True).tokens)
-        noisy = patch_tokens(probe, probe.run(noisy_input(x, ctx.generator("noise", c)), tokens=True).tokens)
+        with range_check_off(ctx.model):     # FAN's noise is unclipped: the input may leave [0, 1] on purpose
+            noisy = patch_tokens(probe, probe.run(noisy_input(x, ctx.generator("noise", c)), tokens=True).tokens)
         eig = [float(significant_eigenvalues(t, thr, relative).double().sum()) for t in clean]
         decay = [float(((b - a).flatten(1).norm(dim=1) / a.flatten(1).norm(dim=1).clamp_min(1e-12)).sum())
                  for a, b in zip(clean, noisy)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -131,3 +133,18 @@ def _refuse_outside_unit(lo: float, hi: float, window: int) -> None:
         hint = "it looks like 0-255 pixels: divide by 255" if hi > 2 else "clip it to [0, 1]"
     raise RobustvitError(f"{where} must lie in [0, 1], got values in [{lo:.3g}, {hi:.3g}]; {hint} "
                          "(model.check_range = False turns this check off)")
+
+
+@contextmanager
+def range_check_off(model: nn.Module) -> Iterator[None]:
+    """Within the block, ``model`` (a ``Normalized`` wrapper; anything else is left alone) takes inputs outside
+    [0, 1] — for analyses that perturb the network's normalised input on purpose (FAN's noise decay)."""
+    if not isinstance(model, Normalized):
+        yield
+        return
+    old = model.check_range
+    model.check_range = False
+    try:
+        yield
+    finally:
+        model.check_range = old
