@@ -159,3 +159,23 @@ def test_l2(tiny_model, batch):
                         attacks=["apgd-ce", ("apgd-t", {"n_target_classes": 2})])
     x_adv = atk(x, y)
     assert ((x_adv - x).flatten(1).norm(dim=1) <= 0.2 + 1e-5).all()
+
+
+def test_members_never_see_an_empty_batch():
+    """Once no point is robust, later members are not called (an empty chunk crashes e.g. Swin's windows)."""
+    calls = []
+
+    class Wrong(torch.nn.Module):                # misclassifies everything; refuses empty batches like Swin
+        def forward(self, x):
+            calls.append(len(x))
+            if len(x) == 0:
+                raise RuntimeError("cannot reshape 0 images")
+            logits = torch.zeros(len(x), 3)
+            logits[:, 2] = 1.0 + x.flatten(1).sum(1) * 0
+            return logits
+
+    x, y = torch.rand(4, 3, 8, 8), torch.zeros(4, dtype=torch.long)
+    atk, adv = run(Wrong(), x, y)
+    assert atk.last_report["clean_accuracy"] == 0.0 and atk.last_report["robust_accuracy"] == 0.0
+    assert all(v == 0.0 for v in atk.last_report["per_attack"].values()) and 0 not in calls
+    assert torch.equal(adv, x)

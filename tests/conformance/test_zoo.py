@@ -49,32 +49,6 @@ _SHARED = ("save_checkpoint fails on weights shared between modules (CoaT's shar
 #: Known failures whose fix lives in a file another engineer owns: (family key, check) → reason. Checks are
 #: "checkpoint", "head", "img_size", "patch_size" (xfail strict: the list must shrink as fixes land).
 KNOWN: dict[tuple[str, str], str] = {
-    ("coat", "checkpoint"): _SHARED,
-    ("coat", "head"): _SHARED,
-    ("coat", "img_size"): _FIXED.format(what="CoaT's patch embeddings keep the old size"),
-    ("vit_relpos", "img_size"): _RELPOS.format(what="relative-position tables"),
-    ("vit_relpos", "patch_size"): _RELPOS.format(what="relative-position tables"),
-    ("beit", "img_size"): _RELPOS.format(what="BEiT's relative-position tables"),
-    ("beit", "patch_size"): _RELPOS.format(what="BEiT's relative-position tables"),
-    ("eva", "img_size"): _RELPOS.format(what="EVA's rotary embedding grids"),
-    ("eva", "patch_size"): _RELPOS.format(what="EVA's rotary embedding grids"),
-    ("cait", "img_size"): _NOCLS.format(what="CaiT"),
-    ("cait", "patch_size"): _NOCLS.format(what="CaiT"),
-    ("convit", "img_size"): _NOCLS.format(what="ConViT"),
-    ("convit", "patch_size"): _NOCLS.format(what="ConViT"),
-    ("pit", "img_size"): _FIXED.format(what="PiT's (1, C, H, W) position embedding is not resampled"),
-    ("nest", "img_size"): _FIXED.format(what="NesT's per-level position embeddings are not resampled"),
-    ("nest", "patch_size"): _FIXED.format(what="NesT's patch size change leaves its block grid").replace("img_size", "patch_size"),
-    ("vit_hybrid", "patch_size"): _FIXED.format(what="the hybrid's ResNet stem cannot change its stride").replace("img_size", "patch_size"),
-    ("tnt", "img_size"): _FIXED.format(what="TNT's pixel/patch position embeddings are not resampled"),
-    ("levit", "img_size"): _FIXED.format(what="LeViT's attention biases are sized for the old grid"),
-    ("efficientformer", "img_size"): _FIXED.format(what="EfficientFormer's attention bias is fixed to a 7x7 grid"),
-    ("gcvit", "img_size"): _FIXED.format(what="GCViT's window sizes derive from the old img_size"),
-    ("maxvit", "img_size"): _FIXED.format(what="MaxViT's window/grid partition derives from the old img_size"),
-    ("visformer", "img_size"): _FIXED.format(what="Visformer's position embeddings are not resampled"),
-    ("mixer", "img_size"): _FIXED.format(what="the token-mixing MLP is sized for the old token count"),
-    ("resmlp", "img_size"): _FIXED.format(what="the token-mixing layer is sized for the old token count"),
-    ("gmlp", "img_size"): _FIXED.format(what="the spatial gating unit is sized for the old token count"),
 }
 
 _CACHE: dict[str, object] = {}
@@ -268,17 +242,8 @@ def _assert_no_failures(key: str, res: dict, request, prefix: str = "") -> None:
     assert not {n: r for n, r in bad.items() if n in known}
 
 
-_TALK = ("CaiT's talking-heads attention mixes heads after the softmax: the maps the probe reads are not "
-         "distributions (negative entries), so attention distance leaves [0, image diagonal] and attention maps go "
-         "negative; read the maps before proj_w or refuse (models/probe.py / analysis/attention.py)")
-_AA = ("autoattack passes an empty batch to its next member once no point is robust; Swin's window attention cannot "
-       "reshape 0 images (attacks/autoattack.py: skip members when nothing is left)")
 #: Known run failures (fix in a file another engineer owns): (family key, analysis | attack | "suite:NAME").
 KNOWN_RUN: dict[tuple[str, str], str] = {
-    ("cait", "attention_distance"): _TALK,
-    ("cait", "attention_maps"): _TALK,
-    ("swin", "autoattack"): _AA,
-    ("swin", "suite:autoattack"): _AA,
 }
 
 

@@ -43,6 +43,9 @@ def _need_grid(probe: Any, what: str) -> None:
     if probe.grid_size is None or probe.patch_size is None or getattr(probe, "kind", "") in ("swin", "cnn") \
             or probe.family == "xcit":
         raise RobustvitError(f"{what} needs global attention between patch tokens (ViT, DeiT, FAN)")
+    if not getattr(probe, "softmax_maps", True):
+        raise RobustvitError(f"{what} needs softmax attention maps (distributions over tokens); talking-heads "
+                             "attention (CaiT) mixes heads after the softmax — use attention_stability or lesion")
 
 
 def _check_maps(probe: Any, maps: list[torch.Tensor], what: str) -> None:

@@ -180,6 +180,8 @@ class AutoAttack(Attack):
         """Attack the still-robust points; write fooling examples into ``x_adv``; return the new mask."""
         idx = robust.nonzero().squeeze(1)
         robust = robust.clone()
+        if idx.numel() == 0:          # nothing left to attack (split() would still yield one empty chunk)
+            return robust
         for chunk in idx.split(self.batch_size or max(len(idx), 1)):
             xa = atk(x[chunk], y[chunk])
             fooled = self.predict(xa).argmax(1) != y[chunk]

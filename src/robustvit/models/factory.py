@@ -214,7 +214,12 @@ def save_checkpoint(model: Normalized, directory: str | Path, extra: dict[str, A
         raise RobustvitError("this model has a class map (map_classes); save it before mapping its classes")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.net.state_dict().items()}
+    state, seen = {}, set()
+    for k, v in model.net.state_dict().items():          # tensors shared between modules (CoaT) are stored once
+        v = v.detach().cpu().contiguous()                 # per key: safetensors refuses aliased storage
+        ptr = (v.untyped_storage().data_ptr(), v.storage_offset()) if v.numel() else None
+        state[k] = v.clone() if ptr in seen else v
+        seen.add(ptr)
     tmp = d / (WEIGHTS_FILE + ".tmp")
     save_file(state, str(tmp))
     tmp.replace(d / WEIGHTS_FILE)

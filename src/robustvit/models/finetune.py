@@ -23,6 +23,7 @@ loaded, and :func:`check_structure` refuses a network whose patch embedding does
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -79,7 +80,31 @@ def _conv_stem_strides(stem: nn.Module) -> list[nn.Conv2d]:
 
 def adapt_input(model: Normalized, img_size: int | None = None, patch_size: int | None = None,
                 interpolation: str = "bicubic") -> None:
-    """Set a new input resolution and/or patch size (see the module docstring)."""
+    """Set a new input resolution and/or patch size (see the module docstring). The change is tried first on a
+    copy, which must then run a forward at the new size: architectures with size-bound parts robustvit does not
+    resample (relative-position tables, rotary grids, fixed token-mixing MLPs, window partitions, per-level
+    position maps) are refused in one line instead of being left broken."""
+    trial = copy.deepcopy(model).eval()
+    try:
+        _adapt_input(trial, img_size, patch_size, interpolation)
+        s = trial.spec.image_size
+        p = next(trial.parameters(), None)
+        with torch.no_grad():
+            out = trial(torch.zeros(1, 3, s, s, device=p.device if p is not None else "cpu"))
+        if out.shape != (1, trial.spec.num_classes):
+            raise RuntimeError(f"logits of shape {tuple(out.shape)}")
+    except RobustvitError:
+        raise
+    except Exception as e:  # noqa: BLE001 — any failure of the adapted copy means: not adaptable this way
+        what = ", ".join(f"{k}={v}" for k, v in (("img_size", img_size), ("patch_size", patch_size)) if v is not None)
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)[:160]
+        raise RobustvitError(f"cannot adapt {type(model.net).__name__} to {what}: the adapted network fails at the "
+                             f"new size ({first}); it has size-bound parts robustvit does not resample") from None
+    del trial
+    _adapt_input(model, img_size, patch_size, interpolation)
+
+
+def _adapt_input(model: Normalized, img_size: int | None, patch_size: int | None, interpolation: str) -> None:
     net = model.net
     pe = getattr(net, "patch_embed", None)
     if pe is None:
@@ -99,7 +124,10 @@ def adapt_input(model: Normalized, img_size: int | None = None, patch_size: int 
         pe.img_size = size
     pos = getattr(net, "pos_embed", None)
     if isinstance(pos, nn.Parameter) and old_grid and not getattr(pe, "dynamic_img_pad", False):
-        prefix = 0 if getattr(net, "no_embed_class", False) else int(getattr(net, "num_prefix_tokens", 1))
+        prefix = pos.shape[1] - old_grid[0] * old_grid[1]       # entries before the grid (CaiT/ConViT: none)
+        if not 0 <= prefix <= int(getattr(net, "num_prefix_tokens", 1)):
+            raise RobustvitError(f"{type(net).__name__}'s position embedding has {pos.shape[1]} entries for a "
+                                 f"{old_grid[0]}x{old_grid[1]} grid; cannot resample it")
         new = resample_pos_embed(pos.data, tuple(pe.grid_size), old_grid, prefix, interpolation)
         if new is not pos.data:
             net.pos_embed = nn.Parameter(new, requires_grad=pos.requires_grad)
@@ -214,6 +242,9 @@ def check_structure(model: Normalized, where: str = "checkpoint", conv_stem: boo
 
 
 def _set_patch_size(pe: nn.Module, patch: int) -> None:
+    if hasattr(pe, "backbone"):                                          # hybrid: a CNN stem's feature map
+        raise RobustvitError(f"{type(pe).__name__} embeds a CNN's feature map; its patch size follows the CNN's "
+                             "strides and cannot be changed (--patch-size does not apply)")
     proj = getattr(pe, "proj", None)
     old = getattr(pe, "patch_size", None)
     old = int(old[0] if isinstance(old, (tuple, list)) else old) if old is not None else None
