@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,9 @@ import torch
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", min(2, os.cpu_count() or 1))))
 # frost's source must not depend on whether imagecorruptions happens to be installed (tests set it explicitly)
 os.environ.setdefault("ROBUSTVIT_FROST_DIR", "procedural")
+
+# ``import families``: the conformance suite's tiny configurations of timm's families, for every test folder
+sys.path.insert(0, str(Path(__file__).resolve().parent / "conformance"))
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

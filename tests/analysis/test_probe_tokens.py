@@ -3,9 +3,6 @@ them, and parallel-block ViTs either run correctly or refuse in one line (never 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,18 +16,7 @@ from robustvit.errors import RobustvitError
 from robustvit.models.probe import BlockProbe, ViTProbe
 
 
-def _families():
-    name = "robustvit_test_families"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "conformance" / "families.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-FAM = _families()
+import families as FAM  # noqa: E402  (tests/conformance, on the path by tests/conftest.py)
 
 
 def data(n: int = 4, size: int = 32) -> TensorImageDataset:

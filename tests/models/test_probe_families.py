@@ -4,9 +4,6 @@ refuses, in one line, what it does not reproduce."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,19 +14,7 @@ from robustvit.models import create_model
 from robustvit.models.probe import BlockProbe, ViTProbe, make_probe
 
 
-def _families():
-    """``tests/conformance/families.py``: tiny, perturbed configurations of timm's families."""
-    name = "robustvit_test_families"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "conformance" / "families.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-FAM = _families()
+import families as FAM  # noqa: E402  (tests/conformance, on the path by tests/conftest.py)
 #: families ``ViTProbe`` reproduces exactly (the others go to ``BlockProbe``)
 EXACT = ["vit", "vit_cifar", "vit_gap", "vit_convstem", "deit", "deit3", "deit_distilled", "vit_reg_gap", "vit_reg_cls",
          "vit_qknorm", "vit_postnorm", "vit_map", "vit_parallel", "vit_xp", "vit_clip", "vit_fcnorm", "beit", "eva",

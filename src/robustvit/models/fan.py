@@ -47,6 +47,7 @@ from torch import nn
 from robustvit.errors import RobustvitError
 from robustvit.models.cifar import _cfg as _cifar_cfg
 from robustvit.models.cifar import _drop_timm_cfg
+from robustvit.models.probe import masked_softmax
 
 Grid = tuple[int, int]
 
@@ -163,14 +164,7 @@ class TokenMixing(nn.Module):
         """(out, attn): ``attn`` is the (N, heads, T, T) softmax map. ``mask``: bool (True = may attend) or an
         additive float mask, broadcastable to (N, heads, T, T)."""
         q, k, v = self._qkv(x)
-        logits = (q * self.scale) @ k.transpose(-2, -1)
-        if mask is not None:
-            mask = mask.to(logits.device)
-            if mask.dtype == torch.bool:
-                logits = logits.masked_fill(~mask, float("-inf"))
-            else:
-                logits = logits + mask.to(logits.dtype)
-        attn = logits.softmax(dim=-1)
+        attn = masked_softmax((q * self.scale) @ k.transpose(-2, -1), mask)
         return self._out(self.attn_drop(attn) @ v), attn
 
 

@@ -386,7 +386,7 @@ class ViTProbe:
         q = blk.q_norm(q.view(B, N, blk.num_heads, blk.head_dim)).transpose(1, 2)
         k = blk.k_norm(k.view(B, N, blk.num_heads, blk.head_dim)).transpose(1, 2)
         v = v.view(B, N, blk.num_heads, blk.head_dim).transpose(1, 2)
-        a = _softmax_map((q * blk.scale) @ k.transpose(-2, -1), mask)
+        a = masked_softmax((q * blk.scale) @ k.transpose(-2, -1), mask)
         a = blk.attn_drop(a)
         x_attn = (a @ v).transpose(1, 2).reshape(B, N, C)
         x_mlp = blk.mlp_drop(blk.mlp_act(x_mlp))
@@ -450,7 +450,7 @@ class ViTProbe:
                 logits = logits + attn._get_rel_pos_bias()
             if ctx.get("shared") is not None:
                 logits = logits + ctx["shared"]
-        a = attn.attn_drop(_softmax_map(logits, mask))
+        a = attn.attn_drop(masked_softmax(logits, mask))
         o = (a @ v).transpose(1, 2).reshape(B, N, -1)
         o = attn.norm(o) if isinstance(getattr(attn, "norm", None), nn.Module) else o
         if gate is not None:
@@ -548,7 +548,7 @@ def _map_sources(blk: nn.Module, kind: str) -> list[nn.Module]:
     return [a] if a is not None and hasattr(a, "attn_drop") and not hasattr(a, "forward_with_attention") else []
 
 
-def _softmax_map(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def masked_softmax(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """softmax over keys of the attention logits with a bool (True = may attend) or additive mask."""
     if mask is not None:
         mask = mask.to(logits.device)
