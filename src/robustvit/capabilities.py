@@ -82,6 +82,11 @@ NEEDS_PROBE = {"correlation", "lesion", "restricted_attention", "attention_dista
 # ---------------------------------------------------------------------------------------------------------
 # the model's structure and its probe
 # ---------------------------------------------------------------------------------------------------------
+
+def public(names: Iterable[str]) -> list[str]:
+    """Registered names without private ones (``_name``: registered by tests or plugins for their own use)."""
+    return [n for n in names if not n.startswith("_")]
+
 def structure(model: nn.Module) -> dict[str, Any]:
     """Prefix tokens of a (timm) transformer read from the network: ``has_class_token``, ``num_registers``,
     ``num_prefix_tokens`` (None where the network has no token sequence)."""
@@ -435,9 +440,9 @@ def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 4, 
         "model": name, "network": type(getattr(model, "net", model)).__name__, "family": spec.family, "analysis_family": _safe(lambda: family_of(model), "other"),
         "input_size": list(spec.input_size), "patch_size": spec.patch_size, "verified": bool(run),
         "probe": probe_info(model, x[:1] if x is not None else None),
-        "analyses": {a: check_analysis(model, a, dataset, run=run) for a in (analyses or list_analyses())},
-        "attacks": {a: check_attack(model, a, x, y, run=run) for a in (attacks or list_attacks())},
-        "suites": {s: check_suite(model, s, x, y, run=run) for s in (suites or list_suites())},
+        "analyses": {a: check_analysis(model, a, dataset, run=run) for a in (analyses or public(list_analyses()))},
+        "attacks": {a: check_attack(model, a, x, y, run=run) for a in (attacks or public(list_attacks()))},
+        "suites": {s: check_suite(model, s, x, y, run=run) for s in (suites or public(list_suites()))},
     }
     out["has_class_token"] = out["probe"]["has_class_token"]
     out["num_registers"] = out["probe"]["num_registers"]

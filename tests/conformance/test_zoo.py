@@ -252,7 +252,7 @@ def test_analyses_run_or_refuse(key, request):
     """Every registered analysis runs on 4 images with finite results and accuracies in [0, 1], or refuses
     with a one-line RobustvitError — never another exception."""
     from robustvit.analysis import list_analyses
-    from robustvit.capabilities import check_analysis
+    from robustvit.capabilities import check_analysis, public
     from robustvit.data import TensorImageDataset
 
     model = model_of(key)
@@ -260,7 +260,7 @@ def test_analyses_run_or_refuse(key, request):
     with torch.no_grad():
         y = model(x).argmax(1)
     ds = TensorImageDataset(x, y, [str(i) for i in range(model.spec.num_classes)], spec="tensor:zoo")
-    res = {a: check_analysis(model, a, ds) for a in list_analyses()}
+    res = {a: check_analysis(model, a, ds) for a in public(list_analyses())}
     _assert_no_failures(key, res, request)
 
 
@@ -269,11 +269,11 @@ def test_attacks_run_or_refuse(key, request):
     """Every registered attack (tiny steps/queries) returns finite [0, 1] images of the input's shape inside
     its ε-ball, or refuses with a one-line RobustvitError."""
     from robustvit.attacks import list_attacks
-    from robustvit.capabilities import check_attack, tiny_batch
+    from robustvit.capabilities import check_attack, public, tiny_batch
 
     model = model_of(key)
     x, y = tiny_batch(model, 2)
-    res = {a: check_attack(model, a, x, y) for a in list_attacks()}
+    res = {a: check_attack(model, a, x, y) for a in public(list_attacks())}
     _assert_no_failures(key, res, request)
 
 
@@ -281,10 +281,10 @@ def test_attacks_run_or_refuse(key, request):
 def test_suites_run_or_refuse(key, request, tmp_path):
     """Every registered suite (tiny options) finalises to finite results with accuracies in [0, 1] on a
     4-image batch, or refuses in one line (the data-bound ImageNet-R/-A/… and shape_bias suites do here)."""
-    from robustvit.capabilities import check_suite, tiny_batch
+    from robustvit.capabilities import check_suite, public, tiny_batch
     from robustvit.evaluate.suites import list_suites
 
     model = model_of(key)
     x, y = tiny_batch(model, 4)
-    res = {s: check_suite(model, s, x, y, out_dir=tmp_path) for s in list_suites()}
+    res = {s: check_suite(model, s, x, y, out_dir=tmp_path) for s in public(list_suites())}
     _assert_no_failures(key, res, request, prefix="suite:")
