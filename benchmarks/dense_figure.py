@@ -1,7 +1,7 @@
 """Draw docs/img/dense/synthshapes_segmentation.png: test images, true masks and a segmentation checkpoint's
 predictions, clean and corrupted (the mask is the same for both).
 
-    python docs/img/dense/make_figure.py CHECKPOINT_DIR [OUT.png]
+    python benchmarks/dense_figure.py CHECKPOINT_DIR [OUT.png]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ CORRUPTIONS = (("gaussian_noise", 3), ("motion_blur", 3), ("fog", 3))
 
 def main() -> None:
     ckpt = sys.argv[1]
-    out = Path(sys.argv[2] if len(sys.argv) > 2 else Path(__file__).with_name("synthshapes_segmentation.png"))
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else Path(__file__).resolve().parents[1] / "docs" / "img" / "dense" / "synthshapes_segmentation.png")
     torch.manual_seed(0)
     model = create_model(ckpt).eval()
     ds = create_dataset("synthshapes:test,masks=1")
