@@ -103,7 +103,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--thp", choices=["on", "off"], default="off",
                    help="THP_MEM_ALLOC_ENABLE for this process (off: a plain process, as users run robustvit)")
-    p.add_argument("--out", type=Path, default=Path("corruptions_bench.json"))
+    p.add_argument("--out", type=Path, default=Path("bench-out/corruptions_bench.json"))
     a = p.parse_args()
     os.environ["THP_MEM_ALLOC_ENABLE"] = "1" if a.thp == "on" else "0"   # read at torch's first large allocation
     if a.threads:
@@ -142,6 +142,7 @@ def main() -> None:
           f"{a.size} px, {device}): {ips:.1f} images/s")
     if "mean_speedup" in summary:
         print(f"mean speed-up {summary['mean_speedup']:.1f}x, slowest {summary['min_speedup']:.2f}x")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(summary, indent=1))
     md = ["| corruption | robustvit ms/img | imagecorruptions ms/img | speed-up |", "|---|---|---|---|"]
     for r in rows:
