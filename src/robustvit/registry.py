@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar, overload
 
 from robustvit.errors import RobustvitError, unknown_name
+from robustvit.options import parse_spec  # noqa: F401  (the one spec grammar; re-exported)
 
 T = TypeVar("T")
 
@@ -38,6 +39,7 @@ class Registry(Generic[T]):
         self.hint = hint
         self._loader = loader
         self._items: dict[str, T] = {}
+        self._aliases: dict[str, str] = {}
 
     # -- registration ---------------------------------------------------------------------------------
     @overload
@@ -59,11 +61,31 @@ class Registry(Generic[T]):
         self.add(name, obj)
         return obj
 
-    def add(self, name: str, item: T) -> None:
-        """Register ``item`` under ``name`` (a second object under the same name is a programming error)."""
+    def add(self, name: str, item: T, aliases: tuple[str, ...] = ()) -> None:
+        """Register ``item`` under ``name`` (a second object under the same name is a programming error);
+        ``aliases`` are other spellings that resolve to it (e.g. the hyphenated ``patch-fool``)."""
         if name in self._items and self._items[name] is not item:
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._items[name] = item
+        for alias in (*aliases, *getattr(item, "aliases", ())):
+            if alias != name:
+                self.alias(alias, name)
+
+    def alias(self, alias: str, name: str) -> None:
+        """Make ``alias`` another spelling of the registered ``name`` (not listed, resolved by lookups)."""
+        if self._aliases.get(alias, name) != name or alias in self._items:
+            raise ValueError(f"{self.kind} alias {alias!r} is already taken")
+        self._aliases[alias] = name
+
+    def canonical(self, name: str) -> str:
+        """The registered name of ``name`` or of an alias (unknown names are returned unchanged)."""
+        self._load()
+        return name if name in self._items else self._aliases.get(name, name)
+
+    def aliases(self) -> dict[str, str]:
+        """Alias → registered name."""
+        self._load()
+        return dict(self._aliases)
 
     # -- lookup ---------------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -78,14 +100,14 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         """The object registered under ``name``; an unknown name raises a one-line error with close matches."""
-        self._load()
+        name = self.canonical(name)
         if name not in self._items:
             raise unknown_name(self.kind, name, self._items, self.hint)
         return self._items[name]
 
     def __contains__(self, name: object) -> bool:
         self._load()
-        return name in self._items
+        return name in self._items or name in self._aliases
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.list())
@@ -103,6 +125,18 @@ class Registry(Generic[T]):
         return list(self._items.values())
 
     # -- construction ---------------------------------------------------------------------------------
+    def options_class(self, name: str) -> type:
+        """The options dataclass the registered object declares as ``Options`` (``NoOptions`` if none)."""
+        from robustvit.options import NoOptions
+
+        return getattr(self.get(name), "Options", NoOptions)
+
+    def parse_options(self, name: str, raw: dict[str, Any] | None = None) -> Any:
+        """``raw`` (spec strings or typed values) parsed into the object's ``Options`` (one-line errors)."""
+        from robustvit.options import parse_options
+
+        return parse_options(self.options_class(name), raw, what=f"{self.kind} {self.canonical(name)!r}")
+
     def keywords(self, name: str) -> set[str] | None:
         """Keyword arguments the registered callable accepts (following ``**kwargs`` up a class's MRO);
         None when it accepts any keyword."""
@@ -119,20 +153,6 @@ class Registry(Generic[T]):
                 raise RobustvitError(f"{self.kind} {name!r} takes no option {', '.join(map(repr, bad))}; "
                                      f"its options: {', '.join(sorted(accepted)) or 'none'}")
         return obj(*args, **kwargs)  # type: ignore[operator]
-
-
-def parse_spec(spec: str, kind: str) -> tuple[str, dict[str, str]]:
-    """A registry name with options, as the CLI takes them: ``"pgd:eps=1/255:steps=20"`` →
-    ``("pgd", {"eps": "1/255", "steps": "20"})`` (dashes in keys become underscores). ``kind`` names the
-    thing in the error message."""
-    name, *opts = spec.strip().split(":")
-    options: dict[str, str] = {}
-    for opt in opts:
-        if "=" not in opt:
-            raise RobustvitError(f"{kind} option {opt!r} in {spec!r} must look like key=value")
-        k, v = opt.split("=", 1)
-        options[k.strip().replace("-", "_")] = v.strip()
-    return name.strip(), options
 
 
 def accepted_keywords(obj: Any) -> set[str] | None:
