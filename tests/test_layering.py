@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "robustvit"
-BASE = {"registry", "utils", "errors"}
+BASE = {"registry", "utils", "errors", "options"}
 LIBRARIES = {"models", "metrics", "corruptions", "attacks"}
 #: package → the robustvit packages/modules it may import (besides itself).
 ALLOWED = {
-    "registry": {"errors"},
+    "registry": {"errors", "options"},
+    "options": {"errors"},
     "utils": {"errors"},
     "errors": set(),
     "progress": BASE,
