@@ -293,3 +293,37 @@ def test_registration_by_decorator_with_alias():
     finally:
         ANALYSES._items.pop("_contract_probe", None)
         ANALYSES._aliases.pop("_contract-probe", None)
+
+
+def options_table() -> str:
+    """docs/analysis.md's options table, from the registry (every option, its type, default, range, meaning)."""
+    from robustvit.options import describe
+
+    def fmt(v):
+        if isinstance(v, bool):
+            return "1" if v else "0"
+        if isinstance(v, (list, tuple)):
+            return "+".join(map(str, v)) if v else "(empty)"
+        if v == "":
+            return "(empty)"
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
+    rows = ["| analysis | option | type | default | range | meaning |", "|---|---|---|---|---|---|"]
+    for name in NAMES:
+        opts = get_analysis(name).Options
+        bounds = {f.name: (f.metadata.get("min"), f.metadata.get("max")) for f in dataclasses.fields(opts)}
+        entries = describe(opts)
+        if not entries:
+            rows.append(f"| `{name}` | – | | | | takes no options |")
+        for e in entries:
+            lo, hi = bounds[e["name"]]
+            rng = f"{lo:g}–{hi:g}" if lo is not None and hi is not None else f"≥ {lo:g}" if lo is not None else ""
+            typ = e["type"].replace(" | ", " / ")
+            rows.append(f"| `{name}` | `{e['name']}` | {typ} | `{fmt(e['default'])}` | {rng} | "
+                        f"{e['help'].replace('|', chr(92) + '|')} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_docs_options_table_is_the_registry():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "analysis.md").read_text()
+    assert options_table() in doc, "regenerate docs/analysis.md's options table with tests/analysis/test_contract.options_table()"
