@@ -60,11 +60,17 @@ def probe_family(probe: Any) -> str:
 def family_of(model: nn.Module, probe: Any = None) -> str:
     """The analysis family of ``model``: one of :data:`FAMILIES`, or ``other`` when no probe reads it.
 
-    The model's ``spec.family`` decides where it can (:data:`ANALYSIS_FAMILY`); otherwise ``probe`` (pass the
-    one already built, e.g. an analysis context's) or a newly built ``make_probe(model)`` does."""
+    The model's ``spec.family`` decides where it can (:data:`ANALYSIS_FAMILY`); otherwise the probe does:
+    ``probe`` — one already built, or a function returning it, called only when needed (``lambda: ctx.probe``:
+    an analysis context builds its probe once and keeps it) — or else a newly built ``make_probe(model)``."""
     fam = getattr(getattr(model, "spec", None), "family", None)
     if fam in ANALYSIS_FAMILY:
         return ANALYSIS_FAMILY[fam]
+    if callable(probe) and not hasattr(probe, "run"):
+        try:
+            probe = probe()
+        except RobustvitError:
+            return "other"
     if probe is None:
         from robustvit.models.probe import make_probe
 
