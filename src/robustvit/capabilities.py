@@ -56,14 +56,15 @@ ANALYSIS_OPTIONS: dict[str, dict[str, Any]] = {
     "lesion": {"samples": 2},
     "perturbation_semantics": {"steps": 1, "classes": 2, "vis_steps": 1},
 }
-#: Tiny keyword arguments for each attack; unknown attacks run with their defaults.
+#: Tiny keyword arguments for each attack (snake_case names; the hyphenated spellings are found too); unknown
+#: attacks run with their defaults.
 ATTACK_OPTIONS: dict[str, dict[str, Any]] = {
-    "pgd": {"steps": 2}, "targeted-pgd": {"steps": 2, "eps": 1.0}, "fgsm": {},
-    "apgd-ce": {"steps": 2}, "apgd-dlr": {"steps": 2}, "apgd-t": {"steps": 2, "n_target_classes": 1},
-    "fab": {"steps": 2}, "fab-t": {"steps": 2, "n_target_classes": 1}, "square": {"n_queries": 3},
+    "pgd": {"steps": 2}, "targeted_pgd": {"steps": 2, "eps": 1.0}, "fgsm": {},
+    "apgd_ce": {"steps": 2}, "apgd_dlr": {"steps": 2}, "apgd_t": {"steps": 2, "n_target_classes": 1},
+    "fab": {"steps": 2}, "fab_t": {"steps": 2, "n_target_classes": 1}, "square": {"n_queries": 3},
     "spatial": {"translations": 2, "rotations": 2},
     "autoattack": {"version": "custom", "attacks": ["apgd-ce", "square"], "steps": 2, "n_queries": 3},
-    "patch-fool": {"steps": 2, "eps": "8/255"},
+    "patch_fool": {"steps": 2, "eps": "8/255"},
 }
 #: Tiny suite specs; unknown suites run with their defaults.
 SUITE_SPECS: dict[str, str] = {
@@ -83,6 +84,14 @@ NEEDS_PROBE = {"correlation", "lesion", "restricted_attention", "attention_dista
 # the model's structure and its probe
 # ---------------------------------------------------------------------------------------------------------
 
+def tiny_options(table: dict[str, Any], name: str, default: Any = None) -> Any:
+    """``table``'s entry for ``name`` in either spelling (``apgd_ce`` / ``apgd-ce``)."""
+    for key in (name, name.replace("-", "_"), name.replace("_", "-")):
+        if key in table:
+            return table[key]
+    return default
+
+
 def public(names: Iterable[str]) -> list[str]:
     """Registered names without private ones (``_name``: registered by tests or plugins for their own use)."""
     return [n for n in names if not n.startswith("_")]
@@ -101,21 +110,29 @@ def structure(model: nn.Module) -> dict[str, Any]:
     return {"has_class_token": cls, "num_registers": regs, "num_prefix_tokens": int(npt) if npt is not None else None}
 
 
-def probe_info(model: nn.Module, x: torch.Tensor | None = None) -> dict[str, Any]:
-    """The probe ``make_probe`` picks for ``model`` and its attributes; with images ``x``, whether it is exact
-    (``probe.verify(x)`` where the probe has it, else block outputs and logits against hooks on the model's
-    own blocks, within :data:`PROBE_RTOL`)."""
+def build_probe(model: nn.Module) -> tuple[Any, dict[str, Any]]:
+    """``(make_probe(model), {})``, or ``(None, {"kind": "none" | "failed", "reason": …})`` when no probe reads
+    the model (a ``RobustvitError``) or building one fails (a bug: reported, not raised)."""
     from robustvit.models.probe import make_probe
 
-    info: dict[str, Any] = {"kind": "none", **structure(model), "exact": None, "reason": None}
     try:
-        probe = make_probe(model)
+        return make_probe(model), {}
     except RobustvitError as e:
-        info["reason"] = str(e)
-        return info
-    except Exception as e:  # noqa: BLE001  (a bug: reported, not raised)
-        info.update(kind="failed", reason=_one_line(e))
-        return info
+        return None, {"kind": "none", "reason": str(e)}
+    except Exception as e:  # noqa: BLE001
+        return None, {"kind": "failed", "reason": _one_line(e)}
+
+
+def probe_info(model: nn.Module, x: torch.Tensor | None = None, *, probe: Any = None) -> dict[str, Any]:
+    """The probe ``make_probe`` picks for ``model`` (or the one given) and its attributes; with images ``x``,
+    whether it is exact (``probe.verify(x)`` where the probe has it, else block outputs and logits against hooks
+    on the model's own blocks, within :data:`PROBE_RTOL`)."""
+    info: dict[str, Any] = {"kind": "none", **structure(model), "exact": None, "reason": None}
+    if probe is None:
+        probe, failure = build_probe(model)
+        if probe is None:
+            info.update(failure)
+            return info
     info["kind"] = type(probe).__name__
     info["family"] = getattr(probe, "family", None)
     info["num_blocks"] = int(getattr(probe, "num_blocks", 0))
@@ -307,19 +324,23 @@ ANALYSIS_CHECKS: dict[str, Any] = {
 
 
 def check_analysis(model: nn.Module, name: str, dataset: Any = None, *, run: bool = True,
-                   options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One analysis on ``model``: run on ``dataset`` (``run=True``) or checked statically."""
-    from robustvit.analysis import check_family, family_of, run_analyses
+                   options: dict[str, Any] | None = None, family: str | None = None,
+                   probe: Any = None) -> dict[str, Any]:
+    """One analysis on ``model``: run on ``dataset`` (``run=True``) or checked statically (its model families,
+    and a probe where it needs one). ``family`` / ``probe``: the model's, when already known (not rebuilt)."""
+    from robustvit.analysis import check_family, run_analyses
+    from robustvit.models.families import family_of
 
-    opts = {**ANALYSIS_OPTIONS.get(name, {}), **(options or {})}
+    opts = {**tiny_options(ANALYSIS_OPTIONS, name, {}), **(options or {})}
 
     def go() -> dict[str, Any]:
         if not run:
-            check_family(name, family_of(model), getattr(getattr(model, "spec", None), "architecture", ""))
-            if name in NEEDS_PROBE:
+            fam = family if family is not None else family_of(model, probe)
+            check_family(name, fam, getattr(getattr(model, "spec", None), "architecture", ""))
+            if name in NEEDS_PROBE and probe is None:
                 from robustvit.models.probe import make_probe
 
-                make_probe(model)
+                make_probe(model)         # no probe reads the model: its one-line reason is the refusal
             return _entry("applies")
         spec = name + "".join(f":{k}={_opt(v)}" for k, v in opts.items())
         n = len(dataset)
@@ -340,7 +361,7 @@ def check_attack(model: nn.Module, name: str, x: torch.Tensor | None = None, y: 
     same shape/dtype, finite, in [0, 1], inside the ε-ball when the attack is bounded."""
     from robustvit.attacks import create_attack
 
-    kw = {**ATTACK_OPTIONS.get(name, {}), **(options or {})}
+    kw = {**tiny_options(ATTACK_OPTIONS, name, {}), **(options or {})}
 
     def go() -> dict[str, Any]:
         atk = create_attack(name, model, **kw)
@@ -373,7 +394,7 @@ def check_suite(model: nn.Module, name: str, x: torch.Tensor | None = None, y: t
     from robustvit.evaluate.suites import Batch, EvalContext, create_suite
     from robustvit.utils import sum_stats
 
-    spec = spec or SUITE_SPECS.get(name, name)
+    spec = spec or tiny_options(SUITE_SPECS, name, name)
 
     def go() -> dict[str, Any]:
         suite = create_suite(spec)
@@ -419,9 +440,10 @@ def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 4, 
     """What applies to ``model`` (a ``Normalized`` model, or a model name: built at its default configuration
     with random weights on the CPU, static check only). See the module docstring for the keys. ``analyses``/``attacks``/``suites``: restrict to these
     names (default: every registered one)."""
-    from robustvit.analysis import family_of, list_analyses
+    from robustvit.analysis import list_analyses
     from robustvit.attacks import list_attacks
     from robustvit.evaluate.suites import list_suites
+    from robustvit.models.families import ANALYSIS_FAMILY, family_of
 
     name = model if isinstance(model, str) else getattr(getattr(model, "spec", None), "architecture", type(model).__name__)
     if isinstance(model, str):
@@ -436,11 +458,14 @@ def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 4, 
         model = model.eval()
         x, y = tiny_batch(model, images, seed)
         dataset = TensorImageDataset(x, y, [str(i) for i in range(int(spec.num_classes))], spec="tensor:capabilities")
+    probe, _ = build_probe(model)           # built once: the probe's report, the family and the static checks
+    family = family_of(model, probe) if probe is not None else ANALYSIS_FAMILY.get(spec.family, "other")
     out: dict[str, Any] = {
-        "model": name, "network": type(getattr(model, "net", model)).__name__, "family": spec.family, "analysis_family": _safe(lambda: family_of(model), "other"),
-        "input_size": list(spec.input_size), "patch_size": spec.patch_size, "verified": bool(run),
-        "probe": probe_info(model, x[:1] if x is not None else None),
-        "analyses": {a: check_analysis(model, a, dataset, run=run) for a in (analyses or public(list_analyses()))},
+        "model": name, "network": type(getattr(model, "net", model)).__name__, "family": spec.family,
+        "analysis_family": family, "input_size": list(spec.input_size), "patch_size": spec.patch_size,
+        "verified": bool(run), "probe": probe_info(model, x[:1] if x is not None else None, probe=probe),
+        "analyses": {a: check_analysis(model, a, dataset, run=run, family=family, probe=probe)
+                     for a in (analyses or public(list_analyses()))},
         "attacks": {a: check_attack(model, a, x, y, run=run) for a in (attacks or public(list_attacks()))},
         "suites": {s: check_suite(model, s, x, y, run=run) for s in (suites or public(list_suites()))},
     }
@@ -449,13 +474,6 @@ def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 4, 
     out["counts"] = {g: {st: sum(1 for e in out[g].values() if e["status"] == st) for st in STATUSES}
                      for g in ("analyses", "attacks", "suites")}
     return out
-
-
-def _safe(fn, default):  # noqa: ANN001, ANN202
-    try:
-        return fn()
-    except Exception:  # noqa: BLE001
-        return default
 
 
 def build_meta(name: str) -> nn.Module:
@@ -550,5 +568,5 @@ def format_one(cap: dict[str, Any]) -> str:
 
 
 __all__ = ["ANALYSIS_CHECKS", "ANALYSIS_OPTIONS", "ATTACK_OPTIONS", "MAX_MODELS", "PROBE_RTOL", "STATUSES", "SUITE_SPECS", "build_default", "build_meta",
-           "capabilities", "capability_rows", "check_analysis", "check_attack", "check_suite", "format_one",
-           "format_table", "mark", "probe_error", "probe_info", "structure", "tiny_batch"]
+           "build_probe", "capabilities", "capability_rows", "check_analysis", "check_attack", "check_suite", "format_one",
+           "format_table", "mark", "probe_error", "probe_info", "structure", "tiny_batch", "tiny_options"]

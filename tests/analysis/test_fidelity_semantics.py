@@ -27,7 +27,7 @@ def test_a_bare_classifier_name_is_refused_in_one_line(cls_vit, tiny_data):
 
 
 def test_random_classifier_only_on_request_and_not_comparable(cls_vit, tiny_data):
-    r = _run(cls_vit, tiny_data, FAST + ":classifier=vit_cifar_tiny:allow_random=1:vis_steps=100")
+    r = _run(cls_vit, tiny_data, FAST.replace("vis_steps=2", "vis_steps=100") + ":classifier=vit_cifar_tiny:allow_random=1")
     assert r["comparable"] is False and r["classifier_weights"]["source"] == "random"
     assert any("random weights" in n for n in r["notes"])
     assert any("resized from 16×16" in n for n in r["notes"])          # vit_cifar_tiny takes 32 px

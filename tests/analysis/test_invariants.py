@@ -137,8 +137,9 @@ def test_restricted_attention_batched_variants_equal_single_runs(cls_vit, tiny_d
     """Variants stacked along the batch give the same accuracies as one variant at a time."""
     a = restricted_attention(cls_vit, tiny_data, distances=[0, 1], batch_size=12)
     from robustvit.analysis.base import make_context
-    from robustvit.analysis.restricted import compute_restricted
-    b = compute_restricted(make_context(cls_vit, tiny_data, name="restricted_attention", batch_size=12), [0, 1], group=1)
+    from robustvit.analysis.restricted import RestrictedOptions, compute_restricted
+    b = compute_restricted(make_context(cls_vit, tiny_data, name="restricted_attention", batch_size=12),
+                           RestrictedOptions(distances=[0, 1], group=1))
     assert a["local"] == b["local"] and a["random"] == b["random"] and a["cls_only_last"] == b["cls_only_last"]
 
 

@@ -9,7 +9,7 @@ import torch
 
 from robustvit.analysis.attention import attention_distance, attention_maps, attention_rollout, patch_distances
 from robustvit.analysis.base import make_context
-from robustvit.analysis.restricted import compute_restricted, variants
+from robustvit.analysis.restricted import RestrictedOptions, compute_restricted, variants
 from robustvit.analysis.stability import attention_stability
 from robustvit.data import TensorImageDataset
 from robustvit.errors import RobustvitError
@@ -66,7 +66,7 @@ def test_cls_only_mask_with_cls_and_registers_allows_only_cls():
     probe = ViTProbe(model)
     only = variants(probe, [], 0)["last:1"][probe.num_blocks - 1]
     assert only[1:, 0].all() and not only[5:, 1:].any()         # patch rows: CLS only (no registers, no patches)
-    res = compute_restricted(make_context(model, data(), name="restricted_attention"), [0])
+    res = compute_restricted(make_context(model, data(), name="restricted_attention"), RestrictedOptions([0]))
     assert res["num_registers"] == 4 and res["has_class_token"] is True
 
 
@@ -102,7 +102,7 @@ def test_attention_distance_and_stability_on_parallel_block_vits(key):
 def test_cait_restricted_attention_refuses():
     model = FAM.build("cait")
     with pytest.raises(RobustvitError, match="restricted attention needs"):
-        compute_restricted(make_context(model, data(), name="restricted_attention"), [0])
+        compute_restricted(make_context(model, data(), name="restricted_attention"), RestrictedOptions([0]))
 
 
 def test_cait_attention_distance_and_maps_refuse_mixed_maps():

@@ -2,9 +2,11 @@
 
 ``list_analyses(pattern)``, ``get_analysis(name)``, ``analyses_for(family)``, and
 ``run_analyses(model, dataset, names, out_dir, ...)`` (what ``robustvit analyze`` and the demo call).
-Each analysis also has a plain function returning plain data (``correlation(model, dataset, ...)``,
-``lesion``, ``restricted_attention``, ``attention_distance``, ``attention_maps``, ``pos_embed_similarity``,
-``grouping``, ``attention_stability``, ``perturbation_semantics``).
+An analysis is a class decorated with ``@register_analysis`` (importing this package registers the built-ins);
+its options are the class's ``Options`` dataclass. Each analysis also has a plain function returning plain
+data, taking the options as keywords (``correlation(model, dataset, method="cka")``, ``lesion``,
+``restricted_attention``, ``attention_distance``, ``attention_maps``, ``pos_embed_similarity``, ``grouping``,
+``attention_stability``, ``perturbation_semantics``).
 
 >>> run_analyses(create_model("vit_cifar_tiny"), create_dataset("synthshapes:test"), ["lesion"], "out",
 ...              limit=256)["lesion"]["clean_accuracy"]
@@ -12,22 +14,9 @@ Each analysis also has a plain function returning plain data (``correlation(mode
 
 from __future__ import annotations
 
-from robustvit.analysis.base import FAMILIES, Analysis, Context, family_of, make_context
+from robustvit.analysis.base import (ANALYSES, FAMILIES, Analysis, Context, family_of, make_context,
+                                    register_analysis)
 from robustvit.errors import RobustvitError
-from robustvit.registry import Registry
-
-
-def _load() -> None:
-    import importlib
-
-    for mod, cls in (("correlation", "Correlation"), ("lesion", "Lesion"), ("restricted", "RestrictedAttention"),
-                     ("attention", "AttentionDistance"), ("attention", "AttentionMaps"),
-                     ("attention", "PosEmbedSimilarity"), ("grouping", "Grouping"),
-                     ("stability", "AttentionStability"), ("semantics", "PerturbationSemantics")):
-        ANALYSES.register(getattr(importlib.import_module(f"robustvit.analysis.{mod}"), cls)())
-
-
-ANALYSES: Registry[Analysis] = Registry("analysis", loader=_load, hint="see `robustvit list analyses`")
 
 #: What ``robustvit demo`` runs per model family, with default options.
 DEMO_ANALYSES = {"vit": ["correlation", "lesion", "restricted_attention", "attention_distance", "attention_stability"],
@@ -66,7 +55,7 @@ from robustvit.analysis.grouping import grouping  # noqa: E402
 from robustvit.analysis.stability import attention_stability  # noqa: E402
 from robustvit.analysis.semantics import perturbation_semantics  # noqa: E402
 
-__all__ = ["ANALYSES", "DEMO_ANALYSES", "FAMILIES", "Analysis", "Context", "analyses_for", "attach_analyses", "attention_distance",
+__all__ = ["ANALYSES", "DEMO_ANALYSES", "FAMILIES", "Analysis", "Context", "analyses_for", "register_analysis", "attach_analyses", "attention_distance",
            "attention_maps", "attention_stability", "check_family", "correlation", "family_of", "get_analysis",
            "grouping", "lesion", "list_analyses", "load_analysis_folder", "make_context", "perturbation_semantics",
            "pos_embed_similarity", "restricted_attention", "run_analyses"]

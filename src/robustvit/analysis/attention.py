@@ -14,13 +14,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from robustvit.analysis.base import Analysis, Context, make_context, tolist
+from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis, tolist
 from robustvit.errors import RobustvitError
+from robustvit.options import option
+from robustvit.plotting import integer_ticks, place_legend, save_figure
+
+
+@dataclass
+class AttentionMapsOptions:
+    images: int = option(4, min=1, help="images drawn (the first of the run's sample)")
+    query: int = option(-1, min=-1, help="query patch index on the grid, row-major (-1: the centre patch)")
 
 
 def patch_distances(grid: tuple[int, int], patch_size: int) -> torch.Tensor:
@@ -86,12 +95,6 @@ def compute_attention_distance(ctx: Context) -> dict[str, Any]:
                           "excluded, weights not renormalised"}
 
 
-def attention_distance(model: torch.nn.Module, dataset: Any, **common: Any) -> dict[str, Any]:
-    """Mean attention distance in pixels: ``{"distance": layers × heads}``. ``common``: limit, batch_size,
-    seed, device, store, progress."""
-    return compute_attention_distance(make_context(model, dataset, name="attention_distance", **common))
-
-
 def plot_attention_distance(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
@@ -101,28 +104,33 @@ def plot_attention_distance(result: dict[str, Any], out: Path) -> list[str]:
     for h in range(H):
         ax.scatter((torch.arange(L) + 1).numpy(), d[:, h].numpy(), s=14, alpha=0.8, label=f"head {h}" if H <= 8 else None)
     ax.set_xlabel("network depth (layer)"), ax.set_ylabel("mean attention distance (pixels)")
-    gh, gw = result["grid"]
+    integer_ticks(ax, "x")
     ax.set_ylim(0, max(float(d.max()) * 1.1, 1e-3))
     ax.set_title(f"Attention distance — {result.get('model', '')}")
     if H <= 8:
-        ax.legend(fontsize=7)
+        place_legend(ax, outside=True, fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "attention_distance.png", dpi=110)
-    plt.close(fig)
-    return ["attention_distance.png"]
+    return [save_figure(fig, out / "attention_distance.png")]
 
 
+@register_analysis
 class AttentionDistance(Analysis):
     name = "attention_distance"
     families = ("vit", "deit", "fan")
     description = "mean attention distance in pixels per head and layer (ViT Fig. 7 right, Fig. 10)"
-    options: dict[str, Any] = {}
 
-    def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
+    def run(self, ctx: Context, options: Any) -> dict[str, Any]:
         return compute_attention_distance(ctx)
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_attention_distance(result, out)
+
+
+@function_signature(AttentionDistance)
+def attention_distance(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+    """Mean attention distance in pixels: ``{"distance": layers × heads}``. Keywords: the run's limit,
+    batch_size, seed, device, store, progress."""
+    return AttentionDistance().apply(model, dataset, **kwargs)
 
 
 # -- attention maps and rollout -----------------------------------------------------------------------------
@@ -139,8 +147,9 @@ def attention_rollout(attns: list[torch.Tensor], residual: bool = True) -> torch
     return out
 
 
-def compute_attention_maps(ctx: Context, images: int = 4, query: int = -1) -> dict[str, Any]:
+def compute_attention_maps(ctx: Context, o: AttentionMapsOptions) -> dict[str, Any]:
     probe = ctx.probe
+    images, query = o.images, o.query
     _need_grid(probe, "attention maps")
     gh, gw = probe.grid_size
     P, pre = gh * gw, probe.num_prefix_tokens
@@ -197,19 +206,18 @@ def plot_attention_maps(result: dict[str, Any], out: Path) -> list[str]:
         _overlay(axes[i, L + 1], img, roll[i], f"rollout ({result['rollout_source']})")
     fig.suptitle(f"Attention of the query patch per layer, and rollout — {result.get('model', '')}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / "attention_maps.png", dpi=110)
-    plt.close(fig)
-    return ["attention_maps.png"]
+    return [save_figure(fig, out / "attention_maps.png")]
 
 
+@register_analysis
 class AttentionMaps(Analysis):
     name = "attention_maps"
     families = ("vit", "deit", "fan")
     description = "attention of a query patch per layer and attention rollout, over the image (ViT Fig. 6)"
-    options = {"images": 4, "query": -1}
+    Options = AttentionMapsOptions
 
-    def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
-        return compute_attention_maps(ctx, int(options["images"]), int(options["query"]))
+    def run(self, ctx: Context, options: AttentionMapsOptions) -> dict[str, Any]:
+        return compute_attention_maps(ctx, options)
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_attention_maps(result, out)
@@ -250,31 +258,31 @@ def plot_pos_embed(result: dict[str, Any], out: Path) -> list[str]:
     ax.set_xlabel("input patch column"), ax.set_ylabel("input patch row")
     fig.colorbar(im, ax=ax, shrink=0.8, label="cosine similarity")
     fig.suptitle(f"Position embedding similarity — {result.get('model', '')}", fontsize=9)
-    fig.savefig(out / "pos_embed_similarity.png", dpi=110)
-    plt.close(fig)
-    return ["pos_embed_similarity.png"]
+    return [save_figure(fig, out / "pos_embed_similarity.png")]
 
 
+@register_analysis
 class PosEmbedSimilarity(Analysis):
     name = "pos_embed_similarity"
     families = ("vit", "deit")
     description = "cosine similarity of each position embedding with all others (ViT Fig. 7 centre)"
-    options: dict[str, Any] = {}
     needs_data = False
 
-    def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
+    def run(self, ctx: Context, options: Any) -> dict[str, Any]:
         return compute_pos_embed_similarity(ctx)
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_pos_embed(result, out)
 
 
-def attention_maps(model: torch.nn.Module, dataset: Any, *, images: int = 4, query: int = -1,
-                   **common: Any) -> dict[str, Any]:
-    """Per-layer attention of a query patch and attention rollout for the first ``images`` images."""
-    return compute_attention_maps(make_context(model, dataset, name="attention_maps", **common), images, query)
+@function_signature(AttentionMaps)
+def attention_maps(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+    """Per-layer attention of a query patch and attention rollout for the first ``images`` images. Keywords:
+    :class:`AttentionMapsOptions` and the run's limit, batch_size, seed, device, store, progress."""
+    return AttentionMaps().apply(model, dataset, **kwargs)
 
 
-def pos_embed_similarity(model: torch.nn.Module, dataset: Any = None, **common: Any) -> dict[str, Any]:
+@function_signature(PosEmbedSimilarity)
+def pos_embed_similarity(model: torch.nn.Module, dataset: Any = None, **kwargs: Any) -> dict[str, Any]:
     """``{"similarity": P × P cosine similarities of the patch position embeddings, "grid"}``."""
-    return compute_pos_embed_similarity(make_context(model, dataset, name="pos_embed_similarity", **common))
+    return PosEmbedSimilarity().apply(model, dataset, **kwargs)

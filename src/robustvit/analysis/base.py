@@ -1,14 +1,18 @@
-"""What every analysis shares: model families, the run context (data chunks, seeds, the unit store)
-and the ``Analysis`` base class that the registry holds."""
+"""What every analysis shares: the run context (data chunks, seeds, the unit store), the ``Analysis`` base
+class, the ``ANALYSES`` registry and ``@register_analysis``. Model families (``FAMILIES``, ``family_of``) come
+from the one taxonomy in ``robustvit.models.families``."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 import time
-from collections.abc import Callable, Iterator
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -16,30 +20,17 @@ from torch import nn
 from robustvit.analysis.store import MemoryStore, UnitStore
 from robustvit.utils import add_stats
 from robustvit.errors import RobustvitError
+from robustvit.models.families import FAMILIES, family_of  # noqa: F401  (re-exported)
 from robustvit.models.probe import BlockProbe, ViTProbe, make_probe
+from robustvit.options import NoOptions, option_names, options_dict, parse_options
+from robustvit.registry import Registry
 from robustvit.progress import progress_bar
 from robustvit.utils import derive_seed, resolve_device
 
-#: Model families the registry speaks of.
-FAMILIES = ("vit", "deit", "xcit", "swin", "fan", "cnn")
 #: The paper's number of images for studies over a data set (Bhojanapalli et al.: 4096; ViT: 128).
 PAPER_IMAGES = {"correlation": 4096, "attention_distance": 128}
 
 UnitFn = Callable[[torch.Tensor, torch.Tensor, list[str], int], Iterator[tuple[str, Any]]]
-
-
-def family_of(model: nn.Module) -> str:
-    """The analysis family of a model: vit, deit, xcit, swin, fan, cnn, or other."""
-    fam = getattr(getattr(model, "spec", None), "family", None)
-    if fam in ("vit", "deit", "xcit", "swin", "fan"):
-        return fam
-    if fam in ("resnet", "convnext"):
-        return "cnn"
-    try:
-        probe = make_probe(model)
-    except RobustvitError:
-        return "other"
-    return probe.family if isinstance(probe, BlockProbe) else "vit"
 
 
 @dataclass
@@ -126,44 +117,100 @@ def make_context(model: nn.Module, dataset: Any = None, *, limit: int | None = N
                    device=dev, store=store if store is not None else MemoryStore(), progress=progress, name=name)
 
 
+#: The keywords of the plain functions (``lesion(model, data, samples=5, limit=256)``) that set up the run
+#: rather than the analysis.
+RUN_KEYWORDS = ("limit", "batch_size", "seed", "device", "store", "progress")
+
+
 class Analysis:
-    """A registered analysis. Subclasses set ``name``, ``families``, ``description``, ``options``
-    (defaults; the CLI accepts ``name:key=value``), and implement ``compute`` (→ plain data; keys starting
-    with ``_`` carry figure data and are not written to JSON) and ``plot`` (→ PNG file names)."""
+    """A registered analysis (``@register_analysis`` on the class). Subclasses set ``name``, ``families``
+    (the model families it applies to, :data:`FAMILIES`), ``description``, ``Options`` (a dataclass: each
+    option's type, default and bounds, stated once; the CLI accepts ``name:key=value``), and implement
+    ``run(ctx, options)`` (→ plain data; keys starting with ``_`` carry figure data and are not written to
+    JSON) and ``plot(result, out)`` (→ PNG file names)."""
 
     name: str = ""
+    aliases: tuple[str, ...] = ()
     families: tuple[str, ...] = FAMILIES
     description: str = ""
-    options: dict[str, Any] = {}
+    Options: type = NoOptions
     needs_data: bool = True
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The default options as plain data."""
+        return options_dict(self.Options())
+
+    def parse(self, raw: Mapping[str, Any] | None = None) -> Any:
+        """``raw`` (spec strings or typed values) as an ``Options`` instance; one-line errors naming the key,
+        the value and what is valid."""
+        return parse_options(self.Options, raw, what=f"analysis {self.name!r}")
+
+    def parse_options(self, raw: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``raw`` checked and typed, as the plain dict results record (``options_dict`` of :meth:`parse`)."""
+        return options_dict(self.parse(raw))
+
     def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
+        """Run on ``ctx`` with ``options`` (parsed, defaults filled in); the result records its options."""
+        opts = self.parse(options)
+        return {**self.run(ctx, opts), "options": options_dict(opts)}
+
+    def run(self, ctx: Context, options: Any) -> dict[str, Any]:
         raise NotImplementedError
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return []
 
-    def parse_options(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """Defaults updated by ``raw`` (strings from the CLI are cast to the default's type)."""
-        opts = dict(self.options)
-        for k, v in raw.items():
-            if k not in opts:
-                raise RobustvitError(f"analysis {self.name} takes no option {k!r}; its options: "
-                                     f"{', '.join(sorted(opts)) or 'none'}")
-            default = opts[k]
-            if isinstance(v, str) and default is not None and not isinstance(default, str):
-                try:
-                    if isinstance(default, bool):
-                        v = v.lower() in ("1", "true", "yes", "on")
-                    elif isinstance(default, (list, tuple)):
-                        v = [type(default[0])(t) for t in v.replace("+", " ").split()] if default else v.split("+")
-                    else:
-                        v = type(default)(v)
-                except ValueError:
-                    raise RobustvitError(f"analysis {self.name}: option {k}={v!r} is not a "
-                                         f"{type(default).__name__}") from None
-            opts[k] = v
-        return opts
+    def apply(self, model: nn.Module, dataset: Any = None, **kwargs: Any) -> dict[str, Any]:
+        """The analysis as a plain function: the ``Options`` fields and the run's keywords
+        (:data:`RUN_KEYWORDS`: limit, batch_size, seed, device, store, progress) as keyword arguments."""
+        fields_ = set(option_names(self.Options))
+        bad = sorted(k for k in kwargs if k not in fields_ and k not in RUN_KEYWORDS)
+        if bad:
+            raise RobustvitError(f"{self.name}() takes no keyword {', '.join(map(repr, bad))}; its options: "
+                                 f"{', '.join(sorted(fields_)) or 'none'}; run keywords: {', '.join(RUN_KEYWORDS)}")
+        run = {k: kwargs.pop(k) for k in RUN_KEYWORDS if k in kwargs}
+        return self.compute(make_context(model, dataset, name=self.name, **run), **kwargs)
+
+
+def _import_builtins() -> None:
+    """Import every module of ``robustvit.analysis``: their ``@register_analysis`` classes register."""
+    import importlib
+    import pkgutil
+
+    import robustvit.analysis as package
+
+    for mod in pkgutil.iter_modules(package.__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{package.__name__}.{mod.name}")
+
+
+ANALYSES: Registry[Analysis] = Registry("analysis", loader=_import_builtins, hint="see `robustvit list analyses`")
+A = TypeVar("A", bound=type)
+
+
+def register_analysis(cls: A) -> A:
+    """Class decorator: register one instance of an :class:`Analysis` subclass under its ``name`` (and its
+    ``aliases``) in :data:`ANALYSES`."""
+    ANALYSES.register(cls())
+    return cls
+
+
+def function_signature(analysis: type[Analysis]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for an analysis's plain function ``f(model, dataset, **kwargs)``: its signature (``help``,
+    ``inspect``) lists the ``Options`` fields with their defaults and the run keywords."""
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn)
+        params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        hints = typing.get_type_hints(analysis.Options)
+        for f in dataclasses.fields(analysis.Options):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                            annotation=hints.get(f.name, Any)))
+        params.append(inspect.Parameter("run", inspect.Parameter.VAR_KEYWORD))
+        fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        return fn
+    return deco
 
 
 def accuracy_stats(logits: torch.Tensor, y: torch.Tensor) -> dict[str, int]:

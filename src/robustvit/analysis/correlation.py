@@ -15,15 +15,25 @@ chunk of ``batch_size`` images, summed over chunks (chunks of fewer than 4 image
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from robustvit.analysis.base import Analysis, Context, make_context, tolist
+from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis, tolist
 from robustvit.errors import RobustvitError
+from robustvit.options import option
+from robustvit.plotting import save_figure
 
 METHODS = ("pearson", "cka")
+
+
+@dataclass
+class CorrelationOptions:
+    method: Literal["pearson", "cka"] = option("pearson", help="|Pearson ρ| (the paper's, ViTs) or linear CKA")
+    level: Literal["auto", "block", "stage"] = option(
+        "auto", help="one representation per block or per stage (auto: stage for CNNs, else block)")
 
 
 def representations(ctx: Context, x: torch.Tensor, level: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -99,8 +109,9 @@ def cka_matrix(stats: dict[str, Any]) -> torch.Tensor:
     return c
 
 
-def compute_correlation(ctx: Context, method: str = "pearson", level: str = "auto") -> dict[str, Any]:
+def compute_correlation(ctx: Context, o: CorrelationOptions) -> dict[str, Any]:
     probe = ctx.probe
+    method, level = o.method, o.level
     if method not in METHODS:
         raise RobustvitError(f"correlation method {method!r} is unknown; choose from {', '.join(METHODS)}")
     notes = []
@@ -132,13 +143,6 @@ def compute_correlation(ctx: Context, method: str = "pearson", level: str = "aut
             "cls_token": tolist(mats["cls"]), "notes": notes}
 
 
-def correlation(model: torch.nn.Module, dataset: Any, *, method: str = "pearson", level: str = "auto",
-                **common: Any) -> dict[str, Any]:
-    """|Pearson ρ| (or linear CKA) between every pair of block outputs: ``{"all_tokens", "cls_token"}``
-    square matrices (nested lists). ``common``: limit, batch_size, seed, device, store, progress."""
-    return compute_correlation(make_context(model, dataset, name="correlation", **common), method, level)
-
-
 def plot_correlation(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
@@ -155,19 +159,26 @@ def plot_correlation(result: dict[str, Any], out: Path) -> list[str]:
         ax.set_xlabel(result["level"]), ax.set_ylabel(result["level"])
     fig.colorbar(im, ax=list(axes), shrink=0.8)
     fig.suptitle(f"Layer correlation — {result.get('model', '')}")
-    fig.savefig(out / "correlation.png", dpi=110)
-    plt.close(fig)
-    return ["correlation.png"]
+    return [save_figure(fig, out / "correlation.png")]
 
 
+@register_analysis
 class Correlation(Analysis):
     name = "correlation"
     families = ("vit", "deit", "xcit", "swin", "fan", "cnn")
     description = "|Pearson ρ| (or linear CKA) between block outputs, all tokens and CLS only (Bhojanapalli Fig. 7)"
-    options = {"method": "pearson", "level": "auto"}
+    Options = CorrelationOptions
 
-    def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
-        return compute_correlation(ctx, options["method"], options["level"])
+    def run(self, ctx: Context, options: CorrelationOptions) -> dict[str, Any]:
+        return compute_correlation(ctx, options)
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_correlation(result, out)
+
+
+@function_signature(Correlation)
+def correlation(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+    """|Pearson ρ| (or linear CKA) between every pair of block outputs: ``{"all_tokens", "cls_token"}``
+    square matrices (nested lists). Keywords: :class:`CorrelationOptions` and the run's limit, batch_size,
+    seed, device, store, progress."""
+    return Correlation().apply(model, dataset, **kwargs)

@@ -25,19 +25,32 @@ affinity, k-means on the leading eigenvectors; Ng et al. 2001) — the picture o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from robustvit.analysis.base import Analysis, Context, make_context, tolist
+from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis, tolist
 from robustvit.errors import RobustvitError
 from robustvit.models.wrapper import range_check_off
+from robustvit.options import option
+from robustvit.plotting import integer_ticks, save_figure
 
 CONVENTIONS = ("fan", "relative")
 #: Default thresholds per convention: absolute (FAN) and relative to the largest eigenvalue.
 DEFAULT_THRESHOLD = {"fan": 1e-3, "relative": 0.05}
 PAPER_SIGMA = 0.1
+
+
+@dataclass
+class GroupingOptions:
+    convention: Literal["fan", "relative"] = option("fan", help="FAN's definitions, or robustvit's relative variant")
+    eig_threshold: float | None = option(-1.0, help="eigenvalue threshold; negative or none: the convention's "
+                                                    "default (fan: 1e-3 absolute, relative: 0.05 × λmax)")
+    sigma: float = option(PAPER_SIGMA, min=0, help="Gaussian input noise σ for the noise decay")
+    clusters: int = option(4, min=1, help="spectral clusters drawn per image")
+    images: int = option(4, min=1, help="images drawn with their clusters")
 
 
 def patch_tokens(probe: Any, toks: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -77,9 +90,9 @@ def spectral_clusters(z: torch.Tensor, k: int, seed: int = 0, iters: int = 30) -
     return torch.cdist(emb, cent).argmin(-1)
 
 
-def compute_grouping(ctx: Context, eig_threshold: float | None = None, sigma: float = PAPER_SIGMA, clusters: int = 4,
-                     images: int = 4, convention: str = "fan") -> dict[str, Any]:
+def compute_grouping(ctx: Context, o: GroupingOptions) -> dict[str, Any]:
     probe = ctx.probe
+    eig_threshold, sigma, clusters, images, convention = o.eig_threshold, o.sigma, o.clusters, o.images, o.convention
     if convention not in CONVENTIONS:
         raise RobustvitError(f"grouping convention {convention!r} is unknown; choose from {', '.join(CONVENTIONS)}")
     if probe.grid_size is None or getattr(probe, "kind", "") in ("swin", "cnn"):
@@ -132,15 +145,6 @@ def compute_grouping(ctx: Context, eig_threshold: float | None = None, sigma: fl
             "grid": [gh, gw], "rule": rule, "notes": notes, "_images": x.cpu()}
 
 
-def grouping(model: torch.nn.Module, dataset: Any, *, eig_threshold: float | None = None, sigma: float = PAPER_SIGMA,
-             clusters: int = 4, images: int = 4, convention: str = "fan", **common: Any) -> dict[str, Any]:
-    """Per block ``{"insignificant_eigenvalues", "significant_eigenvalues", "noise_decay"}`` and cluster
-    labels of the second-to-last block's tokens; ``convention="fan"`` (default) or ``"relative"``.
-    ``common``: limit, batch_size, seed, device, store, progress."""
-    return compute_grouping(make_context(model, dataset, name="grouping", **common), eig_threshold, sigma,
-                            clusters, images, convention)
-
-
 def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
     import torch.nn.functional as F
@@ -156,14 +160,11 @@ def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:
     axes[1].plot(range(L), result["noise_decay"], marker="o", color="C1")
     axes[1].set_xlabel("block"), axes[1].set_ylabel("‖Δ tokens‖ / ‖tokens‖")
     axes[1].set_title(f"Noise decay (σ = {result['sigma']})")
-    from matplotlib.ticker import MaxNLocator
     for a in axes:
-        a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        integer_ticks(a, "x")
     fig.suptitle(f"Token grouping — {result.get('model', '')}")
     fig.tight_layout()
-    fig.savefig(out / "grouping.png", dpi=110)
-    plt.close(fig)
-    files = ["grouping.png"]
+    files = [save_figure(fig, out / "grouping.png")]
     imgs = result.get("_images")
     if imgs is not None:
         labels = torch.tensor(result["clusters"])
@@ -177,26 +178,31 @@ def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:
             axes[1, i].imshow(up.numpy(), cmap="tab10", alpha=0.55, vmin=0, vmax=9), axes[1, i].axis("off")
         fig.suptitle(f"Spectral clusters of block {result['cluster_block']}'s tokens", fontsize=9)
         fig.tight_layout()
-        fig.savefig(out / "grouping_clusters.png", dpi=110)
-        plt.close(fig)
-        files.append("grouping_clusters.png")
+        files.append(save_figure(fig, out / "grouping_clusters.png"))
     return files
 
 
+@register_analysis
 class Grouping(Analysis):
     name = "grouping"
     families = ("vit", "deit", "xcit", "fan")
     description = "insignificant eigenvalues of the token affinity, noise decay, spectral clusters (FAN Fig. 3–4)"
-    #: eig_threshold −1: the convention's default (fan: 1e-3 absolute; relative: 0.05 × λ_max)
-    options = {"convention": "fan", "eig_threshold": -1.0, "sigma": PAPER_SIGMA, "clusters": 4, "images": 4}
+    Options = GroupingOptions
 
-    def compute(self, ctx: Context, **o: Any) -> dict[str, Any]:
-        return compute_grouping(ctx, float(o["eig_threshold"]), float(o["sigma"]), int(o["clusters"]), int(o["images"]),
-                                str(o["convention"]))
+    def run(self, ctx: Context, options: GroupingOptions) -> dict[str, Any]:
+        return compute_grouping(ctx, options)
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_grouping(result, out)
 
 
-__all__ = ["CONVENTIONS", "Grouping", "affinity_eigenvalues", "grouping", "significant_eigenvalues",
+@function_signature(Grouping)
+def grouping(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+    """Per block ``{"insignificant_eigenvalues", "significant_eigenvalues", "noise_decay"}`` and cluster
+    labels of the second-to-last block's tokens. Keywords: :class:`GroupingOptions` (``convention="fan"``,
+    the default, or ``"relative"``) and the run's limit, batch_size, seed, device, store, progress."""
+    return Grouping().apply(model, dataset, **kwargs)
+
+
+__all__ = ["CONVENTIONS", "Grouping", "GroupingOptions", "affinity_eigenvalues", "grouping", "significant_eigenvalues",
            "spectral_clusters", "tolist"]

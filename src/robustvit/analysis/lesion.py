@@ -19,13 +19,17 @@ For ViTs the clean pass's per-block tokens are reused: a variant starts at the f
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from robustvit.analysis.base import Analysis, Context, accuracy, accuracy_stats, make_context
+from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats, function_signature,
+                                     register_analysis)
 from robustvit.errors import RobustvitError
+from robustvit.options import option
+from robustvit.plotting import integer_ticks, place_legend, save_figure
 from robustvit.utils import derive_seed
 
 
@@ -33,6 +37,15 @@ from robustvit.utils import derive_seed
 PAPER_SAMPLES = 25
 #: Random-removal kinds: probe remove mode → result key.
 RANDOM_KINDS = {"block": "random", "attn": "random_attention", "mlp": "random_mlp"}
+
+
+@dataclass
+class LesionOptions:
+    samples: int = option(PAPER_SAMPLES, min=1, help="random subsets per n (the paper: 25)")
+    random: bool = option(True, help="also remove n random blocks / attention / MLP layers")
+    random_parts: list[Literal["block", "attn", "mlp"]] = option(
+        default_factory=lambda: ["block", "attn", "mlp"], help="which random removals (block+attn+mlp)")
+    keep_first: bool = option(True, help="random attention / MLP removals keep the first block's, as for blocks")
 
 
 def random_subsets(num_blocks: int, n: int, samples: int, seed: int, part: str = "block",
@@ -67,10 +80,9 @@ def summarise(accs: list[float]) -> dict[str, float]:
     return {"mean": float(t.mean()), "stderr": std / math.sqrt(len(t)), "min": float(t.min()), "max": float(t.max())}
 
 
-def compute_lesion(ctx: Context, samples: int = PAPER_SAMPLES, random: bool = True,
-                   random_parts: tuple[str, ...] | list[str] = ("block", "attn", "mlp"),
-                   keep_first: bool = True) -> dict[str, Any]:
+def compute_lesion(ctx: Context, o: LesionOptions) -> dict[str, Any]:
     probe = ctx.probe
+    samples, random, random_parts, keep_first = o.samples, o.random, tuple(o.random_parts), o.keep_first
     L = probe.num_blocks
     modes = list(probe.remove_modes)
     if samples < 1:
@@ -143,16 +155,6 @@ def compute_lesion(ctx: Context, samples: int = PAPER_SAMPLES, random: bool = Tr
     return out
 
 
-def lesion(model: torch.nn.Module, dataset: Any, *, samples: int = PAPER_SAMPLES, random: bool = True,
-           random_parts: tuple[str, ...] | list[str] = ("block", "attn", "mlp"), keep_first: bool = True,
-           **common: Any) -> dict[str, Any]:
-    """Accuracy with parts removed: ``{"clean_accuracy", "single": {"block", "attention", "mlp"},
-    "random" | "random_attention" | "random_mlp": {n: {"mean", "stderr", "min", "max", "samples", "blocks"}}}``.
-    ``common``: limit, batch_size, seed, device, store, progress."""
-    return compute_lesion(make_context(model, dataset, name="lesion", **common), samples, random, random_parts,
-                          keep_first)
-
-
 def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
@@ -163,7 +165,8 @@ def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
         if result["single"].get(key):
             ax.plot(range(L), result["single"][key], marker=marker, label=f"{key} removed")
     ax.axhline(result["clean_accuracy"], color="k", ls="--", lw=1, label="nothing removed")
-    ax.set_xlabel("block removed"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02), ax.legend(fontsize=8)
+    ax.set_xlabel("block removed"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
+    place_legend(ax)
     ax.set_title("One part removed")
     ax = axes[1]
     drawn = False
@@ -179,30 +182,35 @@ def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
         ax.fill_between(ns, [v["min"] for v in r], [v["max"] for v in r], alpha=0.15, color=f"C{i}")
         drawn = True
     if drawn:
-        ax.legend(fontsize=7, title="shaded: min–max", title_fontsize=7)
+        place_legend(ax, fontsize=7, title="shaded: min–max", title_fontsize=7)
     ax.axhline(result["clean_accuracy"], color="k", ls="--", lw=1)
     ax.set_xlabel("n removed at random"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
     ax.set_title("n random parts removed (first block kept)")
-    from matplotlib.ticker import MaxNLocator
     for a in axes:
-        a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        integer_ticks(a, "x")
     fig.suptitle(f"Lesion study — {result.get('model', '')}")
     fig.tight_layout()
-    fig.savefig(out / "lesion.png", dpi=110)
-    plt.close(fig)
-    return ["lesion.png"]
+    return [save_figure(fig, out / "lesion.png")]
 
 
+@register_analysis
 class Lesion(Analysis):
     name = "lesion"
     families = ("vit", "deit", "xcit", "swin", "fan", "cnn")
     description = ("accuracy with a block / its attention / its MLP removed, and n random blocks, attention or MLP "
                    "layers (Bhojanapalli Fig. 8)")
-    options = {"samples": PAPER_SAMPLES, "random": True, "random_parts": ["block", "attn", "mlp"], "keep_first": True}
+    Options = LesionOptions
 
-    def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
-        return compute_lesion(ctx, int(options["samples"]), bool(options["random"]), list(options["random_parts"]),
-                              bool(options["keep_first"]))
+    def run(self, ctx: Context, options: LesionOptions) -> dict[str, Any]:
+        return compute_lesion(ctx, options)
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_lesion(result, out)
+
+
+@function_signature(Lesion)
+def lesion(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+    """Accuracy with parts removed: ``{"clean_accuracy", "single": {"block", "attention", "mlp"},
+    "random" | "random_attention" | "random_mlp": {n: {"mean", "stderr", "min", "max", "samples", "blocks"}}}``.
+    Keywords: :class:`LesionOptions` and the run's limit, batch_size, seed, device, store, progress."""
+    return Lesion().apply(model, dataset, **kwargs)

@@ -17,14 +17,25 @@ start from the clean pass's tokens).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from robustvit.analysis.base import Analysis, Context, accuracy, accuracy_stats, make_context
+from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats, function_signature,
+                                     register_analysis)
 from robustvit.errors import RobustvitError
+from robustvit.options import option
+from robustvit.plotting import integer_ticks, place_legend, save_figure
 from robustvit.utils import derive_seed
+
+
+@dataclass
+class RestrictedOptions:
+    distances: list[int] | None = option(default_factory=list, min=0,
+                                         help="local distances d in patches (empty or none: 0 … grid side − 1)")
+    group: int = option(0, min=0, help="masked variants run together per forward (0: batch_size // chunk)")
 
 
 def grid_coords(grid: tuple[int, int]) -> torch.Tensor:
@@ -97,8 +108,9 @@ def variants(probe: Any, distances: list[int], seed: int) -> dict[str, dict[int,
     return out
 
 
-def compute_restricted(ctx: Context, distances: list[int] | None = None, group: int = 0) -> dict[str, Any]:
+def compute_restricted(ctx: Context, o: RestrictedOptions) -> dict[str, Any]:
     probe = ctx.probe
+    distances, group = o.distances, o.group
     if probe.grid_size is None or not getattr(probe, "maskable", False):
         raise RobustvitError("restricted attention needs global token attention on a patch grid that takes a mask "
                              "(ViT, DeiT, BEiT, EVA, FAN)")
@@ -163,13 +175,6 @@ def compute_restricted(ctx: Context, distances: list[int] | None = None, group: 
             "has_class_token": bool(n_cls), "num_registers": regs, "notes": notes}
 
 
-def restricted_attention(model: torch.nn.Module, dataset: Any, *, distances: list[int] | None = None,
-                         **common: Any) -> dict[str, Any]:
-    """Accuracy with local / random / CLS-only attention masks: ``{"clean_accuracy", "local", "random",
-    "cls_only_first", "cls_only_last"}``. ``common``: limit, batch_size, seed, device, store, progress."""
-    return compute_restricted(make_context(model, dataset, name="restricted_attention", **common), distances)
-
-
 def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
@@ -179,29 +184,38 @@ def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
     ax.plot(ds, [result["local"][str(d)] for d in ds], marker="o", label="local (distance ≤ d)")
     ax.plot(ds, [result["random"][str(d)] for d in ds], marker="s", label="random, same number masked")
     ax.axhline(result["clean_accuracy"], color="k", ls="--", lw=1, label="full attention")
-    ax.set_xlabel("d (patches)"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02), ax.legend(fontsize=8)
+    ax.set_xlabel("d (patches)"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
+    integer_ticks(ax, "x"), place_legend(ax)
     ax.set_title("Restricted attention")
     ax = axes[1]
     ks = sorted(int(k) for k in result["cls_only_first"])
     ax.plot(ks, [result["cls_only_first"][str(k)] for k in ks], marker="o", label="first k blocks")
     ax.plot(ks, [result["cls_only_last"][str(k)] for k in ks], marker="s", label="last k blocks")
-    ax.set_xlabel("k"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02), ax.legend(fontsize=8)
+    ax.set_xlabel("k (blocks)"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
+    integer_ticks(ax, "x"), place_legend(ax)
     ax.set_title("Patches attend only to CLS")
     fig.suptitle(f"Restricted attention — {result.get('model', '')}")
     fig.tight_layout()
-    fig.savefig(out / "restricted_attention.png", dpi=110)
-    plt.close(fig)
-    return ["restricted_attention.png"]
+    return [save_figure(fig, out / "restricted_attention.png")]
 
 
+@register_analysis
 class RestrictedAttention(Analysis):
     name = "restricted_attention"
     families = ("vit", "deit", "fan")
     description = "accuracy with local / random / CLS-only attention masks (Bhojanapalli Fig. 9)"
-    options = {"distances": [], "group": 0}
+    Options = RestrictedOptions
 
-    def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
-        return compute_restricted(ctx, list(options["distances"]) or None, int(options["group"]))
+    def run(self, ctx: Context, options: RestrictedOptions) -> dict[str, Any]:
+        return compute_restricted(ctx, options)
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_restricted(result, out)
+
+
+@function_signature(RestrictedAttention)
+def restricted_attention(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+    """Accuracy with local / random / CLS-only attention masks: ``{"clean_accuracy", "local", "random",
+    "cls_only_first", "cls_only_last"}``. Keywords: :class:`RestrictedOptions` and the run's limit,
+    batch_size, seed, device, store, progress."""
+    return RestrictedAttention().apply(model, dataset, **kwargs)

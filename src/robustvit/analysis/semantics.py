@@ -19,15 +19,18 @@ model's resolution (``vis_scale=1``, the default; the result records both values
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from robustvit.analysis.base import Analysis, Context, make_context
+from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis
 from robustvit.attacks import create_attack
 from robustvit.attacks.pgd import class_visualisation
 from robustvit.errors import RobustvitError
+from robustvit.options import option
+from robustvit.plotting import save_figure
 from robustvit.utils import derive_seed, parse_eps
 
 
@@ -46,6 +49,30 @@ PAPER_EPS = 4 / 255
 PAPER_VIS_STEPS = 100
 PAPER_VIS_EPS = 15.0
 PAPER_RESOLUTION = 224
+
+
+@dataclass
+class SemanticsOptions:
+    eps: str = option("4/255", help="L∞ ε of the PGD perturbations (a number or a fraction; the paper: 4/255)")
+    steps: int = option(10, min=1, help="PGD steps")
+    classifier: str = option("", help="checkpoint folder or timm name that classifies the perturbations "
+                                      "(empty: the analysed model)")
+    classifier_pretrained: bool = option(False, help="load the timm classifier's pretrained weights")
+    classifier_weights: str = option("", help="a state-dict file for the timm classifier")
+    allow_random: bool = option(False, help="accept a classifier with random weights (not comparable)")
+    classes: int = option(8, min=1, help="classes of the class-targeted visualisation")
+    vis_eps: float = option(PAPER_VIS_EPS, min=0, help="L2 ε of the visualisation at 224 px (the thesis: 15)")
+    vis_steps: int = option(PAPER_VIS_STEPS, min=1, help="targeted PGD steps of the visualisation (100)")
+    vis_scale: bool = option(True, help="scale vis_eps to the model's resolution by √(H·W)/224")
+
+    def __post_init__(self) -> None:
+        try:
+            e = parse_eps(self.eps)
+        except RobustvitError as err:
+            raise RobustvitError(f"analysis 'perturbation_semantics': eps={self.eps!r} is not valid ({err})") from None
+        if not math.isfinite(e) or e <= 0:
+            raise RobustvitError(f"analysis 'perturbation_semantics': eps={self.eps!r} is out of range (eps must be "
+                                 "a finite number > 0)")
 
 
 def scaled_vis_eps(eps_224: float, height: int, width: int) -> float:
@@ -88,10 +115,10 @@ def load_classifier(classifier: str, *, pretrained: bool = False, weights: str =
     return clf.to(device).eval(), prov
 
 
-def compute_semantics(ctx: Context, eps: str = "4/255", steps: int = 10, classifier: str = "",
-                      classes: int = 8, vis_eps: float = PAPER_VIS_EPS, vis_steps: int = PAPER_VIS_STEPS, *,
-                      classifier_pretrained: bool = False, classifier_weights: str = "",
-                      allow_random: bool = False, vis_scale: bool = True) -> dict[str, Any]:
+def compute_semantics(ctx: Context, o: SemanticsOptions) -> dict[str, Any]:
+    eps, steps, classifier, classes, vis_eps, vis_steps = o.eps, o.steps, o.classifier, o.classes, o.vis_eps, o.vis_steps
+    classifier_pretrained, classifier_weights = o.classifier_pretrained, o.classifier_weights
+    allow_random, vis_scale = o.allow_random, o.vis_scale
     e = parse_eps(eps)
     notes: list[str] = []
     if classifier:
@@ -159,19 +186,6 @@ def compute_semantics(ctx: Context, eps: str = "4/255", steps: int = 10, classif
             "notes": notes, "_vis": imgs.detach().cpu()}
 
 
-def perturbation_semantics(model: torch.nn.Module, dataset: Any, *, eps: str = "4/255", steps: int = 10,
-                           classifier: str = "", classes: int = 8, vis_eps: float = PAPER_VIS_EPS,
-                           vis_steps: int = PAPER_VIS_STEPS, classifier_pretrained: bool = False,
-                           classifier_weights: str = "", allow_random: bool = False, vis_scale: bool = True,
-                           **common: Any) -> dict[str, Any]:
-    """``{"top1", "top5"}`` of ``classifier`` on rescaled PGD perturbations, and the class-targeted
-    visualisation. ``common``: limit, batch_size, seed, device, store, progress."""
-    ctx = make_context(model, dataset, name="perturbation_semantics", **common)
-    return compute_semantics(ctx, eps, steps, classifier, classes, vis_eps, vis_steps,
-                             classifier_pretrained=classifier_pretrained, classifier_weights=classifier_weights,
-                             allow_random=allow_random, vis_scale=vis_scale)
-
-
 def plot_semantics(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
@@ -189,25 +203,26 @@ def plot_semantics(result: dict[str, Any], out: Path) -> list[str]:
     fig.suptitle(f"Class-targeted visualisation (L2 ε = {v['eps_l2']:.3g}, {v['steps']} steps) — {result.get('model', '')}",
                  fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "perturbation_semantics.png", dpi=110)
-    plt.close(fig)
-    return ["perturbation_semantics.png"]
+    return [save_figure(fig, out / "perturbation_semantics.png")]
 
 
+@register_analysis
 class PerturbationSemantics(Analysis):
     name = "perturbation_semantics"
     families = ("vit", "deit", "xcit", "swin", "fan", "cnn")
     description = "classify rescaled PGD perturbations (top-1/top-5) and class-targeted visualisation (Light Recipe)"
-    options = {"eps": "4/255", "steps": 10, "classifier": "", "classifier_pretrained": False,
-               "classifier_weights": "", "allow_random": False, "classes": 8, "vis_eps": PAPER_VIS_EPS,
-               "vis_steps": PAPER_VIS_STEPS, "vis_scale": True}
+    Options = SemanticsOptions
 
-    def compute(self, ctx: Context, **o: Any) -> dict[str, Any]:
-        return compute_semantics(ctx, str(o["eps"]), int(o["steps"]), str(o["classifier"]), int(o["classes"]),
-                                 float(o["vis_eps"]), int(o["vis_steps"]),
-                                 classifier_pretrained=bool(o["classifier_pretrained"]),
-                                 classifier_weights=str(o["classifier_weights"]), allow_random=bool(o["allow_random"]),
-                                 vis_scale=bool(o["vis_scale"]))
+    def run(self, ctx: Context, options: SemanticsOptions) -> dict[str, Any]:
+        return compute_semantics(ctx, options)
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_semantics(result, out)
+
+
+@function_signature(PerturbationSemantics)
+def perturbation_semantics(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+    """``{"top1", "top5"}`` of ``classifier`` on rescaled PGD perturbations, and the class-targeted
+    visualisation. Keywords: :class:`SemanticsOptions` and the run's limit, batch_size, seed, device, store,
+    progress."""
+    return PerturbationSemantics().apply(model, dataset, **kwargs)

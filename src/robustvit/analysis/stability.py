@@ -16,20 +16,29 @@ model whose blocks have no readable attention map is refused."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from robustvit.analysis.base import Analysis, Context, make_context, tolist
+from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis, tolist
 from robustvit.corruptions.occlusion import num_occluded, occlude_patches, occlusion_patch_size
 from robustvit.errors import RobustvitError
+from robustvit.options import option
+from robustvit.plotting import integer_ticks, save_figure
 
 BINS = 20
-
-
 PAPER_RHO = 0.1
 PAPER_MIN_MASKS = 100
+
+
+@dataclass
+class StabilityOptions:
+    rho: float = option(PAPER_RHO, min=0, max=1, help="fraction of the patches occluded (AFAT: 0.1)")
+    masks: int = option(PAPER_MIN_MASKS, min=1, help="random masks per image for the distribution (AFAT: 100–1000)")
+    images: int = option(4, min=1, help="images of the mask distribution and the picture")
+    patch_size: int = option(0, min=0, help="occluded patch side in pixels (0: the model's patch size)")
 
 
 def layer_cosines(clean: list[torch.Tensor], other: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -90,9 +99,9 @@ def centre_patch_maps(probe: Any, maps: list[torch.Tensor]) -> torch.Tensor | No
     return torch.stack([a[0, :, q, pre:].mean(0).view(gh, gw) for a in maps]).cpu()
 
 
-def compute_stability(ctx: Context, rho: float = PAPER_RHO, masks: int = PAPER_MIN_MASKS, images: int = 4,
-                      patch_size: int = 0) -> dict[str, Any]:
+def compute_stability(ctx: Context, o: StabilityOptions) -> dict[str, Any]:
     probe = ctx.probe
+    rho, masks, images, patch_size = o.rho, o.masks, o.images, o.patch_size
     check_stability_support(probe, ctx.model)
     if masks < 1 or images < 1:
         raise RobustvitError(f"attention_stability: masks and images must be >= 1, got {masks} and {images}")
@@ -155,15 +164,6 @@ def compute_stability(ctx: Context, rho: float = PAPER_RHO, masks: int = PAPER_M
     return out
 
 
-def attention_stability(model: torch.nn.Module, dataset: Any, *, rho: float = PAPER_RHO,
-                        masks: int = PAPER_MIN_MASKS, images: int = 4, patch_size: int = 0,
-                        **common: Any) -> dict[str, Any]:
-    """``{"cosine": layers × heads, "histogram", "mask_distribution", "centre_patch"}`` (clean vs occluded
-    attention). ``common``: limit, batch_size, seed, device, store, progress."""
-    return compute_stability(make_context(model, dataset, name="attention_stability", **common), rho, masks, images,
-                             patch_size)
-
-
 def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
@@ -175,8 +175,7 @@ def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
         c[i, :len(r)] = torch.tensor(r)
     lo = float(c[~c.isnan()].min())
     im = axes[0].imshow(c.T.numpy(), vmin=min(0.5, lo), vmax=1, cmap="viridis", aspect="auto")
-    from matplotlib.ticker import MaxNLocator
-    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True)), axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
+    integer_ticks(axes[0], "both")
     axes[0].set_xlabel("layer"), axes[0].set_ylabel("head"), axes[0].set_title("cosine(clean, occluded)")
     fig.colorbar(im, ax=axes[0])
     h = result["histogram"]
@@ -189,9 +188,7 @@ def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
     axes[2].set_title(f"Over {result['num_masks']} random masks")
     fig.suptitle(f"Attention stability under {result['rho']:.0%} patch occlusion — {result.get('model', '')}")
     fig.tight_layout()
-    fig.savefig(out / "attention_stability.png", dpi=110)
-    plt.close(fig)
-    files = ["attention_stability.png"]
+    files = [save_figure(fig, out / "attention_stability.png")]
     cp = result.get("centre_patch")
     if result.get("_images") is not None and cp:
         files.append(plot_centre_patch(result, out))
@@ -207,9 +204,7 @@ def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
         for ax in axes:
             ax.axis("off")
         fig.tight_layout()
-        fig.savefig(out / "attention_stability_maps.png", dpi=110)
-        plt.close(fig)
-        files.append("attention_stability_maps.png")
+        files.append(save_figure(fig, out / "attention_stability_maps.png"))
     return files
 
 
@@ -238,19 +233,26 @@ def plot_centre_patch(result: dict[str, Any], out: Path) -> str:
         ax.set_xticks([]), ax.set_yticks([])
     fig.suptitle(f"Centre-patch attention, clean vs {result['rho']:.0%} occluded", fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "attention_stability_maps.png", dpi=110)
-    plt.close(fig)
-    return "attention_stability_maps.png"
+    return save_figure(fig, out / "attention_stability_maps.png")
 
 
+@register_analysis
 class AttentionStability(Analysis):
     name = "attention_stability"
     families = ("vit", "deit", "xcit", "swin", "fan")
     description = "cosine similarity of clean vs patch-occluded attention maps per head and layer (AFAT Fig. 1, 3, 4)"
-    options = {"rho": PAPER_RHO, "masks": PAPER_MIN_MASKS, "images": 4, "patch_size": 0}
+    Options = StabilityOptions
 
-    def compute(self, ctx: Context, **o: Any) -> dict[str, Any]:
-        return compute_stability(ctx, float(o["rho"]), int(o["masks"]), int(o["images"]), int(o["patch_size"]))
+    def run(self, ctx: Context, options: StabilityOptions) -> dict[str, Any]:
+        return compute_stability(ctx, options)
 
     def plot(self, result: dict[str, Any], out: Path) -> list[str]:
         return plot_stability(result, out)
+
+
+@function_signature(AttentionStability)
+def attention_stability(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+    """``{"cosine": layers × heads, "histogram", "mask_distribution", "centre_patch"}`` (clean vs occluded
+    attention). Keywords: :class:`StabilityOptions` and the run's limit, batch_size, seed, device, store,
+    progress."""
+    return AttentionStability().apply(model, dataset, **kwargs)

@@ -1,0 +1,52 @@
+"""Figure helpers shared by the analyses and the report: one way to save a figure, integer ticks for
+block / layer / head indices, and legends that do not cover the data.
+
+>>> import matplotlib.pyplot as plt
+>>> fig, ax = plt.subplots()
+>>> _ = ax.plot([0, 1, 2], [0.9, 0.5, 0.7], label="accuracy")
+>>> integer_ticks(ax, "x"); place_legend(ax)
+>>> save_figure(fig, "out/lesion.png")
+'lesion.png'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+#: The resolution every analysis figure is written at.
+DPI = 110
+
+
+def save_figure(fig: Any, path: str | Path, *, dpi: int = DPI) -> str:
+    """Write ``fig`` to ``path`` (creating its folder; cropped to what is drawn, so a legend placed outside
+    the axes is kept), close it, and return the file's name."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return path.name
+
+
+def integer_ticks(ax: Any, axis: Literal["x", "y", "both"] = "x") -> None:
+    """Ticks only at whole numbers on ``axis`` (block, layer and head indices are integers)."""
+    from matplotlib.ticker import MaxNLocator
+
+    for a in ("x", "y") if axis == "both" else (axis,):
+        getattr(ax, f"{a}axis").set_major_locator(MaxNLocator(integer=True))
+
+
+def place_legend(ax: Any, *, outside: bool = False, **kwargs: Any) -> Any:
+    """A legend that does not cover the data: matplotlib's least-covering corner (``loc="best"``), or to the
+    right of the axes (``outside=True``, for long legends such as one entry per head)."""
+    kwargs.setdefault("fontsize", 8)
+    if outside:
+        return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
+    return ax.legend(loc="best", **kwargs)
+
+
+__all__ = ["DPI", "integer_ticks", "place_legend", "save_figure"]
