@@ -25,7 +25,7 @@ def test_unsupported_pair_is_a_one_line_error_naming_what_applies(tiny_resnet, t
     with pytest.raises(RobustvitError, match="for cnn use: correlation, lesion, perturbation_semantics") as e:
         run_analyses(tiny_resnet, tiny_data, ["restricted_attention"], None)
     assert "\n" not in str(e.value)
-    with pytest.raises(RobustvitError, match="takes no option 'depth'"):
+    with pytest.raises(RobustvitError, match="no option 'depth'"):
         run_analyses(tiny_resnet, tiny_data, ["lesion:depth=3"], None)
 
 
