@@ -23,7 +23,7 @@ from robustvit.corruptions.jpeg import jpeg_roundtrip
 from robustvit.corruptions.sampling import poisson, rand, randn
 from robustvit.corruptions.spatter import mud_layer, water_layer
 from robustvit.corruptions.spec import Corruption, CorruptionParams, Draw, register_corruption
-from robustvit.utils import empty_output
+from robustvit.corruptions._parallel import empty_output
 
 Size = tuple[int, int]
 
