@@ -20,6 +20,7 @@ from robustvit.options import describe
     ("synthshapes:train:count=100,masks=1", ("synthshapes", "train", {"count": "100", "masks": "1"})),
     ("synthshapes:count=5", ("synthshapes", "", {"count": "5"})),
     ("synthshapes:test", ("synthshapes", "test", {})),
+    ("synthshapes:test,count=3,size=8,count=3", ("synthshapes", "test", {"count": "3", "size": "8"})),
     ("folder:/a,b/c", ("folder", "/a,b/c", {})),
     ("folder:/data/x:y/imgs:size=64", ("folder", "/data/x:y/imgs", {"size": "64"})),
     ("folder:/d/a=b/imgs,crop-pct=1", ("folder", "/d/a=b/imgs", {"crop_pct": "1"})),   # dashes read as underscores
@@ -39,7 +40,7 @@ def test_colon_and_comma_forms_build_the_same_data():
 
 @pytest.mark.parametrize("spec,match", [
     ("synthshapes", "SOURCE:ARG"),
-    ("synthshapes:train:count=1:count=2", "'count' is given twice"),
+    ("synthshapes:train:count=1:count=2", "'count' is given twice with different values"),
     ("synthshape:test", "did you mean synthshapes"),
     ("synthshapes:train:colour=1", "no option 'colour'.*its options: size, count"),
     ("synthshapes:train:cont=5", "did you mean count"),

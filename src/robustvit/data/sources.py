@@ -117,7 +117,8 @@ _OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_-]*)\s*=(.*)$", re.S)
 def parse_data_spec(spec: str) -> tuple[str, str, dict[str, str]]:
     """``"synthshapes:train:count=100"`` or ``"synthshapes:train,count=100"`` → ``("synthshapes", "train",
     {"count": "100"})``: the source, the argument and the raw options in the order given (see the module's
-    grammar). One-line errors for a spec without ``SOURCE:`` and for a key given twice."""
+    grammar). One-line errors for a spec without ``SOURCE:`` and for a key given twice with different values
+    (the same value twice is accepted)."""
     if not isinstance(spec, str) or ":" not in spec:
         raise RobustvitError(f"data spec {spec!r} must look like SOURCE:ARG[:key=value…] (sources: "
                              f"{', '.join(SOURCES.list())}), e.g. synthshapes:test or folder:/path/to/images")
@@ -134,8 +135,8 @@ def parse_data_spec(spec: str) -> tuple[str, str, dict[str, str]]:
             break
     options: dict[str, str] = {}
     for key, value in reversed(items):
-        if key in options:
-            raise RobustvitError(f"data option {key!r} is given twice in {spec!r}")
+        if options.get(key, value) != value:
+            raise RobustvitError(f"data option {key!r} is given twice with different values in {spec!r}; keep one")
         options[key] = value
     return source.strip(), rest, options
 
