@@ -32,14 +32,14 @@ from robustvit.corruptions.params import (BENCHMARK_CORRUPTIONS, CORRUPTION_GROU
 from robustvit.corruptions.perturbations import (PERTURBATIONS, Perturbation, PerturbationOptions, get_perturbation,
                                                  iter_perturbation_frames, list_perturbations, perturbation_sequence,
                                                  register_perturbation)
-from robustvit.corruptions.spec import CORRUPTIONS, Corruption, CorruptionParams, Draw, register_corruption
+from robustvit.corruptions.spec import CORRUPTIONS, Corruption, CorruptionParams, Draw, corruption, register_corruption
 
 __all__ = [
     # engine
     "corrupt", "list_corruptions", "is_random", "corruption_params", "CorruptionParams", "resolve_preset",
     "BENCHMARK_CORRUPTIONS", "EXTRA_CORRUPTIONS", "CORRUPTION_GROUPS", "PRESET_SIZES",
     # one corruption = one spec
-    "CORRUPTIONS", "Corruption", "Draw", "register_corruption",
+    "CORRUPTIONS", "Corruption", "Draw", "corruption", "register_corruption",
     # ImageNet-P perturbation sequences: one perturbation = one spec
     "PERTURBATIONS", "Perturbation", "PerturbationOptions", "get_perturbation", "list_perturbations",
     "perturbation_sequence", "iter_perturbation_frames", "register_perturbation",

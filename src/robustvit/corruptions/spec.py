@@ -138,9 +138,27 @@ class Corruption:
         return y.clamp(0, 1) if shares_input else y.clamp_(0, 1)      # in place unless y is (a view of) x
 
 
-#: Every corruption, in the order of the ImageNet-C tables (benchmark first, then the extra ones).
-#: (Filled by ``corruptions/functional.py``, which the package imports.)
+#: Every corruption (filled by the decorators of ``corruptions/functional.py``, which the package imports);
+#: :func:`~robustvit.corruptions.list_corruptions` orders them as the ImageNet-C tables.
 CORRUPTIONS: Registry[Corruption] = Registry("corruption", hint="see robustvit.corruptions.list_corruptions()")
+
+
+def corruption(name: str, group: str, fields: tuple[str, ...], tables: Mapping[str, Sequence[Sequence[float]]], *,
+               sample: SampleFn | None = None, **flags: object) -> Callable[[ApplyFn], ApplyFn]:
+    """Decorator: register the decorated apply function as corruption ``name`` (the other arguments and
+    ``flags`` as :class:`Corruption`'s fields; ``sample`` is its ``sample_fn``).
+
+    >>> @corruption("test_dim", "test_group", ("c",), {"cifar": [(0.1 * s,) for s in range(1, 6)]})
+    ... def _dim(x, p, d):
+    ...     return x * (1 - p.c)
+    >>> CORRUPTIONS.get("test_dim").params(2, "cifar").c
+    0.2
+    >>> _ = CORRUPTIONS._items.pop("test_dim")
+    """
+    def deco(fn: ApplyFn) -> ApplyFn:
+        register_corruption(Corruption(name, group, tuple(fields), tables, fn, sample, **flags))  # type: ignore[arg-type]
+        return fn
+    return deco
 
 
 def register_corruption(spec: Corruption) -> Corruption:
