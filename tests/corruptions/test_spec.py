@@ -1,11 +1,15 @@
-"""One corruption = one registered spec: sampling its random parameters is split from applying them."""
+"""One corruption = one registered spec: sampling its random parameters is split from applying them; the same
+for the ImageNet-P perturbations (draws before the first frame, then the frames block by block)."""
 
 import pytest
 import torch
 
-from robustvit.corruptions import (CORRUPTIONS, Corruption, corrupt, corruption_params, list_corruptions,
-                                   register_corruption)
+from robustvit.corruptions import (CORRUPTIONS, PERTURBATIONS, Corruption, Perturbation, corrupt, corruption_params,
+                                   list_corruptions, list_perturbations, perturbation_sequence, register_corruption)
 from robustvit.corruptions.params import parse_corruptions
+from robustvit.corruptions.perturbation_spec import PerturbationOptions, perturbation
+from robustvit.corruptions.perturbations import (GEOMETRIC_ON_FULL, NOISE_PERTURBATIONS, TEST_PERTURBATIONS,
+                                                 iter_perturbation_frames, num_frames, parse_perturbation)
 from robustvit.errors import RobustvitError
 from robustvit.utils import make_generator
 
@@ -81,11 +85,6 @@ def test_memory_layout_does_not_matter(name):
 
 
 # ---------------------------------------------------------------- ImageNet-P perturbations: one spec each
-from robustvit.corruptions import PERTURBATIONS, Perturbation, list_perturbations, perturbation_sequence  # noqa: E402
-from robustvit.corruptions.perturbation_spec import PerturbationOptions, perturbation  # noqa: E402
-from robustvit.corruptions.perturbations import (GEOMETRIC_ON_FULL, NOISE_PERTURBATIONS, TEST_PERTURBATIONS,  # noqa: E402
-                                                 iter_perturbation_frames, num_frames, parse_perturbation)
-
 PERTURBATION_NAMES = list_perturbations()
 
 

@@ -83,7 +83,8 @@ def _cityscapes(root: Path) -> str:
     ids[:, :8] = 7
     ids[2:6, 10:14] = 26
     for city, name in (("aachen", "aachen_000000_000019"), ("bonn", "bonn_000001_000019")):
-        _png(root / "leftImg8bit" / "val" / city / f"{name}_leftImg8bit.png", arr=RNG.integers(0, 256, (8, 16, 3), dtype=np.uint8))
+        rgb = RNG.integers(0, 256, (8, 16, 3), dtype=np.uint8)
+        _png(root / "leftImg8bit" / "val" / city / f"{name}_leftImg8bit.png", arr=rgb)
         _png(root / "gtFine" / "val" / city / f"{name}_gtFine_labelIds.png", arr=ids)
     return str(root)
 

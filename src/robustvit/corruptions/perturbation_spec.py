@@ -61,6 +61,8 @@ class PerturbationParams:
 
     def at(self, difficulty: int = 1) -> dict[str, Any]:
         """The values at ``difficulty`` (1–3): each per-difficulty tuple replaced by its entry."""
+        if isinstance(difficulty, bool) or not isinstance(difficulty, int) or not 1 <= difficulty <= 3:
+            raise RobustvitError(f"difficulty must be 1, 2 or 3, got {difficulty!r}")
         return {k: (v[difficulty - 1] if k in self.levels else v) for k, v in self.values.items()}
 
 

@@ -156,7 +156,8 @@ def corruption(name: str, group: str, fields: tuple[str, ...], tables: Mapping[s
     >>> _ = CORRUPTIONS._items.pop("test_dim")
     """
     def deco(fn: ApplyFn) -> ApplyFn:
-        register_corruption(Corruption(name, group, tuple(fields), tables, fn, sample, **flags))  # type: ignore[arg-type]
+        spec = Corruption(name, group, tuple(fields), tables, fn, sample, **flags)  # type: ignore[arg-type]
+        register_corruption(spec)
         return fn
     return deco
 

@@ -15,8 +15,7 @@ import torch
 
 from robustvit.data.base import UNREADABLE, FileImageDataset, ImageDataset, Resize, ResizedDataset, TensorImageDataset
 from robustvit.data.classmap import load_class_map
-from robustvit.data.sources import (SOURCES, DataSource, FunctionSource, SourceFn, parse_data_spec,  # noqa: F401
-                                    register_source)
+from robustvit.data.sources import SOURCES, DataSource, SourceFn, parse_data_spec, register_source  # noqa: F401
 from robustvit.data.subset import SUBSET_METHODS, SubsetDataset, select_subset
 from robustvit.options import option
 
