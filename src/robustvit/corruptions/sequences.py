@@ -98,7 +98,8 @@ def _snow_start(x: torch.Tensor, p: Values, g: torch.Generator) -> State:
     layer = randn((n, 1, h, w), g, x) * p["std"] + p["mean"]
     layer = clipped_zoom(layer, max(1.0, p["zoom"]))
     layer = torch.where(layer < p["threshold"], torch.zeros_like(layer), layer).clamp(0, 1)
-    return {"layer": torch.floor(layer * 255) / 255}
+    base = p["blend"] * x + (1 - p["blend"]) * torch.maximum(x, rgb_to_gray(x) * 1.5 + 0.5)
+    return {"layer": torch.floor(layer * 255) / 255, "base": base}
 
 
 @perturbation("snow", "test", "weather", {
@@ -109,8 +110,7 @@ def _snow_start(x: torch.Tensor, p: Values, g: torch.Generator) -> State:
     sample=_snow_start, lengths=("zoom", "radius", "sigma"), random=True)
 def _snow(x: torch.Tensor, p: Values, idx: list[int], state: State, g: torch.Generator) -> torch.Tensor:
     n, c, h, w = x.shape
-    layer = state["layer"]
-    base = p["blend"] * x + (1 - p["blend"]) * torch.maximum(x, rgb_to_gray(x) * 1.5 + 0.5)
+    layer, base = state["layer"], state["base"]
     t = len(idx)
     angles = torch.tensor([p["angle0"] + p["angle_step"] * i for i in idx], dtype=torch.float64)
     layers = layer.unsqueeze(1).expand(n, t, 1, h, w).reshape(n * t, 1, h, w)
