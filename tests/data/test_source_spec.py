@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from PIL import Image
 
 from robustvit.data import SOURCES, DataSource, TensorImageDataset, create_dataset, list_sources, parse_data_spec
+from robustvit.data.shift import imagenet_wnids
 from robustvit.data.sources import register_source
 from robustvit.errors import RobustvitError
 from robustvit.options import describe
@@ -65,6 +67,18 @@ def test_every_source_declares_its_options():
         "size", "count", "seed", "classes", "texture_correlation", "masks", "boxes"]
     assert SOURCES.parse_options("synthshapes", {"masks": "yes", "count": "7"}).masks is True
     assert {o["name"] for o in describe(SOURCES.options_class("imagenet_c"))} == {"corruption", "severity"}
+
+
+def test_sources_take_typed_options(tmp_path):
+    """Options parsed once (``SOURCES.parse_options``) build the same data as the spec's strings."""
+    opts = SOURCES.parse_options("synthshapes", {"count": "5", "size": "16"})
+    a = SOURCES.get("synthshapes")("test", opts)
+    b = create_dataset("synthshapes:test:count=5:size=16")
+    assert a.spec == b.spec and torch.equal(a.get_batch(torch.arange(5))[0], b.get_batch(torch.arange(5))[0])
+    (tmp_path / imagenet_wnids()[3]).mkdir()
+    Image.new("RGB", (10, 10), (200, 0, 0)).save(tmp_path / imagenet_wnids()[3] / "a.png")
+    ds = SOURCES.get("imagenet_sketch")(str(tmp_path), SOURCES.parse_options("imagenet_sketch", {}), None, False)
+    assert len(ds) == 1 and ds[0][1] == 3
 
 
 def test_a_registered_source_class_with_options_and_an_alias():

@@ -83,7 +83,8 @@ class FunctionSource(DataSource):
 
     def __call__(self, arg: str, options: Mapping[str, Any] | Any, resize: Resize | None = None,
                  strict: bool = False) -> ImageDataset:
-        raw = dict(options) if isinstance(options, Mapping) else {k: v for k, v in vars(options).items()}
+        raw = dict(options) if isinstance(options, Mapping) else {k: v for k, v in vars(options).items()
+                                                                  if v is not None}     # typed: given values only
         if self.checked and isinstance(options, Mapping):
             self.parse(raw)
         return self.fn(arg, raw, resize, strict)
