@@ -18,7 +18,7 @@ from robustvit.corruptions import corrupt, frost_texture, jpeg_roundtrip, to_uin
 from robustvit.corruptions.filters import box_blur3, boundary_index, dilate3, filter2d, pad
 from robustvit.corruptions.functional import _box_sum, _pil_box_members
 from robustvit.corruptions.jpeg import _CHUNK_VALUES
-from robustvit.utils import run_shared
+from robustvit.corruptions._parallel import run_shared
 
 
 def _gather_pad(x: torch.Tensor, t: int, b: int, l: int, r: int, mode: str) -> torch.Tensor:
@@ -108,7 +108,7 @@ print(len(os.listdir("/proc/self/task")) - before)
 def test_threaded_corruptions_leave_no_openmp_team_behind():
     """Only the one kept JPEG helper thread remains. A kept thread that had run a parallel torch op would keep a
     second OpenMP team alive, and OpenMP then stops idle threads spinning for the whole process (see
-    robustvit.utils.run_shared). In a fresh process: other tests may have started threads already."""
+    robustvit.corruptions._parallel.run_shared). In a fresh process: other tests may have started threads already."""
     import subprocess
     import sys
 

@@ -1,11 +1,15 @@
-"""One corruption = one registered spec: sampling its random parameters is split from applying them."""
+"""One corruption = one registered spec: sampling its random parameters is split from applying them; the same
+for the ImageNet-P perturbations (draws before the first frame, then the frames block by block)."""
 
 import pytest
 import torch
 
-from robustvit.corruptions import (CORRUPTIONS, Corruption, corrupt, corruption_params, list_corruptions,
-                                   register_corruption)
+from robustvit.corruptions import (CORRUPTIONS, PERTURBATIONS, Corruption, Perturbation, corrupt, corruption_params,
+                                   list_corruptions, list_perturbations, perturbation_sequence, register_corruption)
 from robustvit.corruptions.params import parse_corruptions
+from robustvit.corruptions.perturbation_spec import PerturbationOptions, perturbation
+from robustvit.corruptions.perturbations import (GEOMETRIC_ON_FULL, NOISE_PERTURBATIONS, TEST_PERTURBATIONS,
+                                                 iter_perturbation_frames, num_frames, parse_perturbation)
 from robustvit.errors import RobustvitError
 from robustvit.utils import make_generator
 
@@ -78,3 +82,86 @@ def test_memory_layout_does_not_matter(name):
     x = hwc.permute(0, 3, 1, 2)
     assert not x.is_contiguous()
     assert torch.allclose(corrupt(x, name, 2, seed=0), corrupt(x.contiguous(), name, 2, seed=0), atol=1e-6)
+
+
+# ---------------------------------------------------------------- ImageNet-P perturbations: one spec each
+PERTURBATION_NAMES = list_perturbations()
+
+
+@pytest.mark.parametrize("name", PERTURBATION_NAMES)
+def test_perturbation_is_sample_then_apply_per_block(name):
+    x = torch.rand(2, 3, 20, 18, generator=torch.Generator().manual_seed(1))
+    spec = PERTURBATIONS.get(name)
+    p = spec.params("cifar", size=18)
+    values = p.at(2)
+    g = make_generator(5, "cpu")
+    x0 = x.clone()
+    state = spec.sample(x, values, g)
+    blocks = [list(range(s, min(p.frames, s + 7))) for s in range(0, p.frames, 7)]
+    frames = torch.cat([spec.apply(x, values, idx, state, g) for idx in blocks], 1)
+    whole = perturbation_sequence(x, name, difficulty=2, seed=5, preset="cifar")
+    assert torch.allclose(frames, whole, atol=1e-6)      # batched FFT blurs may round differently per block size
+    again = iter_perturbation_frames(x, name, difficulty=2, seed=5, preset="cifar", block_frames=7)
+    assert torch.equal(frames, torch.cat([f for _, f in again], 1))
+    assert torch.equal(x, x0) and frames.shape == (2, p.frames, 3, 20, 18)
+    assert float(frames.min()) >= 0 and float(frames.max()) <= 1
+
+
+@pytest.mark.parametrize("name", PERTURBATION_NAMES)
+def test_perturbation_flags_tell_the_truth(name):
+    """``random``: the seed matters; not ``sequential``: blocks made in any order give the same frames;
+    ``warps_full``: cropping after the warp differs from warping the crop."""
+    spec = PERTURBATIONS.get(name)
+    x = torch.rand(2, 3, 20, 20, generator=torch.Generator().manual_seed(2))
+    a = perturbation_sequence(x, name, seed=0, preset="cifar")
+    assert spec.random == (not torch.equal(a, perturbation_sequence(x, name, seed=1, preset="cifar")))
+    if not spec.sequential:
+        values = spec.params("cifar", size=20).at(1)
+        g = make_generator(0, "cpu")
+        state = spec.sample(x, values, g)
+        late = spec.apply(x, values, [7, 8, 9], state, g)
+        early = spec.apply(x, values, [0, 1, 2], state, g)
+        assert torch.allclose(torch.cat([early, late], 1), a[:, [0, 1, 2, 7, 8, 9]], atol=1e-6)
+    if spec.warps_full and name != "zoom_blur":
+        cropped = perturbation_sequence(x, name, preset="cifar", crop=12)
+        assert not torch.allclose(cropped, perturbation_sequence(x[..., 4:16, 4:16], name, preset="cifar"))
+    assert spec.noise == (name in NOISE_PERTURBATIONS) == name.endswith("_noise")
+    assert (name in GEOMETRIC_ON_FULL) == spec.warps_full
+
+
+def test_perturbation_registry_listing_and_options():
+    assert PERTURBATION_NAMES == list(TEST_PERTURBATIONS) + ["speckle_noise", "gaussian_blur", "spatter", "shear"]
+    assert PERTURBATIONS.list() == sorted(PERTURBATION_NAMES)
+    assert list_perturbations("*_noise") == ["gaussian_noise", "shot_noise", "speckle_noise"]
+    assert list_perturbations("rotate") == ["rotate"] and list_perturbations("x*") == []
+    assert PERTURBATIONS.options_class("snow") is PerturbationOptions
+    assert parse_perturbation("shot_noise:difficulty=3") == ("shot_noise", PerturbationOptions(3))
+    with pytest.raises(RobustvitError, match=r"difficulty='4' is out of range"):
+        parse_perturbation("shot_noise:difficulty=4")
+    with pytest.raises(RobustvitError, match="did you mean"):
+        parse_perturbation("rotat")
+    with pytest.raises(RobustvitError, match="did you mean"):
+        list_perturbations("tests")
+    spec = PERTURBATIONS.get("translate")
+    assert spec.frames("imagenet") == 41 and spec.params("cifar", size=16).values["shift0"] == -3.5
+    with pytest.raises(ValueError, match="frames"):
+        Perturbation("bad", "test", "blur", {"cifar": {"step": 1}}, lambda *a: None)
+
+
+def test_a_registered_perturbation_is_usable_everywhere():
+    @perturbation("test_fade", "validation", "digital", {"cifar": {"frames": 5, "step": 0.1},
+                                                         "imagenet": {"frames": 4, "step": 0.2}},
+                  aliases=("test-fade",))
+    def _fade(x, p, idx, state, g):
+        return torch.stack([x * (1 - p["step"] * i) for i in idx], 1)
+
+    try:
+        x = torch.full((2, 3, 8, 8), 0.5)
+        s = perturbation_sequence(x, "test-fade", preset="cifar")
+        assert s.shape == (2, 5, 3, 8, 8) and torch.allclose(s[:, 4], torch.full_like(x, 0.3))
+        assert num_frames("test_fade", "imagenet") == 4
+        assert "test_fade" in list_perturbations() and "test_fade" in list_perturbations("validation")
+        assert [f for f, _ in iter_perturbation_frames(x, "test_fade", block_frames=2)] == [0, 2, 4]
+    finally:
+        PERTURBATIONS._items.pop("test_fade")
+        PERTURBATIONS._aliases.pop("test-fade")

@@ -5,9 +5,11 @@ Robustness to Common Corruptions and Perturbations", ICLR 2019 (arXiv:1903.12261
 batches (N, 3, H, W) in [0, 1] on any device. See ``docs/corruptions.md``.
 
 >>> import torch
->>> from robustvit.corruptions import corrupt, list_corruptions
+>>> from robustvit.corruptions import corrupt, list_corruptions, list_perturbations
 >>> x = torch.rand(8, 3, 224, 224)
 >>> y = corrupt(x, "motion_blur", 3, seed=0)          # preset "imagenet" from the size
+>>> list_perturbations("geometric")                   # ImageNet-P sequences, registered next to them
+['translate', 'rotate', 'tilt', 'scale', 'shear']
 
 Building blocks (stable names, reused by the ImageNet-P sequences): :func:`gaussian_blur`,
 :func:`motion_blur`, :func:`clipped_zoom`, :func:`plasma_fractal`, :func:`snow_layer`, :func:`frost_texture`,
@@ -27,14 +29,20 @@ from robustvit.corruptions.glass import glass_shuffle
 from robustvit.corruptions.jpeg import jpeg_roundtrip, to_uint8
 from robustvit.corruptions.params import (BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, EXTRA_CORRUPTIONS, PRESET_SIZES,
                                           corruption_params, resolve_preset)
-from robustvit.corruptions.spec import CORRUPTIONS, Corruption, CorruptionParams, Draw, register_corruption
+from robustvit.corruptions.perturbations import (PERTURBATIONS, Perturbation, PerturbationOptions, get_perturbation,
+                                                 iter_perturbation_frames, list_perturbations, perturbation_sequence,
+                                                 register_perturbation)
+from robustvit.corruptions.spec import CORRUPTIONS, Corruption, CorruptionParams, Draw, corruption, register_corruption
 
 __all__ = [
     # engine
     "corrupt", "list_corruptions", "is_random", "corruption_params", "CorruptionParams", "resolve_preset",
     "BENCHMARK_CORRUPTIONS", "EXTRA_CORRUPTIONS", "CORRUPTION_GROUPS", "PRESET_SIZES",
     # one corruption = one spec
-    "CORRUPTIONS", "Corruption", "Draw", "register_corruption",
+    "CORRUPTIONS", "Corruption", "Draw", "corruption", "register_corruption",
+    # ImageNet-P perturbation sequences: one perturbation = one spec
+    "PERTURBATIONS", "Perturbation", "PerturbationOptions", "get_perturbation", "list_perturbations",
+    "perturbation_sequence", "iter_perturbation_frames", "register_perturbation",
     # imagecorruptions drop-in
     "corrupt_image", "get_corruption_names",
     # building blocks

@@ -1,5 +1,6 @@
 """The 19 common corruptions of Hendrycks & Dietterich 2019 (arXiv:1903.12261), batched, each registered
-as one :class:`~robustvit.corruptions.spec.Corruption`: its parameter table (presets ``imagenet``, from
+by the :func:`~robustvit.corruptions.spec.corruption` decorator on its apply function as one
+:class:`~robustvit.corruptions.spec.Corruption`: its parameter table (presets ``imagenet``, from
 ``make_imagenet_c.py`` at 224 px, and ``cifar``, from ``make_cifar_c.py`` at 32 px), its group, and its
 ``sample`` (the random parameters of a batch, drawn from a generator) / ``apply`` (images, parameters,
 draw → corrupted images) pair. Use :func:`robustvit.corruptions.corrupt`, which checks the inputs.
@@ -22,10 +23,19 @@ from robustvit.corruptions.glass import glass_offsets, shuffle_with_offsets
 from robustvit.corruptions.jpeg import jpeg_roundtrip
 from robustvit.corruptions.sampling import poisson, rand, randn
 from robustvit.corruptions.spatter import mud_layer, water_layer
-from robustvit.corruptions.spec import Corruption, CorruptionParams, Draw, register_corruption
-from robustvit.utils import empty_output
+from robustvit.corruptions._parallel import empty_output
+from robustvit.corruptions.spec import CorruptionParams, Draw, corruption
 
 Size = tuple[int, int]
+
+
+def _elastic_rescale(values: dict[str, float], k: float) -> None:
+    values["alpha"] *= k      # α ∝ k² (spatial, times k once more): the displacement ∝ α/σ then grows ∝ k
+
+
+def _spatter_rescale(values: dict[str, float], k: float) -> None:
+    if values["mud"]:         # the mud mask's smoothing σ is "intensity" (spatial); the water intensity is not
+        values["intensity"] *= k
 
 
 def _angles(n: int, lo: float, hi: float, g: torch.Generator, like: torch.Tensor) -> torch.Tensor:
@@ -40,6 +50,10 @@ def _sample_noise(n: int, size: Size, p: CorruptionParams, g: torch.Generator, l
 
 
 # ---------------------------------------------------------------- noise
+@corruption("gaussian_noise", "noise", ("c",), {
+    "imagenet": [(.08,), (.12,), (.18,), (.26,), (.38,)],
+    "cifar": [(.04,), (.06,), (.08,), (.09,), (.10,)]},
+    sample=_sample_noise, in_range=True)
 def gaussian_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """x + N(0, c²), independently per pixel and channel."""
     return torch.mul(d["noise"], p.c).add_(x).clamp_(0, 1)
@@ -50,6 +64,10 @@ def _sample_shot(n: int, size: Size, p: CorruptionParams, g: torch.Generator, li
     return {"seed": torch.randint(0, 2**62, (1,), generator=g, device=g.device)}
 
 
+@corruption("shot_noise", "noise", ("c",), {
+    "imagenet": [(60,), (25,), (12,), (5,), (3,)],
+    "cifar": [(500,), (250,), (100,), (75,), (50,)]},
+    sample=_sample_shot, in_range=True)
 def shot_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Poisson(x·c)/c (photon noise); the counts come from a sampler seeded with the draw's ``seed``."""
     g = torch.Generator(device=x.device).manual_seed(int(d["seed"].item()))
@@ -60,6 +78,10 @@ def _sample_impulse(n: int, size: Size, p: CorruptionParams, g: torch.Generator,
     return {"uniform": rand((2, n, 3, *size), g, like)}
 
 
+@corruption("impulse_noise", "noise", ("c",), {
+    "imagenet": [(.03,), (.06,), (.09,), (.17,), (.27,)],
+    "cifar": [(.01,), (.02,), (.03,), (.05,), (.07,)]},
+    sample=_sample_impulse)
 def impulse_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Salt and pepper: each value flipped with probability c (``uniform[0]`` < c), to 1 or 0 with
     probability ½ each (``uniform[1]`` < ½)."""
@@ -67,12 +89,20 @@ def impulse_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor
     return torch.where(u[0] < p.c, u[1] < 0.5, x, out=torch.empty_like(x))
 
 
+@corruption("speckle_noise", "extra", ("c",), {
+    "imagenet": [(.15,), (.2,), (.35,), (.45,), (.6,)],
+    "cifar": [(.06,), (.1,), (.12,), (.16,), (.2,)]},
+    sample=_sample_noise, in_range=True)
 def speckle_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """x + x·N(0, c²)."""
     return torch.mul(d["noise"], x).mul_(p.c).add_(x).clamp_(0, 1)
 
 
 # ---------------------------------------------------------------- blur
+@corruption("defocus_blur", "blur", ("radius", "alias"), {
+    "imagenet": [(3, .1), (4, .5), (6, .5), (8, .5), (10, .5)],
+    "cifar": [(.3, .4), (.4, .5), (.5, .6), (1, .2), (1.5, .1)]},
+    spatial=("radius", "alias"))
 def defocus_blur(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Filter with an anti-aliased disk of the given radius (border reflect-101)."""
     return defocus(x, p.radius, p.alias)
@@ -82,6 +112,10 @@ def _sample_glass(n: int, size: Size, p: CorruptionParams, g: torch.Generator, l
     return {"offsets": glass_offsets(n, *size, max(1, int(round(p.dist))), int(p.iters), g, like.device)}
 
 
+@corruption("glass_blur", "blur", ("sigma", "dist", "iters"), {
+    "imagenet": [(.7, 1, 2), (.9, 2, 1), (1, 2, 3), (1.1, 3, 2), (1.5, 4, 2)],
+    "cifar": [(.05, 1, 1), (.25, 1, 1), (.4, 1, 1), (.25, 1, 2), (.4, 1, 2)]},
+    sample=_sample_glass, spatial=("sigma", "dist"))
 def glass_blur(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Gaussian blur → uint8 → local pixel walk (``iters`` passes of ``offsets``, distance ``dist``) →
     Gaussian blur."""
@@ -94,11 +128,19 @@ def _sample_motion(n: int, size: Size, p: CorruptionParams, g: torch.Generator, 
     return {"angle": _angles(n, -45.0, 45.0, g, like)}
 
 
+@corruption("motion_blur", "blur", ("radius", "sigma"), {
+    "imagenet": [(10, 3), (15, 5), (15, 8), (15, 12), (20, 15)],
+    "cifar": [(6, 1), (6, 1.5), (6, 2), (8, 2), (9, 2.5)]},
+    sample=_sample_motion, spatial=("radius", "sigma"))
 def motion_blur_corruption(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """One-sided Gaussian motion blur along a random angle θ ~ U(−45°, 45°) per image."""
     return motion_blur(x, p.radius, p.sigma, d["angle"])
 
 
+# zoom factors: numpy.arange(start, stop, step) (stop exclusive)
+@corruption("zoom_blur", "blur", ("start", "stop", "step"), {
+    "imagenet": [(1, 1.11, .01), (1, 1.16, .01), (1, 1.21, .02), (1, 1.26, .02), (1, 1.31, .03)],
+    "cifar": [(1, 1.06, .01), (1, 1.11, .01), (1, 1.16, .01), (1, 1.21, .01), (1, 1.26, .01)]})
 def zoom_blur(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Mean of x and its centre zooms by each factor of ``arange(start, stop, step)``."""
     factors = zoom_factors(p.start, p.stop, p.step)
@@ -108,6 +150,10 @@ def zoom_blur(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     return out.div_(len(factors) + 1)
 
 
+@corruption("gaussian_blur", "extra", ("sigma",), {
+    "imagenet": [(1,), (2,), (3,), (4,), (6,)],
+    "cifar": [(.4,), (.6,), (.7,), (.8,), (1,)]},
+    spatial=("sigma",))
 def gaussian_blur_corruption(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Gaussian blur with σ pixels (mode nearest, truncate 4)."""
     return gaussian_blur(x, p.sigma)
@@ -135,6 +181,12 @@ def snow_layer(n: int, height: int, width: int, p: CorruptionParams, g: torch.Ge
     return snow_flakes(p, _sample_snow(n, (height, width), p, g, like))
 
 
+@corruption("snow", "weather", ("mean", "std", "zoom", "threshold", "radius", "sigma", "blend"), {
+    "imagenet": [(.1, .3, 3, .5, 10, 4, .8), (.2, .3, 2, .5, 12, 4, .7), (.55, .3, 4, .9, 12, 8, .7),
+    (.55, .3, 4.5, .85, 12, 8, .65), (.55, .3, 2.5, .85, 12, 12, .55)],
+    "cifar": [(.1, .2, 1, .6, 8, 3, .95), (.1, .2, 1, .5, 10, 4, .9), (.15, .3, 1.75, .55, 10, 4, .9),
+    (.25, .3, 2.25, .6, 12, 6, .85), (.3, .3, 1.25, .65, 14, 12, .8)]},
+    sample=_sample_snow, spatial=("zoom", "radius", "sigma"))
 def snow(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Snow: flakes plus their 180° rotation over a whitened (blend ``blend``) image."""
     layer = snow_flakes(p, d)
@@ -151,6 +203,12 @@ def _sample_frost(n: int, size: Size, p: CorruptionParams, g: torch.Generator, l
     return {k: v.to(like.device, like.dtype if k == "texture" else v.dtype) for k, v in draw.items()}
 
 
+# frost: image weight, texture weight, photo scale / crystal size (the CIFAR script shrinks the photos by 0.2),
+# photo zoom (imagecorruptions enlarges every photo by 1.1 after the scale; make_cifar_c.py does not)
+@corruption("frost", "weather", ("image_weight", "frost_weight", "crystal_size", "photo_zoom"), {
+    "imagenet": [(1, .4, 1, 1.1), (.8, .6, 1, 1.1), (.7, .7, 1, 1.1), (.65, .7, 1, 1.1), (.6, .75, 1, 1.1)],
+    "cifar": [(1, .2, .2, 1), (1, .3, .2, 1), (.9, .4, .2, 1), (.85, .4, .2, 1), (.75, .45, .2, 1)]},
+    sample=_sample_frost, spatial=("crystal_size",))
 def frost(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """a·x + b·frost: a crop of an ImageNet-C frost photograph, or the procedural texture (see
     :mod:`robustvit.corruptions.frost`)."""
@@ -163,12 +221,19 @@ def _sample_fog(n: int, size: Size, p: CorruptionParams, g: torch.Generator, lik
     return {"plasma": plasma[:, None, :size[0], :size[1]]}
 
 
+@corruption("fog", "weather", ("strength", "decay"), {
+    "imagenet": [(1.5, 2), (2., 2), (2.5, 1.7), (2.5, 1.5), (3., 1.4)],
+    "cifar": [(.2, 3), (.5, 3), (.75, 2.5), (1, 2), (1.5, 1.75)]},
+    sample=_sample_fog)
 def fog(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """x + c·plasma (same on all channels), rescaled by max(x)/(max(x) + c)."""
     peak = x.amax(dim=(1, 2, 3), keepdim=True)
     return (x + p.strength * d["plasma"]) * peak / (peak + p.strength)
 
 
+@corruption("brightness", "weather", ("c",), {
+    "imagenet": [(.1,), (.2,), (.3,), (.4,), (.5,)],
+    "cifar": [(.05,), (.1,), (.15,), (.2,), (.3,)]})
 def brightness(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """HSV value V ← clip(V + c), hue and saturation kept (scikit-image HSV conventions).
 
@@ -181,6 +246,9 @@ def brightness(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- digital
+@corruption("contrast", "digital", ("c",), {
+    "imagenet": [(.4,), (.3,), (.2,), (.1,), (.05,)],
+    "cifar": [(.75,), (.5,), (.4,), (.3,), (.15,)]})
 def contrast(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """(x − μ)·c + μ with μ the per-image, per-channel mean."""
     mean = x.mean(dim=(2, 3), keepdim=True)
@@ -214,6 +282,13 @@ def _sample_elastic(n: int, size: Size, p: CorruptionParams, g: torch.Generator,
     return {"affine": affine.to(like.device), "field": field.to(like.device)}
 
 
+@corruption("elastic_transform", "digital", ("alpha", "sigma", "affine"), {
+    "imagenet": [(244 * 2, 244 * .7, 244 * .1), (244 * 2, 244 * .08, 244 * .2),
+    (244 * .05, 244 * .01, 244 * .02), (244 * .07, 244 * .01, 244 * .02),
+    (244 * .12, 244 * .01, 244 * .02)],
+    "cifar": [(32 * 0, 32 * 0, 32 * .08), (32 * .05, 32 * .2, 32 * .07), (32 * .08, 32 * .06, 32 * .06),
+    (32 * .1, 32 * .04, 32 * .05), (32 * .1, 32 * .03, 32 * .03)]},
+    sample=_sample_elastic, spatial=("alpha", "sigma", "affine"), rescale=_elastic_rescale)
 def elastic_transform(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Random affine warp (reflect-101), then a smooth random displacement field (α, σ; scipy reflect)."""
     n, _, h, w = x.shape
@@ -232,6 +307,11 @@ def _sample_elastic_ic(n: int, size: Size, p: CorruptionParams, g: torch.Generat
     return {"field": torch.rand((n, 2, *size), generator=g, device=g.device, dtype=torch.float64).to(like.device)}
 
 
+# imagecorruptions 1.1.2's elastic transform, size-relative (σ = 1 %, max shift = ½ % of the side)
+@corruption("elastic_transform@imagecorruptions", "digital", ("alpha", "sigma", "max_shift"), {
+    "imagenet": [(250 * a, .01 * 224, .005 * 224) for a in (.05, .065, .085, .1, .12)],
+    "cifar": [(250 * a, .01 * 32, .005 * 32) for a in (.05, .065, .085, .1, .12)]},
+    sample=_sample_elastic_ic, spatial=("sigma", "max_shift"), variant_of="elastic_transform")
 def elastic_transform_ic(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """``imagecorruptions``' elastic transform: no affine step; a displacement field U(−m, m) per pixel
     (m = ``max_shift``), Gaussian-smoothed (σ, truncate 3, reflect) and scaled by α; bilinear, scipy reflect.
@@ -263,6 +343,10 @@ def _pil_box_members(n_in: int, n_out: int) -> torch.Tensor:
     return m
 
 
+@corruption("pixelate", "digital", ("c",), {
+    "imagenet": [(.6,), (.5,), (.4,), (.3,), (.25,)],
+    "cifar": [(.95,), (.9,), (.85,), (.75,), (.65,)]},
+    in_range=True)
 def pixelate(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Downsample to ``int(side·c)`` with PIL's BOX filter, back up with nearest neighbour.
 
@@ -299,6 +383,10 @@ def _nearest_index(n_in: int, n_out: int) -> torch.Tensor:
     return torch.clamp(((torch.arange(n_out, dtype=torch.float64) + 0.5) * scale).floor().long(), max=n_in - 1)
 
 
+@corruption("jpeg_compression", "digital", ("quality",), {
+    "imagenet": [(25,), (18,), (15,), (10,), (7,)],
+    "cifar": [(80,), (65,), (58,), (50,), (40,)]},
+    in_range=True, checks_range=True)
 def jpeg_compression(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """JPEG encode at ``quality`` and decode (uint8 round trip)."""
     return jpeg_roundtrip(x, int(p.quality))
@@ -309,6 +397,12 @@ def _sample_spatter(n: int, size: Size, p: CorruptionParams, g: torch.Generator,
     return {"liquid": randn((n, 1, *size), g, like)}
 
 
+@corruption("spatter", "extra", ("mean", "std", "sigma", "threshold", "intensity", "mud"), {
+    "imagenet": [(.65, .3, 4, .69, .6, 0), (.65, .3, 3, .68, .6, 0), (.65, .3, 2, .68, .5, 0),
+    (.65, .3, 1, .65, 1.5, 1), (.67, .4, 1, .65, 1.5, 1)],
+    "cifar": [(.62, .1, .7, .7, .5, 0), (.65, .1, .8, .7, .5, 0), (.65, .3, 1, .69, .5, 0),
+    (.65, .1, .7, .69, .6, 1), (.65, .1, .5, .68, .6, 1)]},
+    sample=_sample_spatter, spatial=("sigma",), rescale=_spatter_rescale)
 def spatter(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Water drops (severities 1–3 in the table: ``mud`` = 0) or mud splashes (``mud`` = 1)."""
     liquid = d["liquid"] * p.std + p.mean
@@ -323,6 +417,9 @@ def spatter(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     return x + m * colour
 
 
+@corruption("saturate", "extra", ("factor", "shift"), {
+    "imagenet": [(.3, 0), (.1, 0), (2, 0), (5, .1), (20, .2)],
+    "cifar": [(.3, 0), (.1, 0), (1.5, 0), (2, .1), (2.5, .2)]})
 def saturate(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """HSV saturation S ← clip(S·factor + shift), hue and value kept (scikit-image HSV conventions).
 
@@ -336,109 +433,3 @@ def saturate(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     grey_w = torch.tensor([0.0, 1.0, 1.0], device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
     w = torch.where(delta > 0, (v - x) / torch.where(delta > 0, delta, torch.ones_like(delta)), grey_w)
     return v - s2 * v * w
-
-
-# ---------------------------------------------------------------- the registry, in the order of the tables
-def _elastic_rescale(values: dict[str, float], k: float) -> None:
-    values["alpha"] *= k      # α ∝ k² (spatial, times k once more): the displacement ∝ α/σ then grows ∝ k
-
-
-def _spatter_rescale(values: dict[str, float], k: float) -> None:
-    if values["mud"]:         # the mud mask's smoothing σ is "intensity" (spatial); the water intensity is not
-        values["intensity"] *= k
-
-
-for _spec in (
-    Corruption("gaussian_noise", "noise", ("c",), {
-        "imagenet": [(.08,), (.12,), (.18,), (.26,), (.38,)],
-        "cifar": [(.04,), (.06,), (.08,), (.09,), (.10,)]},
-        gaussian_noise, _sample_noise, in_range=True),
-    Corruption("shot_noise", "noise", ("c",), {
-        "imagenet": [(60,), (25,), (12,), (5,), (3,)],
-        "cifar": [(500,), (250,), (100,), (75,), (50,)]},
-        shot_noise, _sample_shot, in_range=True),
-    Corruption("impulse_noise", "noise", ("c",), {
-        "imagenet": [(.03,), (.06,), (.09,), (.17,), (.27,)],
-        "cifar": [(.01,), (.02,), (.03,), (.05,), (.07,)]},
-        impulse_noise, _sample_impulse),
-    Corruption("defocus_blur", "blur", ("radius", "alias"), {
-        "imagenet": [(3, .1), (4, .5), (6, .5), (8, .5), (10, .5)],
-        "cifar": [(.3, .4), (.4, .5), (.5, .6), (1, .2), (1.5, .1)]},
-        defocus_blur, spatial=("radius", "alias")),
-    Corruption("glass_blur", "blur", ("sigma", "dist", "iters"), {
-        "imagenet": [(.7, 1, 2), (.9, 2, 1), (1, 2, 3), (1.1, 3, 2), (1.5, 4, 2)],
-        "cifar": [(.05, 1, 1), (.25, 1, 1), (.4, 1, 1), (.25, 1, 2), (.4, 1, 2)]},
-        glass_blur, _sample_glass, spatial=("sigma", "dist")),
-    Corruption("motion_blur", "blur", ("radius", "sigma"), {
-        "imagenet": [(10, 3), (15, 5), (15, 8), (15, 12), (20, 15)],
-        "cifar": [(6, 1), (6, 1.5), (6, 2), (8, 2), (9, 2.5)]},
-        motion_blur_corruption, _sample_motion, spatial=("radius", "sigma")),
-    # zoom factors: numpy.arange(start, stop, step) (stop exclusive)
-    Corruption("zoom_blur", "blur", ("start", "stop", "step"), {
-        "imagenet": [(1, 1.11, .01), (1, 1.16, .01), (1, 1.21, .02), (1, 1.26, .02), (1, 1.31, .03)],
-        "cifar": [(1, 1.06, .01), (1, 1.11, .01), (1, 1.16, .01), (1, 1.21, .01), (1, 1.26, .01)]},
-        zoom_blur),
-    Corruption("snow", "weather", ("mean", "std", "zoom", "threshold", "radius", "sigma", "blend"), {
-        "imagenet": [(.1, .3, 3, .5, 10, 4, .8), (.2, .3, 2, .5, 12, 4, .7), (.55, .3, 4, .9, 12, 8, .7),
-                     (.55, .3, 4.5, .85, 12, 8, .65), (.55, .3, 2.5, .85, 12, 12, .55)],
-        "cifar": [(.1, .2, 1, .6, 8, 3, .95), (.1, .2, 1, .5, 10, 4, .9), (.15, .3, 1.75, .55, 10, 4, .9),
-                  (.25, .3, 2.25, .6, 12, 6, .85), (.3, .3, 1.25, .65, 14, 12, .8)]},
-        snow, _sample_snow, spatial=("zoom", "radius", "sigma")),
-    # frost: image weight, texture weight, photo scale / crystal size (the CIFAR script shrinks the photos by 0.2),
-    # photo zoom (imagecorruptions enlarges every photo by 1.1 after the scale; make_cifar_c.py does not)
-    Corruption("frost", "weather", ("image_weight", "frost_weight", "crystal_size", "photo_zoom"), {
-        "imagenet": [(1, .4, 1, 1.1), (.8, .6, 1, 1.1), (.7, .7, 1, 1.1), (.65, .7, 1, 1.1), (.6, .75, 1, 1.1)],
-        "cifar": [(1, .2, .2, 1), (1, .3, .2, 1), (.9, .4, .2, 1), (.85, .4, .2, 1), (.75, .45, .2, 1)]},
-        frost, _sample_frost, spatial=("crystal_size",)),
-    Corruption("fog", "weather", ("strength", "decay"), {
-        "imagenet": [(1.5, 2), (2., 2), (2.5, 1.7), (2.5, 1.5), (3., 1.4)],
-        "cifar": [(.2, 3), (.5, 3), (.75, 2.5), (1, 2), (1.5, 1.75)]},
-        fog, _sample_fog),
-    Corruption("brightness", "weather", ("c",), {
-        "imagenet": [(.1,), (.2,), (.3,), (.4,), (.5,)],
-        "cifar": [(.05,), (.1,), (.15,), (.2,), (.3,)]},
-        brightness),
-    Corruption("contrast", "digital", ("c",), {
-        "imagenet": [(.4,), (.3,), (.2,), (.1,), (.05,)],
-        "cifar": [(.75,), (.5,), (.4,), (.3,), (.15,)]},
-        contrast),
-    Corruption("elastic_transform", "digital", ("alpha", "sigma", "affine"), {
-        "imagenet": [(244 * 2, 244 * .7, 244 * .1), (244 * 2, 244 * .08, 244 * .2),
-                     (244 * .05, 244 * .01, 244 * .02), (244 * .07, 244 * .01, 244 * .02),
-                     (244 * .12, 244 * .01, 244 * .02)],
-        "cifar": [(32 * 0, 32 * 0, 32 * .08), (32 * .05, 32 * .2, 32 * .07), (32 * .08, 32 * .06, 32 * .06),
-                  (32 * .1, 32 * .04, 32 * .05), (32 * .1, 32 * .03, 32 * .03)]},
-        elastic_transform, _sample_elastic, spatial=("alpha", "sigma", "affine"), rescale=_elastic_rescale),
-    Corruption("pixelate", "digital", ("c",), {
-        "imagenet": [(.6,), (.5,), (.4,), (.3,), (.25,)],
-        "cifar": [(.95,), (.9,), (.85,), (.75,), (.65,)]},
-        pixelate, in_range=True),
-    Corruption("jpeg_compression", "digital", ("quality",), {
-        "imagenet": [(25,), (18,), (15,), (10,), (7,)],
-        "cifar": [(80,), (65,), (58,), (50,), (40,)]},
-        jpeg_compression, in_range=True, checks_range=True),
-    Corruption("speckle_noise", "extra", ("c",), {
-        "imagenet": [(.15,), (.2,), (.35,), (.45,), (.6,)],
-        "cifar": [(.06,), (.1,), (.12,), (.16,), (.2,)]},
-        speckle_noise, _sample_noise, in_range=True),
-    Corruption("gaussian_blur", "extra", ("sigma",), {
-        "imagenet": [(1,), (2,), (3,), (4,), (6,)],
-        "cifar": [(.4,), (.6,), (.7,), (.8,), (1,)]},
-        gaussian_blur_corruption, spatial=("sigma",)),
-    Corruption("spatter", "extra", ("mean", "std", "sigma", "threshold", "intensity", "mud"), {
-        "imagenet": [(.65, .3, 4, .69, .6, 0), (.65, .3, 3, .68, .6, 0), (.65, .3, 2, .68, .5, 0),
-                     (.65, .3, 1, .65, 1.5, 1), (.67, .4, 1, .65, 1.5, 1)],
-        "cifar": [(.62, .1, .7, .7, .5, 0), (.65, .1, .8, .7, .5, 0), (.65, .3, 1, .69, .5, 0),
-                  (.65, .1, .7, .69, .6, 1), (.65, .1, .5, .68, .6, 1)]},
-        spatter, _sample_spatter, spatial=("sigma",), rescale=_spatter_rescale),
-    Corruption("saturate", "extra", ("factor", "shift"), {
-        "imagenet": [(.3, 0), (.1, 0), (2, 0), (5, .1), (20, .2)],
-        "cifar": [(.3, 0), (.1, 0), (1.5, 0), (2, .1), (2.5, .2)]},
-        saturate),
-    # imagecorruptions 1.1.2's elastic transform, size-relative (σ = 1 %, max shift = ½ % of the side)
-    Corruption("elastic_transform@imagecorruptions", "digital", ("alpha", "sigma", "max_shift"), {
-        "imagenet": [(250 * a, .01 * 224, .005 * 224) for a in (.05, .065, .085, .1, .12)],
-        "cifar": [(250 * a, .01 * 32, .005 * 32) for a in (.05, .065, .085, .1, .12)]},
-        elastic_transform_ic, _sample_elastic_ic, spatial=("sigma", "max_shift"), variant_of="elastic_transform"),
-):
-    register_corruption(_spec)

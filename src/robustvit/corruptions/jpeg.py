@@ -18,8 +18,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from robustvit.corruptions._parallel import run_shared
 from robustvit.errors import RobustvitError
-from robustvit.utils import check_unit_range, run_shared
+from robustvit.utils import check_unit_range
 
 try:  # pragma: no cover - depends on the torchvision build
     from torchvision.io import decode_jpeg, encode_jpeg
@@ -58,7 +59,7 @@ def _roundtrip_chunk(src: np.ndarray, dst: np.ndarray, quality: int, offset: flo
     ``decoded / 255`` in ``src``'s dtype; ``src``'s minimum and maximum go to ``bounds`` (taken from the
     scaled values while they are in cache, mapped back). NumPy only around the codec: it runs on kept
     helper threads, where a parallel torch op would start an OpenMP team of its own (see
-    :func:`robustvit.utils.run_shared`). The encoder reads (H, W, 3) uint8 images, so the cast to uint8 also
+    :func:`robustvit.corruptions._parallel.run_shared`). The encoder reads (H, W, 3) uint8 images, so the cast to uint8 also
     interleaves the channels (free for a channels_last batch); the decoder's (H, W, 3) output is read in
     place."""
     one = src.dtype.type
@@ -117,7 +118,7 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") ->
             return torch.stack(decode_jpeg(enc, device=x.device)).to(x.dtype).div_(255)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     a = x.detach().to("cpu", work).numpy()      # no copy for a CPU float batch; NumPy reads any strides
-    b = np.empty_like(a)        # NumPy backs it with huge pages (see robustvit.utils.empty_output)
+    b = np.empty_like(a)        # NumPy backs it with huge pages (see robustvit.corruptions._parallel.empty_output)
     step = max(1, _CHUNK_VALUES // max(1, a[0].size))
     offset = _OFFSETS[rounding]
     starts = range(0, len(a), step)

@@ -15,10 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import ClassVar
 
 import torch
 
 from robustvit.errors import RobustvitError
+from robustvit.options import NoOptions
 from robustvit.registry import Registry
 
 #: Native image size (shorter side, pixels) of each preset.
@@ -68,7 +70,9 @@ class Corruption:
     ``checks_range``: ``apply_fn`` rejects input outside [0, 1] itself, in a pass it makes anyway, so
     :func:`~robustvit.corruptions.corrupt` skips its own range check.
     ``variant_of``: another implementation of that corruption (named ``base@variant``); variants are not in
-    the groups, and the corruptions suite uses one in place of its base when asked to.
+    the groups, and the corruptions suite uses one in place of its base when asked to. ``aliases``: other
+    spellings the registry resolves to ``name``. A corruption's only setting is its severity (1–5), so its
+    ``Options`` are :class:`~robustvit.options.NoOptions`.
     """
 
     name: str
@@ -82,6 +86,8 @@ class Corruption:
     in_range: bool = False
     checks_range: bool = False
     variant_of: str | None = None
+    aliases: tuple[str, ...] = ()
+    Options: ClassVar[type] = NoOptions
 
     def __post_init__(self) -> None:
         for preset, rows in self.tables.items():
@@ -132,12 +138,33 @@ class Corruption:
         return y.clamp(0, 1) if shares_input else y.clamp_(0, 1)      # in place unless y is (a view of) x
 
 
-#: Every corruption, in the order of the ImageNet-C tables (benchmark first, then the extra ones).
-#: (Filled by ``corruptions/functional.py``, which the package imports.)
+#: Every corruption (filled by the decorators of ``corruptions/functional.py``, which the package imports);
+#: :func:`~robustvit.corruptions.list_corruptions` orders them as the ImageNet-C tables.
 CORRUPTIONS: Registry[Corruption] = Registry("corruption", hint="see robustvit.corruptions.list_corruptions()")
+
+
+def corruption(name: str, group: str, fields: tuple[str, ...], tables: Mapping[str, Sequence[Sequence[float]]], *,
+               sample: SampleFn | None = None, **flags: object) -> Callable[[ApplyFn], ApplyFn]:
+    """Decorator: register the decorated apply function as corruption ``name`` (the other arguments and
+    ``flags`` as :class:`Corruption`'s fields; ``sample`` is its ``sample_fn``).
+
+    >>> @corruption("test_dim", "test_group", ("c",), {"cifar": [(0.1 * s,) for s in range(1, 6)]})
+    ... def _dim(x, p, d):
+    ...     return x * (1 - p.c)
+    >>> CORRUPTIONS.get("test_dim").params(2, "cifar").c
+    0.2
+    >>> _ = CORRUPTIONS._items.pop("test_dim")
+    """
+    def deco(fn: ApplyFn) -> ApplyFn:
+        spec = Corruption(name, group, tuple(fields), tables, fn, sample, **flags)  # type: ignore[arg-type]
+        register_corruption(spec)
+        return fn
+    return deco
 
 
 def register_corruption(spec: Corruption) -> Corruption:
     """Add a corruption; it is then available to ``corrupt``, the suites and ``robustvit corrupt``."""
+    if not isinstance(spec, Corruption):
+        raise RobustvitError(f"register_corruption takes a Corruption, got {type(spec).__name__}")
     CORRUPTIONS.add(spec.name, spec)
     return spec

@@ -1,69 +1,73 @@
 """Data sets from spec strings: ``create_dataset("synthshapes:test")``, ``"folder:/path"``, ``"npz:/x.npz"``,
-``"cifar10:test"``, ``"imagenet:/val"``; options follow as ``,key=value`` (e.g. ``synthshapes:train,size=64``).
+``"cifar10:test"``, ``"imagenet:/val"``; options follow as ``:key=value`` (or ``,key=value``), e.g.
+``synthshapes:train:size=64:count=100``. The grammar and the :class:`DataSource` convention are in
+:mod:`robustvit.data.sources`; ``list_sources()`` names every registered source.
 
 Every data set yields float images (3, H, W) in [0, 1] and integer labels; see ``robustvit.data.base``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from robustvit.data import sources
 from robustvit.data.base import UNREADABLE, FileImageDataset, ImageDataset, Resize, ResizedDataset, TensorImageDataset
 from robustvit.data.classmap import load_class_map
+from robustvit.data.sources import SOURCES, DataSource, SourceFn, parse_data_spec, register_source  # noqa: F401
 from robustvit.data.subset import SUBSET_METHODS, SubsetDataset, select_subset
-from robustvit.errors import RobustvitError
-from robustvit.registry import Registry
-
-SourceFn = Callable[[str, dict[str, Any], "Resize | None", bool], ImageDataset]
-#: Data sources: ``fn(arg, options, resize, strict) -> ImageDataset`` registered under ``name:``; ``resize``
-#: (None: images as stored) is the model's preprocessing, applied to file images as they are read.
-SOURCES: Registry[SourceFn] = Registry("data source", hint="write SOURCE:ARG, e.g. synthshapes:test")
-register_source = SOURCES.register
+from robustvit.options import option
 
 
-for _name in ("synthshapes", "folder", "npz", "cifar10", "cifar100", "imagenet"):
-    register_source(_name)(getattr(sources, _name))
+# ---------------------------------------------------------------- sources written as functions elsewhere in data/
+# Each reads its raw options itself; the dataclasses below declare them, so that a spec is checked (one-line
+# errors naming the valid keys) and ``robustvit list`` can describe them.
+@dataclass
+class ShiftOptions:
+    root: str | None = option(None, help="the data set's folder (default: the argument, else $ROBUSTVIT_DATA/…)")
+    crop_pct: float | None = option(None, min=0.0, max=1.0, help="centre-crop fraction (default: the model's)")
+
+
+@dataclass
+class CorruptedOptions:
+    corruption: str | None = option(None, help="the corruption of the unit (required)")
+    severity: int | None = option(None, min=1, max=5, help="its severity 1-5 (required)")
+
+
+@dataclass
+class SegmentationOptions:
+    split: str | None = option(None, help="the split's folder")
+    size: int | None = option(None, min=1, help="image side (default: the model's)")
+
+
+@dataclass
+class CocoOptions:
+    split: str | None = option(None, help="the split (default val2017)")
+    ann: str | None = option(None, help="an instances JSON file (the argument is then the image folder)")
+    size: int | None = option(None, min=1, help="image side (default: as stored)")
+
 
 from robustvit.data import shift as _shift  # noqa: E402  (ImageNet-R/-A/-Sketch/-V2)
 
 for _name in _shift.SHIFT_SETS:
-    register_source(_name)(getattr(_shift, _name))
+    register_source(_name, getattr(_shift, _name), options=ShiftOptions)
 
 from robustvit.data import corrupted as _corrupted  # noqa: E402  (ImageNet-C / CIFAR-10-C units)
 
 for _name in ("imagenet_c", "cifar_c"):
-    register_source(_name)(getattr(_corrupted, _name))
+    register_source(_name, getattr(_corrupted, _name), options=CorruptedOptions)
 
 from robustvit.data import dense as _dense  # noqa: E402  (segmentation / detection layouts)
 
-for _name in ("cityscapes", "ade20k", "coco"):
-    register_source(_name)(getattr(_dense, _name))
+register_source("cityscapes", _dense.cityscapes, options=SegmentationOptions)
+register_source("ade20k", _dense.ade20k, options=SegmentationOptions)
+register_source("coco", _dense.coco, options=CocoOptions)
 
 
 def list_sources(pattern: str | None = None) -> list[str]:
+    """Registered data source names, optionally filtered by a shell-style pattern (``"imagenet*"``)."""
     return SOURCES.list(pattern)
-
-
-def parse_data_spec(spec: str) -> tuple[str, str, dict[str, str]]:
-    """``"synthshapes:train,size=64"`` → ``("synthshapes", "train", {"size": "64"})``.
-
-    Trailing comma-separated ``key=value`` items are options; the rest (which may contain commas or
-    colons, e.g. a path) is the argument.
-    """
-    if ":" not in spec:
-        raise RobustvitError(f"data spec {spec!r} must look like SOURCE:ARG (sources: {', '.join(list_sources())}), "
-                             "e.g. synthshapes:test or folder:/path/to/images")
-    source, rest = spec.split(":", 1)
-    parts = rest.split(",")
-    options: dict[str, str] = {}
-    while len(parts) > 1 and "=" in parts[-1] and "/" not in parts[-1].split("=", 1)[0]:
-        k, v = parts.pop().split("=", 1)
-        options[k.strip()] = v.strip()
-    return source.strip(), ",".join(parts), dict(reversed(list(options.items())))
 
 
 def create_dataset(spec: str, *, image_size: int | Resize | None = None, strict: bool = False) -> ImageDataset:
@@ -92,5 +96,5 @@ def dataset_for_model(spec: str, model_spec: Any, *, strict: bool = False) -> Im
 
 __all__ = ["UNREADABLE", "FileImageDataset", "ImageDataset", "Resize", "ResizedDataset", "SUBSET_METHODS",
            "SubsetDataset", "TensorImageDataset", "create_dataset", "dataset_for_model", "load_class_map",
-           "model_resize", "select_subset",
+           "model_resize", "select_subset", "DataSource", "SOURCES",
            "list_sources", "parse_data_spec", "register_source"]

@@ -26,14 +26,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from robustvit.corruptions.perturbations import PERTURBATION_GROUPS, is_noise
 from robustvit.errors import RobustvitError
 
-NOISE_NAMES = ("gaussian_noise", "shot_noise", "speckle_noise")
+#: The noise perturbations, whose stronger difficulties have their own files (``_2``, ``_3``).
+NOISE_NAMES: tuple[str, ...] = PERTURBATION_GROUPS["noise"]
 
 
 def perturbation_file_stem(name: str, difficulty: int = 1) -> str:
     """``gaussian_noise_2`` for noise at difficulty 2; the plain name otherwise."""
-    return f"{name}_{difficulty}" if difficulty > 1 and name in NOISE_NAMES else name
+    return f"{name}_{difficulty}" if difficulty > 1 and is_noise(name) else name
 
 
 class PerturbationSource:
