@@ -16,7 +16,7 @@ def _ce(model, x, y):
 
 def test_registry_lists_the_robust_losses():
     assert {"ce", "pgd_at", "fgsm_rs", "trades", "afat", "afat_random", "afat_patchdrop"} <= set(list_losses())
-    with pytest.raises(RobustvitError, match="takes no option"):
+    with pytest.raises(RobustvitError, match="has no option"):
         create_loss("fgsm_rs", attack_steps=3)
 
 
