@@ -87,8 +87,8 @@ def random_rotation(x: torch.Tensor, gen: torch.Generator, degrees: float) -> to
 
 
 def _grey(x: torch.Tensor) -> torch.Tensor:
-    """ITU-R 601 luma, as torchvision's ``rgb_to_grayscale``: (N, 1, H, W)."""
-    return (0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]).unsqueeze(1)
+    """Luma with torchvision's ``rgb_to_grayscale`` weights (0.2989, 0.587, 0.114): (N, 1, H, W)."""
+    return (0.2989 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]).unsqueeze(1)
 
 
 def color_jitter(x: torch.Tensor, gen: torch.Generator, strength: float) -> torch.Tensor:

@@ -133,7 +133,7 @@ def weight_decay_rule(model: nn.Module):
     temperature as a vector where NVlabs's is (heads, 1, 1) and decayed). Other networks: no decay on 1-D
     parameters, position embeddings and tokens."""
     net = getattr(model, "net", model)
-    prefix = "net." if net is not model else ""
+    prefix = next((n + "." for n, m in model.named_modules() if m is net and n), "")
     listed = set(net.no_weight_decay()) if hasattr(net, "no_weight_decay") else None
     forced = set(net.weight_decay_vectors()) if hasattr(net, "weight_decay_vectors") else set()
 
