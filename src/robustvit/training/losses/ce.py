@@ -22,7 +22,6 @@ class CrossEntropy(TrainingLoss):
     @dataclass
     class Options:
         label_smoothing: float = option(0.1, min=0, max=1, help="label smoothing of hard targets")
-        seed: int = option(0, help="unused; accepted like the other losses")
 
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
         logits = model(x)
