@@ -138,3 +138,14 @@ def test_loss_options_go_through_the_options_parser():
     with pytest.raises(RobustvitError, match="did you mean"):
         create_loss("afat", lamda=0.1)
     assert math.isclose(create_loss("trades").step_for(0.031), 0.007)
+
+
+def test_bad_loss_options_are_refused_by_validate_in_one_line():
+    cfg = TrainConfig(model="m", data="d", out="o", loss="trades", loss_options={"beta": "lots"})
+    with pytest.raises(RobustvitError, match="beta") as e:
+        cfg.validate()
+    assert "\n" not in str(e.value)
+    with pytest.raises(RobustvitError, match="no option 'gamma'"):
+        TrainConfig(model="m", data="d", out="o", loss="pgd_at", loss_options={"gamma": 1}).validate()
+    with pytest.raises(RobustvitError, match="unknown training loss"):
+        TrainConfig(model="m", data="d", out="o", loss="nope").validate()

@@ -120,6 +120,18 @@ class TrainConfig:
             raise RobustvitError(f"training needs {', '.join('--' + m for m in missing)} (or --config FILE)")
         return parse_options(cls, merged, what=source)
 
+    def loss_kwargs(self) -> dict[str, Any]:
+        """The keywords the loss is built with: the shared fields it takes (ε, steps, schedule, attack mode, label
+        smoothing, seed; unset ones skipped), overridden by ``loss_options``."""
+        from robustvit.training.losses import loss_keywords
+
+        shared = {"eps": self.eps, "attack_steps": self.attack_steps, "eps_schedule": self.eps_schedule,
+                  "eps_warmup_epochs": self.eps_warmup_epochs, "label_smoothing": self.label_smoothing,
+                  "seed": self.seed, "attack_mode": self.attack_mode}
+        accepted = loss_keywords(self.loss)
+        opts = {k: v for k, v in shared.items() if v is not None and (accepted is None or k in accepted)}
+        return {**opts, **self.loss_options}
+
     def validate(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or self.accum_steps < 1:
             raise RobustvitError("epochs, batch size and accum steps must be >= 1")
@@ -137,8 +149,12 @@ class TrainConfig:
             raise RobustvitError(f"val_attack must be pgd or fgsm, got {self.val_attack!r}")
         if self.eps_schedule is not None:
             check_schedule(self.eps_schedule)
-        from robustvit.training.losses import LOSSES
+        from robustvit.training.losses import LOSSES, parse_loss_options
 
+        from robustvit.options import NoOptions
+
+        if getattr(LOSSES.get(self.loss), "Options", NoOptions) is not NoOptions:
+            parse_loss_options(self.loss, self.loss_kwargs())     # one-line errors before any data is read
         if (self.mixup > 0 or self.cutmix > 0) and not getattr(LOSSES.get(self.loss), "soft_targets", False):
             takes = ", ".join(n for n, c in LOSSES.items() if getattr(c, "soft_targets", False))
             raise RobustvitError(f"MixUp/CutMix give soft targets, which the {self.loss!r} loss does not take "

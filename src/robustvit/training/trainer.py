@@ -47,7 +47,7 @@ from robustvit.models.finetune import adapt_input, rebuild, reset_head
 from robustvit.progress import progress_bar
 from robustvit.training.augment import TimmAugment, augment_batch
 from robustvit.training.config import TrainConfig
-from robustvit.training.losses import TrainingLoss, create_loss, hard_labels, loss_keywords
+from robustvit.training.losses import TrainingLoss, create_loss, hard_labels
 from robustvit.utils import derive_seed, resolve_device
 
 STATE_FILE = "train_state.pt"
@@ -115,14 +115,9 @@ class TrainStep(nn.Module):
 
 
 def build_loss(cfg: TrainConfig) -> TrainingLoss:
-    """The loss from ``cfg.loss``; shared settings (ε, steps, schedule, label smoothing, seed) go to losses that
-    take them, ``loss_options`` override them."""
-    shared = {"eps": cfg.eps, "attack_steps": cfg.attack_steps, "eps_schedule": cfg.eps_schedule,
-              "eps_warmup_epochs": cfg.eps_warmup_epochs, "label_smoothing": cfg.label_smoothing, "seed": cfg.seed,
-              "attack_mode": cfg.attack_mode}
-    accepted = loss_keywords(cfg.loss)
-    opts = {k: v for k, v in shared.items() if v is not None and (accepted is None or k in accepted)}
-    return create_loss(cfg.loss, **{**opts, **cfg.loss_options})
+    """The loss from ``cfg.loss`` with :meth:`TrainConfig.loss_kwargs` (shared settings the loss takes,
+    ``loss_options`` overriding them)."""
+    return create_loss(cfg.loss, **cfg.loss_kwargs())
 
 
 def weight_decay_rule(model: nn.Module):
