@@ -23,7 +23,8 @@ projections are one ``qkv`` (D→3D) linear; LayerScale lives in ``ls1``/``ls2``
 than ``gamma1``/``gamma2``; the channel-attention temperature is a (heads,) vector, not (heads, 1, 1) — it is
 weight-decayed as NVlabs's is (``weight_decay_vectors()`` names it for robustvit's trainer, whose timm rule
 would otherwise skip 1-D parameters; ``pos_embed.token_projection`` is decayed too, as ``no_weight_decay()``
-lists exact names only); a patch-4 embedding uses widths D/2, D (NVlabs: D/4, D). As in NVlabs, the MLP on v has no activation outside its depth-wise conv branch.
+lists exact names only); a patch-4 embedding uses widths D/2, D (NVlabs: D/4, D). As in NVlabs, the MLP on v
+has no activation outside its depth-wise conv branch.
 
 >>> m = timm.create_model("fan_cifar_tiny")
 >>> m(torch.rand(2, 3, 32, 32)).shape

@@ -141,7 +141,8 @@ class AFAT(TrainingLoss):
         o = self.options
         if not 0 < o.rho < 1:
             raise RobustvitError(f"afat: rho must be in (0, 1), got {o.rho}")
-        self.lam, self.rho, self.label_smoothing, self.seed = float(o.lam), float(o.rho), float(o.label_smoothing), int(o.seed)
+        self.lam, self.rho = float(o.lam), float(o.rho)
+        self.label_smoothing, self.seed = float(o.label_smoothing), int(o.seed)
         self.opt_args = {"lr": float(o.lr), "momentum": float(o.momentum), "weight_decay": float(o.weight_decay)}
         self.grad_clip = float(o.grad_clip)
         self.grad_scale = float(o.grad_scale) if o.step_rule == "rspc" else 1.0
