@@ -117,6 +117,24 @@ def test_last_is_swapped_in_whole_and_an_interrupted_swap_recovers(tmp_path, mon
     assert torch.load(out / "last" / STATE_FILE, weights_only=True)["epoch"] == 1
 
 
+def test_recover_last_prefers_the_complete_new_state(tmp_path):
+    import shutil
+
+    from robustvit.training.trainer import recover_last
+
+    out = tmp_path / "r"
+    (out / "last").mkdir(parents=True)
+    (out / "last" / STATE_FILE).write_text("old")
+    shutil.copytree(out / "last", out / "last.tmp")
+    (out / "last.tmp" / STATE_FILE).write_text("new")
+    (out / "last").rename(out / "last.old")            # crashed between the two renames
+    recover_last(out)
+    assert (out / "last" / STATE_FILE).read_text() == "new" and sorted(p.name for p in out.iterdir()) == ["last"]
+    (out / "last.tmp").mkdir()                          # crashed while writing: last/ stays, the partial copy goes
+    recover_last(out)
+    assert (out / "last" / STATE_FILE).read_text() == "new" and sorted(p.name for p in out.iterdir()) == ["last"]
+
+
 @register_loss("_nan_at_epoch_2_step_2")
 class _Diverging(CrossEntropy):
     step = 0

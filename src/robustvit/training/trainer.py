@@ -272,10 +272,13 @@ def load_data(cfg: TrainConfig) -> tuple[ImageDataset, ImageDataset | None]:
 
 
 def recover_last(out: Path) -> None:
-    """Finish or undo an interrupted swap of ``last/`` (see :func:`save_state`): a complete ``last.old/`` left
-    without ``last/`` becomes ``last/`` again; a half-written ``last.tmp/`` is removed."""
+    """Finish an interrupted swap of ``last/`` (see :func:`save_state`). Without ``last/``: ``last.tmp/`` is
+    complete when ``last.old/`` exists (it is renamed only after ``last.tmp/`` was written) and becomes
+    ``last/``; else a complete ``last.old/`` does. Then any ``last.tmp/`` (half-written) and ``last.old/`` go."""
     last, old, tmp = out / "last", out / "last.old", out / "last.tmp"
-    if not last.exists() and (old / STATE_FILE).is_file():
+    if not last.exists() and old.exists() and (tmp / STATE_FILE).is_file():
+        tmp.rename(last)
+    elif not last.exists() and (old / STATE_FILE).is_file():
         old.rename(last)
     for d in (tmp, old):
         if d.exists():
