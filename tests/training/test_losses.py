@@ -16,7 +16,7 @@ def _ce(model, x, y):
 
 def test_registry_lists_the_robust_losses():
     assert {"ce", "pgd_at", "fgsm_rs", "trades", "afat", "afat_random", "afat_patchdrop"} <= set(list_losses())
-    with pytest.raises(RobustvitError, match="takes no option"):
+    with pytest.raises(RobustvitError, match="has no option"):
         create_loss("fgsm_rs", attack_steps=3)
 
 
@@ -103,3 +103,24 @@ def test_ce_takes_soft_targets(tiny_vit, batch):
     a, _, _ = create_loss("ce", label_smoothing=0.0)(tiny_vit, x, soft, 0)
     b, _, _ = create_loss("ce", label_smoothing=0.0)(tiny_vit, x, y, 0)
     assert torch.allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["pgd_at", "fgsm_rs", "trades"])
+def test_attack_mode_train_keeps_a_vit_in_train_mode_during_the_attack(tiny_vit, batch, name):
+    x, y = batch
+    modes = []
+    hook = tiny_vit.register_forward_pre_hook(lambda m, a: modes.append(m.training))
+    tiny_vit.train()
+    loss, _, _ = create_loss(name, eps="8/255", attack_mode="train", **({"attack_steps": 2} if name != "fgsm_rs" else {}))(
+        tiny_vit, x, y, 0)
+    hook.remove()
+    assert torch.isfinite(loss) and tiny_vit.training
+    if name == "trades":
+        assert all(modes) and len(modes) == 1 + 2 + 2      # p_clean, 2 attack steps, clean and adversarial forwards
+    else:                                               # attack and training forwards in train mode, then the
+        assert all(modes[:-1]) and modes[-1] is False   # eval-mode clean forward behind train_acc
+    modes.clear()
+    hook = tiny_vit.register_forward_pre_hook(lambda m, a: modes.append(m.training))
+    create_loss(name, eps="8/255", **({"attack_steps": 2} if name != "fgsm_rs" else {}))(tiny_vit, x, y, 0)
+    hook.remove()
+    assert not all(modes)                               # default: the attack runs in eval mode

@@ -97,7 +97,7 @@ def test_best_epoch_selection_on_robust_validation(tmp_path):
 
 
 def test_recipes_are_valid_configs():
-    assert list_recipes() == ["afat", "deit", "light-at", "mpp", "trades-finetune"]
+    assert list_recipes() == ["afat", "deit", "light_at", "light_at_cifar", "mpp", "trades_finetune"]
     for name, recipe in RECIPES.items():
         TrainConfig.from_dict({"recipe": name, "model": "m", "data": "d", "out": "o"})
         assert set(recipe.settings) <= TrainConfig.field_names()
@@ -110,7 +110,7 @@ def test_recipe_fields_are_overridden_from_the_command_line(tmp_path):
             "--lr", "0.01", "--eps", "2/255", "--set", "weight_decay=0.1", "--set", "accum_steps=2",
             "--loss-option", "step_size=1/255", "--select-best", "clean"]
     cfg = _train_config(build_parser().parse_args(argv))
-    assert cfg.recipe == "light-at" and cfg.loss == "pgd_at" and cfg.drop_path == 0.05 and cfg.normalize is False
+    assert cfg.recipe == "light_at" and cfg.loss == "pgd_at" and cfg.drop_path == 0.05 and cfg.normalize is False
     assert (cfg.lr, cfg.eps, cfg.weight_decay, cfg.accum_steps, cfg.select_best) == (0.01, "2/255", 0.1, 2, "clean")
     assert cfg.loss_options == {"step_size": "1/255"}
     assert cfg.effective_lr() == pytest.approx(0.01 * 128 / 512)
@@ -128,9 +128,9 @@ def test_train_command_with_recipe_trades_and_afat(tmp_path):
     common = ["--model", "vit_cifar_micro", "--data", DATA, "--epochs", "1", "--batch-size", "16", "--device", "cpu",
               "--model-kwargs", json.dumps(TINY)]
     assert main(["train", "--recipe", "light-at", "--out", str(tmp_path / "l"), "--val-data", VAL, *common,
-                 "--set", "val_attack=fgsm"]) == 0
+                 "--set", "val_attack=fgsm", "--set", "cooldown_epochs=0"]) == 0
     saved = yaml.safe_load((tmp_path / "l" / "config.yaml").read_text())
-    assert saved["recipe"] == "light-at" and saved["weight_decay"] == 0.5
+    assert saved["recipe"] == "light_at" and saved["weight_decay"] == 0.5 and saved["crop_scale"] == [0.08, 1.0]
     assert main(["train", "--loss", "trades", "--eps", "4/255", "--attack-steps", "1", "--loss-option", "beta=3",
                  "--out", str(tmp_path / "t"), *common]) == 0
     assert main(["train", "--loss", "afat", "--out", str(tmp_path / "a"), *common]) == 0

@@ -20,9 +20,11 @@ fused SDPA and exposes ``forward_with_attention(x, mask) -> (out, attn)`` with t
 
 Deviations from NVlabs/FAN (same maths, different tensor layout): the token-mixing q (D→D) and kv (D→2D)
 projections are one ``qkv`` (D→3D) linear; LayerScale lives in ``ls1``/``ls2`` (timm's ``LayerScale``) rather
-than ``gamma1``/``gamma2``; the channel-attention temperature is a (heads,) vector, not (heads, 1, 1), so that
-optimisers exclude it from weight decay like every 1-D parameter; a patch-4 embedding uses widths D/2, D
-(NVlabs: D/4, D). As in NVlabs, the MLP on v has no activation outside its depth-wise conv branch.
+than ``gamma1``/``gamma2``; the channel-attention temperature is a (heads,) vector, not (heads, 1, 1) — it is
+weight-decayed as NVlabs's is (``weight_decay_vectors()`` names it for robustvit's trainer, whose timm rule
+would otherwise skip 1-D parameters; ``pos_embed.token_projection`` is decayed too, as ``no_weight_decay()``
+lists exact names only); a patch-4 embedding uses widths D/2, D (NVlabs: D/4, D). As in NVlabs, the MLP on v
+has no activation outside its depth-wise conv branch.
 
 >>> m = timm.create_model("fan_cifar_tiny")
 >>> m(torch.rand(2, 3, 32, 32)).shape
@@ -313,7 +315,15 @@ class FAN(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
-        return {"cls_token"} | {f"blocks.{i}.mlp.temperature" for i in range(len(self.blocks))}
+        """Exact parameter names without weight decay, as NVlabs/FAN (its ``pos_embed`` entry matches no
+        parameter: the Fourier encoding's ``token_projection`` is decayed)."""
+        return {"pos_embed", "cls_token"}
+
+    @torch.jit.ignore
+    def weight_decay_vectors(self) -> set[str]:
+        """1-D parameters that are weight-decayed all the same: the channel-attention temperatures, which
+        NVlabs/FAN keeps as (heads, 1, 1) tensors (decayed by timm's ≤ 1-D rule only because of that shape)."""
+        return {f"blocks.{i}.mlp.temperature" for i in range(len(self.blocks))}
 
     def get_classifier(self) -> nn.Module:
         return self.head

@@ -1,8 +1,13 @@
-"""Batched, seeded training augmentation on the device: random crop with zero padding and horizontal flip."""
+"""Batched, seeded training augmentation on the device: random crop with zero padding or RandomResizedCrop,
+horizontal flip, random rotation and colour jitter (torchvision's definitions, drawn from one generator for the
+whole batch), plus timm's DeiT augmentations (:class:`TimmAugment`)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 
 
 def random_crop_flip(x: torch.Tensor, gen: torch.Generator, padding: int = 4, flip: bool = True) -> torch.Tensor:
@@ -23,6 +28,102 @@ def random_crop_flip(x: torch.Tensor, gen: torch.Generator, padding: int = 4, fl
     if flip:
         f = torch.rand(n, generator=gen, device=x.device) < 0.5
         x = torch.where(f[:, None, None, None], x.flip(-1), x)
+    return x
+
+
+def random_resized_crop(x: torch.Tensor, gen: torch.Generator, scale: tuple[float, float] = (0.08, 1.0),
+                        ratio: tuple[float, float] = (3 / 4, 4 / 3), attempts: int = 10) -> torch.Tensor:
+    """torchvision's ``RandomResizedCrop`` at the input size, batched: per image, up to 10 draws of an area
+    fraction U(scale) and a log-uniform aspect ratio; the first box that fits is cropped at a uniform offset
+    (else the whole image, its ratio clamped to ``ratio``, centred) and resized bilinearly back to H×W
+    (sampled with ``grid_sample``, without antialiasing)."""
+    n, _, h, w = x.shape
+    dev = x.device
+    area = h * w * (scale[0] + (scale[1] - scale[0]) * torch.rand(n, attempts, generator=gen, device=dev))
+    logr = math.log(ratio[0]) + (math.log(ratio[1]) - math.log(ratio[0])) * torch.rand(n, attempts, generator=gen,
+                                                                                        device=dev)
+    ar = torch.exp(logr)
+    cw = torch.sqrt(area * ar).round()
+    ch = torch.sqrt(area / ar).round()
+    ok = (cw > 0) & (cw <= w) & (ch > 0) & (ch <= h)
+    first = torch.where(ok.any(1), ok.float().argmax(1), torch.full((n,), -1, device=dev))
+    idx = first.clamp_min(0)[:, None]
+    cw, ch = cw.gather(1, idx)[:, 0], ch.gather(1, idx)[:, 0]
+    # fallback (no box fits): the whole image with its ratio clamped to the range, centred
+    in_ratio = w / h
+    fw, fh = (float(w), float(h))
+    if in_ratio < ratio[0]:
+        fw, fh = float(w), float(round(w / ratio[0]))
+    elif in_ratio > ratio[1]:
+        fw, fh = float(round(h * ratio[1])), float(h)
+    fell = first < 0
+    cw = torch.where(fell, torch.full_like(cw, fw), cw)
+    ch = torch.where(fell, torch.full_like(ch, fh), ch)
+    top = torch.floor(torch.rand(n, generator=gen, device=dev) * (h - ch + 1))
+    left = torch.floor(torch.rand(n, generator=gen, device=dev) * (w - cw + 1))
+    top = torch.where(fell, torch.round((h - ch) / 2), top)
+    left = torch.where(fell, torch.round((w - cw) / 2), left)
+    # affine grid mapping the output onto the box [left, left + cw) × [top, top + ch) (align_corners=False)
+    theta = torch.zeros(n, 2, 3, device=dev, dtype=x.dtype)
+    theta[:, 0, 0] = cw / w
+    theta[:, 0, 2] = (2 * left + cw) / w - 1
+    theta[:, 1, 1] = ch / h
+    theta[:, 1, 2] = (2 * top + ch) / h - 1
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def random_rotation(x: torch.Tensor, gen: torch.Generator, degrees: float) -> torch.Tensor:
+    """torchvision's ``RandomRotation(degrees)``: each image rotated about its centre by U(−d, d) degrees,
+    nearest-neighbour sampling, zero fill outside the image."""
+    n, _, h, w = x.shape
+    a = (torch.rand(n, generator=gen, device=x.device) * 2 - 1) * math.radians(degrees)
+    cos, sin = torch.cos(a).to(x.dtype), torch.sin(a).to(x.dtype)
+    theta = torch.zeros(n, 2, 3, device=x.device, dtype=x.dtype)
+    theta[:, 0, 0], theta[:, 0, 1] = cos, -sin * h / w
+    theta[:, 1, 0], theta[:, 1, 1] = sin * w / h, cos
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
+
+
+def _grey(x: torch.Tensor) -> torch.Tensor:
+    """Luma with torchvision's ``rgb_to_grayscale`` weights (0.2989, 0.587, 0.114): (N, 1, H, W)."""
+    return (0.2989 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]).unsqueeze(1)
+
+
+def color_jitter(x: torch.Tensor, gen: torch.Generator, strength: float) -> torch.Tensor:
+    """torchvision's ``ColorJitter(brightness=s, contrast=s, saturation=s)`` (timm's ``color_jitter`` s): per
+    image, factors U(max(0, 1 − s), 1 + s) applied in a random order, each followed by a clip to [0, 1]:
+    brightness x·b; contrast blend with the image's mean luma; saturation blend with its luma image."""
+    n = x.shape[0]
+    dev = x.device
+    lo, hi = max(0.0, 1 - strength), 1 + strength
+    f = (lo + (hi - lo) * torch.rand(n, 3, generator=gen, device=dev)).to(x.dtype).view(n, 3, 1, 1, 1)
+    order = torch.rand(n, 3, generator=gen, device=dev).argsort(1)
+    for k in range(3):
+        op = order[:, k].view(n, 1, 1, 1)
+        b = (x * f[:, 0]).clamp(0, 1)
+        c = (f[:, 1] * x + (1 - f[:, 1]) * _grey(x).mean(dim=(1, 2, 3), keepdim=True)).clamp(0, 1)
+        s = (f[:, 2] * x + (1 - f[:, 2]) * _grey(x)).clamp(0, 1)
+        x = torch.where(op == 0, b, torch.where(op == 1, c, s))
+    return x
+
+
+def augment_batch(x: torch.Tensor, gen: torch.Generator, *, padding: int = 4, flip: bool = True,
+                  crop_scale: tuple[float, float] | None = None, crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
+                  rotation: float = 0.0, jitter: float = 0.0) -> torch.Tensor:
+    """The geometric then photometric augmentation of a training batch: RandomResizedCrop (``crop_scale``) or
+    pad-and-crop (``padding``), flip, rotation, colour jitter. With only padding and flip it draws exactly what
+    :func:`random_crop_flip` draws."""
+    if crop_scale is not None:
+        x = random_resized_crop(x, gen, crop_scale, crop_ratio)
+        x = random_crop_flip(x, gen, 0, flip)
+    else:
+        x = random_crop_flip(x, gen, padding, flip)
+    if rotation > 0:
+        x = random_rotation(x, gen, rotation)
+    if jitter > 0:
+        x = color_jitter(x, gen, jitter)
     return x
 
 

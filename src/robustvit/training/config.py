@@ -6,13 +6,14 @@ YAML file (``--config``) < command-line flags.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from robustvit.errors import RobustvitError
+from robustvit.options import options_dict, parse_options
 from robustvit.training.schedules import check_schedule
 
 LR_SCALINGS = ("linear", "sqrt")
@@ -25,7 +26,8 @@ class TrainConfig:
     data: str
     out: str
     recipe: str | None = None        # the recipe whose settings this config started from (saved for the record)
-    epochs: int = 10
+    epochs: int = 10                 # epochs of the learning-rate schedule (warm-up + cosine)
+    cooldown_epochs: int = 0         # further epochs at min_lr after the schedule (timm's cooldown_epochs)
     batch_size: int = 128            # images per optimizer step and process (global batch = batch_size × processes)
     lr: float = 1e-3                 # peak learning rate (AdamW), reached after the warm-up
     lr_batch_ref: int | None = None  # if set, lr is for this global batch and is rescaled to the actual one
@@ -33,11 +35,18 @@ class TrainConfig:
     min_lr: float = 1e-5
     weight_decay: float = 0.05
     warmup_epochs: float = 1.0
-    label_smoothing: float = 0.1
+    warmup_lr: float = 0.0           # learning rate the linear warm-up starts from (timm's warmup_lr)
+    label_smoothing: float | None = None  # None: the loss's default (0.1 for ce/pgd_at/fgsm_rs/afat, 0 for trades)
     drop_path: float = 0.0           # stochastic depth rate (timm ``drop_path_rate``)
     normalize: bool = True           # False: the model sees [0, 1] inputs (mean 0, std 1), as in the light recipe
-    crop_padding: int = 4            # random crop after zero padding (0 = off)
+    mean: tuple[float, float, float] | None = None  # normalisation inside the model (None: the model's own)
+    std: tuple[float, float, float] | None = None
+    crop_padding: int = 4            # random crop after zero padding (0 = off; ignored with crop_scale)
+    crop_scale: tuple[float, float] | None = None    # RandomResizedCrop area range, e.g. (0.08, 1.0) (None = off)
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)  # RandomResizedCrop aspect-ratio range
     flip: bool = True                # random horizontal flip
+    color_jitter: float = 0.0        # ColorJitter brightness = contrast = saturation strength (0 = off)
+    rotation: float = 0.0            # random rotation by U(−r, r) degrees (0 = off)
     rand_augment: str | None = None  # timm RandAugment config string, e.g. rand-m9-mstd0.5-inc1
     mixup: float = 0.0               # timm Mixup alpha (0 = off)
     cutmix: float = 0.0              # timm CutMix alpha (0 = off)
@@ -48,12 +57,13 @@ class TrainConfig:
     attack_steps: int | None = None  # inner attack steps K (None: the loss's default)
     eps_schedule: str | None = None  # constant or linear (ε warm-up)
     eps_warmup_epochs: float | None = None
+    attack_mode: Literal["eval", "train"] | None = None  # model mode of the inner attack (None: the loss's, eval)
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     pretrained: bool = False         # fine-tuning: start from the architecture's pretrained weights
     weights: str | None = None       # … or from a .safetensors/.pth state dict of the architecture
     img_size: int | None = None      # fine-tuning: new input resolution (position embeddings resampled)
     patch_size: int | None = None    # fine-tuning: new patch size (linear projection resampled / conv stem strides)
-    pos_embed_interp: str = "bicubic"
+    pos_embed_interp: str = "bicubic"  # bicubic (DeiT's, not antialiased) or linear
     val_data: str | None = None
     val_limit: int | None = 1000
     select_best: str | None = None   # keep the best epoch by "robust" or "clean" validation accuracy
@@ -70,7 +80,8 @@ class TrainConfig:
     grad_clip: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields as plain values (tuples as lists): JSON/YAML-ready; ``from_dict`` reads it back equal."""
+        return options_dict(self)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
@@ -98,11 +109,28 @@ class TrainConfig:
         if unknown:
             raise RobustvitError(f"{source} has unknown key {sorted(unknown)[0]!r}")
         recipe = data.get("recipe")
-        merged = {**(get_recipe(recipe).settings if recipe else {}), **data}
+        if recipe:
+            r = get_recipe(recipe)
+            data["recipe"] = r.name
+            merged = {**r.settings, **data}
+        else:
+            merged = data
         missing = [k for k in ("model", "data", "out") if merged.get(k) is None]
         if missing:
             raise RobustvitError(f"training needs {', '.join('--' + m for m in missing)} (or --config FILE)")
-        return cls(**merged)
+        return parse_options(cls, merged, what=source)
+
+    def loss_kwargs(self) -> dict[str, Any]:
+        """The keywords the loss is built with: the shared fields it takes (ε, steps, schedule, attack mode, label
+        smoothing, seed; unset ones skipped), overridden by ``loss_options``."""
+        from robustvit.training.losses import loss_keywords
+
+        shared = {"eps": self.eps, "attack_steps": self.attack_steps, "eps_schedule": self.eps_schedule,
+                  "eps_warmup_epochs": self.eps_warmup_epochs, "label_smoothing": self.label_smoothing,
+                  "seed": self.seed, "attack_mode": self.attack_mode}
+        accepted = loss_keywords(self.loss)
+        opts = {k: v for k, v in shared.items() if v is not None and (accepted is None or k in accepted)}
+        return {**opts, **self.loss_options}
 
     def validate(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or self.accum_steps < 1:
@@ -121,8 +149,20 @@ class TrainConfig:
             raise RobustvitError(f"val_attack must be pgd or fgsm, got {self.val_attack!r}")
         if self.eps_schedule is not None:
             check_schedule(self.eps_schedule)
-        if (self.mixup > 0 or self.cutmix > 0) and self.loss != "ce":
-            raise RobustvitError(f"MixUp/CutMix give soft targets, which only the ce loss takes (loss is {self.loss!r})")
+        from robustvit.training.losses import LOSSES, parse_loss_options
+
+        from robustvit.options import NoOptions
+
+        if getattr(LOSSES.get(self.loss), "Options", NoOptions) is not NoOptions:
+            parse_loss_options(self.loss, self.loss_kwargs())     # one-line errors before any data is read
+        if (self.mixup > 0 or self.cutmix > 0) and not getattr(LOSSES.get(self.loss), "soft_targets", False):
+            takes = ", ".join(n for n, c in LOSSES.items() if getattr(c, "soft_targets", False))
+            raise RobustvitError(f"MixUp/CutMix give soft targets, which the {self.loss!r} loss does not take "
+                                 f"(losses that do: {takes})")
+        if self.crop_scale is not None and not 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1:
+            raise RobustvitError(f"crop_scale must be two numbers 0 < lo <= hi <= 1, got {self.crop_scale}")
+        if self.cooldown_epochs < 0 or self.color_jitter < 0 or self.rotation < 0:
+            raise RobustvitError("cooldown_epochs, color_jitter and rotation must be >= 0")
         if self.pos_embed_interp not in ("bicubic", "linear"):
             raise RobustvitError(f"pos_embed_interp must be bicubic or linear, got {self.pos_embed_interp!r}")
 

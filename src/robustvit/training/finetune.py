@@ -1,13 +1,14 @@
 """``robustvit finetune``: train a model that starts from other weights (a checkpoint folder or, with
 ``pretrained``, the architecture's published weights) with model surgery from
 :mod:`robustvit.models.finetune` — a new zero-initialised head when the class count changes, a new input
-resolution (position embeddings resampled, ``pos_embed_interp`` bicubic or linear), a new patch size — and
-any training loss (adversarial fine-tuning: ``--loss trades`` or ``--recipe trades-finetune``).
+resolution (position embeddings resampled, ``pos_embed_interp`` bicubic or linear), a new patch size, the run's
+``drop_path``/``model_kwargs`` on top of a checkpoint's own settings — and
+any training loss (adversarial fine-tuning: ``--loss trades`` or ``--recipe trades_finetune``).
 
 Example::
 
     robustvit finetune --model vit_base_patch16_224 --pretrained --data cifar10:train --img-size 32 \\
-        --patch-size 4 --recipe trades-finetune --out runs/vitb-cifar
+        --patch-size 4 --recipe trades_finetune --out runs/vitb-cifar
 """
 
 from __future__ import annotations

@@ -1,24 +1,33 @@
-"""Training recipes: named, typed sets of :class:`~robustvit.training.config.TrainConfig` fields.
+"""Training recipes: named, typed sets of :class:`~robustvit.training.config.TrainConfig` fields, each equal to
+the configuration its source released (field by field; ``tests/training/test_recipes.py`` holds every recipe
+against a table of the reference; the sources are cited in ``docs/training.md``).
 
-``robustvit train --recipe light-at --model … --data … --out …`` starts from the recipe's settings; any
-field can be overridden from a YAML config or the command line, and the resulting TrainConfig (with
-``recipe``) is saved as ``config.yaml`` with the run.
+``robustvit train --recipe light_at --model … --data … --out …`` starts from the recipe's settings; any field
+can be overridden from a YAML config or the command line, and the resulting TrainConfig (with ``recipe``) is
+saved as ``config.yaml`` with the run. Names are snake_case; the hyphenated spellings (``light-at``,
+``trades-finetune``) are aliases.
 
-* ``light-at`` — Debenedetti, "A Light Recipe to Train Robust Vision Transformers" (arXiv:2209.07399):
-  AdamW, weight decay 0.5, lr 5e-4 × batch/512, cosine with warm-up, drop-path 0.05, label smoothing 0.1,
-  crop + flip only (no RandAugment/MixUp/CutMix/RandomErasing), [0, 1] inputs without normalisation,
-  PGD-1 adversarial training (step 1.5·ε) at ε = 4/255 with a linear ε warm-up, best epoch by robust
-  validation accuracy.
-* ``deit`` — Touvron et al., DeiT (arXiv:2012.12877): timm's RandAugment rand-m9-mstd0.5-inc1, MixUp 0.8,
-  CutMix 1.0, RandomErasing 0.25, label smoothing 0.1, drop-path 0.1, AdamW lr 5e-4 × batch/512, wd 0.05.
-* ``trades-finetune`` — Debenedetti's CIFAR fine-tuning: TRADES (β = 6), ε = 8/255, PGD-10, 20 epochs,
-  lr 2e-4 · √(batch/512), wd 0.5, pad-4 crop + flip, normalisation inside the model.
-* ``afat`` — min-max feature-alignment training (λ = 0.005, ρ = 0.1; :mod:`robustvit.training.afat`)
-  on top of a standard crop + flip recipe.
+* ``light_at`` — Debenedetti, "A Light Recipe to Train Robust Vision Transformers" (arXiv:2209.07399), ImageNet
+  (``configs/xcit-adv-training.yaml`` of dedeswim/vits-robustness-torch): AdamW, lr 5e-4 × batch/512, weight
+  decay 0.5, cosine to 1e-5 after 10 warm-up epochs from 1e-6, 100 epochs + 10 cool-down, drop-path 0.05, label
+  smoothing 0.1, RandomResizedCrop (0.08–1) + flip + colour jitter 0.4, no RandAugment/MixUp/CutMix/erasing,
+  [0, 1] inputs without normalisation, PGD-1 (step 1.5·ε) at ε = 4/255 with a 10-epoch linear ε warm-up.
+* ``light_at_cifar`` — the same optimisation and adversary with CIFAR's pad-4 crop instead of
+  RandomResizedCrop (robustvit's variant for 32-px images; not a released configuration).
+* ``trades_finetune`` — Debenedetti's CIFAR fine-tuning (``configs/xcit-adv-finetuning.yaml``): TRADES β 6,
+  ε 8/255, PGD-10 with step 1.5·ε/10, 20 epochs + 2 cool-down, lr 2e-4·√(batch/512), wd 0.5, 5 warm-up epochs
+  from 1e-6, min lr 5e-6, no label smoothing, drop-path 0.05, pad-4 crop + flip + colour jitter 0.25 +
+  rotation 2°, CIFAR-10 mean/std inside the model.
+* ``afat`` — RSPC's training of AFAT (guoyongcs/RSPC ``RSPC_FAN/train_script.sh``, FAN-T): λ 0.005, ρ 0.1,
+  AdamW lr 20e-4 at batch 2048 (linear), wd 0.05, 5 warm-up epochs from 1e-6, min lr 1e-6, 300 epochs,
+  drop-path 0.1, label smoothing 0.1, RandomResizedCrop (0.08–1) + flip, RandAugment rand-m9-mstd0.5-inc1
+  (timm then skips colour jitter), MixUp 0.8, CutMix 1.0, random erasing
+  0.3, EMA 0.99992; the corruption model's SGD-Nesterov (lr 1e-4, momentum 0.9, wd 0.05, clip 5) with RSPC's
+  AMP-scaled step.
+* ``deit`` — Touvron et al., DeiT (arXiv:2012.12877): RandAugment rand-m9-mstd0.5-inc1, MixUp 0.8, CutMix 1.0,
+  random erasing 0.25, label smoothing 0.1, drop-path 0.1, AdamW lr 5e-4 × batch/512, wd 0.05, 5 warm-up epochs.
 * ``mpp`` — masked patch prediction, the ViT paper's self-supervised pre-training (Dosovitskiy et al.,
-  arXiv:2010.11929, App. B.1.2; :mod:`robustvit.training.mpp`): 50 % of the patch embeddings corrupted
-  (80/10/10), 3-bit mean colour targets, Adam(W) with lr 2e-4, linear warm-up and cosine decay as in the
-  paper; crop + flip, no label smoothing. Fine-tune the resulting checkpoint with ``robustvit finetune``.
+  arXiv:2010.11929, App. B.1.2; :mod:`robustvit.training.mpp`).
 """
 
 from __future__ import annotations
@@ -28,41 +37,77 @@ from typing import Any
 
 from robustvit.registry import Registry
 
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2471, 0.2435, 0.2616)
+
 
 @dataclass(frozen=True)
 class Recipe:
+    """A named set of TrainConfig fields (``settings``) with its source (``reference``)."""
+
     name: str
     description: str
     settings: dict[str, Any] = field(default_factory=dict)
+    reference: str = ""
+    aliases: tuple[str, ...] = ()
 
 
 RECIPES: Registry[Recipe] = Registry("recipe", hint="see `robustvit list recipes`")
 
-RECIPES.register(Recipe("light-at", "Debenedetti's light recipe for adversarial training (arXiv:2209.07399)", {
+
+def register_recipe(recipe: Recipe) -> Recipe:
+    """Register ``recipe`` under its name and aliases (its settings are checked against TrainConfig's types)."""
+    from robustvit.options import parse_options
+    from robustvit.training.config import TrainConfig
+
+    parse_options(TrainConfig, {"model": "-", "data": "-", "out": "-", **recipe.settings},
+                  what=f"recipe {recipe.name!r}")
+    RECIPES.add(recipe.name, recipe)
+    return recipe
+
+
+_LIGHT = {
     "lr": 5e-4, "lr_batch_ref": 512, "lr_scaling": "linear", "min_lr": 1e-5, "weight_decay": 0.5,
-    "warmup_epochs": 10, "drop_path": 0.05, "label_smoothing": 0.1, "crop_padding": 4, "flip": True,
+    "epochs": 100, "cooldown_epochs": 10, "warmup_epochs": 10, "warmup_lr": 1e-6, "drop_path": 0.05,
+    "label_smoothing": 0.1, "crop_scale": (0.08, 1.0), "crop_ratio": (3 / 4, 4 / 3), "flip": True,
+    "color_jitter": 0.4, "rotation": 0.0, "rand_augment": None, "mixup": 0.0, "cutmix": 0.0, "random_erasing": 0.0,
     "normalize": False, "loss": "pgd_at", "eps": "4/255", "attack_steps": 1, "eps_schedule": "linear",
-    "eps_warmup_epochs": 10, "select_best": "robust", "val_attack": "pgd", "val_eps": "4/255"}))
-RECIPES.register(Recipe("deit", "DeiT's data-efficient recipe with timm's augmentations (arXiv:2012.12877)", {
+    "eps_warmup_epochs": 10, "select_best": "robust", "val_attack": "pgd", "val_eps": "4/255"}
+
+register_recipe(Recipe("light_at", "Debenedetti's light recipe for adversarial training on ImageNet (arXiv:2209.07399)",
+                       _LIGHT, "dedeswim/vits-robustness-torch configs/xcit-adv-training.yaml", aliases=("light-at",)))
+register_recipe(Recipe("light_at_cifar", "The light recipe with CIFAR's pad-4 crop instead of RandomResizedCrop",
+                       {**_LIGHT, "crop_scale": None, "crop_padding": 4}, "robustvit (after light_at)",
+                       aliases=("light-at-cifar",)))
+register_recipe(Recipe("trades_finetune", "Debenedetti's robust CIFAR fine-tuning with TRADES", {
+    "lr": 2e-4, "lr_batch_ref": 512, "lr_scaling": "sqrt", "min_lr": 5e-6, "weight_decay": 0.5, "epochs": 20,
+    "cooldown_epochs": 2, "warmup_epochs": 5, "warmup_lr": 1e-6, "label_smoothing": 0.0, "drop_path": 0.05,
+    "loss": "trades", "loss_options": {"beta": 6.0, "step_size": 1.5 * 8 / 255 / 10}, "eps": "8/255",
+    "attack_steps": 10, "eps_schedule": "constant", "crop_padding": 4, "crop_scale": None, "flip": True,
+    "color_jitter": 0.25, "rotation": 2.0, "normalize": True, "mean": CIFAR10_MEAN, "std": CIFAR10_STD,
+    "select_best": "robust", "val_eps": "8/255"},
+    "dedeswim/vits-robustness-torch configs/xcit-adv-finetuning.yaml", aliases=("trades-finetune",)))
+register_recipe(Recipe("afat", "AFAT as RSPC trains it: feature alignment against the learned patch-corruption model", {
+    "loss": "afat", "loss_options": {"lam": 0.005, "rho": 0.1, "lr": 1e-4, "momentum": 0.9, "weight_decay": 0.05,
+                                     "grad_clip": 5.0, "step_rule": "rspc", "noise_space": "normalized"},
+    "lr": 20e-4, "lr_batch_ref": 2048, "lr_scaling": "linear", "min_lr": 1e-6, "weight_decay": 0.05,
+    "epochs": 300, "warmup_epochs": 5, "warmup_lr": 1e-6, "drop_path": 0.1, "label_smoothing": 0.1,
+    "rand_augment": "rand-m9-mstd0.5-inc1", "mixup": 0.8, "cutmix": 1.0, "random_erasing": 0.3,
+    "ema_decay": 0.99992, "crop_scale": (0.08, 1.0), "crop_ratio": (3 / 4, 4 / 3), "flip": True, "color_jitter": 0.0,
+    "normalize": True},
+    "guoyongcs/RSPC RSPC_FAN/train_script.sh"))
+register_recipe(Recipe("deit", "DeiT's data-efficient recipe with timm's augmentations (arXiv:2012.12877)", {
     "lr": 5e-4, "lr_batch_ref": 512, "lr_scaling": "linear", "weight_decay": 0.05, "warmup_epochs": 5,
     "drop_path": 0.1, "label_smoothing": 0.1, "rand_augment": "rand-m9-mstd0.5-inc1", "mixup": 0.8,
-    "cutmix": 1.0, "random_erasing": 0.25, "loss": "ce"}))
-RECIPES.register(Recipe("trades-finetune", "Debenedetti's robust CIFAR fine-tuning with TRADES", {
-    "lr": 2e-4, "lr_batch_ref": 512, "lr_scaling": "sqrt", "weight_decay": 0.5, "epochs": 20,
-    "warmup_epochs": 1, "loss": "trades", "eps": "8/255", "attack_steps": 10, "eps_schedule": "constant",
-    "crop_padding": 4, "flip": True, "select_best": "robust", "val_eps": "8/255"}))
-RECIPES.register(Recipe("afat", "Min-max feature-alignment training with the learned patch-corruption model", {
-    "loss": "afat", "loss_options": {"lam": 0.005, "rho": 0.1}, "weight_decay": 0.05, "label_smoothing": 0.1,
-    "crop_padding": 4, "flip": True}))
-
-RECIPES.register(Recipe("mpp", "Masked patch prediction pre-training (ViT paper, App. B.1.2): 3-bit mean colour of "
-                        "50 % corrupted patches", {
+    "cutmix": 1.0, "random_erasing": 0.25, "loss": "ce"}, "facebookresearch/deit main.py defaults"))
+register_recipe(Recipe("mpp", "Masked patch prediction pre-training (ViT paper, App. B.1.2): 3-bit mean colour of "
+                       "50 % corrupted patches", {
     "loss": "mpp", "lr": 2e-4, "warmup_epochs": 1, "weight_decay": 0.05, "label_smoothing": 0.0,
-    "crop_padding": 4, "flip": True}))
+    "crop_padding": 4, "flip": True}, "Dosovitskiy et al., arXiv:2010.11929, App. B.1.2"))
 
 
 def list_recipes(pattern: str | None = None) -> list[str]:
-    """Registered recipe names (``light-at``, ``deit``, ``trades-finetune``, ``afat``, ``mpp``)."""
+    """Registered recipe names (``afat``, ``deit``, ``light_at``, ``light_at_cifar``, ``mpp``, ``trades_finetune``)."""
     return RECIPES.list(pattern)
 
 

@@ -138,20 +138,24 @@ def train_segmenter(cfg: TrainConfig, progress: bool = True) -> Path:
     gen = torch.Generator().manual_seed(cfg.seed)
     amp = cfg.amp and device.type == "cuda"
     step = 0
-    for epoch in range(cfg.epochs):
+    epochs = cfg.epochs + cfg.cooldown_epochs
+    for epoch in range(epochs):
         t0, loss_sum, correct, pixels = time.time(), 0.0, 0, 0
         order = torch.randperm(len(dataset), generator=gen)
-        with progress_bar(progress, f"segment epoch {epoch + 1}/{cfg.epochs}", steps_per_epoch) as tick:
+        with progress_bar(progress, f"segment epoch {epoch + 1}/{epochs}", steps_per_epoch) as tick:
             for idx in order.split(cfg.batch_size):
                 x, _ = dataset.get_batch(idx)
                 m = dataset.get_masks(idx)
                 x, m = crop_flip(x, m, cfg.crop_padding, cfg.flip, gen)
                 x, m = x.to(device, non_blocking=True), m.to(device, non_blocking=True)
                 for g in opt.param_groups:
-                    g["lr"] = lr_at(step, total, warmup, cfg.effective_lr(1), cfg.min_lr)
+                    g["lr"] = lr_at(step, total, warmup, cfg.effective_lr(1), cfg.min_lr, cfg.warmup_lr)
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                     logits = model(x)
                 loss = F.cross_entropy(logits.float(), m, ignore_index=IGNORE_INDEX)
+                if not torch.isfinite(loss):
+                    raise RobustvitError(f"segmentation training diverged at epoch {epoch + 1} (loss {float(loss):g}); "
+                                         "lower --lr or set --set grad_clip=1.0")
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.grad_clip:

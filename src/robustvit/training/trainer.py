@@ -8,11 +8,18 @@ Output folder::
     OUT/config.yaml        the TrainConfig (with its recipe)
     OUT/metrics.jsonl      one line per epoch (loss, accuracy, lr, val accuracy, robust val accuracy, best, seconds)
     OUT/last/              checkpoint after the latest epoch + train_state.pt (optimizer, step, EMA, loss state
-                           such as AFAT's corruption model, RNG states, best score)
+                           such as AFAT's corruption model, RNG states, best score), written as one unit: the
+                           folder is built as last.tmp/ and swapped in by renames, so a crash never mixes states
     OUT/best/              the best epoch so far (with ``select_best``)
     OUT/checkpoint/        the final model: the best epoch with ``select_best``, else the last (EMA weights if on)
 
-A resumed run continues from ``last/`` and gives the same weights as an uninterrupted one.
+A resumed run continues from ``last/`` and gives the same weights as an uninterrupted one. A non-finite loss
+stops the run before the optimizer step with a one-line error naming the epoch and step; ``last/`` keeps the
+last completed epoch.
+
+Data parallelism (``torchrun``): every rank draws its own augmentation, drop-path and dropout masks (seeds
+derived from ``seed``, the rank and the epoch); the data order is DistributedSampler's (one shuffled order per
+epoch, padded to a multiple of the world size with its first indices, rank r taking every world-th index).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,20 +43,21 @@ from torch.utils.data import DataLoader
 from robustvit.data import UNREADABLE, ImageDataset, create_dataset, dataset_for_model
 from robustvit.errors import RobustvitError
 from robustvit.models import Normalized, create_model, is_checkpoint_dir, save_checkpoint
-from robustvit.models.finetune import adapt_input, reset_head
+from robustvit.models.finetune import adapt_input, rebuild, reset_head
 from robustvit.progress import progress_bar
-from robustvit.training.augment import TimmAugment, random_crop_flip
+from robustvit.training.augment import TimmAugment, augment_batch
 from robustvit.training.config import TrainConfig
-from robustvit.training.losses import TrainingLoss, create_loss, hard_labels, loss_keywords
+from robustvit.training.losses import TrainingLoss, create_loss, hard_labels
 from robustvit.utils import derive_seed, resolve_device
 
 STATE_FILE = "train_state.pt"
 
 
-def lr_at(step: int, total: int, warmup: int, peak: float, floor: float) -> float:
-    """Linear warm-up from 0 to ``peak`` over ``warmup`` steps, then cosine decay to ``floor``."""
+def lr_at(step: int, total: int, warmup: int, peak: float, floor: float, start: float = 0.0) -> float:
+    """Linear warm-up from ``start`` to ``peak`` over ``warmup`` steps, then cosine decay to ``floor`` at step
+    ``total``; ``floor`` after it (the cool-down epochs)."""
     if warmup > 0 and step < warmup:
-        return peak * (step + 1) / warmup
+        return start + (peak - start) * (step + 1) / warmup
     t = (step - warmup) / max(1, total - warmup)
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, t)))
 
@@ -62,6 +71,8 @@ def build_model(cfg: TrainConfig, dataset: ImageDataset) -> Normalized:
         kwargs.setdefault("drop_path_rate", cfg.drop_path)
     if is_checkpoint_dir(cfg.model):
         model = create_model(cfg.model)
+        if kwargs:                       # fine-tuning keeps the checkpoint's settings and adds drop-path etc.
+            model = rebuild(model, **kwargs)
     elif cfg.pretrained or cfg.weights:
         model = create_model(cfg.model, pretrained=cfg.pretrained, checkpoint=cfg.weights, **kwargs)
     else:
@@ -73,15 +84,22 @@ def build_model(cfg: TrainConfig, dataset: ImageDataset) -> Normalized:
         adapt_input(model, cfg.img_size, cfg.patch_size, cfg.pos_embed_interp)
     if not cfg.normalize:
         set_identity_normalisation(model)
+    elif cfg.mean is not None or cfg.std is not None:
+        set_normalisation(model, cfg.mean or model.spec.mean, cfg.std or model.spec.std)
     model.spec.class_names = list(dataset.classes)
     return model
 
 
 def set_identity_normalisation(model: Normalized) -> None:
     """Mean 0, std 1: the network sees [0, 1] pixels (Debenedetti's light recipe)."""
-    model.spec.mean, model.spec.std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
-    model.mean.zero_()
-    model.std.fill_(1.0)
+    set_normalisation(model, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+
+
+def set_normalisation(model: Normalized, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
+    """The normalisation inside the model (e.g. CIFAR-10's mean/std, as Debenedetti's fine-tuning)."""
+    model.spec.mean, model.spec.std = tuple(float(m) for m in mean), tuple(float(v) for v in std)
+    model.mean.copy_(torch.tensor(model.spec.mean).view_as(model.mean))
+    model.std.copy_(torch.tensor(model.spec.std).view_as(model.std))
 
 
 class TrainStep(nn.Module):
@@ -97,20 +115,37 @@ class TrainStep(nn.Module):
 
 
 def build_loss(cfg: TrainConfig) -> TrainingLoss:
-    """The loss from ``cfg.loss``; shared settings (ε, steps, schedule, label smoothing, seed) go to losses that
-    take them, ``loss_options`` override them."""
-    shared = {"eps": cfg.eps, "attack_steps": cfg.attack_steps, "eps_schedule": cfg.eps_schedule,
-              "eps_warmup_epochs": cfg.eps_warmup_epochs, "label_smoothing": cfg.label_smoothing, "seed": cfg.seed}
-    accepted = loss_keywords(cfg.loss)
-    opts = {k: v for k, v in shared.items() if v is not None and (accepted is None or k in accepted)}
-    return create_loss(cfg.loss, **{**opts, **cfg.loss_options})
+    """The loss from ``cfg.loss`` with :meth:`TrainConfig.loss_kwargs` (shared settings the loss takes,
+    ``loss_options`` overriding them)."""
+    return create_loss(cfg.loss, **cfg.loss_kwargs())
+
+
+def weight_decay_rule(model: nn.Module):
+    """``decays(name, param)`` for the optimiser's two groups. A network that names its exceptions
+    (``no_weight_decay()``) gets timm's rule, as the reference trainers built on timm (DeiT, NVlabs/FAN,
+    Debenedetti, RSPC): no decay for parameters of ≤ 1 dimension, biases and the names listed (exact match),
+    plus decay for the 1-D parameters it lists in ``weight_decay_vectors()`` (robustvit's FAN keeps its
+    temperature as a vector where NVlabs's is (heads, 1, 1) and decayed). Other networks: no decay on 1-D
+    parameters, position embeddings and tokens."""
+    net = getattr(model, "net", model)
+    prefix = next((n + "." for n, m in model.named_modules() if m is net and n), "")
+    listed = set(net.no_weight_decay()) if hasattr(net, "no_weight_decay") else None
+    forced = set(net.weight_decay_vectors()) if hasattr(net, "weight_decay_vectors") else set()
+
+    def decays(n: str, p: torch.Tensor) -> bool:
+        local = n[len(prefix):] if prefix and n.startswith(prefix) else None
+        if local is not None and local in forced:
+            return True
+        if listed is not None and local is not None:
+            return p.ndim > 1 and not local.endswith(".bias") and local not in listed
+        return p.ndim > 1 and "pos_embed" not in n and "token" not in n
+    return decays
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, loss: TrainingLoss | None = None) -> torch.optim.AdamW:
     """AdamW over the model's parameters and the loss's ``optimized_parameters()`` (MPP's [mask] embedding and
-    head); no weight decay on biases, norms, position embeddings and tokens."""
-    def decays(n: str, p: torch.Tensor) -> bool:
-        return p.ndim > 1 and "pos_embed" not in n and "token" not in n
+    head), in a decayed and a non-decayed group (:func:`weight_decay_rule`)."""
+    decays = weight_decay_rule(model)
     named = list(model.named_parameters()) + (loss.optimized_parameters() if loss is not None else [])
     return torch.optim.AdamW([{"params": [p for n, p in named if decays(n, p)], "weight_decay": cfg.weight_decay},
                               {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0}], lr=cfg.lr)
@@ -119,14 +154,18 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, loss: TrainingLoss | Non
 # ---- data ----------------------------------------------------------------------------------------------
 def batches(dataset: ImageDataset, batch_size: int, seed: int, shuffle: bool, workers: int = 0,
             limit: int | None = None, rank: int = 0, world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
-    """Yield (float images, labels, global batch size) on the CPU. With ``world`` > 1 every process walks the
-    same order in global batches of ``batch_size × world`` and takes its own slice. In-memory data skips the
-    DataLoader; unreadable files (label −1) are dropped."""
+    """Yield (float images, labels, global batch size) on the CPU. With ``world`` > 1 the order is
+    DistributedSampler's: padded to a multiple of ``world`` with its first indices, rank r taking indices
+    r, r + world, …; step i of every rank together covers the order's i-th global batch of
+    ``batch_size × world``. In-memory data skips the DataLoader; unreadable files (label −1) are dropped."""
     n = len(dataset) if limit is None else min(limit, len(dataset))
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(dataset), generator=gen)[:n] if shuffle else torch.arange(n)
-    steps = [chunk for chunk in order.split(batch_size * world) if len(chunk) >= world]
-    mine = [(chunk.tensor_split(world)[rank], len(chunk)) for chunk in steps]
+    if world > 1 and len(order) % world:
+        pad = world - len(order) % world
+        order = torch.cat([order, order.repeat(pad // len(order) + 1)[:pad]])
+    steps = list(order.split(batch_size * world))
+    mine = [(chunk[rank::world], len(chunk)) for chunk in steps]
     if workers == 0:
         for idx, total in mine:
             x, y = dataset.get_batch(idx)
@@ -232,6 +271,20 @@ def load_data(cfg: TrainConfig) -> tuple[ImageDataset, ImageDataset | None]:
     return dataset, val
 
 
+def recover_last(out: Path) -> None:
+    """Finish an interrupted swap of ``last/`` (see :func:`save_state`). Without ``last/``: ``last.tmp/`` is
+    complete when ``last.old/`` exists (it is renamed only after ``last.tmp/`` was written) and becomes
+    ``last/``; else a complete ``last.old/`` does. Then any ``last.tmp/`` (half-written) and ``last.old/`` go."""
+    last, old, tmp = out / "last", out / "last.old", out / "last.tmp"
+    if not last.exists() and old.exists() and (tmp / STATE_FILE).is_file():
+        tmp.rename(last)
+    elif not last.exists() and (old / STATE_FILE).is_file():
+        old.rename(last)
+    for d in (tmp, old):
+        if d.exists():
+            shutil.rmtree(d)
+
+
 def check_out_dir(out: Path, resume: bool) -> bool:
     """True when there is a run to resume; errors for --resume without state or a reused folder."""
     if resume and (out / "last" / STATE_FILE).is_file():
@@ -247,8 +300,12 @@ def setup_run(cfg: TrainConfig, resume: bool) -> Run:
     cfg.validate()
     out = Path(cfg.out)
     rank, world, device = init_distributed(resolve_device(cfg.device))
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed)    # the same initial weights on every rank (DDP also broadcasts rank 0's)
     dataset, val = load_data(cfg)
+    if rank == 0:
+        recover_last(out)
+    if world > 1:
+        dist.barrier()
     resuming = check_out_dir(out, resume)
     model = create_model(checkpoint=out / "last") if resuming else build_model(cfg, dataset)
     # the images as the model takes them: files with its preprocessing, in-memory images of another size resized
@@ -267,7 +324,7 @@ def setup_run(cfg: TrainConfig, resume: bool) -> Run:
         step = nn.parallel.DistributedDataParallel(step, device_ids=[device.index] if device.type == "cuda" else None)
     run = Run(cfg=cfg, out=out, device=device, rank=rank, world=world, dataset=dataset, val=val, model=model,
               loss=loss, step=step, opt=build_optimizer(model, cfg, loss), ema=_build_ema(model, cfg),
-              augment=_build_augment(cfg, model, dataset))
+              augment=_build_augment(cfg, model, dataset, loss))
     run.steps_per_epoch = max(1, math.ceil(len(dataset) / (cfg.batch_size * world)))
     if resuming:
         load_state(run)
@@ -282,25 +339,39 @@ def _build_ema(model: Normalized, cfg: TrainConfig) -> Any:
     return ModelEmaV3(model, decay=cfg.ema_decay)
 
 
-def _build_augment(cfg: TrainConfig, model: Normalized, dataset: ImageDataset) -> TimmAugment | None:
+def _build_augment(cfg: TrainConfig, model: Normalized, dataset: ImageDataset,
+                   loss: TrainingLoss | None = None) -> TimmAugment | None:
+    smoothing = cfg.label_smoothing
+    if smoothing is None:                # the loss's default (MixUp/CutMix smooth the soft targets with it)
+        smoothing = float(getattr(getattr(loss, "options", None), "label_smoothing", 0.1))
     aug = TimmAugment(dataset.num_classes, model.spec.mean if cfg.normalize else (0.485, 0.456, 0.406),
                       model.spec.std if cfg.normalize else (0.229, 0.224, 0.225), rand_augment=cfg.rand_augment,
                       mixup=cfg.mixup, cutmix=cfg.cutmix, random_erasing=cfg.random_erasing,
-                      label_smoothing=cfg.label_smoothing, image_size=model.spec.image_size)
+                      label_smoothing=smoothing, image_size=model.spec.image_size)
     return aug if aug.active else None
 
 
 # ---- state ---------------------------------------------------------------------------------------------
 def save_state(run: Run, epoch: int) -> None:
-    """``last/``: the weights and everything else a resumed run needs to continue bit-for-bit."""
-    save_checkpoint(run.model, run.out / "last", extra={"epoch": epoch + 1})
+    """``last/``: the weights and everything else a resumed run needs to continue bit-for-bit, as one unit:
+    written to ``last.tmp/``, then ``last/`` → ``last.old/``, ``last.tmp/`` → ``last/``, ``last.old/`` removed
+    (:func:`recover_last` completes an interrupted swap)."""
+    tmp, last, old = run.out / "last.tmp", run.out / "last", run.out / "last.old"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_checkpoint(run.model, tmp, extra={"epoch": epoch + 1})
     state = {"epoch": epoch, "optimizer": run.opt.state_dict(), "loss": run.loss.state_dict(), "best": run.best,
              "rng": torch.get_rng_state(),
              "cuda_rng": torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None,
              "ema": run.ema.state_dict() if run.ema is not None else None}
-    tmp = run.out / "last" / (STATE_FILE + ".tmp")
-    torch.save(state, tmp)
-    tmp.replace(run.out / "last" / STATE_FILE)
+    torch.save(state, tmp / STATE_FILE)
+    if old.exists():
+        shutil.rmtree(old)
+    if last.exists():
+        last.rename(old)
+    tmp.rename(last)
+    if old.exists():
+        shutil.rmtree(old)
 
 
 def load_state(run: Run) -> None:
@@ -324,33 +395,50 @@ def train_epoch(run: Run, epoch: int, progress: bool) -> dict[str, float]:
     aug_gen.manual_seed(derive_seed(cfg.seed, "augment", epoch, *((run.rank,) if run.world > 1 else ())))
     if run.augment is not None:
         run.augment.reseed(derive_seed(cfg.seed, "timm-augment", epoch, run.rank))
+    if run.world > 1:                    # drop-path and dropout masks differ across ranks (and replay on resume)
+        torch.manual_seed(derive_seed(cfg.seed, "rank-rng", epoch, run.rank))
     total = cfg.epochs * run.steps_per_epoch
     warmup = int(cfg.warmup_epochs * run.steps_per_epoch)
     peak = cfg.effective_lr(run.world)
     sums = torch.zeros(3, dtype=torch.float64)
     data = batches(run.dataset, cfg.batch_size, derive_seed(cfg.seed, "shuffle", epoch), shuffle=True,
                    workers=cfg.workers, rank=run.rank, world=run.world)
-    with progress_bar(progress and run.main, f"epoch {epoch + 1}/{cfg.epochs}", run.steps_per_epoch) as tick:
+    epochs = cfg.epochs + cfg.cooldown_epochs
+    with progress_bar(progress and run.main, f"epoch {epoch + 1}/{epochs}", run.steps_per_epoch) as tick:
         for i, (x, y, n_global) in enumerate(data):
-            lr = lr_at(epoch * run.steps_per_epoch + i, total, warmup, peak, cfg.min_lr)
+            lr = lr_at(epoch * run.steps_per_epoch + i, total, warmup, peak, cfg.min_lr, cfg.warmup_lr)
             for g in run.opt.param_groups:
                 g["lr"] = lr
-            sums += optimizer_step(run, x, y, n_global, epoch, aug_gen)
+            sums += optimizer_step(run, x, y, n_global, epoch, aug_gen, i)
             tick(f"loss {sums[0] / max(sums[2], 1):.3f}")
     if run.world > 1:
         dist.all_reduce(sums)
     return {"loss": float(sums[0]), "correct": float(sums[1]), "n": float(sums[2]), "lr": lr}
 
 
+def check_finite(run: Run, loss: torch.Tensor, epoch: int, step: int) -> None:
+    """Stop before the optimizer step when the loss is not finite on any rank (one-line error)."""
+    bad = torch.tensor([0.0 if bool(torch.isfinite(loss.detach()).all()) else 1.0], device=run.device)
+    if run.world > 1:
+        dist.all_reduce(bad)
+    if bad.item():
+        where = f"training diverged at epoch {epoch + 1}, step {step + 1} (loss {float(loss.detach()):g})"
+        if epoch > run.start_epoch or (run.out / "last" / STATE_FILE).is_file():
+            raise RobustvitError(f"{where}; {run.out / 'last'} keeps epoch {epoch}: lower --lr or set "
+                                 "--set grad_clip=1.0 and continue with --resume")
+        raise RobustvitError(f"{where} before any epoch completed; lower --lr or set --set grad_clip=1.0")
+
+
 def optimizer_step(run: Run, x: torch.Tensor, y: torch.Tensor, n_global: int, epoch: int,
-                   aug_gen: torch.Generator) -> torch.Tensor:
+                   aug_gen: torch.Generator, step: int = 0) -> torch.Tensor:
     """Augment, forward/backward ``accum_steps`` micro-batches (each loss weighted by its share of the global
     batch, so accumulation and data parallelism give the gradient of the global mean), then one step."""
     cfg, device = run.cfg, run.device
     if run.augment is not None:
         x, y = run.augment(x, y)
     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-    x = random_crop_flip(x, aug_gen, cfg.crop_padding, cfg.flip)
+    x = augment_batch(x, aug_gen, padding=cfg.crop_padding, flip=cfg.flip, crop_scale=cfg.crop_scale,
+                      crop_ratio=cfg.crop_ratio, rotation=cfg.rotation, jitter=cfg.color_jitter)
     if cfg.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     autocast = device.type == "cuda" and cfg.amp
@@ -364,6 +452,7 @@ def optimizer_step(run: Run, x: torch.Tensor, y: torch.Tensor, n_global: int, ep
         with ctx:
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
                 loss, logits, _ = run.step(xm, ym, epoch)
+            check_finite(run, loss, epoch, step)
             (loss * (len(xm) * run.world / n_global)).backward()
         sums += torch.tensor([float(loss.detach()) * len(xm),
                               float((logits.detach().argmax(1) == hard_labels(ym)).sum()), len(xm)], dtype=torch.float64)
@@ -437,7 +526,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> Path
     if run.main:
         run.out.mkdir(parents=True, exist_ok=True)
         cfg.save(run.out / "config.yaml")
-    for epoch in range(run.start_epoch, cfg.epochs):
+    for epoch in range(run.start_epoch, cfg.epochs + cfg.cooldown_epochs):
         t0 = time.time()
         sums = train_epoch(run, epoch, progress)
         finish_epoch(run, epoch, sums, t0, progress)

@@ -1,0 +1,33 @@
+"""Pluggable training losses, one module per loss on one base class (as :mod:`robustvit.attacks`):
+
+* ``ce``: cross-entropy with label smoothing (soft targets from MixUp/CutMix accepted).
+* ``pgd_at``: Madry et al. (arXiv:1706.06083): train on PGD examples only.
+* ``fgsm_rs``: Wong et al., "Fast is better than free" (arXiv:2001.03994).
+* ``trades``: Zhang et al. (arXiv:1901.08573), as yaodongyu/TRADES.
+* ``afat`` (and ``afat_random``, ``afat_patchdrop``): Guo et al., CVPR 2023, as guoyongcs/RSPC.
+* ``mpp``: masked patch prediction, the ViT paper's self-supervised pre-training (:mod:`robustvit.training.mpp`).
+
+Importing the package registers the built-ins; hyphenated spellings (``pgd-at``, ``fgsm-rs``) are aliases.
+Options are typed dataclasses (``Options`` of each class) parsed by :mod:`robustvit.options`. ε follows a
+per-epoch schedule (:mod:`robustvit.training.schedules`); at ε = 0 (the first epoch of a linear warm-up) the
+adversarial losses train on clean images. Attack random starts are seeded from ``seed`` and a call counter
+that is part of the loss's ``state_dict`` (so a resumed run replays them).
+
+>>> loss_fn = create_loss("fgsm_rs", eps="4/255")
+>>> loss, clean_logits, adv_logits = loss_fn(model, x, y, epoch=0)
+"""
+
+from robustvit.training.losses.base import (LOSSES, LossOutput, TrainingLoss, _rank, classification_loss,
+                                            create_loss, hard_labels, list_losses, loss_keywords,
+                                            parse_loss_options, register_loss)
+from robustvit.training.losses.ce import CrossEntropy
+from robustvit.training.losses.adversarial import AdversarialLoss, AdversarialOptions
+from robustvit.training.losses.pgd_at import PGDAT
+from robustvit.training.losses.fgsm_rs import FGSMRS
+from robustvit.training.losses.trades import TRADES
+from robustvit.training.losses.afat import AFAT, AFATOptions, AFATPatchDrop, AFATRandom
+
+__all__ = ["AFAT", "AFATOptions", "AFATPatchDrop", "AFATRandom", "AdversarialLoss", "AdversarialOptions",
+           "CrossEntropy", "FGSMRS", "LOSSES", "LossOutput", "PGDAT", "TRADES", "TrainingLoss", "_rank",
+           "classification_loss", "create_loss", "hard_labels", "list_losses", "loss_keywords",
+           "parse_loss_options", "register_loss"]

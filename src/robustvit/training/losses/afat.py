@@ -1,0 +1,244 @@
+"""AFAT: min-max adversarial feature alignment with a learned patch-corruption model (Guo, Stutz & Schiele,
+"Improving Robustness of Vision Transformers by Reducing Sensitivity to Patch Corruptions", CVPR 2023;
+reference code guoyongcs/RSPC).
+
+* :class:`PatchCorruptor`: conv (kernel = stride = patch, 3 → 1, no bias) → GELU → Linear(N → N, no bias)
+  over the N patch scores → top-ρ binarisation with a straight-through estimator (forward: occlude exactly
+  ⌈ρN⌉ patches; backward: hardtanh of the incoming gradient). The reference thresholds at the ρ-quantile,
+  which can occlude a different number on ties; we take the top-⌈ρN⌉ scores (the sign of the scores is
+  learned, so occluding the highest or the lowest ones is the same model).
+* Occluded patches are replaced by uniform noise: U[0, 1) in the model's *normalised* input space as RSPC
+  draws it (``noise_space=normalized``, default; in pixels u·std + mean), or U[0, 1) pixels (``pixel``);
+  x̂ = (1 − O)·x + O·δ.
+* Loss (``afat``): CE(clean) + λ·alignment, alignment = mean over blocks of the mean squared distance between
+  the corrupted and the clean tokens (clean and corrupted images in one batch through
+  :class:`robustvit.models.probe.ViTProbe`; the clean target is not detached, as in the reference). Soft
+  targets (MixUp/CutMix) go through the CE part, as RSPC trains it.
+* The corruption model ascends the alignment loss with its own optimiser (SGD-Nesterov, lr 1e-4, momentum 0.9,
+  weight decay 0.05, gradient norm clipped at 5, gradient negated before the step).
+
+**Step rule.** RSPC trains under AMP; timm's ``NativeScaler`` unscales only the classifier's optimiser, so the
+gradient reaching the corruption model's straight-through estimator is λ·∂L_align/∂M multiplied by the loss
+scale (2¹⁶ at the start): the hardtanh saturates to ±1 and the clip at 5 acts on every step.
+``step_rule=rspc`` (default) reproduces this deterministically: the estimator passes hardtanh(``grad_scale``·g)
+with a constant ``grad_scale`` = 65536 (timm's initial scale; its dynamic growth/back-off is not modelled, and
+the saturated sign does not depend on it once |scale·g| ≥ 1). ``step_rule=paper`` is the paper's literal
+Algorithm 1: the plain gradient λ·∂L_align/∂M through the estimator (scale 1).
+
+* Ablation variants: ``afat_random`` (⌈ρN⌉ random patches filled with noise, no corruption model) and
+  ``afat_patchdrop`` (⌈ρN⌉ random patches blanked to 0 — the patch content is dropped, not replaced by noise).
+
+Defaults λ = 0.005, ρ = 0.1. Needs a ViT the probe supports (timm ``VisionTransformer``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robustvit.errors import RobustvitError
+from robustvit.models.probe import ViTProbe
+from robustvit.options import option
+from robustvit.training.losses.base import LossOutput, TrainingLoss, _rank, classification_loss, register_loss
+from robustvit.utils import derive_seed
+
+
+def num_occluded(rho: float, num_patches: int) -> int:
+    """⌈ρN⌉ patches (at least 1 for ρ > 0)."""
+    return min(num_patches, math.ceil(rho * num_patches - 1e-9))
+
+
+class _TopKOcclusion(torch.autograd.Function):
+    """Forward: 1 for the k highest scores per row, else 0. Backward: hardtanh(``scale``·gradient) (STE;
+    ``scale`` emulates the AMP loss scale RSPC's corruption model sees)."""
+
+    @staticmethod
+    def forward(ctx: Any, scores: torch.Tensor, k: int, scale: float = 1.0) -> torch.Tensor:  # noqa: D102
+        ctx.scale = float(scale)
+        idx = scores.topk(k, dim=1).indices
+        return torch.zeros_like(scores).scatter_(1, idx, 1.0)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # noqa: D102
+        return F.hardtanh(grad * ctx.scale if ctx.scale != 1.0 else grad), None, None
+
+
+def occlusion_to_pixels(occ: torch.Tensor, grid: tuple[int, int], patch: int) -> torch.Tensor:
+    """(N, P) patch occlusion → (N, 1, H, W) pixel occlusion (differentiable)."""
+    n = occ.shape[0]
+    return occ.view(n, 1, *grid).repeat_interleave(patch, 2).repeat_interleave(patch, 3)
+
+
+def corrupt(x: torch.Tensor, occ: torch.Tensor, fill: torch.Tensor, grid: tuple[int, int], patch: int) -> torch.Tensor:
+    """x̂ = (1 − O)·x + O·fill, O the pixel occlusion of the (N, P) patch occlusion ``occ``."""
+    o = occlusion_to_pixels(occ.to(x.dtype), grid, patch)
+    return x * (1 - o) + fill * o
+
+
+class PatchCorruptor(nn.Module):
+    """The learned patch-corruption model: scores (N, P) → occlusion of the top ⌈ρP⌉ patches (STE)."""
+
+    def __init__(self, patch_size: int, grid: tuple[int, int], rho: float = 0.1, grad_scale: float = 1.0) -> None:
+        super().__init__()
+        if not 0 < rho < 1:
+            raise RobustvitError(f"afat: rho must be in (0, 1), got {rho}")
+        self.patch_size, self.grid, self.rho = int(patch_size), (int(grid[0]), int(grid[1])), float(rho)
+        p = self.grid[0] * self.grid[1]
+        self.conv = nn.Conv2d(3, 1, self.patch_size, self.patch_size, bias=False)
+        self.act = nn.GELU()
+        self.fc = nn.Linear(p, p, bias=False)
+        self.k = num_occluded(self.rho, p)
+        self.grad_scale = float(grad_scale)
+
+    def scores(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.act(self.conv(x).flatten(1)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, P) occlusion in {0, 1} with exactly ⌈ρP⌉ ones per image; gradients reach the scores (STE)."""
+        return _TopKOcclusion.apply(self.scores(x), self.k, self.grad_scale)
+
+
+def random_occlusion(n: int, num_patches: int, k: int, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    """(n, P) occlusion of k uniformly random patches per image."""
+    keys = torch.rand(n, num_patches, generator=gen, device=device)
+    return torch.zeros(n, num_patches, device=device).scatter_(1, keys.topk(k, dim=1).indices, 1.0)
+
+
+@dataclass
+class AFATOptions:
+    """Options of ``afat`` and its ablations."""
+
+    lam: float = option(0.005, min=0, help="weight λ of the alignment loss")
+    rho: float = option(0.1, min=0, max=1, help="fraction ρ of occluded patches")
+    lr: float = option(1e-4, min=0, help="corruption model: SGD learning rate")
+    momentum: float = option(0.9, min=0, help="corruption model: Nesterov momentum")
+    weight_decay: float = option(0.05, min=0, help="corruption model: weight decay")
+    grad_clip: float = option(5.0, min=0, help="corruption model: gradient-norm clip")
+    step_rule: Literal["rspc", "paper"] = option("rspc", help="rspc: AMP-scaled gradient (saturated STE); "
+                                                 "paper: Algorithm 1's plain gradient")
+    grad_scale: float = option(65536.0, min=1, help="loss scale emulated by step_rule=rspc")
+    noise_space: Literal["normalized", "pixel"] = option("normalized", help="where the fill noise is U[0, 1)")
+    label_smoothing: float = option(0.1, min=0, max=1, help="label smoothing of the clean CE")
+    seed: int = option(0, help="seed of the noise (and the random ablations' patches)")
+
+
+@register_loss
+class AFAT(TrainingLoss):
+    """Min-max feature alignment (``afat``); options in :class:`AFATOptions`."""
+
+    name = "afat"
+    mode = "learned"   # learned | random | patchdrop
+    soft_targets = True
+    Options = AFATOptions
+
+    def __init__(self, options: Any = None, **kwargs: Any) -> None:
+        super().__init__(options, **kwargs)
+        o = self.options
+        if not 0 < o.rho < 1:
+            raise RobustvitError(f"afat: rho must be in (0, 1), got {o.rho}")
+        self.lam, self.rho = float(o.lam), float(o.rho)
+        self.label_smoothing, self.seed = float(o.label_smoothing), int(o.seed)
+        self.opt_args = {"lr": float(o.lr), "momentum": float(o.momentum), "weight_decay": float(o.weight_decay)}
+        self.grad_clip = float(o.grad_clip)
+        self.grad_scale = float(o.grad_scale) if o.step_rule == "rspc" else 1.0
+        self.corruptor: PatchCorruptor | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        self._sums = {"align": 0.0, "n": 0}
+
+    def setup(self, model: nn.Module) -> None:
+        """Build the corruption model for ``model``'s patch grid (called by the trainer before training)."""
+        probe = self._probe_for(model)
+        if probe.grid_size is None or probe.patch_size is None:
+            raise RobustvitError("afat needs a ViT with a fixed patch grid")
+        self.grid, self.patch = probe.grid_size, probe.patch_size
+        self.num_patches = self.grid[0] * self.grid[1]
+        self.k = num_occluded(self.rho, self.num_patches)
+        if self.mode == "learned" and self.corruptor is None:
+            device = next(model.parameters()).device
+            self.corruptor = PatchCorruptor(self.patch, self.grid, self.rho, self.grad_scale).to(device)
+            self.optimizer = torch.optim.SGD(self.corruptor.parameters(), nesterov=True, **self.opt_args)
+
+    def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
+        if not hasattr(self, "grid"):
+            self.setup(model)
+        gen = torch.Generator(device=x.device)
+        gen.manual_seed(derive_seed(self.seed, "afat", int(self.calls), _rank()))
+        self.calls += 1
+        n = x.shape[0]
+        if self.corruptor is not None:
+            occ = self.corruptor(x)
+        else:
+            occ = random_occlusion(n, self.num_patches, self.k, gen, x.device)
+        fill = torch.zeros_like(x) if self.mode == "patchdrop" else self.noise(model, x, gen)
+        x_hat = corrupt(x, occ, fill, self.grid, self.patch)
+        out = self._probe_for(model).run(torch.cat([x, x_hat]), tokens=True)
+        align = torch.stack([F.mse_loss(t[n:].float(), t[:n].float()) for t in out.tokens]).mean()
+        clean, corrupted = out.logits[:n], out.logits[n:]
+        self._sums["align"] += float(align.detach()) * n
+        self._sums["n"] += n
+        return classification_loss(clean, y, self.label_smoothing) + self.lam * align, clean, corrupted
+
+    def noise(self, model: nn.Module, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """U[0, 1) fill in pixels, or in the model's normalised space (u·std + mean in pixels) as RSPC."""
+        u = torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+        spec = getattr(model, "spec", None)
+        if self.options.noise_space == "pixel" or spec is None:
+            return u
+        mean = torch.tensor(spec.mean, device=x.device, dtype=x.dtype).view(1, -1, 1, 1)
+        std = torch.tensor(spec.std, device=x.device, dtype=x.dtype).view(1, -1, 1, 1)
+        return u * std + mean
+
+    def _probe_for(self, model: nn.Module) -> ViTProbe:
+        """One probe per model (it checks itself against the model's forward once, on its first batch)."""
+        probe = self.__dict__.get("_probe")
+        if probe is None or probe.model is not model:
+            probe = ViTProbe(model)
+            self.__dict__["_probe"] = probe
+        return probe
+
+    def after_step(self) -> None:
+        """The corruption model *ascends* the alignment loss: negate its gradient, clip, SGD step."""
+        if self.corruptor is None or self.optimizer is None:
+            return
+        params = [p for p in self.corruptor.parameters() if p.grad is not None]
+        if not params:
+            return
+        for p in params:
+            p.grad.neg_()
+        nn.utils.clip_grad_norm_(params, self.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def metrics(self) -> dict[str, float]:
+        s, self._sums = self._sums, {"align": 0.0, "n": 0}
+        return {"align_loss": s["align"] / s["n"]} if s["n"] else {}
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict() if self.optimizer is not None else None}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        if self.optimizer is not None and state.get("optimizer") is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+
+
+@register_loss(aliases=("afat-random",))
+class AFATRandom(AFAT):
+    """Ablation: ⌈ρN⌉ random patches replaced by uniform noise; no corruption model (no min-max)."""
+
+    name = "afat_random"
+    mode = "random"
+
+
+@register_loss(aliases=("afat-patchdrop",))
+class AFATPatchDrop(AFAT):
+    """Ablation: ⌈ρN⌉ random patches blanked (set to 0); no corruption model."""
+
+    name = "afat_patchdrop"
+    mode = "patchdrop"
+
