@@ -135,7 +135,8 @@ def test_layerscale_drop_path_and_weight_decay_defaults():
         assert blk.norm1.eps == 1e-6 and blk.mlp.norm_v.eps == 1e-5
     net = timm.create_model("fan_cifar_micro", drop_path_rate=0.1)
     assert {blk.drop_path1.drop_prob for blk in net.blocks} == {0.1}   # the same rate in every block
-    assert "blocks.3.mlp.temperature" in net.no_weight_decay() and net.blocks[3].mlp.temperature.ndim == 1
+    assert "blocks.3.mlp.temperature" in net.weight_decay_vectors() and "blocks.3.mlp.temperature" not in net.no_weight_decay()
+    assert net.blocks[3].mlp.temperature.ndim == 1   # decayed as NVlabs/FAN does (timm's default no-decay rule)
     assert net.num_prefix_tokens == 0 and isinstance(net.norm, torch.nn.Identity)
 
 
