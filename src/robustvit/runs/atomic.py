@@ -3,9 +3,12 @@
 The bytes go to a temporary file in the same folder, are flushed and ``fsync``-ed, and the temporary file is
 renamed over the target with ``os.replace`` (atomic on POSIX and Windows); the folder is then ``fsync``-ed where
 the platform allows, so the rename survives a power cut. A run killed at any moment leaves either the previous
-file or the complete new one (and at worst a stray ``.NAME.*.tmp``).
+file or the complete new one (and at worst a stray ``.NAME.*.tmp``). ``durable=False`` skips the fsyncs (still
+atomic against a killed process, not against a power cut): for many small files such as exported images.
 
 >>> write_json("out/results.json", {"schema": 2})      # doctest: +SKIP
+>>> with replacing("out/big.npy", suffix=".npy") as tmp:   # doctest: +SKIP
+...     np.save(tmp, array)                             # a writer that wants a path
 """
 
 from __future__ import annotations
@@ -13,31 +16,44 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (creating its folder); returns the path."""
+@contextmanager
+def replacing(path: str | Path, *, suffix: str = ".tmp", durable: bool = True) -> Iterator[Path]:
+    """A temporary path beside ``path`` (ending in ``suffix``) to write to; on success it replaces ``path``
+    (after an fsync), on an exception it is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
+        if durable:
+            _fsync(tmp, os.O_RDONLY)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync(path.parent, os.O_RDONLY)
+
+
+def write_bytes(path: str | Path, data: bytes, *, durable: bool = True) -> Path:
+    """Write ``data`` to ``path`` atomically (creating its folder); returns the path."""
+    path = Path(path)
+    with replacing(path, durable=durable) as tmp:
+        tmp.write_bytes(data)
     return path
 
 
-def write_text(path: str | Path, text: str) -> Path:
+def write_text(path: str | Path, text: str, *, durable: bool = True) -> Path:
     """Write UTF-8 ``text`` to ``path`` atomically."""
-    return write_bytes(path, text.encode("utf-8"))
+    return write_bytes(path, text.encode("utf-8"), durable=durable)
 
 
 def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
@@ -45,9 +61,9 @@ def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
     return write_text(path, json.dumps(obj, indent=indent) + "\n")
 
 
-def _fsync_dir(folder: Path) -> None:
+def _fsync(path: Path, flags: int) -> None:
     try:
-        fd = os.open(folder, os.O_RDONLY)
+        fd = os.open(path, flags)
     except OSError:          # e.g. Windows: folders cannot be opened
         return
     try:
@@ -58,4 +74,4 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["write_bytes", "write_json", "write_text"]
+__all__ = ["replacing", "write_bytes", "write_json", "write_text"]
