@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,9 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
         else:
             m = create_model(name, pretrained=cfg.pretrained and not is_checkpoint_dir(name),
                              checkpoint=cfg.weights).to(device).eval()
+        if shard is not None and m.weights.get("source") == "random":
+            raise RobustvitError(f"--shard needs the same weights in every shard, and {name} has random ones (drawn "
+                                 "anew in each process); give --pretrained, --weights FILE or a checkpoint folder")
         warn_if_random(_source(name, m), m)
         key = model_dir_name(name, m)
         if key in models:
@@ -170,7 +174,8 @@ def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None
                  progress: bool = False) -> dict[str, dict[str, Any]]:
     """Join the unit stores of the shards ``dirs`` (``robustvit eval --shard K/N`` folders: together 1 … N, each
     once) into ``out`` and write its ``results.json`` — the file one unsharded run writes (its ``run`` records
-    ``shard``: the count and the folders). Returns {model name: results dict} as :func:`run_eval`."""
+    ``shard``: the count, the folders and the ``merge`` command; ``command`` is the shards' without ``--shard``).
+    Returns {model name: results dict} as :func:`run_eval`."""
     if not dirs:
         raise RobustvitError("give the shard folders to merge: robustvit merge OUT_1 … OUT_N --out OUT")
     records = []
@@ -210,10 +215,12 @@ def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None
             for d, _, _ in sorted(records, key=lambda r: r[1].index):
                 with UnitStore(sub(d)) as src:
                     target.merge_from(src)
-    cfg = EvalConfig(**{**records[0][2]["config"], "out": str(out), "shard": None, "progress": progress,
-                        "command": command or records[0][2]["config"].get("command")})
+    first = records[0][2]["config"]
+    one_run = re.sub(r"\s--shard(=|\s+)\S+", "", first.get("command") or "") or None   # the command without --shard
+    cfg = EvalConfig(**{**first, "out": str(out), "shard": None, "progress": progress, "command": one_run})
     results = run_eval(cfg, _merging=True)
-    shards = {"count": n, "shards": [str(d) for d, _, _ in sorted(records, key=lambda r: r[1].index)]}
+    shards = {"count": n, "shards": [str(d) for d, _, _ in sorted(records, key=lambda r: r[1].index)],
+              "merge": command}
     for key, res in results.items():
         res["run"]["shard"] = shards
         write_results(out / key if len(results) > 1 else out, res)

@@ -36,7 +36,7 @@ def model_record(model: torch.nn.Module, name: str, source: str | None = None,
     weights = getattr(model, "weights", None)
     return {"name": name, "source": source or name, "params": sum(p.numel() for p in model.parameters()),
             "spec": spec.to_dict() if spec is not None else {"family": "other", "input_size": [3, 0, 0]},
-            "pretrained": bool(weights.get("pretrained")) if isinstance(weights, dict) else None,
+            "pretrained": weights.get("pretrained") if isinstance(weights, dict) else None,
             "weights": weights, "preprocessing": spec.preprocessing() if spec is not None else None,
             "class_map": None if class_map is None else str(class_map)}
 
