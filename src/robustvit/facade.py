@@ -60,8 +60,11 @@ def wrap_module(module: nn.Module, *, mean: Sequence[float] | None = None, std: 
         if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
             raise RobustvitError(f"mean and std take 3 values each (std > 0), got mean={mean} std={std}")
         changes.update(mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std))
+    size = getattr(getattr(module, "patch_embed", None), "img_size", None)      # a timm ViT built at another size
     if input_size is not None:
         changes["input_size"] = (3, int(input_size), int(input_size))
+    elif isinstance(size, (tuple, list)) and len(size) == 2 and tuple(size) != tuple(spec.input_size[1:]):
+        changes["input_size"] = (3, int(size[0]), int(size[1]))
     if num_classes is not None:
         changes["num_classes"] = int(num_classes)
     elif getattr(module, "num_classes", None) is None:      # not a timm model: ask the module
@@ -84,18 +87,20 @@ _EVAL_FIELDS = {"batch_size", "device", "seed", "strict", "workers", "pretrained
 
 def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suites: Sequence[str] | str = ("clean",),
              out: str | Path | None = None, limit: int | None = None, *, mean: Sequence[float] | None = None,
-             std: Sequence[float] | None = None, name: str | None = None, progress: bool = False,
-             **options: Any) -> dict[str, Any]:
+             std: Sequence[float] | None = None, name: str | None = None, input_size: int | None = None,
+             num_classes: int | None = None, progress: bool = False, **options: Any) -> dict[str, Any]:
     """Evaluate a model (a name, a checkpoint folder or an ``nn.Module``; or a list of them) with ``suites`` on
     ``data`` (a data spec such as ``"synthshapes:test"``); returns the results dict (results.json, kind eval; a
     list of models: {model name: results dict}). ``out``: the run folder (resumable; None: a temporary one).
+    ``mean``/``std``/``name``/``input_size``/``num_classes`` describe a module object (:func:`wrap_module`).
     ``options``: EvalConfig fields (``batch_size``, ``device``, ``seed``, ``pretrained``, ``weights``,
     ``class_map``, ``subset_method``, ``subset``, …) and the suites' global options (``eps``, ``norm``,
     ``steps``)."""
     from robustvit.evaluate.runner import EvalConfig, run_eval
 
     many = isinstance(model, (list, tuple))
-    models = [m if isinstance(m, str) else as_model(m, mean=mean, std=std, name=name)
+    models = [m if isinstance(m, str) else as_model(m, mean=mean, std=std, name=name, input_size=input_size,
+                                                    num_classes=num_classes)
               for m in (model if many else [model])]
     fields = {k: options.pop(k) for k in list(options) if k in _EVAL_FIELDS}
     fields.setdefault("command", "robustvit.evaluate()")
@@ -108,7 +113,8 @@ def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suit
 
 def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, out: str | Path | None = None,
             limit: int | None = None, *, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-            name: str | None = None, pretrained: bool = False, weights: str | None = None, seed: int = 0,
+            name: str | None = None, input_size: int | None = None, num_classes: int | None = None,
+            pretrained: bool = False, weights: str | None = None, seed: int = 0,
             batch_size: int = 64, device: str = "auto", progress: bool = False, **options: Any) -> dict[str, Any]:
     """Run ``analyses`` (``"name[:key=value…]"``) on a model over ``data`` (a data spec or a data set object);
     returns the results dict (results.json, kind analysis). ``out``: the run folder (figures, resumable; None:
@@ -117,7 +123,8 @@ def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, ou
     from robustvit.data import dataset_for_model
     from robustvit.runs import read_results
 
-    m = as_model(model, mean=mean, std=std, name=name, pretrained=pretrained, weights=weights)
+    m = as_model(model, mean=mean, std=std, name=name, input_size=input_size, num_classes=num_classes,
+                 pretrained=pretrained, weights=weights)
     dataset = dataset_for_model(data, m.spec) if isinstance(data, str) else data
     label = model if isinstance(model, str) else None
     with tempfile.TemporaryDirectory(prefix="robustvit-analyze-") if out is None else _Keep(out) as folder:
