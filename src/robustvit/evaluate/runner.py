@@ -251,16 +251,18 @@ def match_classes(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalC
 
 
 def _checkpoint_id(name: str | nn.Module, model: Normalized) -> str:
-    """The weights a run's units depend on: a checkpoint file's size and time, a name, or (a model object) a
-    digest of its parameters and buffers."""
+    """The weights a run's units depend on: the SHA-256 of a checkpoint or ``--weights`` file (the same on every
+    machine of a job array), a name, or (a model object) a digest of its parameters and buffers."""
+    sha = getattr(model, "weights", {}).get("sha256")
+    if sha:
+        return f"sha256:{sha}"
     if not isinstance(name, str):
         h = hashlib.sha256()
         for k, t in model.state_dict().items():
             h.update(k.encode())
             h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
         return f"python:{h.hexdigest()[:16]}"
-    p = Path(name) / "model.safetensors"
-    return f"{p.stat().st_size}:{int(p.stat().st_mtime)}" if p.is_file() else name
+    return name
 
 
 @dataclass
