@@ -70,6 +70,10 @@ def test_analysis_results_hold_every_analysis_and_its_figures(tmp_path):
     man = json.loads((tmp_path / "analyses.json").read_text())               # the schema-1 manifest, derived
     assert man["analyses"] == ["attention_distance", "lesion"] and man["model"] == doc["model"]
     assert doc["data"]["num_images"] == 12 and doc["model"]["params"] == sum(p.numel() for p in model.parameters())
+    from robustvit.evaluate.runner import EvalConfig, run_eval
+
+    with pytest.raises(RobustvitError, match="holds the results of an analysis run"):     # one kind per folder
+        run_eval(EvalConfig(models=["vit_cifar_micro"], data=DATA, out=str(tmp_path), device="cpu", progress=False))
 
 
 def test_write_train_results(tmp_path):

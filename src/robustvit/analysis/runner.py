@@ -24,7 +24,7 @@ from robustvit.data.subset import Subset, SubsetDataset, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.registry import parse_spec
 from robustvit.runs import RESULTS_FILE, UnitStore, model_record, results_document, run_header, write_json
-from robustvit.runs.results import validate_results
+from robustvit.runs.results import check_kind, validate_results
 
 MANIFEST = "analyses.json"
 
@@ -80,6 +80,8 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
     if images is not None and not images.whole:
         view = SubsetDataset(dataset, images.indices if images.method == "first" else images.ranking())
     out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        check_kind(out, "analysis")
     store = UnitStore(out) if out is not None else None
     ctx = make_context(model, view, batch_size=batch_size, seed=seed, device=device, store=store, progress=progress)
     subset_record = images.record() if images is not None else None

@@ -35,6 +35,7 @@ from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import RANDOM_LABEL, is_comparable, warn_if_random
 from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, init_distributed, model_record,
                             open_shared_store, results_document, run_header, run_units, write_json, write_results)
+from robustvit.runs.results import check_kind
 from robustvit.runs.scheduler import Unit, pending_chunks
 from robustvit.utils import derive_seed, resolve_device, sum_stats
 
@@ -138,6 +139,7 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
     for key, model in models.items():
         dataset = datasets[_data_key(model)]
         out = Path(cfg.out) / key if multi else Path(cfg.out)
+        check_kind(out, "eval")
         ctx = EvalContext(model=model, model_name=key, models=models, data_spec=cfg.data, dataset=dataset,
                           num_classes=model.spec.num_classes, device=device, seed=cfg.seed, options=cfg.options,
                           out_dir=out, subset=subset)
@@ -352,7 +354,8 @@ def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: li
             lost = pending_chunks(store, nchunks, units)
             if lost:
                 raise RobustvitError(f"the shards lack {sum(len(u) for _, u in lost)} units of {ctx.model_name} "
-                                     f"({lost[0][1][0][0]}, chunk {lost[0][0]}); re-run the unfinished shards, then merge")
+                                     f"({lost[0][1][0][0]}, chunk {lost[0][0]}); re-run the unfinished shards, "
+                                     "then merge")
             continue
 
         def load(chunks: list[int], ds: ImageDataset = ds, images: torch.Tensor = images, span: int = span):

@@ -93,6 +93,21 @@ def read_results(path: str | Path) -> dict[str, Any]:
         raise RobustvitError(f"{f} is not valid JSON ({e})") from None
 
 
+def check_kind(out_dir: str | Path, kind: str) -> None:
+    """Refuse (one line) to write a run of ``kind`` into a folder whose results.json holds another kind."""
+    f = Path(out_dir) / RESULTS_FILE
+    if not f.is_file():
+        return
+    try:
+        old = json.loads(f.read_text()).get("kind", "eval")
+    except (json.JSONDecodeError, AttributeError):
+        return
+    if old != kind:
+        article = "an" if str(old)[:1] in "aeiou" else "a"
+        raise RobustvitError(f"{out_dir} holds the results of {article} {old} run; write this {kind} run to another "
+                             f"folder (e.g. {Path(out_dir) / kind})")
+
+
 def write_train_results(out_dir: str | Path, config: dict[str, Any], epochs: list[dict[str, Any]],
                         checkpoints: list[str | dict[str, Any]], model_record: dict[str, Any],
                         data_record: dict[str, Any], *, run: dict[str, Any] | None = None,
@@ -112,5 +127,5 @@ def write_train_results(out_dir: str | Path, config: dict[str, Any], epochs: lis
     return write_results(out_dir, doc)
 
 
-__all__ = ["KINDS", "RESULTS_FILE", "SCHEMA_VERSION", "data_record", "read_results", "results_document", "schema",
-           "validate_results", "write_results", "write_train_results"]
+__all__ = ["KINDS", "RESULTS_FILE", "SCHEMA_VERSION", "check_kind", "data_record", "read_results", "results_document",
+           "schema", "validate_results", "write_results", "write_train_results"]
