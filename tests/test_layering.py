@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "robustvit"
-BASE = {"registry", "utils", "errors", "options", "plotting"}
+BASE = {"registry", "utils", "errors", "options", "plotting", "runs"}
 LIBRARIES = {"models", "metrics", "corruptions", "attacks"}
 #: package → the robustvit packages/modules it may import (besides itself).
 ALLOWED = {
     "registry": {"errors", "options"},
     "options": {"errors"},
     "plotting": set(),
+    "runs": {"registry", "utils", "errors", "options"},
     "utils": {"errors"},
     "errors": set(),
     "progress": BASE,

@@ -201,6 +201,8 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     add_weights_args(p)
     p.add_argument("--class-map", metavar="FILE", help="JSON: the model class index (or indices) of each data class, "
                    "as a list or keyed by class name — e.g. a 1000-class ImageNet model on a 10-class data set")
+    p.add_argument("--shard", metavar="K/N", help="evaluate only the K-th of N disjoint sets of image chunks (K = 1 … N; "
+                   "for job arrays, each shard with its own --out); then `robustvit merge OUT_1 … OUT_N --out OUT`")
     add_frost_arg(p)
     p.set_defaults(func=cmd_eval)
 
@@ -212,9 +214,11 @@ def cmd_eval(a: argparse.Namespace) -> int:
                      batch_size=a.batch_size, device=a.device, seed=a.seed, strict=a.strict, workers=a.workers,
                      options={"eps": a.eps, "norm": a.norm, "steps": a.steps}, progress=not a.no_progress,
                      pretrained=a.pretrained, weights=a.weights, class_map=a.class_map,
-                     subset_method=a.subset_method, subset=a.subset, subset_seed=a.subset_seed,
+                     subset_method=a.subset_method, subset=a.subset, subset_seed=a.subset_seed, shard=a.shard,
                      command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
     results = run_eval(cfg)
+    if a.shard is not None:
+        print(f"shard {a.shard}: its units are in {a.out}; merge all shards with `robustvit merge OUT_1 … OUT_N --out OUT`")
     for name, res in results.items():
         summary = ", ".join(f"{k}: " + ", ".join(f"{m}={v:.4f}" for m, v in r.items() if isinstance(v, float))[:120]
                             for k, r in res["suites"].items())
@@ -366,6 +370,26 @@ def cmd_analyze(a: argparse.Namespace) -> int:
 
 
 COMMANDS.append(add_analyze)
+
+
+def add_merge(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("merge", help="merge the folders of `robustvit eval --shard K/N` runs into one results.json")
+    p.add_argument("shards", nargs="+", metavar="OUT_K", help="the shards' --out folders (all N of them, any order)")
+    p.add_argument("--out", required=True, help="output folder of the merged run (results.json, units.sqlite)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_merge)
+
+
+def cmd_merge(a: argparse.Namespace) -> int:
+    from robustvit.evaluate.runner import merge_shards
+
+    results = merge_shards(a.shards, a.out, progress=not a.no_progress,
+                           command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
+    print(f"merged {len(a.shards)} shards of {', '.join(results)} into {a.out}")
+    return 0
+
+
+COMMANDS.append(add_merge)
 
 
 def build_parser() -> argparse.ArgumentParser:

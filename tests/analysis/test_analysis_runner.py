@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from robustvit.analysis import analyses_for, list_analyses, run_analyses
-from robustvit.analysis.store import DB_NAME
+from robustvit.runs import DB_NAME
 from robustvit.cli import main
 from robustvit.errors import RobustvitError
 

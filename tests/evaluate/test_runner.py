@@ -40,7 +40,7 @@ def test_clean_suite_matches_manual_accuracy(tmp_path, ckpt):
     r = json.loads((tmp_path / "e" / "results.json").read_text())
     top1, top5 = _manual_accuracy(ckpt)
     assert r["suites"]["clean"]["top1"] == pytest.approx(top1) and r["suites"]["clean"]["top5"] == pytest.approx(top5)
-    assert r["schema"] == 1 and r["data"]["num_images"] == 50 and r["model"]["spec"]["architecture"] == "resnet_cifar18"
+    assert r["schema"] == 2 and r["kind"] == "eval" and r["data"]["num_images"] == 50 and r["model"]["spec"]["architecture"] == "resnet_cifar18"
     assert set(r["run"]) >= {"robustvit", "torch", "device", "seed", "started", "finished", "command"}
     assert r["model"]["params"] > 0 and list(res) == ["resnet_cifar18"]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-import time
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -17,14 +16,13 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from robustvit.analysis.store import MemoryStore, UnitStore
-from robustvit.utils import add_stats
 from robustvit.errors import RobustvitError
 from robustvit.models.families import FAMILIES, family_of  # noqa: F401  (re-exported)
 from robustvit.models.probe import BlockProbe, ViTProbe, make_probe
 from robustvit.options import NoOptions, option_names, options_dict, parse_options
 from robustvit.registry import Registry
 from robustvit.progress import progress_bar
+from robustvit.runs import MemoryStore, UnitStore, collect, run_units
 from robustvit.utils import derive_seed, resolve_device
 
 #: The paper's number of images for studies over a data set (Bhojanapalli et al.: 4096; ViT: 128).
@@ -74,35 +72,25 @@ class Context:
 
     def units(self, parts: list[str], fn: UnitFn, *, max_images: int | None = None) -> dict[str, Any]:
         """Run ``fn(x, y, pending parts, chunk)`` on every chunk of ``batch_size`` images that has parts not
-        yet in the store; ``fn`` yields ``(part, stats)`` and each is stored as it comes. Returns the stats
-        summed over chunks per part."""
+        yet in the store (the run engine's scheduler, task = this analysis); ``fn`` yields ``(part, stats)`` and
+        each is stored as it comes. Returns the stats summed over chunks per part."""
         n = self.num_images if max_images is None else min(self.num_images, max_images)
         if n < 1:
             raise RobustvitError(f"analysis {self.name} needs images; the data set is empty")
-        nchunks = math.ceil(n / self.batch_size)
-        done = self.store.done(self.name)
-        todo = [(c, [p for p in parts if (p, c) not in done]) for c in range(nchunks)]
-        todo = [(c, pend) for c, pend in todo if pend]
-        with progress_bar(self.progress and bool(todo), self.name, len(todo)) as tick, torch.no_grad():
-            for c, pend in todo:
-                x, y = self.batch(c * self.batch_size, min(n, (c + 1) * self.batch_size))
-                t0 = time.time()
-                for part, stats in fn(x, y, pend, c):
-                    if self.device.type == "cuda":
-                        torch.cuda.synchronize(self.device)
-                    self.store.put(self.name, part, c, stats, time.time() - t0)
-                    t0 = time.time()
-                tick()
-        total: dict[str, Any] = {}
-        for p in parts:
-            items = [self.store.get(self.name, p, c) for c in range(nchunks)]
-            if any(i is None for i in items):
-                raise RobustvitError(f"analysis {self.name}: part {p} has no results (interrupted?); re-run")
-            acc = items[0]
-            for i in items[1:]:
-                acc = add_stats(acc, i)
-            total[p] = acc
-        return total
+        bs, nchunks = self.batch_size, math.ceil(n / self.batch_size)
+
+        def load(chunks: list[int]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            return (self.batch(c * bs, min(n, (c + 1) * bs)) for c in chunks)
+
+        def work(data: tuple[torch.Tensor, torch.Tensor], c: int, pending: list[tuple[str, str]]
+                 ) -> Iterator[tuple[tuple[str, str], Any]]:
+            for part, stats in fn(data[0], data[1], [p for _, p in pending], c):
+                yield (self.name, part), stats
+
+        with torch.no_grad():
+            run_units(self.store, nchunks, lambda c: [(self.name, p) for p in parts], work, load=load,
+                      device=self.device, progress=lambda k: progress_bar(self.progress, self.name, k))
+        return collect(self.store, self.name, parts, nchunks)
 
 
 def make_context(model: nn.Module, dataset: Any = None, *, limit: int | None = None, batch_size: int = 64,

@@ -1,6 +1,7 @@
-"""``run_analyses``: run registered analyses on one model and data set, write ``DIR/<analysis>.json``, its
-PNG plots and the folder's manifest ``DIR/analyses.json`` (model, data, run, the analyses done); resumable
-through the unit store ``DIR/analysis_units.sqlite``.
+"""``run_analyses``: run registered analyses on one model and data set, write ``DIR/results.json`` (schema 2,
+kind ``analysis``: run, model, data and ``analyses``), and beside it ``DIR/<analysis>.json``, its PNG plots and
+``DIR/analyses.json`` (derived from results.json, for schema-1 readers); resumable through the run engine's unit
+store ``DIR/units.sqlite`` (:mod:`robustvit.runs`).
 
 ``limit`` draws the images as ``robustvit eval`` does (``robustvit.data.subset``): a seeded class-stratified
 sample by default (``subset_method="first"``: the first N), or the images a ``subset`` file lists; the analyses
@@ -10,7 +11,6 @@ the data's needs a ``class_map`` (``robustvit.data.classmap``), as in ``eval``."
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,13 +18,13 @@ from typing import Any
 import torch
 from torch import nn
 
-import robustvit
-from robustvit.analysis.base import PAPER_IMAGES, make_context
-from robustvit.analysis.store import UnitStore
+from robustvit.analysis.base import PAPER_IMAGES, Context, make_context
 from robustvit.data.classmap import match_classes
 from robustvit.data.subset import Subset, SubsetDataset, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.registry import parse_spec
+from robustvit.runs import RESULTS_FILE, UnitStore, model_record, results_document, run_header, write_json
+from robustvit.runs.results import check_kind, validate_results
 
 MANIFEST = "analyses.json"
 
@@ -46,7 +46,8 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                  class_map: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """Run analyses (``"name[:key=value…]"`` specs, a list or a comma-separated string) on ``model``
     (a robustvit ``Normalized`` model) over ``dataset``; returns {name: result}. With ``out_dir``, writes
-    ``out_dir/<name>.json`` + PNGs + ``analyses.json`` and resumes from ``analysis_units.sqlite``.
+    ``out_dir/results.json`` (kind analysis), ``out_dir/<name>.json`` + PNGs + ``analyses.json`` and resumes
+    from ``units.sqlite``.
     ``limit`` / ``subset_method`` / ``subset`` (a file of indices or relative paths) / ``subset_seed`` (default
     ``seed``) choose the images; ``class_map`` maps a model's classes onto the data's."""
     from robustvit.analysis import check_family, family_of, get_analysis
@@ -79,6 +80,8 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
     if images is not None and not images.whole:
         view = SubsetDataset(dataset, images.indices if images.method == "first" else images.ranking())
     out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        check_kind(out, "analysis")
     store = UnitStore(out) if out is not None else None
     ctx = make_context(model, view, batch_size=batch_size, seed=seed, device=device, store=store, progress=progress)
     subset_record = images.record() if images is not None else None
@@ -93,7 +96,7 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                 fp["subset"] = images.fingerprint()
             if class_map is not None:
                 fp["class_map"] = str(class_map)
-            ctx.store.check_fingerprint(a.name, fp)
+            ctx.store.check_fingerprint(fp, scope=a.name)
             t0, before = time.time(), ctx.store.seconds(a.name)
             res = a.compute(ctx, **opts)
             n = ctx.num_images if a.needs_data else 0
@@ -112,42 +115,57 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                     "seconds": round(before + time.time() - t0, 3)}
             res = {**head, **res}
             if out is not None:
-                tmp = out / f"{a.name}.json.tmp"
-                tmp.write_text(json.dumps(_jsonable(res), indent=1))
                 res["figures"] = a.plot(res, out)
-                data = _jsonable(res)
-                tmp.write_text(json.dumps(data, indent=1))
-                tmp.replace(out / f"{a.name}.json")
+                write_json(out / f"{a.name}.json", _jsonable(res), indent=1)
             results[a.name] = res
+        doc = analysis_document(model, model_name, source, data_spec, dataset, ctx, results, command, limit=limit,
+                                subset=subset_record, class_map=class_map, notes=[subset_note] if subset_note else [])
         if out is not None:
-            _write_manifest(out, model, model_name, source, data_spec, dataset, ctx, results, command,
-                            limit=limit, subset=subset_record, class_map=class_map)
+            write_analysis_results(out, doc)
     finally:
         ctx.store.close()
     return results
 
 
-def _write_manifest(out: Path, model: nn.Module, name: str, source: str | None, data_spec: str, dataset: Any,
-                    ctx: Any, results: dict[str, Any], command: str | None, *, limit: int | None = None,
-                    subset: dict[str, Any] | None = None, class_map: str | Path | None = None) -> None:
-    path = out / MANIFEST
+def analysis_document(model: nn.Module, name: str, source: str | None, data_spec: str, dataset: Any, ctx: Context,
+                      results: dict[str, Any], command: str | None, *, limit: int | None = None,
+                      subset: dict[str, Any] | None = None, class_map: str | Path | None = None,
+                      notes: list[str] | None = None) -> dict[str, Any]:
+    """The results.json document (kind ``analysis``) of analyses ``results`` ({name: result}): ``analyses`` holds
+    each result without its figure data, and ``figures`` every PNG written; ``notes`` are the run's and the
+    analyses' (each once)."""
+    from robustvit.models.factory import RANDOM_LABEL, is_comparable
+
+    analyses: dict[str, Any] = {k: _jsonable(r) for k, r in results.items()}
+    figures = [f for r in analyses.values() for f in r.get("figures") or []]
+    all_notes = list(notes or []) + ([RANDOM_LABEL["note"]] if not is_comparable(model) else [])
+    all_notes += [n for r in analyses.values() for n in r.get("notes") or []]
+    run = run_header(device=ctx.device, seed=ctx.seed, command=command, started=ctx.store.meta("started"),
+                     batch_size=ctx.batch_size, limit=limit)
+    data = {"spec": data_spec, "num_images": ctx.num_images, "num_unreadable": 0,
+            "num_classes": getattr(dataset, "num_classes", None), "subset": subset}
+    return results_document("analysis", run=run, model=model_record(model, name, source, class_map), data=data,
+                            payload={**analyses, "figures": figures}, notes=list(dict.fromkeys(all_notes)))
+
+
+def write_analysis_results(out: Path, doc: dict[str, Any]) -> None:
+    """Write ``out/results.json``, keeping the analyses an earlier run of the same model and data wrote there,
+    and ``out/analyses.json`` (the schema-1 manifest, derived from it)."""
+    path = out / RESULTS_FILE
     old = json.loads(path.read_text()) if path.is_file() else {}
-    spec = getattr(model, "spec", None)
-    man = {
-        "schema": 1, "kind": "analysis",
-        "run": {"robustvit": robustvit.__version__, "torch": torch.__version__, "device": str(ctx.device),
-                "seed": ctx.seed, "batch_size": ctx.batch_size, "limit": limit,
-                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command or " ".join(sys.argv)},
-        "model": {"name": name, "source": source or name, "params": sum(p.numel() for p in model.parameters()),
-                  "spec": spec.to_dict() if spec is not None else {"family": "other", "input_size": [3, 0, 0]},
-                  "class_map": None if class_map is None else str(class_map)},
-        "data": {"spec": data_spec, "num_images": ctx.num_images,
-                 "num_classes": getattr(dataset, "num_classes", None), "subset": subset},
-        "analyses": sorted(set(old.get("analyses", [])) | set(results)),
-    }
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(man, indent=1))
-    tmp.replace(path)
+    same = (old.get("kind") == "analysis" and old.get("model", {}).get("name") == doc["model"]["name"]
+            and old.get("data", {}).get("spec") == doc["data"]["spec"])
+    if same:
+        kept = {k: v for k, v in old.get("analyses", {}).items() if k != "figures" and k not in doc["analyses"]}
+        figures = [f for r in kept.values() for f in r.get("figures") or []] + doc["analyses"]["figures"]
+        doc["analyses"] = {**kept, **doc["analyses"], "figures": figures}
+        doc["notes"] = list(dict.fromkeys(old.get("notes", []) + doc["notes"]))
+        doc["comparable"] = not doc["notes"]
+    validate_results(doc)
+    write_json(path, doc)
+    names = sorted(k for k in doc["analyses"] if k != "figures")
+    write_json(out / MANIFEST, {"schema": 1, "kind": "analysis", "run": doc["run"], "model": doc["model"],
+                                "data": doc["data"], "analyses": names}, indent=1)
 
 
 def load_analysis_folder(folder: str | Path) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ suite with ``source=OUT``):
 
 Resumable: a finished corruption × severity unit is skipped (ImageNet-C: marker file
 ``<corruption>/<severity>/.done``; CIFAR-C: ``.partial/<corruption>_<severity>.npy``, assembled into
-``<corruption>.npy`` once its 5 severities exist). Every file is written to a temporary name and renamed.
+``<corruption>.npy`` once its 5 severities exist). Every file is written atomically (``robustvit.runs.atomic``: a temporary name, then renamed).
 Images are corrupted in batches on the device; batch ``c`` of unit (corruption, severity) uses the seed
 ``derive_seed(seed, corruption, severity, c)``, so a copy is reproducible for the same seed, batch size and
 device kind. ``OUT/corrupt.json`` records the settings.
@@ -30,6 +30,7 @@ images too).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import warnings
@@ -51,6 +52,7 @@ from robustvit.data.corrupted import CLASSES_FILE, LAYOUTS, read_classes_file
 from robustvit.data.subset import SubsetDataset, dataset_labels, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.progress import progress_bar
+from robustvit.runs.atomic import replacing, write_bytes, write_json, write_text
 from robustvit.utils import derive_seed, resolve_device
 
 IMAGE_FORMATS = {"jpeg": ("JPEG", "JPEG"), "png": ("png", "PNG")}   # → (file extension, PIL format)
@@ -85,12 +87,6 @@ def _safe(name: str) -> str:
     return name.replace("/", "_").replace(os.sep, "_") or "_"
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _load(ds: ImageDataset, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     x, y = ds.get_batch(torch.tensor(ids))
     return x, torch.as_tensor(y).long()
@@ -106,12 +102,13 @@ def _names(ds: ImageDataset, n: int) -> list[str]:
 
 
 def _save_image(arr: np.ndarray, path: Path, fmt: str, quality: int) -> None:
+    """One image file, atomically; not fsync-ed one by one (thousands per unit): the unit's ``.done`` marker
+    is written after all of them."""
     from PIL import Image
 
-    tmp = path.with_name(path.name + ".tmp")
-    kwargs = {"quality": quality} if fmt == "JPEG" else {}
-    Image.fromarray(arr).save(tmp, format=fmt, **kwargs)
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format=fmt, **({"quality": quality} if fmt == "JPEG" else {}))
+    write_bytes(path, buf.getvalue(), durable=False)
 
 
 class _Exporter:
@@ -186,10 +183,10 @@ class _Exporter:
         meta.update(comparable=note is None, notes=[note] if note else [])
         if not self.images.whole:
             ids = self.images.indices.sort().values.tolist()
-            _atomic_write_text(self.out / SUBSET_FILE, "".join(f"{i}\n" for i in ids))
+            write_text(self.out / SUBSET_FILE, "".join(f"{i}\n" for i in ids))
             meta["subset_file"] = SUBSET_FILE
-        _atomic_write_text(self.out / CLASSES_FILE, "\n".join(classes) + "\n")
-        _atomic_write_text(f, json.dumps(meta, indent=2))
+        write_text(self.out / CLASSES_FILE, "\n".join(classes) + "\n")
+        write_json(f, meta)
 
     def _batches(self) -> list[list[int]]:
         b = self.cfg.batch_size
@@ -229,7 +226,7 @@ class _Exporter:
                 for j in jobs:
                     j.result()
                 tick(f"{name} {severity}")
-        _atomic_write_text(d / DONE_FILE, json.dumps({"images": self.n - bad, "unreadable": bad}))
+        write_json(d / DONE_FILE, {"images": self.n - bad, "unreadable": bad}, indent=None)
         return bad
 
     # ---------------------------------------------------------------- cifar-c
@@ -256,24 +253,21 @@ class _Exporter:
             if not np.array_equal(old, tiled):
                 raise RobustvitError(f"{f} holds other labels; use another --out")
             return
-        tmp = self.out / "labels.tmp.npy"
-        np.save(tmp, tiled)
-        os.replace(tmp, f)
+        with replacing(f, suffix=".npy") as tmp:
+            np.save(tmp, tiled)
 
     def _cifar_c_unit(self, name: str, severity: int, tick: Any) -> int:
         p = self._partial(name, severity)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.stem + ".tmp.npy")
-        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(self.n, self.h, self.w, 3))
-        for c, ids in enumerate(self._batches()):
-            x, y = _load(self.ds, ids)
-            if bool((y == UNREADABLE).any()):
-                raise RobustvitError(f"{self.cfg.data} has unreadable images; the cifar-c layout needs every image")
-            mm[ids[0]: ids[-1] + 1] = self._corrupt(x, name, severity, c)
-            tick(f"{name} {severity}")
-        mm.flush()
-        del mm
-        os.replace(tmp, p)
+        with replacing(p, suffix=".npy") as tmp:
+            mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(self.n, self.h, self.w, 3))
+            for c, ids in enumerate(self._batches()):
+                x, y = _load(self.ds, ids)
+                if bool((y == UNREADABLE).any()):
+                    raise RobustvitError(f"{self.cfg.data} has unreadable images; the cifar-c layout needs every image")
+                mm[ids[0]: ids[-1] + 1] = self._corrupt(x, name, severity, c)
+                tick(f"{name} {severity}")
+            mm.flush()
+            del mm
         self._assemble(name)
         return 0
 
@@ -281,14 +275,12 @@ class _Exporter:
         parts = [self._partial(name, s) for s in range(1, 6)]
         if not all(p.is_file() for p in parts):
             return
-        final = self.out / f"{name}.npy"
-        tmp = self.out / f"{name}.tmp.npy"
-        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(5 * self.n, self.h, self.w, 3))
-        for s, p in enumerate(parts):
-            mm[s * self.n:(s + 1) * self.n] = np.load(p, mmap_mode="r")
-        mm.flush()
-        del mm
-        os.replace(tmp, final)
+        with replacing(self.out / f"{name}.npy", suffix=".npy") as tmp:
+            mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(5 * self.n, self.h, self.w, 3))
+            for s, p in enumerate(parts):
+                mm[s * self.n:(s + 1) * self.n] = np.load(p, mmap_mode="r")
+            mm.flush()
+            del mm
         for p in parts:
             p.unlink()
         try:

@@ -1,43 +1,50 @@
 """The evaluation runner: models × suites × chunks of a data set → resumable units → ``results.json``.
 
-``run_eval(EvalConfig(...))`` is what ``robustvit eval`` calls. Under ``torchrun`` every rank evaluates
-the chunks ``c`` with ``c % world_size == rank`` (all ranks share the SQLite store) and rank 0 merges.
+``run_eval(EvalConfig(...))`` is what ``robustvit eval`` calls; it runs on the run engine
+(:mod:`robustvit.runs`): the units go to ``OUT[/<model>]/units.sqlite`` as they finish, and ``results.json``
+(schema 2, kind ``eval``) is written from them. Under ``torchrun`` every rank evaluates the chunks
+``c`` with ``c % world_size == rank`` (all ranks share the store) and rank 0 writes the results. With
+``shard="K/N"`` the run evaluates only the K-th of N disjoint sets of chunks (1-based; for job arrays) and
+writes ``OUT/shard.json`` instead of ``results.json``; :func:`merge_shards` (``robustvit merge``) joins the
+shards' stores and writes the ``results.json`` one unsharded run writes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 import os
-import sys
-import time
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-import robustvit
 from robustvit.data import UNREADABLE, ImageDataset, Resize, create_dataset, dataset_for_model, model_resize
 from robustvit.data.classmap import load_class_map, match_classes as _match_classes
 from robustvit.data.subset import Subset, make_subset
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.store import ResultStore
 from robustvit.evaluate.suites import Batch, EvalContext, Suite, create_suite
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import RANDOM_LABEL, is_comparable, warn_if_random
+from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, init_distributed, model_record,
+                            open_shared_store, results_document, run_header, run_units, write_json, write_results)
+from robustvit.runs.results import check_kind
+from robustvit.runs.scheduler import Unit, pending_chunks
 from robustvit.utils import derive_seed, resolve_device, sum_stats
 
-RESULTS_FILE = "results.json"
+SHARD_FILE = "shard.json"
 
 
 @dataclass
 class EvalConfig:
-    models: list[str]
+    models: list[str | Normalized]   # names / checkpoint folders, or robustvit models (``Normalized``) from Python
     data: str
     suites: list[str] = field(default_factory=lambda: ["clean"])
     out: str = "eval-out"
@@ -56,14 +63,23 @@ class EvalConfig:
     subset_method: str = "stratified"   # how --limit N (and suites' limit=) draw images: stratified or first
     subset: str | None = None       # a file listing the images (indices or paths relative to the data root)
     subset_seed: int | None = None  # seed of the stratified draw (default: seed)
+    shard: str | None = None        # "K/N": evaluate the K-th (1-based) of N disjoint sets of chunks (job arrays)
 
 
-def model_dir_name(name: str, model: Normalized) -> str:
+def model_dir_name(name: str | nn.Module, model: Normalized) -> str:
+    if not isinstance(name, str):
+        return model.spec.architecture
     return model.spec.architecture if is_checkpoint_dir(name) or os.sep in name else name
 
 
-def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
-    """Evaluate every model; returns {model name: results dict}; writes OUT[/<model>]/results.json."""
+def _source(name: str | nn.Module, model: Normalized) -> str:
+    """What built the model (results.json ``model.source``): its name or folder, or ``python:<class>``."""
+    return name if isinstance(name, str) else f"python:{type(getattr(model, 'model', model)).__name__}"
+
+
+def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, Any]]:
+    """Evaluate every model; returns {model name: results dict}; writes OUT[/<model>]/results.json (a shard:
+    OUT/shard.json and its units only, and returns {})."""
     if not cfg.models:
         raise RobustvitError("give at least one --model")
     if cfg.limit is not None and cfg.limit < 1:
@@ -74,24 +90,35 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     keys = [s.strip() for s in cfg.suites]
     if len(set(keys)) != len(keys):
         raise RobustvitError("a suite is listed twice in --suite")
+    shard = Shard.parse(cfg.shard) if cfg.shard is not None else None
+    if shard is not None and not all(isinstance(m, str) for m in cfg.models):
+        raise RobustvitError("--shard needs models given by name or checkpoint folder (a merge rebuilds them)")
     device = resolve_device(cfg.device)
-    rank, world = _init_distributed(device)
-    if world > 1 and device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+    rank, world, device = init_distributed(device)
+    worker = Worker.of(rank, world, shard)
     if cfg.weights is not None and len(cfg.models) != 1:
         raise RobustvitError("--weights FILE applies to one model; evaluate the models one at a time")
     models: dict[str, Normalized] = {}
+    sources: dict[str, str | nn.Module] = {}
     for name in cfg.models:
-        if name.startswith(DETECTOR_PREFIX):
+        if not isinstance(name, str):
+            if not isinstance(name, Normalized):
+                raise RobustvitError("a model object must be a robustvit Normalized model; use robustvit.evaluate(), "
+                                     "which wraps an nn.Module with its normalisation")
+            m = name.to(device).eval()
+        elif name.startswith(DETECTOR_PREFIX):
             m = _detector(name, cfg).to(device).eval()
         else:
             m = create_model(name, pretrained=cfg.pretrained and not is_checkpoint_dir(name),
                              checkpoint=cfg.weights).to(device).eval()
-        warn_if_random(name, m)
+        if shard is not None and m.weights.get("source") == "random":
+            raise RobustvitError(f"--shard needs the same weights in every shard, and {name} has random ones (drawn "
+                                 "anew in each process); give --pretrained, --weights FILE or a checkpoint folder")
+        warn_if_random(_source(name, m), m)
         key = model_dir_name(name, m)
         if key in models:
             key = f"{key}-{len(models)}"
-        models[key] = m
+        models[key], sources[key] = m, name
     datasets: dict[Resize, ImageDataset] = {}       # one per preprocessing: models with the same one share it
     for key, m in models.items():
         resize = _data_key(m)
@@ -112,26 +139,93 @@ def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     for key, model in models.items():
         dataset = datasets[_data_key(model)]
         out = Path(cfg.out) / key if multi else Path(cfg.out)
+        check_kind(out, "eval")
         ctx = EvalContext(model=model, model_name=key, models=models, data_spec=cfg.data, dataset=dataset,
                           num_classes=model.spec.num_classes, device=device, seed=cfg.seed, options=cfg.options,
                           out_dir=out, subset=subset)
-        store = _open_store(out, rank, world)
-        store.check_fingerprint({"model": key, "checkpoint": _checkpoint_id(cfg.models[list(models).index(key)]),
-                                 "data": cfg.data, "limit": cfg.limit, "chunk": cfg.batch_size, "seed": cfg.seed,
-                                 "subset": subset.fingerprint(),
-                                 "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
-        _run_units(ctx, store, suites, keys, dataset, cfg, rank, world)
-        if world > 1:
-            dist.barrier()
-        if rank == 0:
-            results[key] = _finalize(ctx, store, suites, keys, dataset, cfg, world)
-            out.mkdir(parents=True, exist_ok=True)
-            tmp = out / (RESULTS_FILE + ".tmp")
-            tmp.write_text(json.dumps(results[key], indent=2))
-            tmp.replace(out / RESULTS_FILE)
-        store.close()
-    if world > 1:
-        dist.barrier()
+        store = open_shared_store(out, rank, world)
+        try:
+            store.check_fingerprint({"model": key, "checkpoint": _checkpoint_id(sources[key], model),
+                                     "data": cfg.data, "limit": cfg.limit, "chunk": cfg.batch_size, "seed": cfg.seed,
+                                     "subset": subset.fingerprint(),
+                                     "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
+            _run_units(ctx, store, suites, keys, dataset, cfg, worker, show=cfg.progress and rank == 0,
+                       merging=_merging)
+            barrier()
+            if rank == 0 and shard is None:
+                results[key] = _finalize(ctx, store, suites, keys, dataset, cfg, world, sources[key])
+                write_results(out, results[key])
+        finally:
+            store.close()
+    if shard is not None and rank == 0:
+        write_json(Path(cfg.out) / SHARD_FILE, {"schema": 2, "kind": "eval-shard", "shard": str(shard),
+                                                "models": list(models), "config": _config_record(cfg)})
+    barrier()
+    return results
+
+
+#: EvalConfig fields that may differ between the shards of one run (the rest must agree to merge them).
+_SHARD_FREE = ("out", "shard", "command", "progress", "device", "workers")
+
+
+def _config_record(cfg: EvalConfig) -> dict[str, Any]:
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+
+
+def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None = None,
+                 progress: bool = False) -> dict[str, dict[str, Any]]:
+    """Join the unit stores of the shards ``dirs`` (``robustvit eval --shard K/N`` folders: together 1 … N, each
+    once) into ``out`` and write its ``results.json`` — the file one unsharded run writes (its ``run`` records
+    ``shard``: the count, the folders and the ``merge`` command; ``command`` is the shards' without ``--shard``).
+    Returns {model name: results dict} as :func:`run_eval`."""
+    if not dirs:
+        raise RobustvitError("give the shard folders to merge: robustvit merge OUT_1 … OUT_N --out OUT")
+    records = []
+    for d in map(Path, dirs):
+        f = d / SHARD_FILE
+        if not f.is_file():
+            raise RobustvitError(f"{d} holds no {SHARD_FILE}; pass folders written by `robustvit eval --shard K/N` "
+                                 "(a shard writes it when it finishes)")
+        try:
+            rec = json.loads(f.read_text())
+            records.append((d, Shard.parse(rec["shard"]), rec))
+        except (json.JSONDecodeError, KeyError) as e:
+            raise RobustvitError(f"{f} is not a shard record ({e}); re-run that shard") from None
+    counts = {s.count for _, s, _ in records}
+    if len(counts) != 1:
+        raise RobustvitError(f"these shards split the run differently (N = {', '.join(map(str, sorted(counts)))}); "
+                             "merge shards of one --shard K/N run")
+    n = counts.pop()
+    seen = [s.index for _, s, _ in records]
+    twice = sorted({k for k in seen if seen.count(k) > 1})
+    missing = sorted(set(range(1, n + 1)) - set(seen))
+    if twice or missing:
+        raise RobustvitError(f"shard {twice[0]}/{n} is given twice; give each shard once" if twice else
+                             f"shards {', '.join(f'{k}/{n}' for k in missing)} are missing; run them and merge all {n}")
+    base = {k: v for k, v in records[0][2]["config"].items() if k not in _SHARD_FREE}
+    for d, _, rec in records[1:]:
+        other = {k: v for k, v in rec["config"].items() if k not in _SHARD_FREE}
+        diff = sorted(k for k in set(base) | set(other) if base.get(k) != other.get(k))
+        if diff:
+            raise RobustvitError(f"{d} was run with other settings than {records[0][0]} ({', '.join(diff)}); "
+                                 "merge shards of one command")
+    models: list[str] = records[0][2]["models"]
+    out = Path(out)
+    for key in models:
+        sub = (lambda p: p / key) if len(models) > 1 else (lambda p: p)
+        with UnitStore(sub(out)) as target:
+            for d, _, _ in sorted(records, key=lambda r: r[1].index):
+                with UnitStore(sub(d)) as src:
+                    target.merge_from(src)
+    first = records[0][2]["config"]
+    one_run = re.sub(r"\s--shard(=|\s+)\S+", "", first.get("command") or "") or None   # the command without --shard
+    cfg = EvalConfig(**{**first, "out": str(out), "shard": None, "progress": progress, "command": one_run})
+    results = run_eval(cfg, _merging=True)
+    shards = {"count": n, "shards": [str(d) for d, _, _ in sorted(records, key=lambda r: r[1].index)],
+              "merge": command}
+    for key, res in results.items():
+        res["run"]["shard"] = shards
+        write_results(out / key if len(results) > 1 else out, res)
     return results
 
 
@@ -158,28 +252,19 @@ def match_classes(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalC
     _match_classes(model, dataset, cfg.class_map, model_name=key, data_spec=cfg.data)
 
 
-def _checkpoint_id(name: str) -> str:
-    p = Path(name) / "model.safetensors"
-    return f"{p.stat().st_size}:{int(p.stat().st_mtime)}" if p.is_file() else name
-
-
-def _open_store(out: Path, rank: int, world: int) -> ResultStore:
-    """Rank 0 creates the SQLite store (and switches it to WAL) before the other ranks open it: two
-    processes creating the same database at once can fail with "database is locked"."""
-    if rank == 0:
-        store = ResultStore(out)
-    if world > 1:
-        dist.barrier()
-    return store if rank == 0 else ResultStore(out)
-
-
-def _init_distributed(device: torch.device) -> tuple[int, int]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    if dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+def _checkpoint_id(name: str | nn.Module, model: Normalized) -> str:
+    """The weights a run's units depend on: the SHA-256 of a checkpoint or ``--weights`` file (the same on every
+    machine of a job array), a name, or (a model object) a digest of its parameters and buffers."""
+    sha = getattr(model, "weights", {}).get("sha256")
+    if sha:
+        return f"sha256:{sha}"
+    if not isinstance(name, str):
+        h = hashlib.sha256()
+        for k, t in model.state_dict().items():
+            h.update(k.encode())
+            h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        return f"python:{h.hexdigest()[:16]}"
+    return name
 
 
 @dataclass
@@ -245,58 +330,64 @@ def _plans(ctx: EvalContext, suites: list[Suite], dataset: ImageDataset, cfg: Ev
     return plans
 
 
-def _run_units(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
-               cfg: EvalConfig, rank: int, world: int) -> None:
-    """Evaluate every unit not yet in the store, pass by pass (:func:`_plans`). Chunk ``c`` of a pass holds its
-    images c·B … (c+1)·B−1; ``Batch.index`` is each image's position in the pass (0 = the suite's first
-    image), ``Batch.data_index`` its index in the data set."""
+def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
+               cfg: EvalConfig, worker: Worker, *, show: bool = False, merging: bool = False) -> None:
+    """Evaluate every unit not yet in the store that ``worker`` owns, pass by pass (:func:`_plans`), on the run
+    engine's scheduler. Chunk ``c`` of a pass holds its images c·B … (c+1)·B−1; ``Batch.index`` is each image's
+    position in the pass (0 = the suite's first image), ``Batch.data_index`` its index in the data set.
+    ``merging``: the units must all be stored already (a merge of shards); refuse when some are not."""
     b = cfg.batch_size
+    index = {k: i for i, k in enumerate(keys)}
     for plan in _plans(ctx, suites, dataset, cfg):
         ds, images = plan.dataset, plan.images
         sizes = {i: len(images) if m is None else min(m, len(images)) for i, m in plan.members.items()}
         parts = {i: suites[i].parts(ctx) for i in plan.members}
-        done = store.done()
         span = max(sizes.values())                  # images read: up to the largest member's
         nchunks = math.ceil(span / b)
-        todo: list[tuple[int, list[tuple[int, str]]]] = []
-        for c in range(nchunks):
-            if c % world != rank:
-                continue
-            pending = [(i, p) for i in plan.members if c * b < sizes[i] for p in parts[i] if (keys[i], p, c) not in done]
-            if plan.data_part is not None and ("_data", plan.data_part, c) not in done:
-                pending.append((-1, plan.data_part))
-            if pending:
-                todo.append((c, pending))
-        if not todo:
+
+        def units(c: int, plan: _Plan = plan, sizes: dict[int, int] = sizes, parts: dict[int, list[str]] = parts
+                  ) -> list[Unit]:
+            todo = [(keys[i], p) for i in plan.members if c * b < sizes[i] for p in parts[i]]
+            return todo + ([("_data", plan.data_part)] if plan.data_part is not None else [])
+
+        if merging:
+            lost = pending_chunks(store, nchunks, units)
+            if lost:
+                raise RobustvitError(f"the shards lack {sum(len(u) for _, u in lost)} units of {ctx.model_name} "
+                                     f"({lost[0][1][0][0]}, chunk {lost[0][0]}); re-run the unfinished shards, "
+                                     "then merge")
             continue
-        chunks = [torch.arange(c * b, min(span, (c + 1) * b)) for c, _ in todo]
-        with progress_bar(cfg.progress and rank == 0, f"{ctx.model_name} · {plan.tag}", len(todo)) as tick:
-            for (c, pending), pos, (x, y) in zip(todo, chunks, _load_chunks(ds, [images[p] for p in chunks], cfg)):
-                ids = images[pos]
-                keep = y != UNREADABLE
-                if (-1, plan.data_part) in pending:
+
+        def load(chunks: list[int], ds: ImageDataset = ds, images: torch.Tensor = images, span: int = span):
+            positions = [torch.arange(c * b, min(span, (c + 1) * b)) for c in chunks]
+            for pos, (x, y) in zip(positions, _load_chunks(ds, [images[p] for p in positions], cfg)):
+                yield pos, images[pos], x, y
+
+        def work(data: Any, c: int, pending: list[Unit], ds: ImageDataset = ds, sizes: dict[int, int] = sizes):
+            pos, ids, x, y = data
+            keep = y != UNREADABLE
+            for task, part in pending:
+                if task == "_data":
                     bad = ids[~keep].tolist()
                     files = [ds.samples[j][0] for j in bad][:20] if hasattr(ds, "samples") else []
-                    store.put("_data", str(plan.data_part), c, {"n": int(len(y)), "unreadable": len(bad), "files": files},
-                              0.0)
-                x, y, ids, pos = x[keep].to(ctx.device, non_blocking=True), y[keep].to(ctx.device), ids[keep], pos[keep]
-                for i, part in pending:
-                    if i < 0:
-                        continue
-                    gen = torch.Generator(device=ctx.device)
-                    gen.manual_seed(derive_seed(cfg.seed, keys[i], part, c))
-                    sel = pos < sizes[i]
-                    if bool(sel.all()):
-                        batch = Batch(x, y, pos, gen, ids)
-                    else:
-                        dev = sel.to(x.device)
-                        batch = Batch(x[dev], y[dev], pos[sel], gen, ids[sel])
-                    t0 = time.time()
-                    stats = suites[i].run(ctx, part, batch) if len(batch.y) else {}
-                    if ctx.device.type == "cuda":
-                        torch.cuda.synchronize(ctx.device)
-                    store.put(keys[i], part, c, stats, time.time() - t0)
-                tick()
+                    yield (task, part), {"n": int(len(y)), "unreadable": len(bad), "files": files}
+            x, y, ids, pos = x[keep].to(ctx.device, non_blocking=True), y[keep].to(ctx.device), ids[keep], pos[keep]
+            for task, part in pending:
+                if task == "_data":
+                    continue
+                i = index[task]
+                gen = torch.Generator(device=ctx.device)
+                gen.manual_seed(derive_seed(cfg.seed, task, part, c))
+                sel = pos < sizes[i]
+                if bool(sel.all()):
+                    batch = Batch(x, y, pos, gen, ids)
+                else:
+                    dev = sel.to(x.device)
+                    batch = Batch(x[dev], y[dev], pos[sel], gen, ids[sel])
+                yield (task, part), (suites[i].run(ctx, part, batch) if len(batch.y) else {})
+
+        run_units(store, nchunks, units, work, load=load, worker=worker, device=ctx.device,
+                  progress=lambda n, tag=plan.tag: progress_bar(show, f"{ctx.model_name} · {tag}", n))
 
 
 def _load_chunks(ds: ImageDataset, chunks: list[torch.Tensor], cfg: EvalConfig):  # noqa: ANN202
@@ -311,8 +402,8 @@ def _load_chunks(ds: ImageDataset, chunks: list[torch.Tensor], cfg: EvalConfig):
         yield x, torch.as_tensor(y)
 
 
-def _finalize(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
-              cfg: EvalConfig, world: int) -> dict[str, Any]:
+def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
+              cfg: EvalConfig, world: int, source: str | nn.Module) -> dict[str, Any]:
     data_units = store.stats("_data")      # one part: "all", or "sample:N" when every suite drew its own sample
     data_items = data_units.get("all") or next(iter(data_units.values()), [])
     data_stats = sum_stats(data_items)
@@ -328,25 +419,16 @@ def _finalize(ctx: EvalContext, store: ResultStore, suites: list[Suite], keys: l
         if suite.subset_info is not None:
             res.setdefault("subset", suite.subset_info)
         suites_out[key] = res
-    model = ctx.model
     notes = comparability_notes(ctx, suites, keys)
-    return {
-        "schema": 1,
-        "run": {"robustvit": robustvit.__version__, "torch": torch.__version__, "device": str(ctx.device),
-                "device_name": torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu",
-                "seed": cfg.seed, "started": store.meta("started"), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "command": cfg.command or " ".join(sys.argv), "world_size": world, "batch_size": cfg.batch_size,
-                "limit": cfg.limit, "options": {k: v for k, v in cfg.options.items() if v is not None}},
-        "model": {"name": ctx.model_name, "source": cfg.models[list(ctx.models).index(ctx.model_name)],
-                  "params": sum(p.numel() for p in model.parameters()), "spec": model.spec.to_dict(),
-                  "pretrained": model.weights["pretrained"], "weights": model.weights,
-                  "preprocessing": model.spec.preprocessing(), "class_map": cfg.class_map},
-        "data": {"spec": cfg.data, "num_images": int(data_stats.get("n", 0)) - int(data_stats.get("unreadable", 0)),
-                 "num_unreadable": int(data_stats.get("unreadable", 0)), "unreadable_files": files,
-                 "num_classes": dataset.num_classes, "subset": ctx.subset.record() if ctx.subset else None},
-        "comparable": not notes, "notes": notes,
-        "suites": suites_out,
-    }
+    run = run_header(device=ctx.device, seed=cfg.seed, command=cfg.command, started=store.meta("started"),
+                     world_size=world, batch_size=cfg.batch_size, limit=cfg.limit,
+                     options={k: v for k, v in cfg.options.items() if v is not None}, shard=None)
+    n, bad = int(data_stats.get("n", 0)), int(data_stats.get("unreadable", 0))
+    data = {"spec": cfg.data, "num_images": n - bad, "num_unreadable": bad, "unreadable_files": files,
+            "num_classes": dataset.num_classes, "subset": ctx.subset.record() if ctx.subset else None}
+    return results_document("eval", run=run, model=model_record(ctx.model, ctx.model_name, _source(source, ctx.model),
+                                                                cfg.class_map),
+                            data=data, payload=suites_out, notes=notes)
 
 
 def comparability_notes(ctx: EvalContext, suites: list[Suite], keys: list[str]) -> list[str]:
@@ -365,4 +447,4 @@ def comparability_notes(ctx: EvalContext, suites: list[Suite], keys: list[str]) 
     return notes
 
 
-__all__ = ["EvalConfig", "run_eval", "RESULTS_FILE"]
+__all__ = ["EvalConfig", "RESULTS_FILE", "SHARD_FILE", "merge_shards", "run_eval"]

@@ -1,0 +1,167 @@
+"""The Python API at the top of the package: ``robustvit.evaluate``, ``robustvit.analyze``, ``robustvit.train``.
+
+Each is one call over the same engine the command line uses (results.json, schema 2). A model is a name (a timm
+model, a robustvit architecture, a checkpoint folder) or an ``nn.Module`` object: a robustvit ``Normalized`` model
+is used as it is; any other module is wrapped in ``Normalized`` with its normalisation taken from its timm
+``pretrained_cfg`` (mean, std, input size, crop_pct, interpolation) or from ``mean=`` / ``std=`` given.
+
+>>> import timm, robustvit                                                        # doctest: +SKIP
+>>> net = timm.create_model("resnet18", pretrained=True)                          # doctest: +SKIP
+>>> res = robustvit.evaluate(net, data="imagenet:/data/val", suites=["clean", "pgd"], limit=500)  # doctest: +SKIP
+>>> res["suites"]["pgd"]                                                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from robustvit.errors import RobustvitError
+
+
+def as_model(model: str | nn.Module, *, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+             name: str | None = None, num_classes: int | None = None, input_size: int | None = None,
+             pretrained: bool = False, weights: str | None = None) -> Any:
+    """A robustvit ``Normalized`` model from a name or a module (see the module docstring)."""
+    from robustvit.models import Normalized, create_model, is_checkpoint_dir
+
+    if isinstance(model, str):
+        return create_model(model, pretrained=pretrained and not is_checkpoint_dir(model), checkpoint=weights)
+    if isinstance(model, Normalized):
+        return model
+    if not isinstance(model, nn.Module):
+        raise RobustvitError(f"model must be a name or a torch nn.Module, got {type(model).__name__}")
+    return wrap_module(model, mean=mean, std=std, name=name, num_classes=num_classes, input_size=input_size)
+
+
+def wrap_module(module: nn.Module, *, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+                name: str | None = None, num_classes: int | None = None, input_size: int | None = None) -> Any:
+    """``Normalized(module, spec)``: normalisation from ``mean``/``std``, else the module's timm
+    ``pretrained_cfg``; one line when neither gives it (images are [0, 1]; the model normalises inside)."""
+    from robustvit.models import Normalized
+    from robustvit.models.factory import spec_from_timm
+
+    cfg = dict(getattr(module, "pretrained_cfg", None) or getattr(module, "default_cfg", None) or {})
+    if (mean is None) != (std is None):
+        raise RobustvitError("give both mean= and std= (the normalisation the model was trained with), or neither")
+    if mean is None and not ("mean" in cfg and "std" in cfg):
+        raise RobustvitError(f"{type(module).__name__} has no timm pretrained_cfg with mean/std; give mean= and std= "
+                             "(e.g. mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225) for ImageNet models)")
+    arch = name or str(cfg.get("architecture") or type(module).__name__)
+    spec = spec_from_timm(arch, module, {})
+    changes: dict[str, Any] = {}
+    if mean is not None and std is not None:
+        if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
+            raise RobustvitError(f"mean and std take 3 values each (std > 0), got mean={mean} std={std}")
+        changes.update(mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std))
+    size = getattr(getattr(module, "patch_embed", None), "img_size", None)      # a timm ViT built at another size
+    if input_size is not None:
+        changes["input_size"] = (3, int(input_size), int(input_size))
+    elif isinstance(size, (tuple, list)) and len(size) == 2 and tuple(size) != tuple(spec.input_size[1:]):
+        changes["input_size"] = (3, int(size[0]), int(size[1]))
+    if num_classes is not None:
+        changes["num_classes"] = int(num_classes)
+    elif getattr(module, "num_classes", None) is None:      # not a timm model: ask the module
+        h, w = (changes.get("input_size") or spec.input_size)[1:]
+        p = next(module.parameters(), None)
+        was = module.training
+        module.eval()
+        with torch.no_grad():
+            out = module(torch.zeros(1, 3, h, w, device=p.device if p is not None else "cpu"))
+        module.train(was)
+        changes["num_classes"] = int(out.shape[-1])
+    wrapped = Normalized(module, dataclasses.replace(spec, **changes))
+    wrapped.weights = {"pretrained": None, "source": f"python:{type(module).__name__}"}
+    return wrapped
+
+
+_EVAL_FIELDS = {"batch_size", "device", "seed", "strict", "workers", "pretrained", "weights", "class_map",
+                "subset_method", "subset", "subset_seed", "progress", "command", "shard"}
+
+
+def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suites: Sequence[str] | str = ("clean",),
+             out: str | Path | None = None, limit: int | None = None, *, mean: Sequence[float] | None = None,
+             std: Sequence[float] | None = None, name: str | None = None, input_size: int | None = None,
+             num_classes: int | None = None, progress: bool = False, **options: Any) -> dict[str, Any]:
+    """Evaluate a model (a name, a checkpoint folder or an ``nn.Module``; or a list of them) with ``suites`` on
+    ``data`` (a data spec such as ``"synthshapes:test"``); returns the results dict (results.json, kind eval; a
+    list of models: {model name: results dict}). ``out``: the run folder (resumable; None: a temporary one).
+    ``mean``/``std``/``name``/``input_size``/``num_classes`` describe a module object (:func:`wrap_module`).
+    ``options``: EvalConfig fields (``batch_size``, ``device``, ``seed``, ``pretrained``, ``weights``,
+    ``class_map``, ``subset_method``, ``subset``, …) and the suites' global options (``eps``, ``norm``,
+    ``steps``)."""
+    from robustvit.evaluate.runner import EvalConfig, run_eval
+
+    many = isinstance(model, (list, tuple))
+    models = [m if isinstance(m, str) else as_model(m, mean=mean, std=std, name=name, input_size=input_size,
+                                                    num_classes=num_classes)
+              for m in (model if many else [model])]
+    fields = {k: options.pop(k) for k in list(options) if k in _EVAL_FIELDS}
+    fields.setdefault("command", "robustvit.evaluate()")
+    suite_list = [s.strip() for s in suites.split(",")] if isinstance(suites, str) else list(suites)
+    with tempfile.TemporaryDirectory(prefix="robustvit-eval-") if out is None else _Keep(out) as folder:
+        results = run_eval(EvalConfig(models=models, data=data, suites=suite_list, out=str(folder), limit=limit,
+                                      options=options, progress=progress, **fields))
+    return results if many else next(iter(results.values()))
+
+
+def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, out: str | Path | None = None,
+            limit: int | None = None, *, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+            name: str | None = None, input_size: int | None = None, num_classes: int | None = None,
+            pretrained: bool = False, weights: str | None = None, seed: int = 0,
+            batch_size: int = 64, device: str = "auto", progress: bool = False, **options: Any) -> dict[str, Any]:
+    """Run ``analyses`` (``"name[:key=value…]"``) on a model over ``data`` (a data spec or a data set object);
+    returns the results dict (results.json, kind analysis). ``out``: the run folder (figures, resumable; None:
+    a temporary one). ``options``: ``class_map``, ``subset_method``, ``subset``, ``subset_seed``."""
+    from robustvit.analysis import run_analyses
+    from robustvit.data import dataset_for_model
+    from robustvit.runs import read_results
+
+    m = as_model(model, mean=mean, std=std, name=name, input_size=input_size, num_classes=num_classes,
+                 pretrained=pretrained, weights=weights)
+    dataset = dataset_for_model(data, m.spec) if isinstance(data, str) else data
+    label = model if isinstance(model, str) else None
+    with tempfile.TemporaryDirectory(prefix="robustvit-analyze-") if out is None else _Keep(out) as folder:
+        run_analyses(m, dataset, analyses, folder, limit=limit, seed=seed, batch_size=batch_size, device=device,
+                     progress=progress, model_name=name or label, data_spec=data if isinstance(data, str) else None,
+                     source=label or m.weights.get("source"), command="robustvit.analyze()", **options)
+        return read_results(folder)
+
+
+def train(config: Any = None, /, *, resume: bool = False, progress: bool = True, **fields: Any) -> Path:
+    """Train as ``robustvit train`` does; ``config`` is a ``TrainConfig``, a dict of its fields or a YAML file,
+    and ``fields`` override it (``train(model="vit_cifar_micro", data="synthshapes:train", epochs=2, out=…)``).
+    Returns the final checkpoint folder; the run folder holds the training's results."""
+    from robustvit.training import TrainConfig, train as run_training
+
+    if isinstance(config, TrainConfig):
+        cfg = dataclasses.replace(config, **fields) if fields else config
+    elif isinstance(config, (str, Path)):
+        cfg = TrainConfig.load(config, **fields)
+    elif config is None or isinstance(config, dict):
+        cfg = TrainConfig.from_dict(dict(config or {}), "robustvit.train()", fields)
+    else:
+        raise RobustvitError(f"train() takes a TrainConfig, a dict or a YAML path, got {type(config).__name__}")
+    return run_training(cfg, resume=resume, progress=progress)
+
+
+class _Keep:
+    """``with`` on a given folder: the folder itself (a temporary one is removed, a given one is kept)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    def __enter__(self) -> Path:
+        return self.folder
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+__all__ = ["analyze", "as_model", "evaluate", "train", "wrap_module"]

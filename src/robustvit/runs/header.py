@@ -1,0 +1,44 @@
+"""What every results.json records about the run (``run``) and the model (``model``)."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from typing import Any
+
+import torch
+
+import robustvit
+from robustvit.runs.store import now
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def run_header(*, device: torch.device | str, seed: int, command: str | None = None, started: str | None = None,
+               world_size: int = 1, **extra: Any) -> dict[str, Any]:
+    """The ``run`` record: versions, device, seed, the command, start and end times, processes; ``extra``
+    adds the kind's settings (``batch_size``, ``limit``, ``options``, ``shard`` …)."""
+    device = torch.device(device)
+    return {"robustvit": robustvit.__version__, "torch": torch.__version__, "python": platform.python_version(),
+            "device": str(device), "device_name": device_name(device), "seed": seed,
+            "started": started or now(), "finished": now(), "command": command or " ".join(sys.argv),
+            "world_size": world_size, **extra}
+
+
+def model_record(model: torch.nn.Module, name: str, source: str | None = None,
+                 class_map: str | None = None) -> dict[str, Any]:
+    """The ``model`` record of a robustvit model (``Normalized``: ``spec``, ``weights``): name, source (what
+    built it: a timm name, a checkpoint folder, ``python:<class>``), parameters, spec, weights, preprocessing,
+    class map."""
+    spec = getattr(model, "spec", None)
+    weights = getattr(model, "weights", None)
+    return {"name": name, "source": source or name, "params": sum(p.numel() for p in model.parameters()),
+            "spec": spec.to_dict() if spec is not None else {"family": "other", "input_size": [3, 0, 0]},
+            "pretrained": weights.get("pretrained") if isinstance(weights, dict) else None,
+            "weights": weights, "preprocessing": spec.preprocessing() if spec is not None else None,
+            "class_map": None if class_map is None else str(class_map)}
+
+
+__all__ = ["device_name", "model_record", "run_header"]

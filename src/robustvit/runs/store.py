@@ -1,0 +1,188 @@
+"""The unit store: one SQLite file per run folder; every finished unit of work is committed at once.
+
+A unit is (task, part, chunk) — a suite or an analysis, an independent piece of it (a corruption × severity,
+a lesioned block), and a chunk of images — holding JSON statistics that are additive over chunks (counts and
+sums, not means). Re-running the same command skips stored units, so a run killed even with SIGKILL loses at
+most the units in flight. The file is in WAL mode: several processes (``torchrun`` ranks) write to it at once;
+a shard (``--shard K/N``) writes its own file, and :meth:`UnitStore.merge_from` joins them.
+
+The settings a run's units depend on are its *fingerprint* (one per scope: ``"run"`` for an evaluation, the
+analysis name for an analysis); a folder refuses units of other settings in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from robustvit.errors import RobustvitError
+
+DB_NAME = "units.sqlite"
+RUN_SCOPE = "run"
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+_COLUMNS = ("task", "part", "chunk", "stats", "seconds", "finished", "worker")
+
+
+def now() -> str:
+    """The local time as results.json records it (ISO 8601 with the UTC offset)."""
+    return time.strftime(TIME_FORMAT)
+
+
+class UnitStore:
+    """Units, fingerprints and run metadata of one folder (``directory/name``)."""
+
+    def __init__(self, directory: str | Path, name: str = DB_NAME) -> None:
+        self.path = Path(directory) / name
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, timeout=120, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        cols = [r[1] for r in self.db.execute("PRAGMA table_info(units)")]
+        if cols and cols != list(_COLUMNS):
+            self.db.close()
+            raise RobustvitError(f"{self.path} was written by an older robustvit (another unit-store layout); "
+                                 "finish that run with the version that started it, or use another --out folder")
+        self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS fingerprints (scope TEXT PRIMARY KEY, value TEXT)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS units (task TEXT, part TEXT, chunk INTEGER, stats TEXT, "
+                        "seconds REAL, finished REAL, worker TEXT, PRIMARY KEY (task, part, chunk))")
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('started', ?)", (now(),))
+
+    # ------------------------------------------------------------------ settings
+    def check_fingerprint(self, fingerprint: dict[str, Any], scope: str = RUN_SCOPE) -> None:
+        """Remember the settings of ``scope``; refuse (one line) to mix units of other settings in this folder."""
+        text = json.dumps(fingerprint, sort_keys=True)
+        self.db.execute("INSERT OR IGNORE INTO fingerprints VALUES (?, ?)", (scope, text))
+        old_text = self.fingerprint_text(scope)
+        if old_text != text:
+            old = json.loads(old_text or "{}")
+            diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
+            what = "a run" if scope == RUN_SCOPE else f"{scope} results of a run"
+            raise RobustvitError(f"{self.path.parent} holds {what} with other settings ({', '.join(diff)}); "
+                                 "use another --out folder, or delete it to start over")
+
+    def fingerprint_text(self, scope: str = RUN_SCOPE) -> str | None:
+        row = self.db.execute("SELECT value FROM fingerprints WHERE scope=?", (scope,)).fetchone()
+        return None if row is None else row[0]
+
+    def meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    # ------------------------------------------------------------------ units
+    def done(self, task: str | None = None) -> set[tuple[str, str, int]]:
+        """The stored units as (task, part, chunk), of one task or of all."""
+        sql, args = "SELECT task, part, chunk FROM units", ()
+        if task is not None:
+            sql, args = sql + " WHERE task=?", (task,)
+        return {(t, p, c) for t, p, c in self.db.execute(sql, args)}
+
+    def put(self, task: str, part: str, chunk: int, stats: Any, seconds: float, worker: str = "") -> None:
+        self.db.execute("INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (task, part, int(chunk), json.dumps(stats), float(seconds), time.time(), worker))
+
+    def get(self, task: str, part: str, chunk: int) -> Any:
+        row = self.db.execute("SELECT stats FROM units WHERE task=? AND part=? AND chunk=?",
+                              (task, part, int(chunk))).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def stats(self, task: str) -> dict[str, list[Any]]:
+        """All stored statistics of a task: {part: [stats of each chunk, in chunk order]}."""
+        out: dict[str, list[Any]] = {}
+        for part, stats in self.db.execute("SELECT part, stats FROM units WHERE task=? ORDER BY chunk", (task,)):
+            out.setdefault(part, []).append(json.loads(stats))
+        return out
+
+    def seconds(self, task: str) -> float:
+        row = self.db.execute("SELECT SUM(seconds) FROM units WHERE task=?", (task,)).fetchone()
+        return float(row[0] or 0.0)
+
+    # ------------------------------------------------------------------ shards
+    def merge_from(self, other: "UnitStore") -> int:
+        """Copy ``other``'s units here (a shard's): fingerprints must agree; returns the units copied. The
+        earlier ``started`` of the two is kept."""
+        for scope, text in other.db.execute("SELECT scope, value FROM fingerprints"):
+            self.check_fingerprint(json.loads(text), scope)
+        rows = other.db.execute(f"SELECT {', '.join(_COLUMNS)} FROM units").fetchall()
+        with self.transaction():
+            self.db.executemany("INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        started = [s for s in (self.meta("started"), other.meta("started")) if s]
+        if started:
+            self.set_meta("started", min(started))
+        return len(rows)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "UnitStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class MemoryStore(UnitStore):
+    """The same interface in memory (the Python API without an output folder)."""
+
+    def __init__(self) -> None:  # noqa: D107  (no super: no file)
+        self.units: dict[tuple[str, str, int], tuple[Any, float]] = {}
+        self.prints: dict[str, str] = {}
+        self.info: dict[str, str] = {"started": now()}
+
+    def check_fingerprint(self, fingerprint: dict[str, Any], scope: str = RUN_SCOPE) -> None:
+        pass
+
+    def fingerprint_text(self, scope: str = RUN_SCOPE) -> str | None:
+        return self.prints.get(scope)
+
+    def meta(self, key: str) -> str | None:
+        return self.info.get(key)
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.info[key] = value
+
+    def done(self, task: str | None = None) -> set[tuple[str, str, int]]:
+        return {k for k in self.units if task is None or k[0] == task}
+
+    def put(self, task: str, part: str, chunk: int, stats: Any, seconds: float, worker: str = "") -> None:
+        self.units[(task, part, int(chunk))] = (json.loads(json.dumps(stats)), float(seconds))
+
+    def get(self, task: str, part: str, chunk: int) -> Any:
+        item = self.units.get((task, part, int(chunk)))
+        return None if item is None else item[0]
+
+    def stats(self, task: str) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {}
+        for (t, p, _), (s, _) in sorted(self.units.items(), key=lambda kv: kv[0][2]):
+            if t == task:
+                out.setdefault(p, []).append(s)
+        return out
+
+    def seconds(self, task: str) -> float:
+        return sum(sec for (t, _, _), (_, sec) in self.units.items() if t == task)
+
+    def merge_from(self, other: UnitStore) -> int:
+        raise RobustvitError("an in-memory store cannot merge shards; give an output folder")
+
+    def close(self) -> None:
+        pass
+
+
+__all__ = ["DB_NAME", "MemoryStore", "RUN_SCOPE", "UnitStore", "now"]
