@@ -5,6 +5,7 @@ import torch
 
 from robustvit.errors import RobustvitError
 from robustvit.models import create_model
+from robustvit.runs import read_results, validate_results
 from robustvit.training import TrainConfig, register_loss, train
 from robustvit.training.losses import CrossEntropy
 from robustvit.training.augment import random_crop_flip
@@ -56,6 +57,11 @@ def test_train_checkpoint_and_resume(tmp_path):
     assert [r["epoch"] for r in lines] == [1, 2] and all("val_acc" in r for r in lines)
     model = create_model(str(ck))
     assert model.spec.class_names[0] == "circle" and model.spec.num_classes == 10
+    doc = read_results(tmp_path / "run")          # results.json of kind train, valid against the schema
+    validate_results(doc)
+    assert doc["kind"] == "train" and doc["train"]["epochs"] == lines and doc["train"]["config"]["epochs"] == 2
+    assert doc["train"]["checkpoints"][0] == "checkpoint" and doc["data"]["num_images"] == 64
+    assert doc["model"]["params"] == sum(p.numel() for p in model.parameters())
     with pytest.raises(RobustvitError, match="--resume"):
         train(cfg, progress=False)
 

@@ -45,6 +45,7 @@ from robustvit.errors import RobustvitError
 from robustvit.models import Normalized, create_model, is_checkpoint_dir, save_checkpoint
 from robustvit.models.finetune import adapt_input, rebuild, reset_head
 from robustvit.progress import progress_bar
+from robustvit.runs import check_kind, data_record, init_distributed, model_record, write_train_results
 from robustvit.training.augment import TimmAugment, augment_batch
 from robustvit.training.config import TrainConfig
 from robustvit.training.losses import TrainingLoss, create_loss, hard_labels
@@ -245,20 +246,6 @@ class Run:
 
     def eval_model(self) -> Normalized:
         return self.ema.module if self.ema is not None else self.model
-
-
-def init_distributed(device: torch.device) -> tuple[int, int, torch.device]:
-    """Rank, world size and device under ``torchrun`` (NCCL on CUDA, gloo on CPU); (0, 1, device) otherwise."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    if not dist.is_initialized():
-        return 0, 1, device
-    rank = dist.get_rank()
-    if device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
-        torch.cuda.set_device(device)
-    return rank, dist.get_world_size(), device
 
 
 def load_data(cfg: TrainConfig) -> tuple[ImageDataset, ImageDataset | None]:
@@ -522,6 +509,7 @@ def final_checkpoint(run: Run) -> Path:
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> Path:
     """Train ``cfg.model`` on ``cfg.data``; returns the path of the final checkpoint folder."""
+    check_kind(cfg.out, "train")
     run = setup_run(cfg, resume)
     if run.main:
         run.out.mkdir(parents=True, exist_ok=True)
@@ -530,4 +518,19 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> Path
         t0 = time.time()
         sums = train_epoch(run, epoch, progress)
         finish_epoch(run, epoch, sums, t0, progress)
-    return final_checkpoint(run)
+    path = final_checkpoint(run)
+    if run.main:
+        write_results(run)
+    return path
+
+
+def write_results(run: Run) -> Path:
+    """``OUT/results.json`` of kind ``train`` (the results schema of :mod:`robustvit.runs`): the config, the
+    per-epoch metrics of ``metrics.jsonl`` and the checkpoints kept."""
+    metrics = run.out / "metrics.jsonl"
+    epochs = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []
+    kept = [d for d in ("checkpoint", "best", "last") if (run.out / d).is_dir()]
+    data = data_record(spec=run.cfg.data, num_images=len(run.dataset), num_classes=run.dataset.num_classes,
+                       val_spec=run.cfg.val_data)
+    return write_train_results(run.out, run.cfg.to_dict(), epochs, kept,
+                               model_record(run.eval_model(), run.cfg.model, run.cfg.model), data)
