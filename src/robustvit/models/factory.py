@@ -252,8 +252,10 @@ def load_checkpoint(directory: str | Path, expect_architecture: str | None = Non
         checkable = conv_stem_consistent(net)
         reapply_adaptations(model, where=where)
         check_structure(model, where=where, conv_stem=checkable)
-    except RobustvitError:
-        raise
+    except RobustvitError as e:
+        if where in str(e):
+            raise
+        raise RobustvitError(f"{where}: its {SPEC_FILE} does not build {spec.architecture!r} ({e})") from None
     except Exception as e:  # noqa: BLE001  a spec.json whose keywords or adaptations the architecture rejects
         first = str(e).splitlines()[0][:160] if str(e) else ""
         raise RobustvitError(f"{where}: its {SPEC_FILE} does not build {spec.architecture!r} ({type(e).__name__}: "
