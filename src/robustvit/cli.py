@@ -405,6 +405,19 @@ def _chain(e: BaseException) -> list[BaseException]:
     return out
 
 
+def _nearly_full(out: str | None, margin: int = 1 << 20) -> bool:
+    """Whether the file system holding ``out`` (or its nearest existing parent) has less than ``margin`` bytes free."""
+    import shutil
+
+    p = Path(out) if out else None
+    while p is not None and not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return p is not None and shutil.disk_usage(p).free < margin
+    except OSError:
+        return False
+
+
 def environment_error(e: BaseException, out: str | None = None) -> str | None:
     """The one-line message for a fault of the machine rather than of robustvit — a full disk (``ENOSPC``,
     ``EDQUOT``, SQLite's "database or disk is full", torch's or safetensors' failed write), a file it may not
@@ -416,9 +429,13 @@ def environment_error(e: BaseException, out: str | None = None) -> str | None:
     for x in _chain(e):
         text = str(x).lower()
         code = getattr(x, "errno", None) if isinstance(x, OSError) else None
-        if code in (errno.ENOSPC, errno.EDQUOT) or any(t in text for t in DISK_FULL_TEXT):
+        full = code in (errno.ENOSPC, errno.EDQUOT) or any(t in text for t in DISK_FULL_TEXT)
+        if full or ("disk i/o error" in text and _nearly_full(out)):   # SQLite's word for a WAL it cannot grow
             return (f"the disk is full{where}: free space there (or pass another --out) and re-run the same "
                     "command; finished work is kept and resumed, partial files are not trusted")
+        if "disk i/o error" in text:
+            return (f"a disk I/O error{where} ({x}); check that file system (space, quota, hardware) and re-run the "
+                    "same command; finished work is kept and resumed")
         if code in (errno.EACCES, errno.EPERM, errno.EROFS):
             name = getattr(x, "filename", None) or out or "a file"
             return f"cannot write or read {name} ({x.strerror}); check its permissions or choose another --out"

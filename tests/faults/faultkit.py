@@ -11,8 +11,10 @@ counter. MODE:
 - ``enospc``: from write point ``N`` on, every write fails as on a full file system: ``OSError(ENOSPC)`` for files,
   ``sqlite3.OperationalError("database or disk is full")`` for SQLite, the messages torch and safetensors give.
 
-The wrappers are installed before robustvit is imported, so names bound at import (``from safetensors.torch import
-save_file``) are wrapped too. Used by ``tests/faults`` and ``benchmarks/faults.py``.
+Names bound at import (``from safetensors.torch import save_file``) are re-bound in robustvit's loaded modules.
+:func:`fork_run` does the same in a child forked from an already-importing process (no interpreter start per
+run: what makes hundreds of kill points affordable); the child's stdout/stderr go to a file the parent reads.
+Used by ``tests/faults`` and ``benchmarks/faults.py``.
 """
 
 from __future__ import annotations
@@ -138,8 +140,12 @@ def install(faults: Faults) -> None:
     import torch
     import safetensors.torch
 
+    real_save_file = safetensors.torch.save_file
     wrap(torch, "save", "torch.save")
     wrap(safetensors.torch, "save_file", "safetensors")
+    for name, mod in list(sys.modules.items()):          # names bound by ``from … import`` before install
+        if name.startswith("robustvit") and getattr(mod, "save_file", None) is real_save_file:
+            mod.save_file = safetensors.torch.save_file
 
     class Connection(sqlite3.Connection):
         def execute(self, sql: str, *args: Any) -> Any:
@@ -169,6 +175,46 @@ def install(faults: Faults) -> None:
         return real_connect(*args, **kwargs)
 
     sqlite3.connect = connect
+
+
+def fork_run(mode: str, at: int, seed: int, argv: list[str], log: str, timeout: float = 900) -> tuple[int, str]:
+    """Run ``robustvit.cli.main(argv)`` with faults in a forked child; returns (exit status — ``-9`` when killed
+    by SIGKILL —, its stdout + stderr). ``log`` is the file the child writes them to. Call with one torch thread
+    (``OMP_NUM_THREADS=1``): a fork after a multi-threaded OpenMP region may hang the child."""
+    import time
+
+    pid = os.fork()
+    if pid == 0:                                           # the child: never returns
+        code = 70
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
+            faults = Faults(mode, at, seed)
+            install(faults)
+            from robustvit.cli import main as cli_main
+
+            code = cli_main(argv)
+            print(f"FAULTKIT-POINTS {faults.n}", file=sys.stderr, flush=True)
+        except BaseException as e:  # noqa: BLE001  the child must not return into the parent's code
+            print(f"FAULTKIT-CHILD {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise TimeoutError(f"faultkit child {argv[:1]} ran past {timeout} s")
+        time.sleep(0.05)
+    rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    with open(log, encoding="utf-8", errors="replace") as f:
+        return rc, f.read()
 
 
 def main(argv: list[str]) -> int:

@@ -17,12 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))        # faultkit
+
 KIT = Path(__file__).resolve().with_name("faultkit.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 #: Keys whose values differ between two identical runs (clock, the command line, the folder).
 VOLATILE = {"started", "finished", "command", "seconds", "time", "timestamp", "elapsed", "wall_seconds", "out",
             "images_per_second", "throughput", "updated", "created", "date", "host", "hostname", "pid"}
+
+
+#: Files that are logs, not results: a mismatch there is reported apart from the results (see LOGS_REASON).
+LOGS = ("metrics.jsonl",)
+LOGS_REASON = ("train's metrics.jsonl loses (or tears) the line of an epoch when the kill falls between "
+               "last/train_state.pt and the log's append: --resume continues after that epoch and never writes it "
+               "(training/trainer.py; owner: train)")
 
 
 @dataclass
@@ -43,23 +52,47 @@ def env() -> dict[str, str]:
     return e
 
 
-def run(mode: str, at: int, seed: int, argv: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-    """``faultkit.py MODE AT SEED -- argv`` in a child process."""
-    cmd = [sys.executable, str(KIT), mode, str(at), str(seed), "--", *argv]
-    return subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout)
+@dataclass
+class Proc:
+    """A finished run: exit status (``-9``: killed) and its output (stdout and stderr together)."""
+
+    returncode: int
+    stderr: str
 
 
-def points(proc: subprocess.CompletedProcess) -> int:
+def run(mode: str, at: int, seed: int, argv: list[str], timeout: float = 900) -> Proc:
+    """``faultkit`` mode ``mode`` at write point ``at`` over ``robustvit argv``: in a child forked from this
+    process (robustvit already imported), or with ``FAULTS_SUBPROCESS=1`` in a new interpreter
+    (``python faultkit.py MODE AT SEED -- argv``)."""
+    if os.environ.get("FAULTS_SUBPROCESS") == "1":
+        cmd = [sys.executable, str(KIT), mode, str(at), str(seed), "--", *argv]
+        p = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout)
+        return Proc(p.returncode, p.stdout + p.stderr)
+    import tempfile
+
+    import faultkit
+
+    fd, log = tempfile.mkstemp(prefix="faultkit-", suffix=".log")
+    os.close(fd)
+    try:
+        rc, text = faultkit.fork_run(mode, at, seed, argv, log, timeout)
+    finally:
+        os.unlink(log)
+    return Proc(rc, text)
+
+
+def points(proc: Proc) -> int:
     for line in proc.stderr.splitlines()[::-1]:
         if line.startswith("FAULTKIT-POINTS "):
             return int(line.split()[1])
     raise AssertionError(f"no write-point count (rc {proc.returncode}): {proc.stderr[-2000:]}")
 
 
-def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
-    """What robustvit printed on stderr, less faultkit's own line and warnings."""
+def error_lines(proc: Proc) -> list[str]:
+    """The error lines a run printed: robustvit's ``robustvit: error:`` lines, and any traceback or child failure
+    (so a one-line refusal is exactly one line here)."""
     return [ln for ln in proc.stderr.splitlines()
-            if ln.strip() and not ln.startswith(("FAULTKIT-", "robustvit: warning:"))]
+            if ln.startswith(("robustvit: error", "Traceback", "FAULTKIT-CHILD", "usage:"))]
 
 
 def _clean(obj: Any) -> Any:
@@ -68,6 +101,18 @@ def _clean(obj: Any) -> Any:
     if isinstance(obj, list):
         return [_clean(v) for v in obj]
     return obj
+
+
+def _line(text: str) -> Any:
+    try:
+        return _clean(json.loads(text))
+    except ValueError:
+        return "UNREADABLE LINE"
+
+
+#: Lists whose order is not part of the result, by file and key: ``corrupt.json`` ``corruptions`` is written in
+#: the command's order on a first run and sorted when a run resumes (data/export.py ``_check_meta``).
+ORDER_FREE = {"corrupt.json": ("corruptions",)}
 
 
 def snapshot(out: Path) -> dict[str, Any]:
@@ -83,8 +128,11 @@ def snapshot(out: Path) -> dict[str, Any]:
                 snap[rel] = _clean(json.loads(p.read_text()))
             except ValueError:
                 snap[rel] = "UNREADABLE JSON"
+            for key in ORDER_FREE.get(p.name, ()):
+                if isinstance(snap[rel], dict) and isinstance(snap[rel].get(key), list):
+                    snap[rel][key] = sorted(snap[rel][key])
         elif p.suffix == ".jsonl":
-            snap[rel] = [_clean(json.loads(ln)) for ln in p.read_text().splitlines() if ln.strip()]
+            snap[rel] = [_line(ln) for ln in p.read_text().splitlines() if ln.strip()]
         elif p.suffix == ".safetensors":
             from safetensors.torch import load_file
 
@@ -144,3 +192,39 @@ def interrupted(sc: Scenario, out: Path, mode: str, at: int, seed: int, ref: dic
     if not mismatch:
         mismatch = diff(ref, snapshot(out))
     return Outcome(sc.name, mode, at, faulted, proc.returncode, rerun_rc, error_lines(proc), mismatch)
+
+
+TINY_VIT = '{"embed_dim": 32, "depth": 2, "num_heads": 2, "img_size": 16}'
+
+
+def tiny_checkpoint(directory: Path) -> Path:
+    """A seeded 10-class ViT for 16 × 16 images (random weights), saved as a checkpoint folder."""
+    import torch
+
+    from robustvit.models import create_model
+    from robustvit.models.factory import save_checkpoint
+
+    if not (directory / "spec.json").is_file():
+        torch.manual_seed(0)
+        save_checkpoint(create_model("vit_cifar_tiny", num_classes=10, **json.loads(TINY_VIT)), directory)
+    return directory
+
+
+def standard(ck: Path) -> dict[str, Scenario]:
+    """The commands the fault tests and the soak interrupt, on tiny inputs (a second or two each)."""
+    common = ["--device", "cpu", "--no-progress"]
+    return {
+        "eval": Scenario("eval", ["eval", "--model", str(ck), "--data", "synthshapes:test", "--limit", "24",
+                                  "--suite", "clean,fgsm", "--batch-size", "8", "--out", "{out}", *common]),
+        "analyze": Scenario("analyze", ["analyze", "lesion,correlation", "--model", str(ck), "--data", "synthshapes:test",
+                                        "--limit", "16", "--batch-size", "8", "--out", "{out}", *common]),
+        "train": Scenario("train", ["train", "--model", "vit_cifar_tiny", "--model-kwargs", TINY_VIT, "--data",
+                                    "synthshapes:train,count=40", "--epochs", "3", "--batch-size", "10", "--seed", "0",
+                                    "--device", "cpu", "--out", "{out}"], resume=["--resume"]),
+        "corrupt": Scenario("corrupt", ["corrupt", "--data", "synthshapes:test", "--limit", "8", "--corruptions",
+                                        "gaussian_noise,contrast", "--severities", "1,3", "--image-format", "png",
+                                        "--out", "{out}", *common]),
+        "corrupt_cifar": Scenario("corrupt_cifar", ["corrupt", "--data", "synthshapes:test", "--limit", "8",
+                                                    "--format", "cifar-c", "--corruptions", "gaussian_noise",
+                                                    "--out", "{out}", *common]),
+    }
