@@ -18,15 +18,10 @@ import scenarios as S
 from robustvit.cli import environment_error, main
 
 
-@pytest.fixture(scope="module")
-def ck(tmp_path_factory):
-    return S.tiny_checkpoint(tmp_path_factory.mktemp("disk") / "ck")
-
-
 @pytest.mark.parametrize("name", ["eval", "analyze", "train", "corrupt"])
-def test_enospc_at_a_seeded_write_is_one_line_then_rerun_matches(name, ck, tmp_path):
+def test_enospc_at_a_seeded_write_is_one_line_then_rerun_matches(name, ck, refs, tmp_path):
     sc = S.standard(ck)[name]
-    ref, n = S.reference(sc, tmp_path / "ref")
+    ref, n = refs[name]
     at = random.Random(f"enospc-{name}").randint(1, n)
     o = S.interrupted(sc, tmp_path / "full", "enospc", at, 0, ref)
     assert o.faulted and o.rc == 2, (at, n, o.rc, o.messages[-3:])
@@ -90,7 +85,7 @@ def _mount_tmpfs(path, size: str) -> bool:
 
 
 @pytest.mark.slow
-def test_a_real_full_tmpfs_then_space_freed(ck, tmp_path):
+def test_a_real_full_tmpfs_then_space_freed(ck, refs, tmp_path):
     """``eval`` into a 256 KiB tmpfs nearly filled by another file: one line, exit 2; delete that file (space
     freed) and the same command completes with the reference results."""
     disk = tmp_path / "disk"
@@ -98,7 +93,7 @@ def test_a_real_full_tmpfs_then_space_freed(ck, tmp_path):
         pytest.skip("mounting a tmpfs needs root")
     try:
         sc = S.standard(ck)["eval"]
-        ref, _ = S.reference(sc, tmp_path / "ref")
+        ref, _ = refs["eval"]
         ballast = disk / "ballast"
         with open(ballast, "wb") as f:                    # leave ~16 KiB: the store outgrows it mid-run
             f.write(b"\0" * (240 * 1024))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from robustvit.errors import RobustvitError
 from robustvit.options import Eps
 
-FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 #: Values that break parsers: empty, signs, zero, NaN/inf, overflow, fractions, hex, junk, separators.

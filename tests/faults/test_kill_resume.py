@@ -16,19 +16,8 @@ import pytest
 
 import scenarios as S
 
-KILLS_PER_COMMAND = 2
-
-
-@pytest.fixture(scope="module")
-def ck(tmp_path_factory):
-    return S.tiny_checkpoint(tmp_path_factory.mktemp("faults") / "ck")
-
-
-@pytest.fixture(scope="module")
-def refs(ck, tmp_path_factory):
-    """Reference (uninterrupted) snapshot and write-point count of each scenario, computed once."""
-    root = tmp_path_factory.mktemp("refs")
-    return {name: S.reference(sc, root / name) for name, sc in S.standard(ck).items()}
+#: Seeded kill points per command here (the soak, benchmarks/faults.py, draws over a hundred).
+KILLS = {"eval": 2, "analyze": 1, "train": 2, "corrupt": 1, "corrupt_cifar": 1}
 
 
 @pytest.mark.parametrize("name", ["eval", "analyze", "train", "corrupt", "corrupt_cifar"])
@@ -38,7 +27,7 @@ def test_sigkill_at_seeded_write_points_then_rerun_matches(name, ck, refs, tmp_p
     assert n > 5 and ref, f"{name}: too few write points ({n}) to interrupt"
     rng = random.Random(f"kill-{name}")
     logs = []
-    for at in sorted(rng.sample(range(1, n + 1), KILLS_PER_COMMAND)):
+    for at in sorted(rng.sample(range(1, n + 1), KILLS[name])):
         o = S.interrupted(sc, tmp_path / f"k{at}", "kill", at, at, ref)
         assert o.faulted and o.rc == -9, f"{name}: no kill at write point {at} of {n}"
         results = [m for m in o.mismatch if not m.startswith(S.LOGS)]
@@ -58,10 +47,10 @@ def test_kill_points_cover_the_whole_run(ck, refs, tmp_path):
 
 
 def test_killed_results_file_is_never_read_as_complete(ck, refs, tmp_path):
-    """Kill at every write point up to the first results.json: either no results.json, or the complete one."""
+    """Kill at the last write points (around results.json): either no results.json, or the complete one."""
     sc = S.standard(ck)["eval"]
     ref, n = refs["eval"]
-    for at in range(n - 3, n + 1):
+    for at in (n - 1, n):
         out = tmp_path / f"o{at}"
         proc = S.run("kill", at, 0, sc.argv(out))
         assert proc.returncode == -9
