@@ -6,6 +6,7 @@ every *write point* of the process — a file opened for writing and each ``writ
 counter. MODE:
 
 - ``count``: run to the end; print ``FAULTKIT-POINTS <n>`` (the number of write points) on stderr.
+- ``trace``: as ``count``, and one ``FAULTKIT-TRACE <i> <kind> <file or statement>`` line per write point.
 - ``kill``: at write point ``N`` the process SIGKILLs itself. A ``write`` is torn first (half its bytes reach the
   file); other points are killed before or after the operation, drawn from ``SEED``.
 - ``enospc``: from write point ``N`` on, every write fails as on a full file system: ``OSError(ENOSPC)`` for files,
@@ -37,15 +38,17 @@ class Faults:
     """The counter of write points and the fault to inject at point ``at`` (``mode``: count, kill, enospc)."""
 
     def __init__(self, mode: str, at: int, seed: int) -> None:
-        if mode not in ("count", "kill", "enospc"):
+        if mode not in ("count", "trace", "kill", "enospc"):
             raise SystemExit(f"faultkit: unknown mode {mode!r}")
         self.mode, self.at, self.rng, self.n = mode, at, random.Random(seed), 0
         self.full = False
 
-    def point(self, kind: str, torn: Callable[[], None] | None = None) -> bool:
+    def point(self, kind: str, torn: Callable[[], None] | None = None, detail: Any = "") -> bool:
         """Count one write point; kill or fail here when it is the chosen one. Returns True when the operation
         should run after the point and the process is then to be killed (a kill *after* the operation)."""
         self.n += 1
+        if self.mode == "trace":
+            print(f"FAULTKIT-TRACE {self.n} {kind} {detail}", file=sys.__stderr__, flush=True)
         if self.mode == "enospc" and (self.full or self.n >= self.at):
             self.full = True
             raise _full_error(kind)
@@ -89,7 +92,7 @@ class _File:
             self._f.write(data[: len(data) // 2])
             self._f.flush()
 
-        after = self._faults.point("write", torn if len(data) > 1 else None)
+        after = self._faults.point("write", torn if len(data) > 1 else None, getattr(self._f, "name", ""))
         out = self._f.write(data)
         if after:
             self._f.flush()
@@ -116,7 +119,7 @@ def install(faults: Faults) -> None:
     def open_(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
         if not any(c in mode for c in "wax+"):
             return real_open(file, mode, *args, **kwargs)
-        after = faults.point("open")
+        after = faults.point("open", None, file)
         f = real_open(file, mode, *args, **kwargs)
         if after:
             _die()
@@ -128,7 +131,7 @@ def install(faults: Faults) -> None:
         real = getattr(obj, name)
 
         def fn(*args: Any, **kwargs: Any) -> Any:
-            after = faults.point(kind)
+            after = faults.point(kind, None, args[-1] if args and isinstance(args[-1], (str, os.PathLike)) else "")
             out = real(*args, **kwargs)
             if after:
                 _die()
@@ -149,7 +152,7 @@ def install(faults: Faults) -> None:
 
     class Connection(sqlite3.Connection):
         def execute(self, sql: str, *args: Any) -> Any:
-            after = faults.point("sqlite") if sql.lstrip().upper().startswith(WRITE_SQL) else False
+            after = faults.point("sqlite", None, sql[:30]) if sql.lstrip().upper().startswith(WRITE_SQL) else False
             out = super().execute(sql, *args)
             if after:
                 _die()

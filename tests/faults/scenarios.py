@@ -228,3 +228,11 @@ def standard(ck: Path) -> dict[str, Scenario]:
                                                     "--format", "cifar-c", "--corruptions", "gaussian_noise",
                                                     "--out", "{out}", *common]),
     }
+
+
+def trace(sc: Scenario, out: Path) -> list[tuple[int, str, str]]:
+    """The write points of an uninterrupted run, in order: (index, kind, file or SQL statement)."""
+    proc = run("trace", 0, 0, sc.argv(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [ln.split(" ", 3)[1:] for ln in proc.stderr.splitlines() if ln.startswith("FAULTKIT-TRACE ")]
+    return [(int(i), kind, rest) for i, kind, *more in rows for rest in [more[0] if more else ""]]

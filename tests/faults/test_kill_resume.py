@@ -26,15 +26,11 @@ def test_sigkill_at_seeded_write_points_then_rerun_matches(name, ck, refs, tmp_p
     ref, n = refs[name]
     assert n > 5 and ref, f"{name}: too few write points ({n}) to interrupt"
     rng = random.Random(f"kill-{name}")
-    logs = []
     for at in sorted(rng.sample(range(1, n + 1), KILLS[name])):
         o = S.interrupted(sc, tmp_path / f"k{at}", "kill", at, at, ref)
         assert o.faulted and o.rc == -9, f"{name}: no kill at write point {at} of {n}"
         results = [m for m in o.mismatch if not m.startswith(S.LOGS)]
         assert o.rerun_rc == 0 and not results, f"{name} killed at write {at}/{n}: {o.mismatch[:3]}"
-        logs += o.mismatch
-    if logs:
-        pytest.xfail(f"{name}: weights identical, but {S.LOGS_REASON}: {logs[0][:200]}")
 
 
 def test_kill_points_cover_the_whole_run(ck, refs, tmp_path):
@@ -73,3 +69,28 @@ def test_two_processes_on_one_output_folder(ck, refs, tmp_path):
         assert rc == 0 or (rc == 2 and len(lines) == 1), (rc, err[-2000:])
     assert any(rc == 0 for rc, _ in outs)
     assert not S.diff(refs["eval"][0], S.snapshot(tmp_path / "o"))
+
+
+@pytest.mark.xfail(strict=True, reason="training/trainer.py save_state replaces last/model.safetensors, then spec.json, "
+                   "then train_state.pt: a kill between them leaves epoch e's weights with epoch e-1's optimizer state "
+                   "and epoch counter, and --resume trains epoch e again from those weights (different final "
+                   "weights, no error). Fix: make last/ one atomic unit (write last.tmp/, then rename) or check "
+                   "spec.json's epoch against the state's on resume (owner: train)")
+def test_train_killed_inside_a_checkpoint_resumes_identically(ck, refs, tmp_path):
+    sc = S.standard(ck)["train"]
+    ref, _ = refs["train"]
+    points = [i for i, kind, what in S.trace(sc, tmp_path / "trace")
+              if kind == "replace" and what.endswith("last/model.safetensors")]
+    assert len(points) >= 2
+    o = S.interrupted(sc, tmp_path / "k", "kill", points[1] + 1, 0, ref)   # weights of epoch 1 saved, state not
+    assert o.faulted and o.rerun_rc == 0
+    assert not [m for m in o.mismatch if not m.startswith(S.LOGS)], o.mismatch[:2]
+
+
+@pytest.mark.xfail(strict=True, reason=S.LOGS_REASON)
+def test_train_killed_before_its_log_line_keeps_the_log(ck, refs, tmp_path):
+    sc = S.standard(ck)["train"]
+    ref, _ = refs["train"]
+    opens = [i for i, kind, what in S.trace(sc, tmp_path / "trace") if kind == "open" and what.endswith("metrics.jsonl")]
+    o = S.interrupted(sc, tmp_path / "k", "kill", opens[0], 0, ref)      # epoch 1 checkpointed, its line not written
+    assert o.faulted and o.rerun_rc == 0 and not o.mismatch, o.mismatch[:2]
