@@ -415,9 +415,64 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
     print(f"robustvit: warning: {message}", file=sys.stderr, flush=True)
 
 
+#: Substrings by which torch, safetensors and SQLite report a full file system (their errors carry no errno).
+DISK_FULL_TEXT = ("database or disk is full", "no space left on device", "disk quota exceeded", "file write failed",
+                  "storagefull", "os error 28")
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    """``e`` and the exceptions it was raised from or during (``__cause__`` / ``__context__``)."""
+    out: list[BaseException] = []
+    while e is not None and e not in out and len(out) < 16:
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
+
+
+def _nearly_full(out: str | None, margin: int = 1 << 20) -> bool:
+    """Whether the file system holding ``out`` (or its nearest existing parent) has less than ``margin`` bytes free."""
+    import shutil
+
+    p = Path(out) if out else None
+    while p is not None and not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return p is not None and shutil.disk_usage(p).free < margin
+    except OSError:
+        return False
+
+
+def environment_error(e: BaseException, out: str | None = None) -> str | None:
+    """The one-line message for a fault of the machine rather than of robustvit — a full disk (``ENOSPC``,
+    ``EDQUOT``, SQLite's "database or disk is full", torch's or safetensors' failed write), a file it may not
+    write, Pillow's decompression-bomb refusal — or None for anything else. Completed work is committed as
+    it finishes, so the remedy is always: fix the cause, re-run the same command."""
+    import errno
+
+    where = f" (the file system of {out})" if out else ""
+    for x in _chain(e):
+        text = str(x).lower()
+        code = getattr(x, "errno", None) if isinstance(x, OSError) else None
+        full = code in (errno.ENOSPC, errno.EDQUOT) or any(t in text for t in DISK_FULL_TEXT)
+        if full or ("disk i/o error" in text and _nearly_full(out)):   # SQLite's word for a WAL it cannot grow
+            return (f"the disk is full{where}: free space there (or pass another --out) and re-run the same "
+                    "command; finished work is kept and resumed, partial files are not trusted")
+        if "disk i/o error" in text:
+            return (f"a disk I/O error{where} ({x}); check that file system (space, quota, hardware) and re-run the "
+                    "same command; finished work is kept and resumed")
+        if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+            name = getattr(x, "filename", None) or out or "a file"
+            return f"cannot write or read {name} ({x.strerror}); check its permissions or choose another --out"
+        if type(x).__name__ == "DecompressionBombError":
+            return (f"{str(x).splitlines()[0]}; the image exceeds Pillow's pixel limit (a possible decompression "
+                    "bomb): remove it, or raise PIL.Image.MAX_IMAGE_PIXELS if you trust the file")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)
         args.argv = argv
@@ -426,20 +481,26 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("robustvit: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
     except RobustvitError as e:
         if debug:
             traceback.print_exc()
         print(f"robustvit: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("robustvit: interrupted; re-run the same command to resume", file=sys.stderr)
-        return 130
-    except Exception as e:  # an unexpected failure: still one line unless --debug
+    except Exception as e:  # an input or environment fault that has a one-line remedy (full disk, permissions)
+        message = environment_error(e, getattr(args, "out", None))
+        if message is None:
+            if debug:
+                raise
+            first = str(e).splitlines()[0] if str(e) else ""
+            print(f"robustvit: error: {type(e).__name__}: {first} (run with --debug for the traceback)", file=sys.stderr)
+            return 1
         if debug:
-            raise
-        first = str(e).splitlines()[0] if str(e) else ""
-        print(f"robustvit: error: {type(e).__name__}: {first} (run with --debug for the traceback)", file=sys.stderr)
-        return 1
+            traceback.print_exc()
+        print(f"robustvit: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

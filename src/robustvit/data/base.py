@@ -1,7 +1,8 @@
 """Data-set types shared by every source: images come out as float (3, H, W) in [0, 1] with an int label.
 
-An unreadable image (corrupt file) yields label ``-1`` and a zero image so that batches keep their shape;
-the evaluation runner drops and counts such samples. With ``strict=True`` it raises instead.
+An unreadable image (a truncated, empty or non-image file, a symlink loop, an image over Pillow's pixel limit)
+yields label ``-1`` and a zero image so that batches keep their shape; the evaluation runner drops and counts such
+samples (``data.num_unreadable``). With ``strict=True`` it raises a one-line :class:`RobustvitError` instead.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch.utils.data import Dataset
 
 from robustvit.errors import RobustvitError
@@ -123,14 +124,52 @@ class Resize:
         return y.clamp_(0, 1)
 
 
+#: Pillow modes of 16-bit (and 32-bit integer) grey images: scaled to 8 bits (``v / 257``), not clipped at 255.
+WIDE_GREY_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+
+
+class UnreadableImage(ValueError):
+    """An image file that cannot be used: truncated, not an image, or larger than Pillow's pixel limit."""
+
+
+def check_pixel_limit(im: Image.Image, path: str | Path) -> None:
+    """Refuse an image with more pixels than ``PIL.Image.MAX_IMAGE_PIXELS`` (a possible decompression bomb) before
+    it is decoded, so it costs neither the time nor the memory; ``MAX_IMAGE_PIXELS = None`` lifts the limit."""
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit and im.width * im.height > limit:
+        raise UnreadableImage(f"{im.width}x{im.height} pixels exceed Pillow's limit of {limit} "
+                              "(PIL.Image.MAX_IMAGE_PIXELS; a possible decompression bomb)")
+
+
+def to_rgb(im: Image.Image) -> Image.Image:
+    """Any Pillow image as 8-bit RGB: 16-bit grey scaled to 8 bits (Pillow's own conversion clips it, turning it
+    white), palette images with transparency through RGBA (same colours, without Pillow's warning), CMYK, grey,
+    1-bit and alpha modes by Pillow's conversion (alpha dropped, as torchvision's ImageFolder loader does)."""
+    import numpy as np
+
+    if im.mode in WIDE_GREY_MODES:
+        a = np.asarray(im, dtype=np.float64)
+        im = Image.fromarray(np.clip(np.rint(a / 257.0), 0, 255).astype(np.uint8), "L")
+    elif im.mode == "P" and "transparency" in im.info:
+        im = im.convert("RGBA")
+    return im if im.mode == "RGB" else im.convert("RGB")
+
+
 def load_image(path: str | Path, resize: Resize | None = None) -> torch.Tensor:
-    """Read an RGB image as float (3, H, W) in [0, 1], brought to a model's input by ``resize``."""
+    """Read an image file as float RGB (3, H, W) in [0, 1], brought to a model's input by ``resize``. Images over
+    Pillow's pixel limit raise :class:`UnreadableImage` before decoding; see :func:`to_rgb` for the modes."""
     import torchvision.transforms.functional as TF
 
     with Image.open(path) as im:
-        im = im.convert("RGB")
+        check_pixel_limit(im, path)
+        im = to_rgb(im)
         x = TF.pil_to_tensor(im if resize is None else resize(im))
     return x.float().div_(255)
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).splitlines()[0][:160] if str(e) else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 class FileImageDataset(ImageDataset):
@@ -149,11 +188,11 @@ class FileImageDataset(ImageDataset):
         path, label = self.samples[i]
         try:
             return load_image(path, self.resize), label
-        except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:
+        except Exception as e:  # noqa: BLE001  truncated, empty, not an image, a bomb, a symlink loop, …
             if self.strict:
-                raise RobustvitError(f"cannot read image {path} ({type(e).__name__}); remove or replace it, "
+                raise RobustvitError(f"cannot read image {path} ({_reason(e)}); remove or replace it, "
                                      "or run without --strict to skip unreadable files") from None
-            warnings.warn(f"skipping unreadable image {path}: {type(e).__name__}", stacklevel=2)
+            warnings.warn(f"skipping unreadable image {path} ({_reason(e)})", stacklevel=2)
             s = self.resize.size if self.resize is not None else 32
             return torch.zeros(3, s, s), UNREADABLE
 

@@ -237,25 +237,48 @@ def load_checkpoint(directory: str | Path, expect_architecture: str | None = Non
     constructor keywords, then the recorded adaptations (head, stem strides, patch size), then the weights; a
     recorded adaptation that cannot be re-applied is refused in one line."""
     d = Path(directory)
-    try:
-        meta = json.loads((d / SPEC_FILE).read_text())
-        spec = ModelSpec.from_dict(meta["spec"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise RobustvitError(f"{d / SPEC_FILE} is not a valid robustvit spec file ({e})") from None
+    spec = read_spec(d)
     if expect_architecture and expect_architecture != spec.architecture:
         raise RobustvitError(f"checkpoint {d} holds a {spec.architecture!r} model, not {expect_architecture!r}; "
                              f"pass --model {d} alone or the matching architecture")
     if spec.architecture not in list_models() and not timm.is_model(spec.architecture):
         raise RobustvitError(f"checkpoint {d} needs architecture {spec.architecture!r}, which this install does not know")
-    net = _build(spec.architecture, False, dict(spec.kwargs))
     if not (d / WEIGHTS_FILE).is_file():
         raise RobustvitError(f"checkpoint {d} has no {WEIGHTS_FILE}")
-    model = Normalized(net, spec)
-    checkable = conv_stem_consistent(net)
-    reapply_adaptations(model, where=f"checkpoint {d}")
-    check_structure(model, where=f"checkpoint {d}", conv_stem=checkable)
+    where = f"checkpoint {d}"
+    try:
+        net = _build(spec.architecture, False, dict(spec.kwargs))
+        model = Normalized(net, spec)
+        checkable = conv_stem_consistent(net)
+        reapply_adaptations(model, where=where)
+        check_structure(model, where=where, conv_stem=checkable)
+    except RobustvitError as e:
+        if where in str(e):
+            raise
+        raise RobustvitError(f"{where}: its {SPEC_FILE} does not build {spec.architecture!r} ({e})") from None
+    except Exception as e:  # noqa: BLE001  a spec.json whose keywords or adaptations the architecture rejects
+        first = str(e).splitlines()[0][:160] if str(e) else ""
+        raise RobustvitError(f"{where}: its {SPEC_FILE} does not build {spec.architecture!r} ({type(e).__name__}: "
+                             f"{first}); the file is damaged or from another version") from None
     load_state_dict_file(net, d / WEIGHTS_FILE, spec.architecture, map_location)
     return model
+
+
+def read_spec(directory: str | Path) -> ModelSpec:
+    """The :class:`ModelSpec` in ``directory/spec.json``; a missing, malformed or hostile file is refused in one
+    line (:meth:`ModelSpec.from_dict` checks every field's type and range)."""
+    path = Path(directory) / SPEC_FILE
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise RobustvitError(f"{path} is not a valid robustvit spec file ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:120] if str(e) else ''})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
+        raise RobustvitError(f"{path} is not a valid robustvit spec file (no 'spec' object)")
+    try:
+        return ModelSpec.from_dict(meta["spec"])
+    except RobustvitError as e:
+        raise RobustvitError(f"{path} is not a valid robustvit spec file: {e}") from None
 
 
 def load_state_dict_file(net: nn.Module, path: str | Path, architecture: str,

@@ -1,0 +1,29 @@
+"""Shared fixtures of the fault tests: one tiny checkpoint and each scenario's reference run, computed once."""
+
+from __future__ import annotations
+
+import pytest
+
+import scenarios as S
+
+
+@pytest.fixture(scope="session")
+def ck(tmp_path_factory):
+    return S.tiny_checkpoint(tmp_path_factory.mktemp("faults") / "ck")
+
+
+class _Refs(dict):
+    """{scenario: (snapshot, write points)} of uninterrupted runs, each computed on first use."""
+
+    def __init__(self, ck, root):
+        super().__init__()
+        self.scen, self.root = S.standard(ck), root
+
+    def __missing__(self, name):
+        self[name] = S.reference(self.scen[name], self.root / name)
+        return self[name]
+
+
+@pytest.fixture(scope="session")
+def refs(ck, tmp_path_factory):
+    return _Refs(ck, tmp_path_factory.mktemp("refs"))
