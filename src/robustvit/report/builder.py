@@ -49,6 +49,8 @@ class Section:
     markdown: str = ""      # tables and text (Markdown; converted to HTML tables by a small renderer)
     figures: list[Figure] = field(default_factory=list)
     group: str | None = None   # None: the renderer's group
+    details: list[str] = field(default_factory=list)   # long notes: a list in Markdown, folded in the HTML
+    summary: str = "Notes"
 
 
 @dataclass
@@ -225,6 +227,10 @@ def write_report(results: list[dict[str, Any]], out: Path, title: str = "robustv
         else:
             md += [sec.markdown, ""]
             body.append(H.markdown(sec.markdown))
+        if sec.details:
+            md += [f"- {d}" for d in sec.details] + [""]
+            body.append(f"<details><summary>{H.inline(sec.summary)}</summary><ul>"
+                        + "".join(f"<li>{H.inline(d)}</li>" for d in sec.details) + "</ul></details>")
         for fig in sec.figures:
             stem = fig.name
             while stem in used:

@@ -14,7 +14,7 @@ STYLE = (
     "color:#222;line-height:1.45}h1{font-size:1.5em;margin:.2em 0 .4em}h2{border-bottom:2px solid #ddd;margin-top:2em;"
     "padding-bottom:.2em}h3{margin-top:1.5em}table{border-collapse:collapse;margin:.6em 0 1em;font-size:.92em}"
     "td,th{border:1px solid #ccc;padding:.25em .55em;text-align:right}th{background:#f3f3f3}"
-    "td:first-child,th:first-child{text-align:left}img{max-width:100%;height:auto}figure{margin:1em 0}"
+    "td:first-child,th:first-child,td.text{text-align:left}img{max-width:100%;height:auto}figure{margin:1em 0}"
     "figcaption{color:#555;font-size:.9em}.note{color:#555;font-size:.92em}code{background:#f3f3f3;padding:0 .2em}"
     "#scorecard{font-size:.95em}#scorecard td.labels{text-align:left;color:#8a4b00;font-size:.88em}"
     "nav{margin:.4em 0 1em;font-size:.95em}nav a{margin-right:1em}details{margin:.4em 0}"
@@ -58,7 +58,7 @@ def markdown(md: str, table_id: str | None = None) -> str:
             head, *rest = rows
             tid = f" id='{table_id}'" if table_id and not any("<table id=" in o for o in out) else ""
             out.append(f"<table{tid}><thead><tr>" + "".join(f"<th>{inline(c)}</th>" for c in head) + "</tr></thead><tbody>"
-                       + "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>" for r in rest)
+                       + "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in rest)
                        + "</tbody></table>")
             rows = []
         if line.strip():
@@ -66,6 +66,12 @@ def markdown(md: str, table_id: str | None = None) -> str:
         else:
             flush_para()
     return "\n".join(out)
+
+
+def _td(cell: str) -> str:
+    """A cell; text (not a number) is left-aligned."""
+    numeric = re.fullmatch(r"[–\-+]?[\d.,]*\d[\d.,]*( ?[%MkG])?( ± [\d.]+)?( \(.*\))?|–|", cell.strip()) is not None
+    return f"<td>{inline(cell)}</td>" if numeric else f"<td class='text'>{inline(cell)}</td>"
 
 
 def page(title: str, body: list[str]) -> str:

@@ -67,9 +67,8 @@ def overview_section(results: list[dict[str, Any]]) -> Section:
     if random:
         md += (f"\n\n**Warning:** {', '.join(random)} evaluated with randomly initialised weights (no `--pretrained`, "
                "`--weights` or checkpoint): those results describe an untrained network.")
-    for r in results:
-        if r.get("notes"):
-            md += f"\n\n{r['model']['name']} ({', '.join(labels(r)) or 'comparable'}): " + "; ".join(r["notes"]) + "."
+    details = [f"{r['model']['name']} ({', '.join(labels(r)) or 'comparable'}): " + "; ".join(r["notes"])
+               for r in results if r.get("notes")]
     figures = []
     have = [r for r in results if isinstance(r["suites"].get("clean"), dict) and "top1" in r["suites"]["clean"]]
     if have:
@@ -79,7 +78,8 @@ def overview_section(results: list[dict[str, Any]]) -> Section:
         ax.tick_params(axis="x", labelrotation=20 if len(have) > 2 else 0, labelsize=8)
         fig.tight_layout()
         figures.append(Figure("clean_accuracy", fig, "Clean top-1 accuracy per model"))
-    return Section("Models", md, figures, group="clean")
+    return Section("Models", md, figures, group="clean", details=details,
+                   summary="Why the numbers are not comparable with published tables")
 
 
 def size_section(results: list[dict[str, Any]]) -> Section | None:
@@ -95,10 +95,13 @@ def size_section(results: list[dict[str, Any]]) -> Section | None:
             pts = sorted((r["model"][field], row[col]) for r, row in rows if row.get(col) is not None)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}", label=name)
-        for r, _ in rows:
-            ax.annotate(r["model"]["name"], (r["model"][field], 0.02), fontsize=6, rotation=90, va="bottom",
-                        ha="center", color="#666")
-        ax.set_xscale("log"), ax.set_xlabel(f"{label} (log scale)"), ax.set_ylabel("top-1 accuracy"), ax.set_ylim(0, 1)
+        for r, row in rows:
+            top = max((row[c] for c, _ in SIZE_SERIES if row.get(c) is not None), default=0.0)
+            ax.annotate(r["model"]["name"], (r["model"][field], top), xytext=(0, 6), textcoords="offset points",
+                        fontsize=7, ha="center", color="#444")
+        xs = [r["model"][field] for r, _ in rows]
+        ax.set_xscale("log"), ax.set_xlim(min(xs) / 1.25, max(xs) * 1.25)
+        ax.set_xscale("log"), ax.set_xlabel(f"{label} (log scale)"), ax.set_ylabel("top-1 accuracy"), ax.set_ylim(0, 1.1)
         ax.grid(alpha=0.3, which="both")
     axes[0][-1].legend(*axes[0][0].get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1.02, 1.0),
                        frameon=False, fontsize=8)

@@ -46,8 +46,8 @@ def generic_section(name: str, found: list[tuple[str, dict[str, Any]]]) -> Secti
                for i, (m, r) in enumerate(found) for f in r.get("figures") or [] if Path(f).is_file()]
     if not notes and not figures:
         return None
-    md = ("Settings that differ from the paper — " + " — ".join(notes)) if notes else ""
-    return Section(name.replace("_", " ").capitalize(), md, figures, group=GROUP)
+    return Section(name.replace("_", " ").capitalize(), "", figures, group=GROUP, details=notes,
+                   summary="Settings that differ from the paper")
 
 
 def analysis_sections(results: list[dict[str, Any]]) -> list[Section]:
