@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import NullFormatter
 
 from robustvit.report.builder import Figure, Section, md_table
 from robustvit.report.headline import COLUMNS, eps_text, labels, scorecard_row
@@ -102,6 +103,7 @@ def size_section(results: list[dict[str, Any]]) -> Section | None:
         xs = [r["model"][field] for r, _ in rows]
         ax.set_xscale("log"), ax.set_xlim(min(xs) / 1.25, max(xs) * 1.25)
         ax.set_xscale("log"), ax.set_xlabel(f"{label} (log scale)"), ax.set_ylabel("top-1 accuracy"), ax.set_ylim(0, 1.1)
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3, which="both")
     axes[0][-1].legend(*axes[0][0].get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1.02, 1.0),
                        frameon=False, fontsize=8)
