@@ -78,6 +78,21 @@ def register_section(pattern: str, *, group: str | None = None, order: int = 50)
     return deco
 
 
+#: Extra sections drawn after a suite's own section for every key their pattern matches (e.g. study plots).
+EXTRA_SECTIONS: Registry[Renderer] = Registry("report extra section")
+
+
+def register_extra_section(pattern: str, *, group: str | None = None, order: int = 50) -> Callable[[Renderer], Renderer]:
+    """Like ``register_section``, but drawn in addition to the key's own section (all matching extras run)."""
+    def deco(fn: Renderer) -> Renderer:
+        g = group or getattr(sys.modules.get(fn.__module__), "GROUP", "natural")
+        opts = make_dataclass("Options", [("group", Group, field(default=g)),
+                                          ("order", int, option(order, min=0, max=100))], bases=(SectionOptions,))
+        EXTRA_SECTIONS.add(f"{pattern}#{fn.__name__}", _Registered(fn, opts))
+        return fn
+    return deco
+
+
 class _Registered:
     """A registered renderer: callable like the function, with its ``Options`` dataclass."""
 
@@ -178,6 +193,10 @@ def build_sections(results: list[dict[str, Any]]) -> list[Section]:
                                                      for r in results):
             group = "adversarial"
         put(renderer_for(key)(key, results), group, order)
+        for name, extra in EXTRA_SECTIONS.items():
+            if fnmatch.fnmatch(key, name.rsplit("#", 1)[0]):
+                opts = extra.Options()
+                put(extra(key, results), opts.group, opts.order)
     for sec in analysis_sections(results):
         put(sec, "inside", 50)
     put(training_section(results), "training", 50)

@@ -12,7 +12,8 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
+from robustvit.report.builder import (Figure, Section, legend_outside, md_table, register_extra_section,
+                                      register_section)
 
 GROUP = "natural"
 
@@ -83,14 +84,24 @@ def corruptions_section(key: str, results: list[dict[str, Any]]) -> Section | No
     fig.tight_layout()
     stem = "corruptions" if key == "corruptions" else "corruptions_" + "".join(
         c if c.isalnum() else "_" for c in key[len("corruptions"):]).strip("_")
-    figures = [Figure(stem, fig, "mean accuracy over corruptions per severity")]
-    if names:
-        figures.append(_per_corruption_bars(names, runs, stem))
-    return Section(f"Common corruptions (`{key}`)", md, figures)
+    return Section(f"Common corruptions (`{key}`)", md, [Figure(stem, fig, "mean accuracy over corruptions per severity")])
 
 
-def _per_corruption_bars(names: list[str], runs: list[tuple[str, dict[str, Any]]], stem: str) -> Figure:
-    """Accuracy per corruption (mean over severities), models side by side."""
+def _stem(key: str) -> str:
+    return "corruptions" if key == "corruptions" else "corruptions_" + "".join(
+        c if c.isalnum() else "_" for c in key[len("corruptions"):]).strip("_")
+
+
+@register_extra_section("corruptions*", order=11)
+def per_corruption_section(key: str, results: list[dict[str, Any]]) -> Section | None:
+    """Accuracy per corruption (mean over severities), models side by side (a bar chart)."""
+    runs = [(r["model"]["name"], r["suites"][key]) for r in results if isinstance(r["suites"].get(key), dict)]
+    names: list[str] = []
+    for _, s in runs:
+        names += [n for n in (s.get("corruption_accuracy") or {}) if n not in names]
+    if not names:
+        return None
+    stem = _stem(key)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.32 * len(names) * len(runs) + 2.5), 3.4))
     width = 0.8 / len(runs)
     for j, (model, s) in enumerate(runs):
@@ -102,4 +113,5 @@ def _per_corruption_bars(names: list[str], runs: list[tuple[str, dict[str, Any]]
     ax.set_title("Accuracy per corruption (mean over severities)")
     legend_outside(ax)
     fig.tight_layout()
-    return Figure(stem + "_per_corruption", fig, "accuracy per corruption, mean over severities, models side by side")
+    return Section(f"Accuracy per corruption (`{key}`)", "", [Figure(
+        stem + "_per_corruption", fig, "accuracy per corruption, mean over severities, models side by side")])
