@@ -122,3 +122,16 @@ def test_chromium_renders_report(folders, tmp_path):
     assert r["first_table_id"] == "scorecard"
     assert 0 <= r["scorecard"]["top"] and r["scorecard"]["bottom"] <= min(800, r["viewport"][1])   # above the fold
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_schema2_analysis_beside_an_eval(tmp_path):
+    """``analyze`` writing ``OUT/results.json`` (kind analysis, ``analyses`` with the aggregate ``figures`` list)
+    into ``<eval>/analysis`` is read as the eval's analyses."""
+    ev = write_run(tmp_path / "ev", eval_result("vit", 0.5, {}))
+    png = _png(tmp_path / "ev_lesion.png")
+    write_run(ev / "analysis", {"schema": 2, "kind": "analysis", "model": {"name": "vit"}, "data": {}, "run": {},
+                                "comparable": True, "notes": [],
+                                "analyses": {"lesion": {"clean_accuracy": 0.5, "figures": [str(png)]},
+                                             "figures": [str(png)]}})
+    run = load_run(ev)
+    assert set(run["analyses"]) == {"lesion"} and run["analyses"]["lesion"]["figures"] == [str(png)]

@@ -126,8 +126,9 @@ def load_run(path: str | Path) -> dict[str, Any]:
     f = folder / RESULTS_FILE if p.is_dir() else p
     if f.is_file():
         run = _normalise(_read_json(f), folder)
-        if run["kind"] == "eval" and not run["analyses"]:
-            sub = _analysis_folder(folder / "analysis")
+        if run["kind"] == "eval" and not run["analyses"]:      # analyses written beside the evaluation
+            sub_dir = folder / "analysis"
+            sub = load_run(sub_dir) if (sub_dir / RESULTS_FILE).is_file() else _analysis_folder(sub_dir)
             if sub is not None:
                 run["analyses"] = sub["analyses"]
         if run["train"] is None:
