@@ -161,6 +161,7 @@ def transfer_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     sources: list[str] = []
     for r in present:
         sources += [s for s in r["suites"][key].get("accuracy", {}) if s not in sources]
+    sources = [t for t in targets if t in sources] + [s for s in sources if s not in targets]   # diagonal = white-box
     rows = [[f"crafted on {s}"] + [r["suites"][key]["accuracy"].get(s) for r in present] for s in sources]
     rows.append(["clean"] + [r["suites"][key].get("clean_accuracy") for r in present])
     s0 = present[0]["suites"][key]
