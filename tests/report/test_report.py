@@ -135,3 +135,15 @@ def test_schema2_analysis_beside_an_eval(tmp_path):
                                              "figures": [str(png)]}})
     run = load_run(ev)
     assert set(run["analyses"]) == {"lesion"} and run["analyses"]["lesion"]["figures"] == [str(png)]
+
+
+def test_two_evaluations_under_one_name_stay_apart(tmp_path):
+    a = write_run(tmp_path / "run_a", eval_result("vit", 0.5, {}))
+    b = write_run(tmp_path / "run_b", eval_result("vit", 0.7, {}))
+    t = write_run(tmp_path / "run_t", eval_result("vit", 0.5, {}, suites={"transfer": {"accuracy": {"vit": 0.1}}}))
+    t_res = json.loads((t / "results.json").read_text())
+    del t_res["suites"]["clean"]
+    (t / "results.json").write_text(json.dumps(t_res))
+    merged = load_results([a, b, t])
+    assert [(m["model"]["name"], m["suites"]["clean"]["top1"]) for m in merged] == [("vit", 0.5), ("vit (run_b)", 0.7)]
+    assert "transfer" in merged[0]["suites"]            # disjoint suites of one model are joined

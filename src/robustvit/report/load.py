@@ -179,6 +179,11 @@ def merge_by_model(runs: list[dict[str, Any]], by_data: bool = False) -> list[di
                             "notes": list(run.get("notes") or []), "kinds": [run.get("kind", "eval")]}
             continue
         m = merged[name]
+        if set(m["suites"]) & set(run.get("suites") or {}):   # two evaluations of one name: keep both, told apart
+            other = f"{model_name(run)} ({Path(run.get('_dir', '?')).name})"
+            merged[(other, name[1]) if by_data else other] = {
+                **run, "model": {**(run.get("model") or {}), "name": other}, "kinds": [run.get("kind", "eval")]}
+            continue
         m["kinds"].append(run.get("kind", "eval"))
         for k, v in (run.get("suites") or {}).items():
             m["suites"].setdefault(k, v)
