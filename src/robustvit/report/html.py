@@ -14,7 +14,7 @@ STYLE = (
     "color:#222;line-height:1.45}h1{font-size:1.5em;margin:.2em 0 .4em}h2{border-bottom:2px solid #ddd;margin-top:2em;"
     "padding-bottom:.2em}h3{margin-top:1.5em}table{border-collapse:collapse;margin:.6em 0 1em;font-size:.92em}"
     "td,th{border:1px solid #ccc;padding:.25em .55em;text-align:right}th{background:#f3f3f3}"
-    "td:first-child,th:first-child,td.text{text-align:left}img{max-width:100%;height:auto}figure{margin:1em 0}"
+    "td:first-child,th:first-child,td.text,th.text{text-align:left}.scroll{overflow-x:auto}img{max-width:100%;height:auto}figure{margin:1em 0}"
     "figcaption{color:#555;font-size:.9em}.note{color:#555;font-size:.92em}code{background:#f3f3f3;padding:0 .2em}"
     "#scorecard{font-size:.95em}#scorecard td.labels{text-align:left;color:#8a4b00;font-size:.88em}"
     "nav{margin:.4em 0 1em;font-size:.95em}nav a{margin-right:1em}details{margin:.4em 0}"
@@ -57,9 +57,12 @@ def markdown(md: str, table_id: str | None = None) -> str:
         if rows:
             head, *rest = rows
             tid = f" id='{table_id}'" if table_id and not any("<table id=" in o for o in out) else ""
-            out.append(f"<table{tid}><thead><tr>" + "".join(f"<th>{inline(c)}</th>" for c in head) + "</tr></thead><tbody>"
+            text_cols = {j for j in range(len(head)) if rest and all(not _numeric(r[j]) for r in rest if j < len(r))}
+            th = "".join(f"<th class='text'>{inline(c)}</th>" if j in text_cols else f"<th>{inline(c)}</th>"
+                         for j, c in enumerate(head))
+            out.append(f"<div class='scroll'><table{tid}><thead><tr>{th}</tr></thead><tbody>"
                        + "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in rest)
-                       + "</tbody></table>")
+                       + "</tbody></table></div>")
             rows = []
         if line.strip():
             para.append(line.strip())
@@ -68,10 +71,13 @@ def markdown(md: str, table_id: str | None = None) -> str:
     return "\n".join(out)
 
 
+def _numeric(cell: str) -> bool:
+    return re.fullmatch(r"[–\-+]?[\d.,]*\d[\d.,]*( ?[%MkG])?( ± [\d.]+)?( \(.*\))?( \[.*\])?|–|", cell.strip()) is not None
+
+
 def _td(cell: str) -> str:
     """A cell; text (not a number) is left-aligned."""
-    numeric = re.fullmatch(r"[–\-+]?[\d.,]*\d[\d.,]*( ?[%MkG])?( ± [\d.]+)?( \(.*\))?|–|", cell.strip()) is not None
-    return f"<td>{inline(cell)}</td>" if numeric else f"<td class='text'>{inline(cell)}</td>"
+    return f"<td>{inline(cell)}</td>" if _numeric(cell) else f"<td class='text'>{inline(cell)}</td>"
 
 
 def page(title: str, body: list[str]) -> str:

@@ -50,8 +50,13 @@ def scorecard_section(results: list[dict[str, Any]]) -> Section:
 
 
 def _weights(model: dict[str, Any]) -> str:
-    source = (model.get("weights") or {}).get("source", "not recorded")
-    return "**random (untrained)**" if source == "random" else str(source)
+    source = str((model.get("weights") or {}).get("source", "not recorded"))
+    if source == "random":
+        return "**random (untrained)**"
+    if source.startswith("checkpoint:"):            # the folder's last two parts name it well enough
+        path = source.split(":", 1)[1].rstrip("/").replace("\\", "/").split("/")
+        return "checkpoint …/" + "/".join(path[-2:])
+    return source
 
 
 def overview_section(results: list[dict[str, Any]]) -> Section:
@@ -83,6 +88,13 @@ def overview_section(results: list[dict[str, Any]]) -> Section:
                    summary="Why the numbers are not comparable with published tables")
 
 
+def _human(v: float) -> str:
+    for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= div:
+            return f"{v / div:.3g} {unit}"
+    return f"{v:.3g}"
+
+
 def size_section(results: list[dict[str, Any]]) -> Section | None:
     """Accuracy against parameters (and FLOPs where recorded), log x axes; two or more models."""
     rows = [(r, scorecard_row(r)) for r in results if (r.get("model") or {}).get("params")]
@@ -96,14 +108,22 @@ def size_section(results: list[dict[str, Any]]) -> Section | None:
             pts = sorted((r["model"][field], row[col]) for r, row in rows if row.get(col) is not None)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}", label=name)
+        at: dict[float, list[tuple[str, float]]] = {}
         for r, row in rows:
             top = max((row[c] for c, _ in SIZE_SERIES if row.get(c) is not None), default=0.0)
-            ax.annotate(r["model"]["name"], (r["model"][field], top), xytext=(0, 6), textcoords="offset points",
-                        fontsize=7, ha="center", color="#444")
-        xs = [r["model"][field] for r, _ in rows]
+            at.setdefault(float(r["model"][field]), []).append((r["model"]["name"], top))
+        for x, named in at.items():               # one label per position: models of one size share it
+            ax.annotate("\n".join(n for n, _ in named), (x, max(t for _, t in named)), xytext=(0, 6),
+                        textcoords="offset points", fontsize=7, ha="center", va="bottom", color="#444")
+        xs = sorted(at)
         ax.set_xscale("log"), ax.set_xlim(min(xs) / 1.25, max(xs) * 1.25)
-        ax.set_xscale("log"), ax.set_xlabel(f"{label} (log scale)"), ax.set_ylabel("top-1 accuracy"), ax.set_ylim(0, 1.1)
+        shown, last = [], 0.0
+        for x in xs:                               # labels closer than 15 % would overlap: the first one stands
+            shown.append(_human(x) if not last or x / last > 1.15 else "")
+            last = x if shown[-1] else last
+        ax.set_xticks(xs, shown, fontsize=8)
         ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(f"{label} (log scale)"), ax.set_ylabel("top-1 accuracy"), ax.set_ylim(0, 1.15)
         ax.grid(alpha=0.3, which="both")
     axes[0][-1].legend(*axes[0][0].get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1.02, 1.0),
                        frameon=False, fontsize=8)
