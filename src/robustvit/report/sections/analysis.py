@@ -2,7 +2,7 @@
 one section per analysis with its notes and the figures it wrote.
 
 Generic over the results schema: a result's ``headline`` ({label: number}) is shown when present, else its
-top-level numbers (bookkeeping fields excluded); ``figures`` are the PNGs the analysis wrote. An analysis
+top-level real numbers (counts, options and bookkeeping fields excluded); ``figures`` are the PNGs the analysis wrote. An analysis
 with its own view registers a renderer (``register_analysis_section``); none is needed to appear here.
 """
 
@@ -32,11 +32,13 @@ def _label(name: str, key: str) -> str:
 
 
 def headline(name: str, result: dict[str, Any]) -> dict[str, float]:
-    """The numbers an analysis result leads with: its ``headline`` dict, else its top-level numbers."""
+    """The numbers an analysis result leads with: its ``headline`` dict, else its top-level real numbers (counts,
+    which are integers, and the analysis's own options are left out)."""
     if isinstance(result.get("headline"), dict):
         return {_label(name, k): v for k, v in result["headline"].items()}
+    settings = set(result.get("options") or {})   # the analysis's own options are settings, not results
     return {_label(name, k): v for k, v in result.items()
-            if k not in BOOKKEEPING and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            if k not in BOOKKEEPING and k not in settings and isinstance(v, float)}
 
 
 def generic_section(name: str, found: list[tuple[str, dict[str, Any]]]) -> Section | None:
