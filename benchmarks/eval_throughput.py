@@ -14,7 +14,7 @@ Both are timed end to end from the model's name to the accuracy. The runs altern
 so that load on the machine hits both alike; the script prints the median of each and their ratio and checks
 that both measured the same accuracy. Run it with the threads the machine has (``torch.get_num_threads()``)::
 
-    python benchmarks/eval_throughput.py --model deit_tiny_patch16_224 --images 200 --batch-size 50 --repeats 5
+    python benchmarks/eval_throughput.py --model deit_tiny_patch16_224 --images 96 --batch-size 32 --repeats 5
 """
 
 from __future__ import annotations
