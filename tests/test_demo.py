@@ -22,6 +22,14 @@ def test_quick_demo_end_to_end(tmp_path):
     assert results["resnet_cifar18"]["suites"]["clean"]["top1"] > 0.3
     html = (tmp_path / "report.html").read_text()
     assert all(name in html for name in DEMO_MODELS) and "data:image/png;base64" in html
+    # the demo is a study: the scorecard opens the report, the leaderboard lists every model, names as planned
+    assert html.index("<table") == html.index("<table id='scorecard'>")
+    assert all((tmp_path / f"leaderboard.{f}").is_file() for f in ("md", "csv", "json"))
+    board = (tmp_path / "leaderboard.csv").read_text()
+    assert all(f"\n{name}," in board for name in DEMO_MODELS)
+    for name in DEMO_MODELS:
+        assert json.loads((tmp_path / name / "results.json").read_text())["model"]["name"] == name
+    assert "figures/training.png" in (tmp_path / "report.md").read_text()      # curves from metrics.jsonl
     md = (tmp_path / "report.md").read_text()
     assert md.startswith("# robustvit demo") and "Inside the models" in md
     # ViT and ResNet perturbations side by side (Bhojanapalli et al. Fig. 5) from the examples the suites saved

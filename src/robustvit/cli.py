@@ -391,6 +391,54 @@ def cmd_merge(a: argparse.Namespace) -> int:
 
 COMMANDS.append(add_merge)
 
+def add_leaderboard(sub: argparse._SubParsersAction) -> None:
+    from robustvit.leaderboard import FORMATS, TABLE_COLUMNS
+
+    p = sub.add_parser("leaderboard", help="one table of many runs: a row per model × data × threat model "
+                       "(clean, corruptions, PGD, AutoAttack, … and comparability labels)")
+    p.add_argument("runs", nargs="*", help="run folders (results.json); with --db they are added to the database")
+    p.add_argument("--db", metavar="FILE", help="SQLite database: add the runs, then show every run it holds")
+    p.add_argument("--format", dest="fmt", choices=list(FORMATS), default="md",
+                   help="md (default), csv (raw fractions), latex, html, or json (RobustBench model-info entries)")
+    p.add_argument("--out", metavar="FILE", help="write the table here (default: print it)")
+    p.add_argument("--sort", metavar="COL", help=f"sort by a column, best first: {', '.join(TABLE_COLUMNS)}")
+    p.set_defaults(func=cmd_leaderboard)
+
+
+def cmd_leaderboard(a: argparse.Namespace) -> int:
+    from robustvit.leaderboard import format_rows, leaderboard
+
+    rows = leaderboard(a.runs, db=a.db, fmt=a.fmt, out=a.out, sort=a.sort)
+    if a.out:
+        print(f"wrote {len(rows)} rows to {a.out}")
+    else:
+        print(format_rows(rows, a.fmt), end="")
+    return 0
+
+
+def add_study(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("study", help="evaluate and analyse several models from a YAML spec (resumable), then "
+                       "write OUT/report.html and OUT/leaderboard.*")
+    p.add_argument("spec", help="YAML file with models, data, limit, suites, analyses, out")
+    p.add_argument("--out", help="output folder (overrides the spec's out)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_study)
+
+
+def cmd_study(a: argparse.Namespace) -> int:
+    from robustvit.study import load_study, run_study
+
+    study = load_study(a.spec, out=a.out, device=a.device)
+    res = run_study(study, progress=not a.no_progress,
+                    command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
+    print(f"study of {len(res['runs'])} models: {res['report']} and {', '.join(map(str, res['leaderboard']))}")
+    return 0
+
+
+COMMANDS.append(add_leaderboard)
+COMMANDS.append(add_study)
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="robustvit", description="Evaluate, explain and harden the robustness of "

@@ -2,29 +2,26 @@
 
 1. generate ``synthshapes`` (train / test / cue-conflict);
 2. train three small models on it (``DEMO_MODELS``): a ViT, a ResNet and the same ViT trained adversarially;
-3. evaluate each with every registered suite, as planned in ``DEMO_SUITES`` (including the ViT paper's few-shot
-   linear probe of each model's frozen features, ``fewshot``);
-4. explain: run the internals analyses on each (``DemoModel.analyses``);
-5. write ``OUT/<model>/results.json``, ``OUT/<model>/checkpoint/``, ``OUT/<model>/analysis/`` and a
-   side-by-side ``OUT/report.md`` / ``OUT/report.html``.
+3. run them as a study (``robustvit.study``): evaluate each with every registered suite, as planned in
+   ``DEMO_SUITES`` (including the ViT paper's few-shot linear probe of each model's frozen features,
+   ``fewshot``), and explain each with the internals analyses (``DemoModel.analyses``);
+4. write ``OUT/<model>/results.json``, ``OUT/<model>/checkpoint/``, ``OUT/<model>/analysis/``, the study's
+   side-by-side ``OUT/report.md`` / ``OUT/report.html`` (scorecard first; training curves from each model's
+   ``metrics.jsonl``) and ``OUT/leaderboard.{md,csv,json}``.
 
 Re-running resumes: finished training, evaluation and analysis units are skipped.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robustvit.analysis import DEMO_ANALYSES, attach_analyses, run_analyses
-from robustvit.data import create_dataset
-from robustvit.evaluate.runner import EvalConfig, run_eval
+from robustvit.analysis import DEMO_ANALYSES
 from robustvit.evaluate.suites import list_suites
-from robustvit.models import create_model
-from robustvit.report import write_report
+from robustvit.study import Study, run_study
 from robustvit.training import TrainConfig, train
 from robustvit.utils import resolve_device
 
@@ -127,7 +124,6 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
     test_spec = "synthshapes:test" if plan.eval_limit is None else f"synthshapes:test,count={plan.test_count}"
     command = f"robustvit demo --out {out}" + (" --quick" if quick else "")
     suites, skipped = demo_suites(quick)
-    results: dict[str, dict[str, Any]] = {}
     t_start = time.time()
     for name, dm in DEMO_MODELS.items():
         mdir = out / name
@@ -139,18 +135,6 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
                               batch_size=plan.batch_size, warmup_epochs=0.5 if quick else 1.0, val_data=test_spec,
                               val_limit=500, seed=seed, device=device, **dm.train)
             train(cfg, resume=(mdir / "last" / "train_state.pt").is_file(), progress=progress)
-        print(f"[demo] evaluating {name}: {', '.join(suites)}", flush=True)
-        ecfg = EvalConfig(models=[str(ckpt)], data=test_spec, suites=suites, out=str(mdir),
-                          limit=plan.eval_limit, batch_size=100, device=device, seed=seed,
-                          progress=progress, command=command)
-        res = {**next(iter(run_eval(ecfg).values())), "_dir": str(mdir)}   # saved examples live there
-        res["model"]["name"] = name
-        print(f"[demo] analysing {name}: {', '.join(dm.analyses)}", flush=True)
-        model = create_model(str(ckpt)).to(resolve_device(device)).eval()
-        run_analyses(model, create_dataset(test_spec), list(dm.analyses), mdir / "analysis", limit=plan.analysis_limit,
-                     seed=seed, batch_size=100, device=device, progress=progress, model_name=name,
-                     data_spec=test_spec, command=command)
-        results[name] = attach_analyses(res, mdir / "analysis")
     notes = [f"Models trained on {train_spec} ({'quick' if quick else 'default'} plan) and evaluated on {test_spec} "
              f"({plan.eval_limit or plan.test_count} images; analyses on the first {plan.analysis_limit}); total "
              f"{time.time() - t_start:.0f} s on {'CUDA' if resolve_device(device).type == 'cuda' else 'CPU'}.",
@@ -158,16 +142,16 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
              f"adversarially for {plan.epochs['vit_cifar_demo_fgsm_rs']} epoch(s) (FGSM-RS, ε = 4/255); resnet_cifar18 "
              "with width_mult=0.25 (a quarter of the channels) so that it trains on a CPU in minutes."]
     notes += [f"Not run by the demo — {s}" for s in skipped]
-    for name in results:
-        metrics = out / name / "metrics.jsonl"
-        if metrics.is_file():
-            results[name]["training"] = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    md, html = write_report(list(results.values()), out, title="robustvit demo: evaluate, explain and harden on synthshapes",
-                            notes=notes)
+    study = Study(models={name: str(out / name / "checkpoint") for name in DEMO_MODELS}, data=test_spec,
+                  limit=plan.eval_limit, suites=suites, analyses={n: list(dm.analyses) for n, dm in DEMO_MODELS.items()},
+                  out=str(out), analysis_limit=plan.analysis_limit, batch_size=100, seed=seed, device=device,
+                  title="robustvit demo: evaluate, explain and harden on synthshapes")
+    done = run_study(study, progress=progress, command=command, notes=notes)
+    results = {name: {**r, "_dir": str(out / name)} for name, r in done["runs"].items()}
     for name, r in results.items():
         few = next((v for k, v in r["suites"].items() if k.startswith("fewshot")), None)
         shots = "" if few is None else ", few-shot linear " + ", ".join(
             f"{k}-shot {e['mean']:.3f}" for k, e in few["accuracy"].items())
         print(f"[demo] {name}: clean top-1 {r['suites']['clean']['top1']:.3f}{shots}")
-    print(f"[demo] report: {md} and {html}", flush=True)
+    print(f"[demo] report: {out / 'report.md'} and {done['report']}", flush=True)
     return results

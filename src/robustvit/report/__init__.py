@@ -1,9 +1,14 @@
-"""Reports: side-by-side Markdown and HTML (plots embedded as PNG) for one or more results.json files.
+"""Reports: the scorecard, then clean → natural shift → adversarial → inside the models → training, as
+Markdown and a self-contained HTML page (plots embedded as PNG), from run folders (``results.json``).
 
 Suites with a dedicated view register a section renderer (``register_section``); every other suite is
-shown as a table of its scalar metrics.
+shown as a table of its scalar metrics; analyses and training runs are drawn from their results generically.
+The report reads JSON only (``robustvit.report.load``); it imports no analysis module.
 """
 
-from robustvit.report.builder import Figure, Section, load_results, register_section, write_report
+from robustvit.report.builder import (GROUPS, SECTIONS, Figure, Section, build_sections, load_results,
+                                      register_section, write_report)
+from robustvit.report.load import load_run, load_runs, merge_by_model
 
-__all__ = ["Figure", "Section", "load_results", "register_section", "write_report"]
+__all__ = ["GROUPS", "SECTIONS", "Figure", "Section", "build_sections", "load_results", "load_run", "load_runs",
+           "merge_by_model", "register_section", "write_report"]

@@ -1,31 +1,46 @@
-"""Build ``report.md`` and ``report.html`` from results dicts (see the package docstring)."""
+"""Build ``report.md`` and ``report.html`` from runs (see the package docstring).
+
+The page opens with the scorecard (``id="scorecard"``), then the groups in a fixed order: clean → natural
+shift → adversarial → inside the models → training. Each suite key is drawn by the registered section whose
+pattern matches it (the longest pattern wins), else by a table of its scalar metrics; each analysis by the
+analysis renderers; training runs by their curves.
+"""
 
 from __future__ import annotations
 
 import base64
 import fnmatch
 import html
-import json
 import shutil
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from robustvit.errors import RobustvitError  # noqa: E402
+from robustvit.options import option  # noqa: E402
 from robustvit.registry import Registry  # noqa: E402
+from robustvit.report import html as H  # noqa: E402
+from robustvit.report.load import load_runs, merge_by_model, normalise  # noqa: E402
+
+Group = Literal["clean", "natural", "adversarial", "inside", "training"]
+#: The report's groups, in page order, with their headings.
+GROUPS: dict[str, str] = {"clean": "Clean accuracy", "natural": "Natural distribution shift",
+                          "adversarial": "Adversarial robustness", "inside": "Inside the models", "training": "Training"}
 
 
 @dataclass
 class Figure:
     name: str               # file stem, e.g. "clean_accuracy"
     fig: Any                # a matplotlib figure, or the Path of a PNG written elsewhere (copied as it is)
-    caption: str = ""
+    caption: str = ""       # also the image's alt text
 
 
 @dataclass
@@ -33,46 +48,104 @@ class Section:
     title: str
     markdown: str = ""      # tables and text (Markdown; converted to HTML tables by a small renderer)
     figures: list[Figure] = field(default_factory=list)
+    group: str | None = None   # None: the renderer's group
+    details: list[str] = field(default_factory=list)   # long notes: a list in Markdown, folded in the HTML
+    summary: str = "Notes"
+
+
+@dataclass
+class SectionOptions:
+    """Where a registered section goes: its group on the page and its place within the group."""
+    group: Group = "natural"
+    order: int = option(50, min=0, max=100, help="position within the group (lower first)")
 
 
 Renderer = Callable[[str, list[dict[str, Any]]], "Section | None"]
 #: Report sections: ``fn(suite_key, results) -> Section`` registered under a suite-key pattern (e.g. ``"pgd*"``).
 SECTIONS: Registry[Renderer] = Registry("report section")
-register_section = SECTIONS.register
+
+
+def register_section(pattern: str, *, group: str | None = None, order: int = 50) -> Callable[[Renderer], Renderer]:
+    """Register ``fn(key, results) -> Section | None`` for suite keys matching ``pattern``; ``group`` (default
+    the module's ``GROUP``, else ``natural``) places it on the page. The renderer's ``Options`` records both."""
+    def deco(fn: Renderer) -> Renderer:
+        g = group or getattr(sys.modules.get(fn.__module__), "GROUP", "natural")
+        opts = make_dataclass("Options", [("group", Group, field(default=g)),
+                                          ("order", int, option(order, min=0, max=100))], bases=(SectionOptions,))
+        wrapped = _Registered(fn, opts)
+        SECTIONS.add(pattern, wrapped)
+        return fn
+    return deco
+
+
+#: Extra sections drawn after a suite's own section for every key their pattern matches (e.g. study plots).
+EXTRA_SECTIONS: Registry[Renderer] = Registry("report extra section")
+
+
+def register_extra_section(pattern: str, *, group: str | None = None, order: int = 50) -> Callable[[Renderer], Renderer]:
+    """Like ``register_section``, but drawn in addition to the key's own section (all matching extras run)."""
+    def deco(fn: Renderer) -> Renderer:
+        g = group or getattr(sys.modules.get(fn.__module__), "GROUP", "natural")
+        opts = make_dataclass("Options", [("group", Group, field(default=g)),
+                                          ("order", int, option(order, min=0, max=100))], bases=(SectionOptions,))
+        EXTRA_SECTIONS.add(f"{pattern}#{fn.__name__}", _Registered(fn, opts))
+        return fn
+    return deco
+
+
+class _Registered:
+    """A registered renderer: callable like the function, with its ``Options`` dataclass."""
+
+    def __init__(self, fn: Renderer, options: type) -> None:
+        self.fn, self.Options = fn, options
+        self.__name__ = getattr(fn, "__name__", "section")
+
+    def __call__(self, key: str, results: list[dict[str, Any]]) -> Section | None:
+        return self.fn(key, results)
 
 
 def renderer_for(key: str) -> Renderer:
     """The section renderer whose pattern matches the suite key (the most specific, i.e. longest, pattern
     wins), else the generic table of scalar metrics."""
+    _load_builtin()
     matches = [p for p in SECTIONS.list() if fnmatch.fnmatch(key, p)]
     return SECTIONS.get(max(matches, key=len)) if matches else _scalar_section
 
 
-def load_results(paths: list[str | Path]) -> list[dict[str, Any]]:
-    out = []
-    from robustvit.analysis import attach_analyses, load_analysis_folder
+def _placement(key: str) -> tuple[str, int]:
+    matches = [p for p in SECTIONS.list() if fnmatch.fnmatch(key, p)]
+    if not matches:
+        return "natural", 90
+    opts = SECTIONS.options_class(max(matches, key=len))()
+    return opts.group, opts.order
 
-    for p in map(Path, paths):
-        f = p / "results.json" if p.is_dir() else p
-        if not f.is_file() and p.is_dir() and (analysis := load_analysis_folder(p)) is not None:
-            out.append(analysis)
-            continue
-        if not f.is_file():
-            raise RobustvitError(f"{p} holds no results.json; pass folders written by `robustvit eval` or `robustvit analyze`")
-        try:
-            res = json.loads(f.read_text())
-        except json.JSONDecodeError as e:
-            raise RobustvitError(f"{f} is not valid JSON ({e})") from None
-        res["_dir"] = str(f.parent)
-        out.append(attach_analyses(res, f.parent / "analysis"))
-    return out
+
+def _load_builtin() -> None:
+    from robustvit.report import sections as _builtin  # noqa: F401  (registers built-in renderers)
+
+
+def load_results(paths: list[str | Path]) -> list[dict[str, Any]]:
+    """The runs in ``paths`` (``robustvit.report.load``), the runs of one model joined into one entry."""
+    return merge_by_model(load_runs(paths))
 
 
 def md_table(header: list[str], rows: list[list[Any]]) -> str:
     fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else ("–" if v is None else str(v))  # noqa: E731
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(fmt(v).replace("|", "\\|") for v in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def legend_outside(ax: Any, **kw: Any) -> None:
+    """A legend to the right of the axes, so it never covers data."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False,
+                  fontsize=kw.pop("fontsize", 8), **kw)
+
+
+def integer_axis(axis: Any) -> None:
+    """Integer ticks on an axis that plots indices (epochs, blocks, heads)."""
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _scalar_section(key: str, results: list[dict[str, Any]]) -> Section | None:
@@ -87,55 +160,55 @@ def _scalar_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     return Section(f"Suite `{key}`", md_table(["metric"] + [r["model"]["name"] for r in results], rows))
 
 
-def _weights(model: dict[str, Any]) -> str:
-    """The weights column: where they came from; random weights are flagged."""
-    source = model.get("weights", {}).get("source", "not recorded")
-    return "**random (untrained)**" if source == "random" else source
-
-
-def _overview(results: list[dict[str, Any]]) -> Section:
-    rows = [[r["model"]["name"], r["model"]["spec"]["family"], f"{r['model']['params'] / 1e6:.2f} M",
-             "×".join(map(str, r["model"]["spec"]["input_size"][1:])), _weights(r["model"]), r["data"]["spec"],
-             r["data"]["num_images"], r["run"]["device"]] for r in results]
-    md = md_table(["model", "family", "params", "input", "weights", "data", "images", "device"], rows)
-    random = [r["model"]["name"] for r in results if r["model"].get("weights", {}).get("source") == "random"]
-    if random:
-        md += (f"\n\n**Warning:** {', '.join(random)} evaluated with randomly initialised weights (no `--pretrained`, "
-               "`--weights` or checkpoint): those results describe an untrained network.")
-    fig = None
-    if all("clean" in r["suites"] for r in results):
-        f, ax = plt.subplots(figsize=(4 + len(results), 3))
-        names = [r["model"]["name"] for r in results]
-        ax.bar(names, [r["suites"]["clean"]["top1"] for r in results], color="#4c72b0")
-        ax.set_ylim(0, 1), ax.set_ylabel("clean top-1"), ax.set_title("Clean accuracy")
-        f.tight_layout()
-        fig = Figure("clean_accuracy", f)
-    extra = [r for r in results if r.get("training")]
-    if extra:
-        f, ax = plt.subplots(figsize=(5, 3))
-        for r in extra:
-            ep = [m["epoch"] for m in r["training"]]
-            ax.plot(ep, [m.get("val_acc", m["train_acc"]) for m in r["training"]], marker="o", label=r["model"]["name"])
-        ax.set_xlabel("epoch"), ax.set_ylabel("validation accuracy"), ax.set_ylim(0, 1), ax.legend()
-        ax.set_title("Training")
-        f.tight_layout()
-        return Section("Models", md, [x for x in (fig, Figure("training", f)) if x])
-    return Section("Models", md, [fig] if fig else [])
+def _prepare(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    runs = [normalise({**r, "model": r.get("model") or {"name": "?"}}) for r in results]
+    for r in runs:
+        r.setdefault("model", {}).setdefault("name", "?")
+    return merge_by_model(runs)
 
 
 def build_sections(results: list[dict[str, Any]]) -> list[Section]:
-    from robustvit.report import sections as _builtin  # noqa: F401  (registers built-in renderers)
+    """Every section of the report in page order (the scorecard first); ``Section.group`` set on each."""
+    from robustvit.report.scorecard import overview_section, scorecard_section, size_section
+    from robustvit.report.sections.analysis import analysis_sections
+    from robustvit.report.sections.training import training_section
 
-    sections = [_overview(results)]
+    _load_builtin()
+    results = _prepare(results)
+    placed: list[tuple[int, int, int, Section]] = []
+
+    def put(sec: Section | None, group: str, order: int) -> None:
+        if sec is not None:
+            sec.group = sec.group or group
+            placed.append((list(GROUPS).index(sec.group), order, len(placed), sec))
+
+    put(overview_section(results), "clean", 0)
+    put(size_section(results), "clean", 5)
     keys: list[str] = []
     for r in results:
         keys += [k for k in r["suites"] if k not in keys]
     for key in keys:
-        renderer = renderer_for(key)
-        sec = renderer(key, results)
-        if sec is not None:
-            sections.append(sec)
-    return sections
+        group, order = _placement(key)
+        if (group, order) == ("natural", 90) and any(isinstance(r["suites"].get(key), dict) and "eps" in r["suites"][key]
+                                                     for r in results):
+            group = "adversarial"
+        put(renderer_for(key)(key, results), group, order)
+        for name, extra in EXTRA_SECTIONS.items():
+            if fnmatch.fnmatch(key, name.rsplit("#", 1)[0]):
+                opts = extra.Options()
+                put(extra(key, results), opts.group, opts.order)
+    for sec in analysis_sections(results):
+        put(sec, "inside", 50)
+    put(training_section(results), "training", 50)
+    placed.sort(key=lambda t: t[:3])
+    return [scorecard_section(results)] + [s for *_, s in placed]
+
+
+def _figure_html(fig: Figure, png: Path, section: Section) -> str:
+    alt = fig.caption or f"{section.title}: {fig.name.replace('_', ' ')}"
+    b64 = base64.b64encode(png.read_bytes()).decode()
+    return (f"<figure><img src='data:image/png;base64,{b64}' alt='{html.escape(alt, quote=True)}'>"
+            f"<figcaption>{H.inline(fig.caption)}</figcaption></figure>")
 
 
 def write_report(results: list[dict[str, Any]], out: Path, title: str = "robustvit report",
@@ -143,55 +216,56 @@ def write_report(results: list[dict[str, Any]], out: Path, title: str = "robustv
     """Write ``out/report.md`` (figures as ``out/figures/*.png``) and a self-contained ``out/report.html``."""
     if not results:
         raise RobustvitError("no results to report")
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "figures").mkdir(exist_ok=True)
     sections = build_sections(results)
-    md = [f"# {title}", ""] + [f"> {n}" for n in notes or []] + [""]
-    body = [f"<h1>{html.escape(title)}</h1>"] + [f"<p class='note'>{html.escape(n)}</p>" for n in notes or []]
-    for sec in sections:
-        md += [f"## {sec.title}", "", sec.markdown, ""]
-        body += [f"<h2>{_inline(sec.title)}</h2>", _md_to_html(sec.markdown)]
+    md = [f"# {title}", ""]
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    groups_seen: list[str] = []
+    used: set[str] = set()
+    for i, sec in enumerate(sections):
+        group = sec.group or "natural"
+        if i == 1:    # after the scorecard: the run notes, folded, and links to the groups
+            present = list(dict.fromkeys(s.group for s in sections[1:] if s.group))
+            body.append("<nav>" + "".join(f"<a href='#{g}'>{GROUPS[g]}</a>" for g in present) + "</nav>")
+            if notes:
+                md += [f"> {n}" for n in notes] + [""]
+                body.append("<details><summary>About these runs</summary>"
+                            + "".join(f"<p class='note'>{H.inline(n)}</p>" for n in notes) + "</details>")
+        if i > 0 and group not in groups_seen:
+            groups_seen.append(group)
+            md += [f"## {GROUPS[group]}", ""]
+            body.append(f"<h2 id='{group}'>{html.escape(GROUPS[group])}</h2>")
+        if i == 0:
+            md += [f"## {sec.title}", "", sec.markdown, ""]
+            body += [f"<h2 id='scorecard-title'>{H.inline(sec.title)}</h2>", H.markdown(sec.markdown, "scorecard")]
+        elif sec.title != GROUPS.get(group):
+            md += [f"### {sec.title}", "", sec.markdown, ""]
+            body += [f"<h3>{H.inline(sec.title)}</h3>", H.markdown(sec.markdown)]
+        else:
+            md += [sec.markdown, ""]
+            body.append(H.markdown(sec.markdown))
+        if sec.details:
+            md += [f"- {d}" for d in sec.details] + [""]
+            body.append(f"<details><summary>{H.inline(sec.summary)}</summary><ul>"
+                        + "".join(f"<li>{H.inline(d)}</li>" for d in sec.details) + "</ul></details>")
         for fig in sec.figures:
-            png = out / "figures" / f"{fig.name}.png"
+            stem = fig.name
+            while stem in used:
+                stem += "_"
+            used.add(stem)
+            png = out / "figures" / f"{stem}.png"
             if isinstance(fig.fig, Path):
                 shutil.copyfile(fig.fig, png)
             else:
-                fig.fig.savefig(png, dpi=110)
+                fig.fig.savefig(png, dpi=110, bbox_inches="tight")
                 plt.close(fig.fig)
             md += [f"![{fig.caption or fig.name}](figures/{png.name})", ""]
-            b64 = base64.b64encode(png.read_bytes()).decode()
-            body.append(f"<figure><img src='data:image/png;base64,{b64}' alt='{html.escape(fig.name)}'>"
-                        f"<figcaption>{html.escape(fig.caption)}</figcaption></figure>")
+            body.append(_figure_html(fig, png, sec))
+    if len(sections) == 1 and notes:
+        md += [f"> {n}" for n in notes] + [""]
+        body += [f"<p class='note'>{H.inline(n)}</p>" for n in notes]
     (out / "report.md").write_text("\n".join(md))
-    style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}"
-             "th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%}"
-             ".note{color:#555;font-style:italic}code{background:#f3f3f3;padding:0 .2em}")
-    (out / "report.html").write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-                                     f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+    (out / "report.html").write_text(H.page(title, body))
     return out / "report.md", out / "report.html"
-
-
-def _inline(text: str) -> str:
-    parts = html.escape(text).split("`")
-    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
-
-
-def _md_to_html(md: str) -> str:
-    """Tables, paragraphs and inline code: all the Markdown that sections produce."""
-    out, rows = [], []
-    for line in md.splitlines() + [""]:
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if not all(set(c) <= set("-: ") for c in cells):
-                rows.append(cells)
-            continue
-        if rows:
-            head, *rest = rows
-            out.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"
-                       + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in rest)
-                       + "</table>")
-            rows = []
-        if line.strip():
-            out.append(f"<p>{_inline(line)}</p>")
-    return "\n".join(out)

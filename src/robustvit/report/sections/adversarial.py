@@ -11,7 +11,9 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, md_table, register_section
+from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
+
+GROUP = "adversarial"
 
 CURVE_FAMILIES = ("fgsm", "pgd")
 
@@ -43,8 +45,8 @@ def _eps_label(eps: float | None) -> str:
     return f"{grey:.3g}/255" if abs(grey - round(grey)) < 1e-6 or grey < 64 else f"{eps:.4g}"
 
 
-@register_section("fgsm*")
-@register_section("pgd*")
+@register_section("fgsm*", order=10)
+@register_section("pgd*", order=10)
 def curve_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     keys = [k for k in _keys(results, "*") if _family(k) in CURVE_FAMILIES]
     if key != keys[0]:
@@ -78,7 +80,8 @@ def _curve(keys: list[str], results: list[dict[str, Any]]) -> Figure:
             xs, ys = [0.0] + [p[0] * 255 for p in pts], [clean] + [p[1] for p in pts]
             ax.plot(xs, ys, style, marker="o", color=colour, label=f"{r['model']['name']} · {fam}")
     ax.set_xlabel("L∞ ε (grey levels, /255)"), ax.set_ylabel("robust accuracy"), ax.set_ylim(0, 1)
-    ax.set_title("Accuracy under attack vs ε"), ax.legend(fontsize=7)
+    ax.set_title("Accuracy under attack vs ε")
+    legend_outside(ax, fontsize=7)
     fig.tight_layout()
     return Figure("adversarial_accuracy_vs_eps", fig, "robust accuracy against the L∞ budget (0 = clean)")
 
@@ -115,10 +118,10 @@ def _examples(keys: list[str], results: list[dict[str, Any]], n: int = 4) -> Fig
     return Figure("adversarial_examples", fig, f"examples from {key}, models side by side")
 
 
-@register_section("apgd*")
-@register_section("autoattack*")
-@register_section("spatial*")
-@register_section("patch_fool*")
+@register_section("apgd*", order=20)
+@register_section("autoattack*", order=20)
+@register_section("spatial*", order=30)
+@register_section("patch_fool*", order=30)
 def attack_table_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     present = [r for r in results if key in r["suites"]]
     if not present:
@@ -149,7 +152,7 @@ def attack_table_section(key: str, results: list[dict[str, Any]]) -> Section | N
     return Section(f"Adversarial robustness: `{key}`", md)
 
 
-@register_section("transfer*")
+@register_section("transfer*", order=40)
 def transfer_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     present = [r for r in results if key in r["suites"]]
     if not present:
@@ -158,6 +161,7 @@ def transfer_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     sources: list[str] = []
     for r in present:
         sources += [s for s in r["suites"][key].get("accuracy", {}) if s not in sources]
+    sources = [t for t in targets if t in sources] + [s for s in sources if s not in targets]   # diagonal = white-box
     rows = [[f"crafted on {s}"] + [r["suites"][key]["accuracy"].get(s) for r in present] for s in sources]
     rows.append(["clean"] + [r["suites"][key].get("clean_accuracy") for r in present])
     s0 = present[0]["suites"][key]
@@ -165,4 +169,26 @@ def transfer_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     md += (f"\n\nAccuracy of each target model (columns) on adversarial examples crafted on each source model "
            f"(rows) with {s0.get('attack')} at ε = {_eps_label(s0.get('eps'))} (Bhojanapalli et al. 2021, Tables 4–5); "
            "the diagonal is the white-box accuracy.")
-    return Section(f"Transfer attacks: `{key}`", md)
+    return Section(f"Transfer attacks: `{key}`", md, [_transfer_heatmap(key, sources, targets, present)])
+
+
+def _transfer_heatmap(key: str, sources: list[str], targets: list[str], present: list[dict[str, Any]]) -> Figure:
+    """The transfer matrix as a heat map: rows the source model, columns the target, accuracy in each cell."""
+    import numpy as np
+
+    m = np.array([[r["suites"][key]["accuracy"].get(s, np.nan) for r in present] for s in sources], dtype=float)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(targets), 1.2 + 0.6 * len(sources)))
+    im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
+    ax.set_xticks(range(len(targets)), targets, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(sources)), sources, fontsize=8)
+    ax.set_xlabel("target model"), ax.set_ylabel("source model")
+    for i in range(len(sources)):
+        for j in range(len(targets)):
+            if not np.isnan(m[i, j]):
+                ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if m[i, j] < 0.5 else "black")
+    fig.colorbar(im, ax=ax, label="accuracy", fraction=0.05)
+    ax.set_title("Transfer attack accuracy", fontsize=9)
+    fig.tight_layout()
+    stem = "transfer_matrix" + ("" if key == "transfer" else "_" + "".join(c if c.isalnum() else "_" for c in key[8:]).strip("_"))
+    return Figure(stem, fig, f"accuracy of each target model on adversarial examples crafted on each source model ({key})")

@@ -12,14 +12,17 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, md_table, register_section
+from robustvit.report.builder import (Figure, Section, legend_outside, md_table, register_extra_section,
+                                      register_section)
+
+GROUP = "natural"
 
 
 def _pct(v: Any, suffix: str = "") -> Any:
     return None if v is None else f"{v:.1f}{suffix}"
 
 
-@register_section("corruptions*")
+@register_section("corruptions*", order=10)
 def corruptions_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     runs = [(r["model"]["name"], r["suites"][key]) for r in results if isinstance(r["suites"].get(key), dict)]
     if not runs:
@@ -77,8 +80,38 @@ def corruptions_section(key: str, results: list[dict[str, Any]]) -> Section | No
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.set_title("Common corruptions: accuracy vs severity")
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     fig.tight_layout()
     stem = "corruptions" if key == "corruptions" else "corruptions_" + "".join(
         c if c.isalnum() else "_" for c in key[len("corruptions"):]).strip("_")
     return Section(f"Common corruptions (`{key}`)", md, [Figure(stem, fig, "mean accuracy over corruptions per severity")])
+
+
+def _stem(key: str) -> str:
+    return "corruptions" if key == "corruptions" else "corruptions_" + "".join(
+        c if c.isalnum() else "_" for c in key[len("corruptions"):]).strip("_")
+
+
+@register_extra_section("corruptions*", order=11)
+def per_corruption_section(key: str, results: list[dict[str, Any]]) -> Section | None:
+    """Accuracy per corruption (mean over severities), models side by side (a bar chart)."""
+    runs = [(r["model"]["name"], r["suites"][key]) for r in results if isinstance(r["suites"].get(key), dict)]
+    names: list[str] = []
+    for _, s in runs:
+        names += [n for n in (s.get("corruption_accuracy") or {}) if n not in names]
+    if not names:
+        return None
+    stem = _stem(key)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.32 * len(names) * len(runs) + 2.5), 3.4))
+    width = 0.8 / len(runs)
+    for j, (model, s) in enumerate(runs):
+        acc = s.get("corruption_accuracy") or {}
+        xs = [i + (j - (len(runs) - 1) / 2) * width for i in range(len(names))]
+        ax.bar(xs, [acc.get(n) or 0.0 for n in names], width=width, label=model)
+    ax.set_xticks(range(len(names)), [n.replace("_", " ") for n in names], rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("top-1 accuracy"), ax.set_ylim(0, 1), ax.grid(alpha=0.3, axis="y")
+    ax.set_title("Accuracy per corruption (mean over severities)")
+    legend_outside(ax)
+    fig.tight_layout()
+    return Section(f"Accuracy per corruption (`{key}`)", "", [Figure(
+        stem + "_per_corruption", fig, "accuracy per corruption, mean over severities, models side by side")])

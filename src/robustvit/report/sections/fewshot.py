@@ -7,8 +7,10 @@ from typing import Any
 
 from robustvit.report.builder import Section, md_table, register_section
 
+GROUP = "clean"
 
-@register_section("fewshot*")
+
+@register_section("fewshot*", order=20)
 def fewshot_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     runs = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
     if not runs:

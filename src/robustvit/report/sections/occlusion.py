@@ -8,14 +8,16 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, md_table, register_section
+from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
+
+GROUP = "natural"
 
 
 def _stem(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", key)
 
 
-@register_section("patch_occlusion*")
+@register_section("patch_occlusion*", order=30)
 def occlusion_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     runs = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
     if not runs:
@@ -43,6 +45,6 @@ def occlusion_section(key: str, results: list[dict[str, Any]]) -> Section | None
         (line,) = ax.plot(xs, mean, marker="o", label=name)
         ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2)
     ax.set_xlabel("occluded fraction ρ"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1)
-    ax.set_title("Patch occlusion"), ax.legend()
+    ax.set_title("Patch occlusion"), legend_outside(ax)
     fig.tight_layout()
     return Section(f"Patch occlusion (`{key}`)", md, [Figure(_stem(key), fig, "accuracy vs ρ, band = min–max over masks")])

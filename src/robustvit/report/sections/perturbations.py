@@ -11,10 +11,12 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, md_table, register_section
+from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
+
+GROUP = "natural"
 
 
-@register_section("perturbations*")
+@register_section("perturbations*", order=20)
 def perturbations_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     runs = [(r["model"]["name"], r["suites"][key]) for r in results if isinstance(r["suites"].get(key), dict)]
     if not runs:
@@ -57,7 +59,7 @@ def perturbations_section(key: str, results: list[dict[str, Any]]) -> Section | 
     ax.set_xticklabels(names, rotation=35, ha="right")
     ax.set_ylabel("flip probability")
     ax.set_title("Perturbation sequences: flip probability (lower is more stable)")
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     fig.tight_layout()
     stem = "perturbations" if key == "perturbations" else "perturbations_" + "".join(
         c if c.isalnum() else "_" for c in key[len("perturbations"):]).strip("_")

@@ -8,10 +8,12 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, md_table, register_section
+from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
+
+GROUP = "natural"
 
 
-@register_section("shape_bias*")
+@register_section("shape_bias*", order=40)
 def shape_bias_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     runs = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
     if not runs:

@@ -1,0 +1,138 @@
+"""The report's first table (the scorecard: one row per model, the headline numbers and the comparability
+labels), the models table, and robustness against model size (Bhojanapalli et al. 2021, arXiv:2103.14586,
+Figs. 4–5: accuracy against parameters and FLOPs on log axes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt
+from matplotlib.ticker import NullFormatter
+
+from robustvit.report.builder import Figure, Section, md_table
+from robustvit.report.headline import COLUMNS, eps_text, labels, scorecard_row
+
+SIZE_SERIES = (("clean", "clean"), ("corruption_mean", "corruptions (mean)"), ("pgd", "PGD"),
+               ("autoattack", "AutoAttack"), ("imagenet_r", "ImageNet-R"), ("imagenet_a", "ImageNet-A"))
+
+
+def _pct(v: Any, key: str) -> str | None:
+    if v is None:
+        return None
+    return f"{v:.1f}" if key in ("mce", "mfr") else f"{100 * v:.1f}"
+
+
+def scorecard_section(results: list[dict[str, Any]]) -> Section:
+    rows = [scorecard_row(r) for r in results]
+    cols = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
+    eps = {eps_text(r["eps"]) for r in rows if r["eps"] is not None and (r["pgd"] is not None or r["autoattack"] is not None)}
+    one_eps = next(iter(eps)) if len(eps) == 1 else None
+    header = ["model"]
+    for c in cols:
+        h = COLUMNS[c][0]
+        if c in ("pgd", "autoattack") and one_eps:
+            h += f" ε={one_eps}"
+        header.append(h if c in ("mce", "mfr") else f"{h} (%)")
+    table = []
+    for r in rows:
+        cells: list[Any] = [r["model"]]
+        for c in cols:
+            v = _pct(r.get(c), c)
+            if v is not None and c in ("pgd", "autoattack") and not one_eps and r["eps"] is not None:
+                v += f" (ε={eps_text(r['eps'])})"
+            cells.append(v)
+        table.append(cells + [r["labels"]])
+    md = md_table(header + ["labels"], table)
+    md += ("\n\nTop-1 accuracy in % (mCE and mFR: lower is better). PGD and AutoAttack: robust accuracy at the "
+           "strongest L∞ budget measured. Labels say why a number is not the published protocol's; the notes of "
+           "each run are listed under \"Models\".")
+    return Section("Scorecard", md)
+
+
+def _weights(model: dict[str, Any]) -> str:
+    source = str((model.get("weights") or {}).get("source", "not recorded"))
+    if source == "random":
+        return "**random (untrained)**"
+    if source.startswith("checkpoint:"):            # the folder's last two parts name it well enough
+        path = source.split(":", 1)[1].rstrip("/").replace("\\", "/").split("/")
+        return "checkpoint …/" + "/".join(path[-2:])
+    return source
+
+
+def overview_section(results: list[dict[str, Any]]) -> Section:
+    """Models: family, size, input, weights, data, images and device; the runs' notes; clean accuracy bars."""
+    rows = []
+    for r in results:
+        m, spec = r.get("model") or {}, (r.get("model") or {}).get("spec") or {}
+        size = spec.get("input_size") or []
+        rows.append([m.get("name"), spec.get("family"), f"{m['params'] / 1e6:.2f} M" if m.get("params") else None,
+                     "×".join(map(str, size[1:])) or None, _weights(m), (r.get("data") or {}).get("spec"),
+                     (r.get("data") or {}).get("num_images"), (r.get("run") or {}).get("device")])
+    md = md_table(["model", "family", "params", "input", "weights", "data", "images", "device"], rows)
+    random = [r["model"]["name"] for r in results if ((r.get("model") or {}).get("weights") or {}).get("source") == "random"]
+    if random:
+        md += (f"\n\n**Warning:** {', '.join(random)} evaluated with randomly initialised weights (no `--pretrained`, "
+               "`--weights` or checkpoint): those results describe an untrained network.")
+    details = [f"{r['model']['name']} ({', '.join(labels(r)) or 'comparable'}): " + "; ".join(r["notes"])
+               for r in results if r.get("notes")]
+    figures = []
+    have = [r for r in results if isinstance(r["suites"].get("clean"), dict) and "top1" in r["suites"]["clean"]]
+    if have:
+        fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(have), 3))
+        ax.bar([r["model"]["name"] for r in have], [r["suites"]["clean"]["top1"] for r in have], color="#4c72b0")
+        ax.set_ylim(0, 1), ax.set_ylabel("clean top-1"), ax.set_title("Clean accuracy")
+        ax.tick_params(axis="x", labelrotation=20 if len(have) > 2 else 0, labelsize=8)
+        fig.tight_layout()
+        figures.append(Figure("clean_accuracy", fig, "Clean top-1 accuracy per model"))
+    return Section("Models", md, figures, group="clean", details=details,
+                   summary="Why the numbers are not comparable with published tables")
+
+
+def _human(v: float) -> str:
+    for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= div:
+            return f"{v / div:.3g} {unit}"
+    return f"{v:.3g}"
+
+
+def size_section(results: list[dict[str, Any]]) -> Section | None:
+    """Accuracy against parameters (and FLOPs where recorded), log x axes; two or more models."""
+    rows = [(r, scorecard_row(r)) for r in results if (r.get("model") or {}).get("params")]
+    if len(rows) < 2:
+        return None
+    axes_for = [("params", "parameters")] + ([("flops", "FLOPs per image")]
+                                             if all((r.get("model") or {}).get("flops") for r, _ in rows) else [])
+    fig, axes = plt.subplots(1, len(axes_for), figsize=(5.2 * len(axes_for) + 1.6, 3.4), squeeze=False)
+    for ax, (field, label) in zip(axes[0], axes_for):
+        for i, (col, name) in enumerate(SIZE_SERIES):
+            pts = sorted((r["model"][field], row[col]) for r, row in rows if row.get(col) is not None)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}", label=name)
+        at: dict[float, list[tuple[str, float]]] = {}
+        for r, row in rows:
+            top = max((row[c] for c, _ in SIZE_SERIES if row.get(c) is not None), default=0.0)
+            at.setdefault(float(r["model"][field]), []).append((r["model"]["name"], top))
+        for x, named in at.items():               # one label per position: models of one size share it
+            ax.annotate("\n".join(n for n, _ in named), (x, max(t for _, t in named)), xytext=(0, 6),
+                        textcoords="offset points", fontsize=7, ha="center", va="bottom", color="#444")
+        xs = sorted(at)
+        ax.set_xscale("log"), ax.set_xlim(min(xs) / 1.25, max(xs) * 1.25)
+        shown, last = [], 0.0
+        for x in xs:                               # labels closer than 15 % would overlap: the first one stands
+            shown.append(_human(x) if not last or x / last > 1.15 else "")
+            last = x if shown[-1] else last
+        ax.set_xticks(xs, shown, fontsize=8)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(f"{label} (log scale)"), ax.set_ylabel("top-1 accuracy"), ax.set_ylim(0, 1.15)
+        ax.grid(alpha=0.3, which="both")
+    axes[0][-1].legend(*axes[0][0].get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                       frameon=False, fontsize=8)
+    fig.suptitle("Robustness against model size", fontsize=10)
+    fig.tight_layout()
+    md = ("Accuracy against the number of parameters" + (" and FLOPs per image" if len(axes_for) > 1 else "")
+          + ", one point per model (Bhojanapalli et al. 2021, Figs. 4–5); PGD and AutoAttack at each model's "
+          "strongest L∞ budget.")
+    return Section("Robustness against model size", md,
+                   [Figure("robustness_vs_size", fig, "Clean, corruption and adversarial accuracy against model size, log x axis")],
+                   group="clean")
+

@@ -1,0 +1,50 @@
+"""The "Training" group: each training run's curves (loss and accuracy per epoch) from its ``train`` payload
+(``results.json`` of kind ``train``, or ``metrics.jsonl``), models side by side, and a table of the last epoch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from robustvit.report.builder import Figure, Section, integer_axis, legend_outside, md_table
+
+GROUP = "training"
+CURVES = (("train_loss", "training loss"), ("train_acc", "training accuracy"), ("val_acc", "validation accuracy"))
+
+
+def training_section(results: list[dict[str, Any]]) -> Section | None:
+    runs = [(r["model"]["name"], (r.get("train") or {}).get("epochs") or []) for r in results]
+    runs = [(n, e) for n, e in runs if e]
+    if not runs:
+        return None
+    cols = [c for c, _ in CURVES if any(c in row for _, e in runs for row in e)]
+    rows = [[n, e[-1].get("epoch", len(e))] + [e[-1].get(c) for c in cols] for n, e in runs]
+    md = md_table(["model", "epochs"] + [dict(CURVES)[c] for c in cols], rows)
+    cfgs = [(n, (r.get("train") or {}).get("config") or {}) for n, r in zip([x for x, _ in runs], results)]
+    described = [f"{n}: {c.get('loss', 'ce')} loss, lr {c.get('lr')}, batch {c.get('batch_size')}, data {c.get('data')}"
+                 for n, c in cfgs if c]
+    if described:
+        md += "\n\n" + "; ".join(described) + "."
+    panels = [c for c in ("train_loss", "acc") if c != "acc" or any(k in cols for k in ("train_acc", "val_acc"))]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) + 1.8, 3.2), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        for i, (n, e) in enumerate(runs):
+            ep = [row.get("epoch", j + 1) for j, row in enumerate(e)]
+            if panel == "train_loss":
+                ax.plot(ep, [row.get("train_loss") for row in e], marker="o", color=f"C{i}", label=n)
+            else:
+                for c, style in (("train_acc", "--"), ("val_acc", "-")):
+                    if any(c in row for row in e):
+                        ax.plot(ep, [row.get(c) for row in e], style, marker="o", color=f"C{i}",
+                                label=f"{n} · {'validation' if c == 'val_acc' else 'training'}")
+        integer_axis(ax.xaxis)
+        ax.set_xlabel("epoch"), ax.grid(alpha=0.3)
+        ax.set_ylabel("loss" if panel == "train_loss" else "accuracy")
+        if panel != "train_loss":
+            ax.set_ylim(0, 1)
+    legend_outside(axes[0][-1])
+    fig.suptitle("Training curves", fontsize=10)
+    fig.tight_layout()
+    return Section("Training curves", md, [Figure("training", fig, "Training loss and accuracy per epoch, per model")],
+                   group=GROUP)

@@ -1,0 +1,202 @@
+"""``robustvit study SPEC.yaml``: evaluate and analyse several models, then compare them.
+
+The spec (YAML; a typed dataclass, one-line errors)::
+
+    models: [vit_small_patch16_224, resnet50]     # or {name: model or checkpoint folder, …}
+    data: imagenet:/data/imagenet/val
+    limit: 1000                                   # images per model (a seeded class-stratified sample)
+    suites: [clean, "corruptions:severities=1+3+5", "pgd:eps=4/255", transfer]
+    analyses: [correlation, lesion]               # or {model name: [analyses]}
+    out: study-out
+
+Every model is evaluated with ``run_eval`` into ``OUT/<name>`` and analysed with ``run_analyses`` into
+``OUT/<name>/analysis`` (both resume when re-run); ``transfer`` suites run once on all models together
+(``OUT/transfer``). FLOPs per image are counted with ``torch.utils.flop_counter`` and recorded as
+``model.flops``. Then ``OUT/report.html`` / ``report.md`` compare the models (scorecard; robustness against
+parameters and FLOPs on log axes as Bhojanapalli et al. 2021, arXiv:2103.14586, Figs. 4–5; per-corruption
+bars; accuracy against ε; the transfer matrix as a heat map) and ``OUT/leaderboard.{md,csv,json}`` list them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robustvit.errors import RobustvitError
+from robustvit.options import option, parse_options
+
+TRANSFER = "transfer"
+
+
+@dataclass
+class Study:
+    """What a study runs. ``models``: a list of timm names / checkpoint folders, or {name: source}."""
+    models: list[str] | dict
+    data: str
+    limit: int | None = option(None, min=1, help="images per model (seeded class-stratified sample)")
+    suites: list[str] = field(default_factory=lambda: ["clean"])
+    analyses: list[str] | dict = field(default_factory=list)
+    out: str = "study-out"
+    analysis_limit: int | None = option(None, min=1, help="images for the analyses (default: limit)")
+    batch_size: int = option(64, min=1)
+    seed: int = 0
+    device: str = "auto"
+    pretrained: bool = False
+    flops: bool = True
+    title: str = "robustvit study"
+
+    def named_models(self) -> dict[str, str]:
+        """{name: source}: a folder's or a timm name's last path component names it."""
+        if isinstance(self.models, dict):
+            return {str(k): str(v) for k, v in self.models.items()}
+        names: dict[str, str] = {}
+        for src in self.models:
+            name = Path(src.rstrip("/")).name
+            if name in ("checkpoint", "best", "last"):
+                name = Path(src.rstrip("/")).parent.name
+            if name in names:
+                raise RobustvitError(f"study: two models are both named {name!r}; give models as a mapping name: source")
+            names[name] = src
+        return names
+
+    def analyses_for(self, name: str) -> list[str]:
+        if isinstance(self.analyses, dict):
+            got = self.analyses.get(name, [])
+            return [got] if isinstance(got, str) else list(got)
+        return list(self.analyses)
+
+
+def parse_study(raw: dict[str, Any], **overrides: Any) -> Study:
+    """A ``Study`` from a mapping (e.g. YAML); ``overrides`` that are not None replace its keys."""
+    if not isinstance(raw, dict):
+        raise RobustvitError("study spec must be a mapping with models, data, suites, … (see `robustvit study --help`)")
+    raw = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
+    study = parse_options(Study, raw, what="study spec")
+    if not study.models:
+        raise RobustvitError("study spec: give at least one model under 'models'")
+    if not study.suites:
+        raise RobustvitError("study spec: give at least one suite under 'suites' (e.g. [clean])")
+    if isinstance(study.analyses, dict):
+        unknown = sorted(set(study.analyses) - set(study.named_models()))
+        if unknown:
+            raise RobustvitError(f"study spec: analyses name models that are not in 'models': {', '.join(unknown)}")
+    return study
+
+
+def load_study(path: str | Path, **overrides: Any) -> Study:
+    """Read a YAML study spec (``yaml.safe_load``: data only, nothing executed)."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise RobustvitError(f"{p} does not exist; write a YAML study spec (models, data, suites, out)")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise RobustvitError(f"{p} is not valid YAML ({str(e).splitlines()[0]})") from None
+    return parse_study(raw, **overrides)
+
+
+def count_flops(model: torch.nn.Module) -> int | None:
+    """Forward FLOPs of one image at the model's input size (``torch.utils.flop_counter``; None if not countable)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    spec = getattr(model, "spec", None)
+    size = tuple(getattr(spec, "input_size", (3, 224, 224)))
+    try:
+        device = next(model.parameters()).device
+        x = torch.rand(1, *size, device=device)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(x)
+        return int(counter.get_total_flops()) or None
+    except Exception:  # an op the counter cannot trace: leave FLOPs out of the plot
+        return None
+
+
+def _patch_results(folder: Path, name: str, flops: int | None, rename: dict[str, str] | None = None) -> dict[str, Any]:
+    """Name the model as the study does (and record FLOPs) in ``folder/results.json``; atomic rewrite."""
+    f = folder / "results.json"
+    res = json.loads(f.read_text())
+    res["model"]["name"] = name
+    if flops is not None:
+        res["model"]["flops"] = flops
+    for key, s in res.get("suites", {}).items():
+        if rename and key.split(":", 1)[0] == TRANSFER and isinstance(s.get("accuracy"), dict):
+            s["accuracy"] = {rename.get(k, k): v for k, v in s["accuracy"].items()}
+    tmp = f.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(res, indent=2))
+    tmp.replace(f)
+    return res
+
+
+def run_study(study: Study, progress: bool = True, command: str | None = None,
+              notes: list[str] | None = None) -> dict[str, Any]:
+    """Run the study (resumable) and write its report and leaderboard; returns ``{"runs": {name: results},
+    "report": Path, "leaderboard": [Path, …]}``."""
+    from robustvit.analysis import run_analyses
+    from robustvit.data import dataset_for_model
+    from robustvit.evaluate.runner import EvalConfig, run_eval
+    from robustvit.leaderboard import format_rows, table_rows
+    from robustvit.models import create_model, is_checkpoint_dir
+    from robustvit.report import load_runs, write_report
+    from robustvit.utils import resolve_device
+
+    out = Path(study.out)
+    models = study.named_models()
+    transfer = [s for s in study.suites if s.split(":", 1)[0] == TRANSFER]
+    suites = [s for s in study.suites if s not in transfer]
+    device = resolve_device(study.device)
+    results: dict[str, dict[str, Any]] = {}
+    folders: list[Path] = []
+    flops: dict[str, int | None] = {}
+    for name, source in models.items():
+        pretrained = study.pretrained and not is_checkpoint_dir(source)
+        if suites:
+            cfg = EvalConfig(models=[source], data=study.data, suites=suites, out=str(out / name), limit=study.limit,
+                             batch_size=study.batch_size, device=study.device, seed=study.seed, progress=progress,
+                             command=command, pretrained=pretrained)
+            print(f"[study] evaluating {name}: {', '.join(suites)}", flush=True)
+            run_eval(cfg)
+        analyses = study.analyses_for(name)
+        model = None
+        if analyses or study.flops:
+            model = create_model(source, pretrained=pretrained).to(device).eval()
+        if analyses:
+            print(f"[study] analysing {name}: {', '.join(analyses)}", flush=True)
+            run_analyses(model, dataset_for_model(study.data, model.spec), analyses, out / name / "analysis",
+                         limit=study.analysis_limit or study.limit, seed=study.seed, batch_size=study.batch_size,
+                         device=study.device, progress=progress, model_name=name, data_spec=study.data, source=source,
+                         command=command)
+        flops[name] = count_flops(model) if study.flops and model is not None else None
+        del model
+        if suites:
+            results[name] = _patch_results(out / name, name, flops[name])
+            folders.append(out / name)
+        elif analyses:
+            folders.append(out / name / "analysis")
+    if transfer:
+        print(f"[study] transfer between {', '.join(models)}: {', '.join(transfer)}", flush=True)
+        got = run_eval(EvalConfig(models=list(models.values()), data=study.data, suites=transfer, out=str(out / TRANSFER),
+                                  limit=study.limit, batch_size=study.batch_size, device=study.device, seed=study.seed,
+                                  progress=progress, command=command, pretrained=study.pretrained))
+        rename = dict(zip(got, models))
+        for key, name in rename.items():
+            folder = out / TRANSFER / key if len(models) > 1 else out / TRANSFER
+            _patch_results(folder, name, flops.get(name), rename)
+            folders.append(folder)
+    runs = load_runs(folders)
+    _, html = write_report(runs, out, title=study.title, notes=notes)
+    rows = table_rows(runs)
+    boards = []
+    for fmt in ("md", "csv", "json"):
+        path = out / f"leaderboard.{fmt}"
+        path.write_text(format_rows(rows, fmt))
+        boards.append(path)
+    return {"runs": results, "report": html, "leaderboard": boards}
+
+
+__all__ = ["Study", "count_flops", "load_study", "parse_study", "run_study"]
