@@ -96,7 +96,7 @@ def test_option_precedence_and_stronger_settings(tmp_path):
     assert strong["steps"] == 10 and strong["accuracy"] <= weak["accuracy"] <= weak["clean_accuracy"]
     with pytest.raises(RobustvitError, match="no option"):
         create_suite("pgd:epz=1")
-    with pytest.raises(RobustvitError, match="number"):
+    with pytest.raises(RobustvitError, match="steps=.many. is not valid .expected an integer"):
         create_suite("pgd:steps=many")
 
 

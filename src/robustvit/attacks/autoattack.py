@@ -54,6 +54,8 @@ VERSIONS: dict[str, list[MemberSpec]] = {
              ("fab_t", {"restarts": 1, "n_target_classes": "T"})],
     "rand": [("apgd_ce", {"restarts": 1, "eot_iter": 20}), ("apgd_dlr", {"restarts": 1, "eot_iter": 20})],
 }
+#: Every ``version`` name.
+VERSION_NAMES = (*VERSIONS, "custom")
 #: Fewest classes each member needs.
 MIN_CLASSES = {"apgd_dlr": 3, "apgd_t": 4}
 #: Keyword aliases tried when a member does not accept the common name.
@@ -98,7 +100,7 @@ class AutoAttack(Attack):
                     else (ATTACKS.canonical(a[0]), dict(a[1])) for a in attacks]
         if version not in VERSIONS:
             raise RobustvitError(f"unknown autoattack version {version!r}; choose from "
-                                 f"{', '.join([*VERSIONS, 'custom'])}")
+                                 f"{', '.join(VERSION_NAMES)}")
         if attacks:
             raise RobustvitError(f"attacks=[...] is only used with version='custom', not {version!r}")
         return [(n, dict(kw)) for n, kw in VERSIONS[version]]
