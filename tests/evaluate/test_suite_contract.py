@@ -17,9 +17,9 @@ import torch
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.runner import EvalConfig, run_eval
 from robustvit.evaluate.suites import create_suite, get_suite_class, list_suites
-from robustvit.evaluate.suites.base import SuiteOptions, option_names
+from robustvit.evaluate.suites.base import SuiteOptions
 from robustvit.models import create_model, save_checkpoint
-from robustvit.options import options_dict
+from robustvit.options import option_names, options_dict
 
 DATA = "synthshapes:test,count=12,size=16"
 #: Tiny settings for each suite that runs offline (a spec per suite; a test fails when a new offline suite is
@@ -123,7 +123,7 @@ def test_suite_contract(name, runs):
         assert json.loads(text) == runs["file"]["suites"][key]              # and written to results.json as is
     suite = create_suite(key)
     assert res["options"] == options_dict(suite.opts)
-    assert set(res["options"]) == set(option_names(type(suite))) >= {"limit", "subset"}
+    assert set(res["options"]) == set(option_names(type(suite).Options)) >= {"limit", "subset"}
     again = runs["resumed"]["suites"][key]
     strip = lambda r: {k: v for k, v in r.items() if k not in TIMINGS}  # noqa: E731
     assert strip(again) == strip(res), f"{name}: the resumed run differs from the uninterrupted one"

@@ -38,7 +38,7 @@ from robustvit.attacks.autoattack import VERSION_NAMES
 from robustvit.attacks.base import ATTACKS, NORMS, Attack
 from robustvit.attacks.spatial import translation_convention
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import (CIFAR_SOURCES, Batch, EvalContext, Suite, SuiteOptions, nonfinite_result,
+from robustvit.evaluate.suites.base import (Batch, EvalContext, Suite, SuiteOptions, nonfinite_result,
                                             register_suite)
 from robustvit.metrics.accuracy import correct, nonfinite_rows, robust_accuracy
 from robustvit.models.factory import build_named_model, is_comparable

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -44,7 +44,7 @@ from torch import nn
 from robustvit.data import parse_data_spec
 from robustvit.data.subset import SUBSET_METHODS
 from robustvit.errors import RobustvitError
-from robustvit.options import describe, option, options_dict, parse_options
+from robustvit.options import describe, option, option_names, options_dict, parse_options
 from robustvit.registry import Registry, parse_spec
 
 #: Data sources whose attack budgets follow the CIFAR convention (RobustBench: L∞ 8/255, L2 0.5).
@@ -157,7 +157,7 @@ class Suite:
         for k, v in given.items():
             if isinstance(v, str) and not v.strip():
                 raise RobustvitError(f"suite {self.name!r}: option {k}= has no value; write {k}=VALUE "
-                                     f"(its options: {', '.join(option_names(type(self)))})")
+                                     f"(its options: {', '.join(option_names(type(self).Options))})")
         self.opts: Any = parse_options(type(self).Options, given, what=f"suite {self.name!r}")
         #: The options given in the spec, typed (the others fall back to the run's, see :meth:`option`).
         self.options: dict[str, Any] = {k: getattr(self.opts, k) for k in given}
@@ -189,7 +189,7 @@ class Suite:
         value = ctx.options.get(key)
         if value is None:
             return default
-        if key in option_names(type(self)):
+        if key in option_names(type(self).Options):
             value = getattr(parse_options(type(self).Options, {key: value}, what=f"--{key} (suite {self.name!r})"), key)
         return value
 
@@ -223,11 +223,6 @@ def _load_builtin_suites() -> None:
 
 SUITES: Registry[type[Suite]] = Registry("suite", loader=_load_builtin_suites, hint="see `robustvit list suites`")
 register_suite = SUITES.register
-
-
-def option_names(cls: type[Suite]) -> list[str]:
-    """The names of a suite class's options."""
-    return [f.name for f in fields(cls.Options) if f.init]
 
 
 def suite_options(name: str) -> list[dict[str, Any]]:
