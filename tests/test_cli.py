@@ -60,3 +60,92 @@ def test_list(capsys):
 def test_console_entry_point():
     proc = subprocess.run([sys.executable, "-m", "robustvit.cli", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("robustvit ")
+
+
+def test_no_literal_choices_in_the_cli():
+    import re
+    from pathlib import Path
+
+    import robustvit.cli
+
+    text = Path(robustvit.cli.__file__).read_text()
+    assert not re.search(r"choices\s*=\s*[\[\(]\s*['\"]", text), "choices must come from registries or constants"
+
+
+def _train_args(*args):
+    from robustvit.cli import build_parser
+
+    return build_parser().parse_args(["train", *args])
+
+
+def test_train_flags_come_from_trainconfig_fields():
+    import dataclasses
+
+    from robustvit.cli import _train_config
+    from robustvit.training import TrainConfig
+
+    a = _train_args("--model", "m", "--data", "d", "--out", "o")
+    dests = vars(a)
+    for f in dataclasses.fields(TrainConfig):
+        if f.name != "loss_options":
+            assert f.name in dests, f"TrainConfig.{f.name} has no flag"
+    a = _train_args("--model", "m", "--data", "d", "--out", "o", "--batch-size", "7", "--eps", "4/255",
+                    "--loss", "trades", "--loss-option", "beta=6", "--set", "accum_steps=2", "--model-kwargs",
+                    '{"depth": 4}', "--pretrained", "--no-flip", "--ema-decay", "0.99", "--eps-schedule", "linear")
+    cfg = _train_config(a)
+    assert (cfg.batch_size, cfg.eps, cfg.loss, cfg.loss_options, cfg.accum_steps) == (7, "4/255", "trades", {"beta": 6}, 2)
+    assert cfg.model_kwargs == {"depth": 4} and cfg.pretrained is True and cfg.flip is False and cfg.ema_decay == 0.99
+    assert cfg.eps_schedule == "linear" and cfg.lr == TrainConfig.lr         # flags not given keep the defaults
+
+
+def test_print_config_precedence(capsys, tmp_path):
+    import yaml
+
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump({"model": "vit_cifar_tiny", "data": "synthshapes:train", "out": "o",
+                                    "epochs": 3, "weight_decay": 0.1, "lr": 0.01}))
+    code, out, err = run(capsys, "train", "--recipe", "light-at", "--config", str(conf), "--lr", "0.02",
+                         "--print-config")
+    assert code == 0 and err == ""
+    cfg = yaml.safe_load(out)
+    from robustvit.training.recipes import get_recipe
+
+    recipe = get_recipe("light-at").settings
+    assert cfg["lr"] == 0.02                                   # flag beats --config
+    assert cfg["epochs"] == 3 and cfg["weight_decay"] == 0.1   # --config beats the recipe
+    assert cfg["recipe"] in ("light-at", "light_at")
+    untouched = [k for k in recipe if k not in ("lr", "epochs", "weight_decay")]
+    assert untouched and all(cfg[k] == recipe[k] for k in untouched)  # the recipe beats the defaults
+    assert cfg["seed"] == 0 and not (tmp_path / "o").exists()
+    code, out, _ = run(capsys, "finetune", "--model", "m", "--data", "d", "--out", str(tmp_path / "f"),
+                       "--img-size", "32", "--print-config")
+    assert code == 0 and yaml.safe_load(out)["img_size"] == 32 and not (tmp_path / "f").exists()
+
+
+def test_list_attacks_and_suite_options(capsys):
+    code, out, _ = run(capsys, "list", "attacks")
+    names = out.split()
+    assert code == 0 and "patch_fool" in names and "apgd_ce" in names and "patch-fool" not in names
+    code, out, _ = run(capsys, "list", "suites", "pgd", "--options")
+    assert code == 0 and out.splitlines()[0] == "pgd"
+    assert any(line.strip().startswith("steps: int") for line in out.splitlines())
+    assert any(line.strip().startswith("limit:") for line in out.splitlines())
+    code, _, err = run(capsys, "list", "models", "--options")
+    assert code == 2 and "--options applies" in err
+
+
+def test_list_perturbations(capsys):
+    import robustvit.corruptions
+
+    if not hasattr(robustvit.corruptions, "list_perturbations"):
+        pytest.skip("robustvit.corruptions.list_perturbations (the perturbation registry) is not on this branch")
+    code, out, _ = run(capsys, "list", "perturbations")
+    assert code == 0 and "gaussian_noise" in out.split()
+    code, out, _ = run(capsys, "list", "perturbations", "gauss*")
+    assert out.split() and all(n.startswith("gauss") for n in out.split())
+
+
+def test_bad_suite_option_exits_2(capsys, tmp_path):
+    code, _, err = run(capsys, "eval", "--model", "resnet_cifar18", "--data", "synthshapes:test", "--suite",
+                       "clean:limit=", "--out", str(tmp_path / "e"))
+    assert code == 2 and "limit" in err and len(err.strip().splitlines()) == 1

@@ -5,8 +5,11 @@ themselves via ``COMMANDS``). Errors caused by the input print one line and exit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import fnmatch
+import typing
+import types
 import warnings
 import json
 import shlex
@@ -14,9 +17,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from robustvit.errors import RobustvitError
+
+
+#: What ``robustvit train --task`` trains.
+TRAIN_TASKS = ("classify", "segment")
 
 
 def _csv(text: str) -> list[str]:
@@ -41,7 +48,9 @@ def add_subset_args(p: argparse.ArgumentParser, what: str = "evaluate") -> None:
     """``--limit N``, ``--subset-method``, ``--subset FILE`` and ``--subset-seed`` (``robustvit.data.subset``)."""
     p.add_argument("--limit", type=int, metavar="N", help=f"{what} N images: a seeded class-stratified sample "
                    "(the same images for every model and suite of the run); see --subset-method")
-    p.add_argument("--subset-method", choices=["stratified", "first"], default="stratified",
+    from robustvit.data.subset import SUBSET_METHODS
+
+    p.add_argument("--subset-method", choices=SUBSET_METHODS, default="stratified",
                    help="how --limit draws the images (and suites' own limit=): stratified (default: classes in "
                    "proportion, seeded by --subset-seed) or first (the first N images)")
     p.add_argument("--subset", metavar="FILE", help="the images to use, one a line: data-set indices or paths relative "
@@ -65,44 +74,128 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
+#: Help lines of TrainConfig fields (a field's own ``metadata["help"]`` wins); fields without one get a generic line.
+_TRAIN_HELP = {
+    "recipe": "start from a recipe (see `robustvit list recipes`); flags override its fields",
+    "model": "timm name, robustvit architecture, or checkpoint folder (fine-tuning)",
+    "data": "data spec, e.g. synthshapes:train or folder:/path/train",
+    "out": "output folder",
+    "batch_size": "images per optimizer step and process",
+    "loss": "training loss (`robustvit list losses`)",
+    "val_attack": "attack of the robust validation (pgd or fgsm)",
+    "eps": "adversarial training budget, e.g. 4/255",
+    "attack_steps": "steps of the inner attack (pgd_at, trades)",
+    "eps_schedule": "ε warm-up schedule",
+    "val_data": "data spec evaluated after every epoch (a held-out split)",
+    "select_best": "keep the epoch with the best validation accuracy (clean or robust)",
+    "model_kwargs": 'JSON dict passed to the architecture, e.g. \'{"depth": 4}\'',
+    "pretrained": "start from the architecture's pretrained timm weights (Hugging Face hub or its cache; a head of "
+                  "another class count is replaced)",
+    "weights": "start from a .safetensors/.pth state dict of the architecture",
+    "img_size": "fine-tuning: new input resolution (position embeddings resampled)",
+    "patch_size": "fine-tuning: new patch size (linear projection resampled; conv-stem strides)",
+    "pos_embed_interp": "fine-tuning: position-embedding resampling",
+}
+#: Choices of TrainConfig fields typed ``str``, from the modules that own them (a ``Literal`` field brings its own).
+_TRAIN_CHOICES: dict[str, tuple[str, str]] = {
+    "eps_schedule": ("robustvit.training.schedules", "EPS_SCHEDULES"),
+    "pos_embed_interp": ("robustvit.models.finetune", "INTERPOLATIONS"),
+    "select_best": ("robustvit.training.config", "SELECT_BEST"),
+}
+#: TrainConfig fields naming a registered component: their help lists the registry.
+_TRAIN_REGISTRIES: dict[str, tuple[str, str]] = {
+    "loss": ("robustvit.training", "list_losses"),
+    "recipe": ("robustvit.training", "list_recipes"),
+}
+
+
+def _module_attr(module: str, attr: str) -> Any:
+    import importlib
+
+    return getattr(importlib.import_module(module), attr)
+#: TrainConfig fields set through their own flags (``--loss-option KEY=VALUE``), not a generated one.
+_TRAIN_OWN_FLAGS = ("loss_options",)
+
+
+def _train_fields() -> list[tuple[dataclasses.Field, Any]]:
+    """TrainConfig's fields with their resolved types (every field gets a ``--flag``)."""
+    from robustvit.training import TrainConfig
+
+    hints = typing.get_type_hints(TrainConfig)
+    return [(f, hints.get(f.name, Any)) for f in dataclasses.fields(TrainConfig) if f.init]
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else Any
+    return tp
+
+
+def _json_dict(flag: str) -> Callable[[str], dict[str, Any]]:
+    def parse(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise RobustvitError(f"{flag} is not valid JSON ({e})") from None
+        if not isinstance(value, dict):
+            raise RobustvitError(f"{flag} must be a JSON object, e.g. '{{\"depth\": 4}}'")
+        return value
+    return parse
+
+
+def _add_field_flag(p: argparse.ArgumentParser, f: dataclasses.Field, tp: Any) -> None:
+    """``--field-name`` for one TrainConfig field: its type, choices from a ``Literal`` or the owning module."""
+    flag = "--" + f.name.replace("_", "-")
+    default = f.default if f.default is not dataclasses.MISSING else None
+    help_ = f.metadata.get("help") or _TRAIN_HELP.get(f.name) or f"TrainConfig.{f.name}"
+    if f.name in _TRAIN_REGISTRIES:
+        help_ += f"; one of: {', '.join(_module_attr(*_TRAIN_REGISTRIES[f.name])())}"
+    if default not in (None, "") and not isinstance(default, (dict, list)):
+        help_ += f" (default {default})"
+    tp = _unwrap_optional(tp)
+    kw: dict[str, Any] = {"dest": f.name, "default": None, "help": help_}
+    if tp is bool:
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+        return
+    if typing.get_origin(tp) is Literal:
+        kw["choices"] = [c for c in typing.get_args(tp)]
+    elif f.name in _TRAIN_CHOICES:
+        kw["choices"] = tuple(_module_attr(*_TRAIN_CHOICES[f.name]))
+    if tp in (int, float):
+        kw["type"] = tp
+    elif tp is dict or typing.get_origin(tp) is dict:
+        kw["type"], kw["metavar"] = _json_dict(flag), "JSON"
+    elif tp is not str and typing.get_origin(tp) is not Literal:
+        kw["help"] += " (YAML value)"
+        kw["type"] = _yaml_value
+    p.add_argument(flag, **kw)
+
+
+def _yaml_value(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
 def _train_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags ``train`` and ``finetune`` share: one per common TrainConfig field, plus ``--set`` for any field."""
+    """The flags ``train`` and ``finetune`` share: one per TrainConfig field (generated from the dataclass, so a
+    field added later gets its flag), ``--set`` for any field, ``--loss-option``, ``--config``, ``--resume`` and
+    ``--print-config``."""
     p.add_argument("--config", help="YAML TrainConfig; command-line flags override it")
-    p.add_argument("--recipe", help="start from a recipe (see `robustvit list recipes`); flags override its fields")
-    p.add_argument("--model", help="timm name, robustvit architecture, or checkpoint folder (fine-tuning)")
-    p.add_argument("--data", help="data spec, e.g. synthshapes:train or folder:/path/train")
-    p.add_argument("--out", help="output folder")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--batch-size", type=int, help="images per optimizer step and process")
-    p.add_argument("--lr", type=float)
-    p.add_argument("--weight-decay", type=float)
-    p.add_argument("--warmup-epochs", type=float)
-    p.add_argument("--label-smoothing", type=float)
-    p.add_argument("--loss", help="training loss: ce, pgd_at, fgsm_rs, trades, afat, … (`robustvit list losses`)")
-    p.add_argument("--eps", help="adversarial training budget, e.g. 4/255")
-    p.add_argument("--attack-steps", type=int, help="steps of the inner attack (pgd_at, trades)")
-    p.add_argument("--eps-schedule", choices=["constant", "linear"], help="ε warm-up schedule")
-    p.add_argument("--eps-warmup-epochs", type=float)
+    for f, tp in _train_fields():
+        if f.name not in _TRAIN_OWN_FLAGS:
+            _add_field_flag(p, f, tp)
     p.add_argument("--loss-option", action="append", default=[], metavar="KEY=VALUE",
                    help="loss option, repeatable, e.g. --loss-option beta=6")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="any TrainConfig field, repeatable, e.g. --set ema_decay=0.999 --set accum_steps=2")
-    p.add_argument("--val-data", help="data spec evaluated after every epoch (a held-out split)")
-    p.add_argument("--select-best", choices=["clean", "robust"], help="keep the epoch with the best validation accuracy")
-    p.add_argument("--model-kwargs", help='JSON dict passed to the architecture, e.g. \'{"depth": 4}\'')
-    p.add_argument("--seed", type=int)
-    p.add_argument("--device")
-    p.add_argument("--workers", type=int)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
-    p.add_argument("--pretrained", action="store_true", help="start from the architecture's pretrained timm weights "
-                   "(Hugging Face hub or its cache; a head of another class count is replaced)")
-    p.add_argument("--weights", metavar="FILE", help="start from a .safetensors/.pth state dict of the architecture")
-
-
-_TRAIN_FLAGS = ("recipe", "model", "data", "out", "epochs", "batch_size", "lr", "weight_decay", "warmup_epochs",
-                "label_smoothing", "loss", "eps", "attack_steps", "eps_schedule", "eps_warmup_epochs", "val_data",
-                "select_best", "seed", "device", "workers", "pretrained", "weights", "img_size", "patch_size",
-               "pos_embed_interp")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved TrainConfig as YAML (defaults < recipe < --config < flags) and exit")
 
 
 def _key_values(items: list[str], flag: str) -> dict[str, Any]:
@@ -122,15 +215,12 @@ def _key_values(items: list[str], flag: str) -> dict[str, Any]:
 
 
 def _train_config(a: argparse.Namespace) -> Any:
+    """The TrainConfig of a ``train``/``finetune`` command line: defaults < recipe < ``--config`` < flags."""
     from robustvit.training import TrainConfig
 
-    overrides: dict[str, Any] = {k: getattr(a, k) for k in _TRAIN_FLAGS if getattr(a, k, None) not in (None, False)}
+    overrides: dict[str, Any] = {f.name: getattr(a, f.name) for f, _ in _train_fields()
+                                 if getattr(a, f.name, None) is not None}
     overrides.update(_key_values(a.set, "--set"))
-    if a.model_kwargs:
-        try:
-            overrides["model_kwargs"] = json.loads(a.model_kwargs)
-        except json.JSONDecodeError as e:
-            raise RobustvitError(f"--model-kwargs is not valid JSON ({e})") from None
     if a.loss_option:
         overrides["loss_options"] = {**overrides.get("loss_options", {}), **_key_values(a.loss_option, "--loss-option")}
     if a.config:
@@ -138,16 +228,28 @@ def _train_config(a: argparse.Namespace) -> Any:
     return TrainConfig.from_dict({}, "command line", overrides)
 
 
+def _print_config(a: argparse.Namespace) -> bool:
+    """``--print-config``: print the resolved TrainConfig as YAML; True when it was asked for."""
+    if not getattr(a, "print_config", False):
+        return False
+    import yaml
+
+    print(yaml.safe_dump(_train_config(a).to_dict(), sort_keys=False), end="")
+    return True
+
+
 def add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a model: robust losses, recipes, checkpoints, --resume, torchrun")
     _train_arguments(p)
-    p.add_argument("--task", choices=["classify", "segment"], default="classify",
+    p.add_argument("--task", choices=TRAIN_TASKS, default="classify",
                    help="classify (default) or segment: --model is then the backbone of a segmentation model, "
                         "--data a data set with masks (e.g. synthshapes:train,masks=1); see docs/dense.md")
     p.set_defaults(func=cmd_train)
 
 
 def cmd_train(a: argparse.Namespace) -> int:
+    if _print_config(a):
+        return 0
     if getattr(a, "task", "classify") == "segment":
         from robustvit.training.segment import train_segmenter
 
@@ -166,13 +268,12 @@ def add_finetune(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune a model: new zero-initialised head, new resolution / patch size, "
                        "(adversarial) training with any loss")
     _train_arguments(p)
-    p.add_argument("--img-size", type=int, help="new input resolution (position embeddings resampled)")
-    p.add_argument("--patch-size", type=int, help="new patch size (linear projection resampled; conv-stem strides)")
-    p.add_argument("--pos-embed-interp", choices=["bicubic", "linear"], help="position-embedding resampling")
     p.set_defaults(func=cmd_finetune)
 
 
 def cmd_finetune(a: argparse.Namespace) -> int:
+    if _print_config(a):
+        return 0
     from robustvit.training.finetune import finetune
 
     path = finetune(_train_config(a), resume=a.resume)
@@ -181,12 +282,14 @@ def cmd_finetune(a: argparse.Namespace) -> int:
 
 
 def add_eval(sub: argparse._SubParsersAction) -> None:
+    from robustvit.attacks.base import NORMS
     from robustvit.evaluate.suites import list_suites
 
     p = sub.add_parser("eval", help="evaluate models with suites; resumable; writes results.json")
     p.add_argument("--model", required=True, help="model name(s) or checkpoint folder(s), comma-separated")
     p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
-    p.add_argument("--suite", default="clean", help=f"comma-separated suites (name[:key=value…]); available: {', '.join(list_suites())}")
+    p.add_argument("--suite", default="clean", help=f"comma-separated suites (name[:key=value…]); available: "
+                   f"{', '.join(list_suites())} (their options: `robustvit list suites --options`)")
     p.add_argument("--out", required=True, help="output folder (re-running resumes)")
     add_subset_args(p, "evaluate")
     p.add_argument("--batch-size", type=int, default=128)
@@ -195,7 +298,7 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=0, help="data-loading worker processes")
     p.add_argument("--strict", action="store_true", help="fail on unreadable image files instead of counting them")
     p.add_argument("--eps", help="attack budget for attack suites, e.g. 4/255")
-    p.add_argument("--norm", choices=["linf", "l2"], help="attack norm")
+    p.add_argument("--norm", choices=NORMS, help="attack norm")
     p.add_argument("--steps", type=int, help="attack iterations")
     p.add_argument("--no-progress", action="store_true")
     add_weights_args(p)
@@ -261,13 +364,30 @@ LISTS: dict[str, Callable[[str | None], list[str]]] = {
     "losses": _lister("robustvit.training", "list_losses"),
     "recipes": _lister("robustvit.training", "list_recipes"),
     "analyses": _lister("robustvit.analysis", "list_analyses"),
+    "perturbations": _lister("robustvit.corruptions", "list_perturbations"),
 }
+#: ``robustvit list WHAT --options``: the options dataclass of each listed component (``robustvit.options.describe``).
+OPTION_LISTS: dict[str, tuple[str, str]] = {
+    "suites": ("robustvit.evaluate.suites.base", "suite_options"),
+    "attacks": ("robustvit.attacks.base", "attack_options"),
+}
+
+
+def _format_options(name: str, entries: list[dict[str, Any]]) -> str:
+    """One component's options, one a line: ``name``, then ``  key  type  = default  help``."""
+    lines = [name]
+    for e in entries:
+        default = "" if e["default"] is None else f" = {e['default']}"
+        lines.append(f"  {e['name']}: {e['type']}{default}" + (f"  — {e['help']}" if e.get("help") else ""))
+    return "\n".join(lines)
 
 
 def add_list(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list", help=f"list {', '.join(LISTS)}")
     p.add_argument("what", choices=list(LISTS))
     p.add_argument("pattern", nargs="?", help="shell-style filter, e.g. 'vit_*'")
+    p.add_argument("--options", action="store_true",
+                   help=f"{' and '.join(OPTION_LISTS)} only: each one's options (name, type, default, help)")
     p.add_argument("--capabilities", nargs="?", const="", metavar="PATTERN",
                    help="models only: which analyses, attacks and suites apply to each matching model, its probe, class "
                         "token and registers (each model is built at its default size with random weights on the CPU: "
@@ -285,7 +405,14 @@ def cmd_list(a: argparse.Namespace) -> int:
         rows = capability_rows(pattern)
         print(format_one(rows[0]) if len(rows) == 1 and "error" not in rows[0] else format_table(rows))
         return 0
-    print("\n".join(LISTS[a.what](a.pattern)))
+    names = LISTS[a.what](a.pattern)
+    if getattr(a, "options", False):
+        if a.what not in OPTION_LISTS:
+            raise RobustvitError(f"--options applies to `robustvit list {' | '.join(OPTION_LISTS)}`")
+        describe = _module_attr(*OPTION_LISTS[a.what])
+        print("\n".join(_format_options(n, describe(n)) for n in names))
+        return 0
+    print("\n".join(names))
     return 0
 
 
@@ -294,16 +421,20 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_demo, add_tr
 
 
 def add_corrupt(sub: argparse._SubParsersAction) -> None:
+    from robustvit.corruptions.params import PRESET_SIZES
+    from robustvit.data.corrupted import LAYOUTS
+    from robustvit.data.export import IMAGE_FORMATS
+
     p = sub.add_parser("corrupt", help="write a corrupted copy of a data set in the ImageNet-C or CIFAR-10-C layout (resumable)")
     p.add_argument("--data", required=True, help="data spec, e.g. imagenet:/val or cifar10:test or synthshapes:test")
     p.add_argument("--out", required=True, help="output folder (re-running skips finished corruption × severity units)")
-    p.add_argument("--format", dest="layout", choices=["imagenet-c", "cifar-c"], default="imagenet-c",
+    p.add_argument("--format", dest="layout", choices=LAYOUTS, default="imagenet-c",
                    help="imagenet-c: OUT/<corruption>/<severity>/<class>/<name>.JPEG; cifar-c: OUT/<corruption>.npy + labels.npy")
     p.add_argument("--corruptions", default="all", help="a group (all, benchmark, noise, blur, weather, digital, extra) "
                    "or names joined by , or + (default all 19)")
     p.add_argument("--severities", default="1-5", help="e.g. 1-5, 3 or 1,3,5 (cifar-c needs all 5)")
-    p.add_argument("--preset", choices=["imagenet", "cifar"], help="parameter table (default: by image size)")
-    p.add_argument("--image-format", choices=["jpeg", "png"], default="jpeg",
+    p.add_argument("--preset", choices=tuple(PRESET_SIZES), help="parameter table (default: by image size)")
+    p.add_argument("--image-format", choices=tuple(IMAGE_FORMATS), default="jpeg",
                    help="imagenet-c files: JPEG quality 85 like the released ones (default), or lossless PNG")
     p.add_argument("--image-size", type=int, help="resize file-based images to this size (default 224: Resize 256 + CenterCrop 224)")
     p.add_argument("--seed", type=int, default=0)

@@ -6,7 +6,7 @@
 * ``batch``: ``(x, y)`` — 16 seeded images in [0, 1]; ``y`` = ``tiny_model``'s predictions on the first
   half and a wrong class on the second half (clean accuracy 0.5; PGD at ε = 2/255 fools some, not all).
 * ``easy_batch``: ``(x, y)`` for ``easy_model`` with ``y`` its predictions (clean accuracy 1).
-* ``tiny_vit16`` (in tests/conftest.py): a seeded timm ViT for 3×16×16 inputs, for ``patch-fool``.
+* ``tiny_vit16`` (in tests/conftest.py): a seeded timm ViT for 3×16×16 inputs, for ``patch_fool``.
 * ``make_linear(n_classes)``: factory for a linear model on 3×16×16 with given weights.
 """
 

@@ -42,14 +42,14 @@ def stub(name: str) -> type[base.Attack]:
 
 def test_custom_ensemble_is_worst_case_and_monotone(tiny_model, batch):
     x, y = batch
-    one, x1 = run(tiny_model, x, y, version="custom", attacks=["apgd-ce"])
-    two, x2 = run(tiny_model, x, y, version="custom", attacks=["apgd-ce", "apgd-t", "apgd-dlr"])
+    one, x1 = run(tiny_model, x, y, version="custom", attacks=["apgd_ce"])
+    two, x2 = run(tiny_model, x, y, version="custom", attacks=["apgd_ce", "apgd_t", "apgd_dlr"])
     r = two.last_report
     assert r["clean_accuracy"] == acc(tiny_model, x, y)
     accs = [r["clean_accuracy"], *r["per_attack"].values()]
     assert accs == sorted(accs, reverse=True)
     assert r["robust_accuracy"] == accs[-1] == acc(tiny_model, x2, y)
-    assert one.last_report["per_attack"]["apgd-ce"] == r["per_attack"]["apgd-ce"]
+    assert one.last_report["per_attack"]["apgd_ce"] == r["per_attack"]["apgd_ce"]
     assert r["robust_accuracy"] <= one.last_report["robust_accuracy"]
     assert (x2 - x).abs().max() <= EPS + 1e-6
     assert set(r) >= {"version", "attacks", "eps", "norm", "seed", "n", "clean_accuracy", "per_attack",
@@ -63,31 +63,31 @@ def test_custom_ensemble_is_worst_case_and_monotone(tiny_model, batch):
 
 def test_deterministic_under_seed(tiny_model, batch):
     x, y = batch
-    _, a = run(tiny_model, x, y, version="custom", attacks=["apgd-ce", "apgd-t"])
-    _, b = run(tiny_model, x, y, version="custom", attacks=["apgd-ce", "apgd-t"])
+    _, a = run(tiny_model, x, y, version="custom", attacks=["apgd_ce", "apgd_t"])
+    _, b = run(tiny_model, x, y, version="custom", attacks=["apgd_ce", "apgd_t"])
     assert torch.equal(a, b)
 
 
 def test_standard_version_builds_members_from_registry(tiny_model, batch, monkeypatch):
     x, y = batch
-    for name in ("fab-t", "square"):
+    for name in ("fab_t", "square"):
         monkeypatch.setitem(base.ATTACKS._items, name, stub(name))
     Recorder.seen.clear()
-    atk = create_attack("autoattack", tiny_model, eps=EPS, seed=7, member_kwargs={"apgd-ce": {"steps": 3},
-                                                                                  "apgd-t": {"steps": 3}})
+    atk = create_attack("autoattack", tiny_model, eps=EPS, seed=7, member_kwargs={"apgd_ce": {"steps": 3},
+                                                                                  "apgd_t": {"steps": 3}})
     atk(x, y)
-    assert atk.last_report["attacks"] == ["apgd-ce", "apgd-t", "fab-t", "square"]
+    assert atk.last_report["attacks"] == ["apgd_ce", "apgd_t", "fab_t", "square"]
     seen = {s["name"]: s for s in Recorder.seen}
-    assert seen["fab-t"]["n_target_classes"] == 9 and seen["fab-t"]["restarts"] == 1
+    assert seen["fab_t"]["n_target_classes"] == 9 and seen["fab_t"]["restarts"] == 1
     assert seen["square"]["n_queries"] == 5000
     assert all(s["eps"] == EPS and s["seed"] == 7 for s in seen.values())
 
 
 def test_versions_match_the_reference():
     names = {v: [n for n, _ in members] for v, members in VERSIONS.items()}
-    assert names["standard"] == ["apgd-ce", "apgd-t", "fab-t", "square"]
-    assert names["plus"] == ["apgd-ce", "apgd-dlr", "fab", "square", "apgd-t", "fab-t"]
-    assert names["rand"] == ["apgd-ce", "apgd-dlr"]
+    assert names["standard"] == ["apgd_ce", "apgd_t", "fab_t", "square"]
+    assert names["plus"] == ["apgd_ce", "apgd_dlr", "fab", "square", "apgd_t", "fab_t"]
+    assert names["rand"] == ["apgd_ce", "apgd_dlr"]
     assert all(kw.get("eot_iter") == 20 for _, kw in VERSIONS["rand"])
 
 
@@ -106,30 +106,30 @@ def test_square_member_uses_the_reference_schedule(tiny_model):
 
 
 def test_target_count_adapts_to_classes(make_linear, make_images, monkeypatch):
-    monkeypatch.setitem(base.ATTACKS._items, "fab-t", stub("fab-t"))
+    monkeypatch.setitem(base.ATTACKS._items, "fab_t", stub("fab_t"))
     model = make_linear(5).eval()
     x = make_images(6)
     with torch.no_grad():
         y = model(x).argmax(1)
     Recorder.seen.clear()
-    atk, _ = run(model, x, y, version="custom", attacks=["apgd-t", "fab-t"])
+    atk, _ = run(model, x, y, version="custom", attacks=["apgd_t", "fab_t"])
     assert atk.last_report["n_target_classes"] == 4
     assert Recorder.seen[-1]["n_target_classes"] == 4
     three = make_linear(3).eval()
     with torch.no_grad():
         y3 = three(x).argmax(1)
     with pytest.warns(UserWarning, match="n_classes"), pytest.warns(UserWarning, match="skipped"):
-        atk, _ = run(three, x, y3, version="custom", attacks=["apgd-ce", "apgd-t"])
-    assert "apgd-t" not in atk.last_report["per_attack"]
+        atk, _ = run(three, x, y3, version="custom", attacks=["apgd_ce", "apgd_t"])
+    assert "apgd_t" not in atk.last_report["per_attack"]
     assert atk.last_report["flags"]["n_classes"]["flag"]
 
 
 def test_missing_member_is_a_clear_error_or_skipped(tiny_model, batch):
     x, y = batch
     with pytest.raises(RobustvitError, match="not registered"):
-        create_attack("autoattack", tiny_model, version="custom", attacks=["apgd-ce", "no-such-attack"])
+        create_attack("autoattack", tiny_model, version="custom", attacks=["apgd_ce", "no-such-attack"])
     with pytest.warns(UserWarning, match="no-such-attack"):
-        atk, _ = run(tiny_model, x, y, version="custom", attacks=["apgd-ce", "no-such-attack"], skip_missing=True)
+        atk, _ = run(tiny_model, x, y, version="custom", attacks=["apgd_ce", "no-such-attack"], skip_missing=True)
     assert atk.last_report["flags"]["skipped_members"]["flag"]
 
 
@@ -139,24 +139,24 @@ def test_bad_configuration(tiny_model):
     with pytest.raises(RobustvitError, match="custom"):
         create_attack("autoattack", tiny_model, version="custom")
     with pytest.raises(RobustvitError, match="only used"):
-        create_attack("autoattack", tiny_model, attacks=["apgd-ce"])
+        create_attack("autoattack", tiny_model, attacks=["apgd_ce"])
     with pytest.raises(RobustvitError, match="targeted"):
         create_attack("autoattack", tiny_model, targeted=True)
 
 
 def test_rand_version_and_batching(tiny_model, batch):
     x, y = batch
-    atk, x_adv = run(tiny_model, x, y, version="rand", member_kwargs={"apgd-ce": {"eot_iter": 2},
-                                                                       "apgd-dlr": {"eot_iter": 2}}, batch_size=3)
+    atk, x_adv = run(tiny_model, x, y, version="rand", member_kwargs={"apgd_ce": {"eot_iter": 2},
+                                                                       "apgd_dlr": {"eot_iter": 2}}, batch_size=3)
     assert "randomized" not in atk.last_report["flags"]
-    assert list(atk.last_report["per_attack"]) == ["apgd-ce", "apgd-dlr"]
+    assert list(atk.last_report["per_attack"]) == ["apgd_ce", "apgd_dlr"]
     assert (x_adv - x).abs().max() <= EPS + 1e-6
 
 
 def test_l2(tiny_model, batch):
     x, y = batch
     atk = create_attack("autoattack", tiny_model, norm="l2", eps=0.2, steps=5, version="custom",
-                        attacks=["apgd-ce", ("apgd-t", {"n_target_classes": 2})])
+                        attacks=["apgd_ce", ("apgd_t", {"n_target_classes": 2})])
     x_adv = atk(x, y)
     assert ((x_adv - x).flatten(1).norm(dim=1) <= 0.2 + 1e-5).all()
 

@@ -102,7 +102,7 @@ def test_projection_without_active_box_is_textbook():
 
 
 # ---- the attack ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["fab", "fab-t"])
+@pytest.mark.parametrize("name", ["fab", "fab_t"])
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 def test_finds_known_minimal_perturbation_of_linear_model(name, norm):
     g = torch.Generator().manual_seed(0)
@@ -122,11 +122,11 @@ def test_finds_known_minimal_perturbation_of_linear_model(name, norm):
     assert accuracy(model, x_adv, y) == 0.0
 
 
-@pytest.mark.parametrize("name", ["fab", "fab-t"])
+@pytest.mark.parametrize("name", ["fab", "fab_t"])
 @pytest.mark.parametrize("norm,eps", [("linf", 2 / 255), ("l2", 0.1)])
 def test_eps_bound_determinism_and_robust_below_clean(name, norm, eps, tiny_model, batch):
     x, y = batch[0][:8], batch[1][:8]
-    kw = {**QUICK, "n_target_classes": 2} if name == "fab-t" else QUICK
+    kw = {**QUICK, "n_target_classes": 2} if name == "fab_t" else QUICK
     x_adv = create_attack(name, tiny_model, eps=eps, norm=norm, seed=1, **kw)(x, y)
     assert x_adv.shape == x.shape and torch.isfinite(x_adv).all()
     assert (lp_norm(x_adv - x, norm) <= eps * (1 + 1e-5)).all() and x_adv.min() >= 0 and x_adv.max() <= 1
@@ -137,7 +137,7 @@ def test_eps_bound_determinism_and_robust_below_clean(name, norm, eps, tiny_mode
 
 def test_returns_clean_point_where_nothing_found_within_eps(tiny_model, batch):
     x, y = batch[0][:8], batch[1][:8]
-    atk = create_attack("fab-t", tiny_model, eps=1e-4, steps=10, n_target_classes=2)
+    atk = create_attack("fab_t", tiny_model, eps=1e-4, steps=10, n_target_classes=2)
     x_adv = atk(x, y)
     changed = (x_adv != x).flatten(1).any(1)
     with torch.no_grad():
@@ -151,7 +151,7 @@ def test_restart_and_targets_only_on_robust_points_reach_success_with_large_eps(
     x = make_images(8, seed=3)
     with torch.no_grad():
         y = tiny_model(x).argmax(1)
-    atk = create_attack("fab-t", tiny_model, eps=0.5, steps=15)
+    atk = create_attack("fab_t", tiny_model, eps=0.5, steps=15)
     x_adv = atk(x, y)
     assert accuracy(tiny_model, x_adv, y) == 0.0
     assert (atk.last_distance <= 0.5).all()
@@ -169,7 +169,7 @@ def test_fab_targeted_mode_reaches_the_target(easy_model, easy_batch):
 @pytest.mark.parametrize("name,kw,match", [
     ("fab", {"steps": 0}, "steps"), ("fab", {"restarts": 0}, "restarts"), ("fab", {"alpha_max": 1.5}, "alpha_max"),
     ("fab", {"eta": 0.5}, "eta"), ("fab", {"beta": 0.0}, "beta"), ("fab", {"norm": "l1"}, "norm"),
-    ("fab-t", {"n_target_classes": 0}, "n_target_classes"), ("fab-t", {"targeted": True}, "targeted"),
+    ("fab_t", {"n_target_classes": 0}, "n_target_classes"), ("fab_t", {"targeted": True}, "targeted"),
     ("fab", {"eps": "a/b"}, "eps"),
 ])
 def test_bad_arguments(name, kw, match, tiny_model):
@@ -178,6 +178,6 @@ def test_bad_arguments(name, kw, match, tiny_model):
 
 
 def test_defaults_follow_autoattack(tiny_model):
-    fab, fab_t = create_attack("fab", tiny_model), create_attack("fab-t", tiny_model)
+    fab, fab_t = create_attack("fab", tiny_model), create_attack("fab_t", tiny_model)
     assert (fab.steps, fab.restarts, fab.alpha_max, fab.eta, fab.beta) == (100, 5, 0.1, 1.05, 0.9)
     assert (fab_t.restarts, fab_t.n_target_classes) == (1, 9)

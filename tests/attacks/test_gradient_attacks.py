@@ -112,7 +112,7 @@ def test_stronger_pgd_never_gives_higher_accuracy(tiny_model, batch):
 
 
 def test_targeted_pgd_and_class_visualisation(easy_model):
-    atk = create_attack("targeted-pgd", easy_model)
+    atk = create_attack("targeted_pgd", easy_model)
     assert atk.targeted and atk.norm == "l2" and atk.eps == 15 and atk.steps == 100
     imgs, cls = class_visualisation(easy_model, n=6, image_size=(3, 16, 16), seed=0, steps=20)
     assert imgs.shape == (6, 3, 16, 16) and cls.shape == (6,)
@@ -130,12 +130,12 @@ def test_checkpoint_schedule_matches_paper():
 def test_apgd_linear_fools_all(two_class):
     model, x, y, _ = two_class
     with pytest.raises(RobustvitError, match="at least 3"):  # DLR needs ≥ 3 classes
-        create_attack("apgd-dlr", model, eps=0.25, steps=20)(x, y)
-    x_adv = create_attack("apgd-ce", model, eps=0.25, steps=20)(x, y)
+        create_attack("apgd_dlr", model, eps=0.25, steps=20)(x, y)
+    x_adv = create_attack("apgd_ce", model, eps=0.25, steps=20)(x, y)
     assert acc(model, x_adv, y) == 0.0
 
 
-@pytest.mark.parametrize("name", ["apgd-ce", "apgd-dlr", "apgd-t"])
+@pytest.mark.parametrize("name", ["apgd_ce", "apgd_dlr", "apgd_t"])
 def test_apgd_restarts_never_weaker_and_not_weaker_than_fgsm(name, tiny_model, batch):
     x, y = batch
     eps = 2 / 255
@@ -146,7 +146,7 @@ def test_apgd_restarts_never_weaker_and_not_weaker_than_fgsm(name, tiny_model, b
 
 def test_apgd_only_attacks_correct_points_and_keeps_misclassified_clean(tiny_model, batch):
     x, y = batch
-    x_adv = create_attack("apgd-ce", tiny_model, eps=8 / 255, steps=5)(x, y)
+    x_adv = create_attack("apgd_ce", tiny_model, eps=8 / 255, steps=5)(x, y)
     with torch.no_grad():
         wrong = tiny_model(x).argmax(1) != y
     assert torch.equal(x_adv[wrong], x[wrong])
@@ -154,33 +154,33 @@ def test_apgd_only_attacks_correct_points_and_keeps_misclassified_clean(tiny_mod
 
 def test_apgd_t_caps_targets_and_fools_easy_model(easy_model, easy_batch, make_linear):
     x, y = easy_batch
-    atk = create_attack("apgd-t", easy_model, eps=0.1, steps=20, n_target_classes=3)
+    atk = create_attack("apgd_t", easy_model, eps=0.1, steps=20, n_target_classes=3)
     assert acc(easy_model, atk(x, y), y) == 0.0
     five = make_linear(5, std=0.1).eval()
     with torch.no_grad():
         y5 = five(x).argmax(1)
-    out = create_attack("apgd-t", five, eps=1 / 255, steps=3, n_target_classes=9)(x, y5)  # 4 targets used
+    out = create_attack("apgd_t", five, eps=1 / 255, steps=3, n_target_classes=9)(x, y5)  # 4 targets used
     assert out.shape == x.shape
 
 
 def test_apgd_ce_targeted(easy_model, easy_batch):
     x, y = easy_batch
     target = (y + 1) % 10
-    x_adv = create_attack("apgd-ce", easy_model, eps=0.2, steps=20, targeted=True)(x, target)
+    x_adv = create_attack("apgd_ce", easy_model, eps=0.2, steps=20, targeted=True)(x, target)
     assert acc(easy_model, x_adv, target) == 1.0
-    with pytest.raises(RobustvitError, match="apgd-t"):
-        create_attack("apgd-dlr", easy_model, targeted=True)
+    with pytest.raises(RobustvitError, match="apgd_t"):
+        create_attack("apgd_dlr", easy_model, targeted=True)
 
 
 def test_apgd_eot_on_deterministic_model_runs(tiny_model, batch):
     x, y = batch
-    out = create_attack("apgd-ce", tiny_model, eps=2 / 255, steps=4, eot_iter=3)(x, y)
+    out = create_attack("apgd_ce", tiny_model, eps=2 / 255, steps=4, eot_iter=3)(x, y)
     assert (out - x).abs().max() <= 2 / 255 + 1e-6
 
 
 def test_apgd_l2_within_ball(tiny_model, batch):
     x, y = batch
-    out = create_attack("apgd-ce", tiny_model, norm="l2", eps=0.3, steps=10)(x, y)
+    out = create_attack("apgd_ce", tiny_model, norm="l2", eps=0.3, steps=10)(x, y)
     assert ((out - x).flatten(1).norm(dim=1) <= 0.3 + 1e-5).all()
 
 
@@ -226,8 +226,8 @@ def test_checks_flag_what_they_should(tiny_model, batch):
     assert not checks.check_zero_gradients(tiny_model, x, y)["flag"]
     z = checks.check_zero_gradients(Quantised(tiny_model), x, y)
     assert z["flag"] and z["detail"]["fraction"] == 1.0
-    assert checks.check_blackbox_stronger({"clean": 0.9, "apgd-ce": 0.5, "square": 0.3})["flag"]
-    assert not checks.check_blackbox_stronger({"clean": 0.9, "apgd-ce": 0.5, "square": 0.5})["flag"]
+    assert checks.check_blackbox_stronger({"clean": 0.9, "apgd_ce": 0.5, "square": 0.3})["flag"]
+    assert not checks.check_blackbox_stronger({"clean": 0.9, "apgd_ce": 0.5, "square": 0.5})["flag"]
     assert checks.check_n_classes(3, 2)["flag"] and not checks.check_n_classes(10, 9)["flag"]
     assert checks.check_n_classes(5, 9)["flag"]
     steps = checks.check_more_steps(tiny_model, x, y, "pgd", steps=(2, 8), eps=2 / 255, random_start=False)

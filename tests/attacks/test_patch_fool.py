@@ -35,7 +35,7 @@ def test_attacks_the_most_attended_patch_and_nothing_else(tiny_vit16):
     x = images()
     with torch.no_grad():
         y = tiny_vit16(x).argmax(1)
-    atk = create_attack("patch-fool", tiny_vit16, steps=5, attn_block=2, seed=0)
+    atk = create_attack("patch_fool", tiny_vit16, steps=5, attn_block=2, seed=0)
     x_adv = atk(x, y)
     probe = ViTProbe(tiny_vit16)
     with torch.no_grad():
@@ -53,7 +53,7 @@ def test_optimisation_raises_the_loss_and_fools(tiny_vit16):
     with torch.no_grad():
         y = tiny_vit16(x).argmax(1)
         before = F.cross_entropy(tiny_vit16(x), y, reduction="none")
-    atk = create_attack("patch-fool", tiny_vit16, num_patches=4, steps=40, seed=0)
+    atk = create_attack("patch_fool", tiny_vit16, num_patches=4, steps=40, seed=0)
     x_adv = atk(x, y)
     with torch.no_grad():
         logits = tiny_vit16(x_adv)
@@ -67,8 +67,8 @@ def test_attention_loss_draws_attention_to_the_patch(tiny_vit16):
         y = tiny_vit16(x).argmax(1)
     probe = ViTProbe(tiny_vit16)
     common = dict(steps=15, selection="random", seed=1)
-    plain = create_attack("patch-fool", tiny_vit16, attn_weight=0.0, **common)
-    aware = create_attack("patch-fool", tiny_vit16, attn_weight=50.0, **common)
+    plain = create_attack("patch_fool", tiny_vit16, attn_weight=0.0, **common)
+    aware = create_attack("patch_fool", tiny_vit16, attn_weight=50.0, **common)
     xp, xa = plain(x, y), aware(x, y)
     assert torch.equal(plain.last_patches, aware.last_patches)
     tok = aware.last_patches[:, 0] + probe.num_prefix_tokens
@@ -85,10 +85,10 @@ def test_mild_variant_is_bounded_and_targeted_mode(tiny_vit16):
     x = images(6, seed=5)
     with torch.no_grad():
         y = tiny_vit16(x).argmax(1)
-    x_adv = create_attack("patch-fool", tiny_vit16, eps="8/255", steps=5)(x, y)
+    x_adv = create_attack("patch_fool", tiny_vit16, eps="8/255", steps=5)(x, y)
     assert (x_adv - x).abs().max() <= 8 / 255 + 1e-6
     target = (y + 1) % 10
-    tgt = create_attack("patch-fool", tiny_vit16, targeted=True, num_patches=8, steps=60, seed=0)
+    tgt = create_attack("patch_fool", tiny_vit16, targeted=True, num_patches=8, steps=60, seed=0)
     with torch.no_grad():
         hit = (tiny_vit16(tgt(x, target)).argmax(1) == target).float().mean()
     assert hit >= 0.5
@@ -96,10 +96,10 @@ def test_mild_variant_is_bounded_and_targeted_mode(tiny_vit16):
 
 def test_non_vit_models_get_a_clear_error():
     with pytest.raises(RobustvitError, match="ViT probe does not support"):
-        create_attack("patch-fool", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 10)))
+        create_attack("patch_fool", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 10)))
     with pytest.raises(RobustvitError, match="selection"):
         from timm.models.vision_transformer import VisionTransformer
-        create_attack("patch-fool", VisionTransformer(img_size=16, patch_size=4, embed_dim=16, depth=2, num_heads=2),
+        create_attack("patch_fool", VisionTransformer(img_size=16, patch_size=4, embed_dim=16, depth=2, num_heads=2),
                       selection="best")
 
 
@@ -110,9 +110,9 @@ def test_final_scoring_is_the_last_iterate_and_best_keeps_any_fooling_one(tiny_v
     with torch.no_grad():
         y = tiny_vit16(x).argmax(1)
     kw = dict(num_patches=2, steps=12, seed=0)
-    final = create_attack("patch-fool", tiny_vit16, **kw)
+    final = create_attack("patch_fool", tiny_vit16, **kw)
     assert final.scoring == "final"
-    best = create_attack("patch-fool", tiny_vit16, scoring="best", **kw)
+    best = create_attack("patch_fool", tiny_vit16, scoring="best", **kw)
     xf, xb = final(x, y), best(x, y)
     with torch.no_grad():
         fooled_f, fooled_b = tiny_vit16(xf).argmax(1) != y, tiny_vit16(xb).argmax(1) != y
@@ -120,7 +120,7 @@ def test_final_scoring_is_the_last_iterate_and_best_keeps_any_fooling_one(tiny_v
     # where best found nothing it returns the final iterate, which is what "final" returns (same seed)
     assert torch.equal(xb[~fooled_b], xf[~fooled_b])
     with pytest.raises(RobustvitError, match="scoring"):
-        create_attack("patch-fool", tiny_vit16, scoring="strongest")
+        create_attack("patch_fool", tiny_vit16, scoring="strongest")
 
 
 def test_class_map_patch_fool_optimises_in_the_data_label_space():
@@ -137,7 +137,7 @@ def test_class_map_patch_fool_optimises_in_the_data_label_space():
     x = images(8, seed=6)
     with torch.no_grad():
         y = model(x).argmax(1)
-    atk = create_attack("patch-fool", model, num_patches=4, steps=30, seed=0)
+    atk = create_attack("patch_fool", model, num_patches=4, steps=30, seed=0)
     with torch.no_grad():
         logits = atk.probe.run(x, tokens=False).logits
         wrapped = model(x)
@@ -163,7 +163,7 @@ def test_registers_are_not_attacked_patches():
     with torch.no_grad():
         vit.reg_token.normal_(0, 1.0)
     x = images(4, seed=2)
-    atk = create_attack("patch-fool", vit, steps=2, attn_block=1, seed=0)
+    atk = create_attack("patch_fool", vit, steps=2, attn_block=1, seed=0)
     assert atk.probe.num_registers == 3 and not atk.probe.has_class_token and atk.probe.num_prefix_tokens == 3
     with torch.no_grad():
         a = atk.probe.run(x, attentions=True).attentions[1]

@@ -18,7 +18,7 @@ EPS = {"linf": 8 / 255, "l2": 0.5}
 QUICK = {"steps": 3, "n_queries": 30, "restarts": 1, "n_restarts": 1, "n_iter": 3, "n_target_classes": 2,
          "skip_missing": True, "eot_iter": 1}
 ALL = list_attacks()
-VIT_ONLY = {"patch-fool"}   # attacks that need a ViT's attention maps
+VIT_ONLY = {"patch_fool"}   # attacks that need a ViT's attention maps
 
 
 def model_for(name: str, model: torch.nn.Module, request: pytest.FixtureRequest) -> torch.nn.Module:
@@ -38,7 +38,7 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def test_registry_lists_my_attacks():
-    for name in ("fgsm", "pgd", "targeted-pgd", "apgd-ce", "apgd-dlr", "apgd-t", "autoattack"):
+    for name in ("fgsm", "pgd", "targeted_pgd", "apgd_ce", "apgd_dlr", "apgd_t", "autoattack"):
         assert name in ALL
     assert list_attacks("apgd*") == sorted(n for n in ALL if n.startswith("apgd"))
 
@@ -98,3 +98,52 @@ def test_targeted_mode_if_supported(name, easy_model, easy_batch):
     with torch.no_grad():
         hit = (easy_model(x_adv).argmax(1) == target).float().mean().item()
     assert hit >= 0.5, f"{name} reached the target on only {hit:.0%} of an easy linear model's images"
+
+
+HYPHENATED = {"apgd-ce": "apgd_ce", "apgd-dlr": "apgd_dlr", "apgd-t": "apgd_t", "fab-t": "fab_t",
+              "patch-fool": "patch_fool", "targeted-pgd": "targeted_pgd"}
+
+
+def test_names_are_snake_case_and_old_spellings_are_aliases(tiny_model, tiny_vit16):
+    assert all(n == n.lower() and "-" not in n for n in ALL)
+    for old, new in HYPHENATED.items():
+        assert new in ALL and old not in ALL
+        assert get_attack_class(old) is get_attack_class(new)
+        model = tiny_vit16 if new == "patch_fool" else tiny_model
+        a, b = build(old, model), build(new, model)
+        assert type(a) is type(b) and a.name == new
+
+
+def test_alias_builds_the_same_attack(tiny_model, batch):
+    x, y = batch
+    a = create_attack("apgd-ce", tiny_model, eps=8 / 255, steps=3, seed=1)(x, y)
+    b = create_attack("apgd_ce", tiny_model, eps=8 / 255, steps=3, seed=1)(x, y)
+    assert torch.equal(a, b)
+
+
+def test_options_are_typed_from_strings(tiny_model, batch):
+    x, y = batch
+    from_strings = create_attack("pgd", tiny_model, eps="8/255", steps="3", random_start="false", seed="2")
+    typed = create_attack("pgd", tiny_model, eps=8 / 255, steps=3, random_start=False, seed=2)
+    assert from_strings.steps == 3 and from_strings.use_random_start is False
+    assert torch.equal(from_strings(x, y), typed(x, y))
+
+
+@pytest.mark.parametrize("kwargs, words", [({"steps": "many"}, ["steps", "'many'", "integer"]),
+                                           ({"eps": "nan"}, ["eps", "finite"]),
+                                           ({"stepz": 3}, ["stepz", "steps"])])
+def test_bad_option_is_one_line(tiny_model, kwargs, words):
+    with pytest.raises(RobustvitError) as e:
+        create_attack("pgd", tiny_model, **kwargs)
+    msg = str(e.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_options_dataclass_matches_constructor(name):
+    """Every keyword the constructor accepts is an option, with the constructor's default."""
+    import dataclasses
+
+    cls = get_attack_class(name)
+    names = {f.name for f in dataclasses.fields(cls.Options)}
+    assert names == attack_keywords(name)

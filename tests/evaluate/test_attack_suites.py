@@ -96,7 +96,7 @@ def test_option_precedence_and_stronger_settings(tmp_path):
     assert strong["steps"] == 10 and strong["accuracy"] <= weak["accuracy"] <= weak["clean_accuracy"]
     with pytest.raises(RobustvitError, match="no option"):
         create_suite("pgd:epz=1")
-    with pytest.raises(RobustvitError, match="number"):
+    with pytest.raises(RobustvitError, match="steps=.many. is not valid .expected an integer"):
         create_suite("pgd:steps=many")
 
 
@@ -130,7 +130,7 @@ def test_autoattack_per_attack_is_cumulative(tmp_path):
     model = SmallNet()
     res = evaluate("autoattack:steps=5:n_queries=20", make_ctx(model, tmp_path), [make_batch(model)])
     per = res["per_attack"]
-    assert list(per) == ["apgd-ce", "apgd-t", "fab-t", "square"] and res["attacks"] == list(per)
+    assert list(per) == ["apgd_ce", "apgd_t", "fab_t", "square"] and res["attacks"] == list(per)
     vals = list(per.values())
     assert all(b <= a + 1e-9 for a, b in zip(vals, vals[1:])) and vals[-1] == pytest.approx(res["accuracy"])
     assert res["reduced"] is True and res["overrides"] == {"steps": 5, "n_queries": 20}
@@ -156,10 +156,10 @@ def test_patch_fool_suite_skips_cnns_and_runs_on_vits(tmp_path, tiny_vit16):
     assert "skipped" in suite.finalize(ctx, {})
     batch = make_batch(tiny_vit16)
     res = evaluate("patch_fool:steps=3:checks=0", make_ctx(tiny_vit16, tmp_path), [batch])
-    assert res["attack"] == "patch-fool" and res["eps"] is None and res["scoring"] == "final"
+    assert res["attack"] == "patch_fool" and res["eps"] is None and res["scoring"] == "final"
     # the reference's scoring: the final iterate of every image, misclassified ones included
     seed = chunk_seed(Batch(batch.x, batch.y, batch.index, torch.Generator().manual_seed(7)))   # as evaluate()
-    atk = create_attack("patch-fool", tiny_vit16, steps=3, seed=seed)
+    atk = create_attack("patch_fool", tiny_vit16, steps=3, seed=seed)
     with torch.no_grad():
         expected = (tiny_vit16(atk(batch.x, batch.y)).argmax(1) == batch.y).float().mean().item()
     assert res["accuracy"] == pytest.approx(expected)

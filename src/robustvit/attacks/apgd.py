@@ -15,9 +15,9 @@ PGD with momentum and a step-size schedule that needs no tuning:
 
 The loop never synchronises with the device (masks, not index lists). Attacks:
 
-* ``apgd-ce``: cross-entropy; ``targeted=True`` descends the cross-entropy of the target ``y``;
-* ``apgd-dlr``: the DLR loss (see :mod:`robustvit.attacks.losses`), ≥ 3 classes;
-* ``apgd-t``: targeted DLR towards each of the ``n_target_classes`` (default 9, capped at
+* ``apgd_ce``: cross-entropy; ``targeted=True`` descends the cross-entropy of the target ``y``;
+* ``apgd_dlr``: the DLR loss (see :mod:`robustvit.attacks.losses`), ≥ 3 classes;
+* ``apgd_t``: targeted DLR towards each of the ``n_target_classes`` (default 9, capped at
   number of classes − 1) most likely wrong classes in turn, on the points still robust; ≥ 4 classes.
 
 Defaults: ε = 8/255, 100 steps, 1 restart, ``rho=0.75``, ``momentum=0.75``, ``eot_iter=1`` (set e.g. 20
@@ -25,7 +25,7 @@ for randomised models: gradients averaged over that many forward passes, "EoT").
 
 Example::
 
-    atk = create_attack("apgd-ce", model, eps="8/255", steps=100, restarts=5)
+    atk = create_attack("apgd_ce", model, eps="8/255", steps=100, restarts=5)
     x_adv = atk(x, y)
 """
 
@@ -51,11 +51,12 @@ def _bcast(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 @register_attack
 class APGD(Attack):
-    """APGD on the cross-entropy (``apgd-ce``). Keywords: ``eps`` (8/255), ``norm``, ``steps`` (100),
+    """APGD on the cross-entropy (``apgd_ce``). Keywords: ``eps`` (8/255), ``norm``, ``steps`` (100),
     ``restarts`` (1), ``rho`` (0.75), ``momentum`` (0.75), ``eot_iter`` (1), ``targeted`` (False),
     ``seed`` (0)."""
 
-    name = "apgd-ce"
+    name = "apgd_ce"
+    aliases = ("apgd-ce",)
     loss_name = "ce"
 
     def __init__(self, model: nn.Module, *, steps: int = 100, restarts: int = 1, rho: float = 0.75,
@@ -64,8 +65,8 @@ class APGD(Attack):
         if int(steps) < 1 or int(restarts) < 1 or int(eot_iter) < 1:
             raise RobustvitError(f"{self.name}: steps, restarts and eot_iter must be >= 1")
         if self.targeted and self.loss_name != "ce":
-            raise RobustvitError(f"{self.name} does not take targeted=True; use apgd-t (it picks its targets) "
-                                 "or apgd-ce with targeted=True")
+            raise RobustvitError(f"{self.name} does not take targeted=True; use apgd_t (it picks its targets) "
+                                 "or apgd_ce with targeted=True")
         self.steps, self.restarts, self.eot_iter = int(steps), int(restarts), int(eot_iter)
         self.rho, self.momentum = float(rho), float(momentum)
 
@@ -176,25 +177,27 @@ class APGD(Attack):
 
 @register_attack
 class APGDDLR(APGD):
-    """APGD on the DLR loss (``apgd-dlr``); same keywords as ``apgd-ce`` except ``targeted``."""
+    """APGD on the DLR loss (``apgd_dlr``); same keywords as ``apgd_ce`` except ``targeted``."""
 
-    name = "apgd-dlr"
+    name = "apgd_dlr"
+    aliases = ("apgd-dlr",)
     loss_name = "dlr"
 
 
 @register_attack
 class APGDT(APGD):
-    """APGD on the targeted DLR loss (``apgd-t``): for each of the ``n_target_classes`` (default 9) highest
+    """APGD on the targeted DLR loss (``apgd_t``): for each of the ``n_target_classes`` (default 9) highest
     wrong classes of the clean logits in turn, ``restarts`` runs on the points still robust. ``y`` are the
     true labels. The number of targets is capped at number of classes − 1."""
 
-    name = "apgd-t"
+    name = "apgd_t"
+    aliases = ("apgd-t",)
     loss_name = "dlr-targeted"
 
     def __init__(self, model: nn.Module, *, n_target_classes: int = 9, **kwargs) -> None:
         super().__init__(model, **kwargs)
         if int(n_target_classes) < 1:
-            raise RobustvitError(f"apgd-t: n_target_classes must be >= 1, got {n_target_classes}")
+            raise RobustvitError(f"apgd_t: n_target_classes must be >= 1, got {n_target_classes}")
         self.n_target_classes = int(n_target_classes)
 
     def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

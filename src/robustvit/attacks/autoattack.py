@@ -3,14 +3,14 @@ adversarial robustness with an ensemble of diverse parameter-free attacks", arXi
 
 The members run in order; each later one attacks only the points still classified correctly, and the
 output keeps, per sample, the first adversarial example found (the per-sample worst case). Members are
-built from the registry (``create_attack("fab-t", …)``), so any registered attack can join a
+built from the registry (``create_attack("fab_t", …)``), so any registered attack can join a
 ``custom`` ensemble. Versions (as in fra31/auto-attack):
 
 =========== ==================================================================================
-``standard`` apgd-ce (1 restart), apgd-t (T targets), fab-t (T targets), square (5000 queries)
-``plus``     apgd-ce (5 restarts), apgd-dlr (5 restarts), fab (5 restarts), square (5000 queries),
-             apgd-t (T targets), fab-t (T targets)
-``rand``     apgd-ce and apgd-dlr with EoT over 20 forward passes (randomised defences)
+``standard`` apgd_ce (1 restart), apgd_t (T targets), fab_t (T targets), square (5000 queries)
+``plus``     apgd_ce (5 restarts), apgd_dlr (5 restarts), fab (5 restarts), square (5000 queries),
+             apgd_t (T targets), fab_t (T targets)
+``rand``     apgd_ce and apgd_dlr with EoT over 20 forward passes (randomised defences)
 ``custom``   ``attacks=[...]``: names, ``(name, kwargs)`` pairs or :class:`Attack` objects
 =========== ==================================================================================
 
@@ -24,7 +24,7 @@ Example::
 
     atk = create_attack("autoattack", model, eps="8/255", version="standard")
     x_adv = atk(x, y)
-    atk.last_report["per_attack"]      # {'apgd-ce': 0.51, 'apgd-t': 0.49, 'fab-t': 0.49, 'square': 0.49}
+    atk.last_report["per_attack"]      # {'apgd_ce': 0.51, 'apgd_t': 0.49, 'fab_t': 0.49, 'square': 0.49}
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from robustvit.attacks import checks
-from robustvit.attacks.base import Attack, attack_keywords, create_attack, list_attacks, register_attack
+from robustvit.attacks.base import ATTACKS, Attack, attack_keywords, create_attack, list_attacks, register_attack
 from robustvit.errors import RobustvitError
 
 MemberSpec = tuple[str, dict[str, Any]]
@@ -47,15 +47,17 @@ MemberSpec = tuple[str, dict[str, Any]]
 #: p schedule counts iterations as they are, so it stops shrinking the window at p_init/128).
 SQUARE = ("square", {"n_queries": 5000, "p_init": 0.8, "rescale_schedule": False})
 VERSIONS: dict[str, list[MemberSpec]] = {
-    "standard": [("apgd-ce", {"restarts": 1}), ("apgd-t", {"restarts": 1, "n_target_classes": "T"}),
-                 ("fab-t", {"restarts": 1, "n_target_classes": "T"}), SQUARE],
-    "plus": [("apgd-ce", {"restarts": 5}), ("apgd-dlr", {"restarts": 5}), ("fab", {"restarts": 5}),
-             SQUARE, ("apgd-t", {"restarts": 1, "n_target_classes": "T"}),
-             ("fab-t", {"restarts": 1, "n_target_classes": "T"})],
-    "rand": [("apgd-ce", {"restarts": 1, "eot_iter": 20}), ("apgd-dlr", {"restarts": 1, "eot_iter": 20})],
+    "standard": [("apgd_ce", {"restarts": 1}), ("apgd_t", {"restarts": 1, "n_target_classes": "T"}),
+                 ("fab_t", {"restarts": 1, "n_target_classes": "T"}), SQUARE],
+    "plus": [("apgd_ce", {"restarts": 5}), ("apgd_dlr", {"restarts": 5}), ("fab", {"restarts": 5}),
+             SQUARE, ("apgd_t", {"restarts": 1, "n_target_classes": "T"}),
+             ("fab_t", {"restarts": 1, "n_target_classes": "T"})],
+    "rand": [("apgd_ce", {"restarts": 1, "eot_iter": 20}), ("apgd_dlr", {"restarts": 1, "eot_iter": 20})],
 }
+#: Every ``version`` name.
+VERSION_NAMES = (*VERSIONS, "custom")
 #: Fewest classes each member needs.
-MIN_CLASSES = {"apgd-dlr": 3, "apgd-t": 4}
+MIN_CLASSES = {"apgd_dlr": 3, "apgd_t": 4}
 #: Keyword aliases tried when a member does not accept the common name.
 ALIASES = {"restarts": ("n_restarts",), "steps": ("n_iter", "iterations"), "n_target_classes": ("n_targets",)}
 
@@ -77,12 +79,12 @@ class AutoAttack(Attack):
                  skip_missing: bool = False, run_checks: bool = True, verbose: bool = False, **kwargs) -> None:
         super().__init__(model, **kwargs)
         if self.targeted:
-            raise RobustvitError("autoattack is untargeted (apgd-t/fab-t pick their own targets); drop targeted=True")
+            raise RobustvitError("autoattack is untargeted (apgd_t/fab_t pick their own targets); drop targeted=True")
         self.version = str(version)
         self.members = self._resolve(self.version, attacks)
         self.n_target_classes = int(n_target_classes)
         self.overrides = {k: v for k, v in (("steps", steps), ("n_queries", n_queries)) if v is not None}
-        self.member_kwargs = dict(member_kwargs or {})
+        self.member_kwargs = {ATTACKS.canonical(k): v for k, v in (member_kwargs or {}).items()}
         self.batch_size = batch_size
         self.skip_missing, self.run_checks, self.verbose = bool(skip_missing), bool(run_checks), bool(verbose)
         self.missing = self._check_registered()
@@ -93,12 +95,12 @@ class AutoAttack(Attack):
     def _resolve(version: str, attacks: Sequence[Any] | None) -> list[MemberSpec | Attack]:
         if version == "custom":
             if not attacks:
-                raise RobustvitError("autoattack version 'custom' needs attacks=[...], e.g. ['apgd-ce', 'square']")
-            return [(a, {}) if isinstance(a, str) else a if isinstance(a, Attack) else (a[0], dict(a[1]))
-                    for a in attacks]
+                raise RobustvitError("autoattack version 'custom' needs attacks=[...], e.g. ['apgd_ce', 'square']")
+            return [(ATTACKS.canonical(a), {}) if isinstance(a, str) else a if isinstance(a, Attack)
+                    else (ATTACKS.canonical(a[0]), dict(a[1])) for a in attacks]
         if version not in VERSIONS:
             raise RobustvitError(f"unknown autoattack version {version!r}; choose from "
-                                 f"{', '.join([*VERSIONS, 'custom'])}")
+                                 f"{', '.join(VERSION_NAMES)}")
         if attacks:
             raise RobustvitError(f"attacks=[...] is only used with version='custom', not {version!r}")
         return [(n, dict(kw)) for n, kw in VERSIONS[version]]
@@ -202,7 +204,7 @@ class AutoAttack(Attack):
             out["randomized"] = checks.check_randomized(self.model, xs)
         out["softmax_output"] = checks.check_softmax_output(self.model, xs)
         out["zero_gradients"] = checks.check_zero_gradients(self.model, xs, ys)
-        if any(n in ("apgd-t", "fab-t", "apgd-dlr") for n in self.member_names()):
+        if any(n in ("apgd_t", "fab_t", "apgd_dlr") for n in self.member_names()):
             out["n_classes"] = checks.check_n_classes(n_classes, max(1, min(self.n_target_classes, n_classes - 1)))
         return out
 

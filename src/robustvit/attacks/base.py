@@ -10,26 +10,98 @@ The base class does everything that is not the algorithm:
   ``‖x_adv − x‖ ≤ ε`` holds for every output;
 * never leaves gradients on the model's parameters.
 
-A subclass sets ``name`` and writes ``perturb(x, y)``. Example::
+A subclass sets ``name`` (snake_case; older spellings in ``aliases``) and writes ``perturb(x, y)``.
+
+**Options, one way:** an attack's options are its constructor's keyword arguments (following ``**kwargs`` up
+the class hierarchy), so every default is stated once, in the signature. ``Attack.Options`` is the
+``robustvit.options`` dataclass derived from that signature on first use (``int``/``float``/``bool``/``str``
+annotations keep their type, ``eps``/``step_size`` and ``float | str`` read fractions such as ``4/255``, other
+annotations pass values through); :func:`create_attack` parses its keywords with it, so ``steps="20"`` from a
+spec string becomes 20 and an unknown key or bad value is a one-line error naming it and the valid options.
+Only the keywords given reach the constructor: its own defaults and checks apply. Example::
 
     atk = create_attack("pgd", model, eps="4/255", steps=10)
     x_adv = atk(x, y)
+    create_attack("patch-fool", vit)     # the hyphenated spellings are aliases of patch_fool, apgd_ce, …
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import inspect
+import types
+import typing
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from robustvit.errors import RobustvitError
+from robustvit.options import Eps, describe, parse_options
 from robustvit.registry import Registry, accepted_keywords
 from robustvit.utils import check_images, make_generator, parse_eps
 
 NORMS = ("linf", "l2")
+#: Keywords read as budgets (floats that also take fractions such as ``4/255``).
+EPS_KEYWORDS = ("eps", "step_size")
+
+
+def _option_type(name: str, hint: Any) -> Any:
+    """The options-dataclass type of a constructor keyword annotated ``hint`` (``Any`` when not a plain value)."""
+    union = typing.get_origin(hint) in (Union, types.UnionType)
+    args = typing.get_args(hint) if union else (hint,)
+    core = [a for a in args if a is not type(None)]
+    if float in core and (str in core or name in EPS_KEYWORDS):
+        tp: Any = Eps
+    elif len(core) == 1 and core[0] in (int, float, bool, str):
+        tp = core[0]
+    else:
+        return Any
+    return tp | None if type(None) in args else tp
+
+
+def options_from_signature(cls: type) -> type:
+    """The options dataclass of ``cls``: one field per keyword of its constructor and its parents' (through
+    ``**kwargs``), with the constructor's defaults; the first class in the MRO that names a keyword wins."""
+    specs: dict[str, tuple[Any, Any]] = {}
+    for klass in cls.__mro__:
+        fn = klass.__dict__.get("__init__")
+        if klass is object:
+            break
+        if fn is None:
+            continue
+        try:
+            hints = typing.get_type_hints(fn)
+        except Exception:   # an annotation that does not resolve: pass that constructor's values through
+            hints = {}
+        params = list(inspect.signature(fn).parameters.values())
+        for p in params:
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in ("self", "model") \
+                    and p.name not in specs:
+                specs[p.name] = (_option_type(p.name, hints.get(p.name, Any)), p.default)
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    fields = []
+    for name, (tp, default) in specs.items():
+        if default is inspect.Parameter.empty:
+            fields.append((name, tp))
+        elif isinstance(default, (list, dict, set)):
+            fields.append((name, tp, dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d))))
+        else:
+            fields.append((name, tp, dataclasses.field(default=default)))
+    return dataclasses.make_dataclass(f"{cls.__name__}Options", fields)
+
+
+class _DerivedOptions:
+    """``SomeAttack.Options``: the dataclass :func:`options_from_signature` derives, built once per class."""
+
+    def __get__(self, obj: Any, owner: type) -> type:
+        if "_options" not in owner.__dict__:
+            owner._options = options_from_signature(owner)   # type: ignore[attr-defined]
+        return owner.__dict__["_options"]
 
 
 class Attack:
@@ -40,6 +112,10 @@ class Attack:
     bounded: ClassVar[bool] = True
     #: Norms the attack supports.
     norms: ClassVar[tuple[str, ...]] = NORMS
+    #: Other spellings the registry resolves to ``name`` (e.g. the hyphenated ``patch-fool``).
+    aliases: ClassVar[tuple[str, ...]] = ()
+    #: The options dataclass, derived from the constructor's keywords (see the module docstring).
+    Options: ClassVar[type] = _DerivedOptions()   # type: ignore[assignment]
 
     def __init__(self, model: nn.Module, *, eps: float | str = 8 / 255, norm: str = "linf",
                  targeted: bool = False, seed: int = 0) -> None:
@@ -154,8 +230,17 @@ def list_attacks(pattern: str | None = None) -> list[str]:
 
 
 def create_attack(name: str, model: nn.Module, **kwargs: Any) -> Attack:
-    """Build a registered attack: ``create_attack("pgd", model, eps="4/255", steps=10)``."""
-    return ATTACKS.create(name, model, **kwargs)
+    """Build a registered attack: ``create_attack("pgd", model, eps="4/255", steps=10)``; ``name`` may be an
+    alias (``"patch-fool"``). The keywords are parsed with the attack's ``Options`` (strings from a spec are
+    typed; an unknown key or a bad value is a one-line error) and only those given reach the constructor."""
+    cls = ATTACKS.get(name)
+    opts = parse_options(cls.Options, kwargs, what=f"attack {ATTACKS.canonical(name)!r}")
+    return cls(model, **{k: getattr(opts, k) for k in (str(k).replace("-", "_") for k in kwargs)})
+
+
+def attack_options(name: str) -> list[dict[str, Any]]:
+    """Each option of an attack — name, type, default, help — for ``robustvit list attacks --options``."""
+    return describe(get_attack_class(name).Options)
 
 
 def get_attack_class(name: str) -> type[Attack]:

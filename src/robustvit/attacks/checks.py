@@ -80,7 +80,7 @@ def check_zero_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, los
         model.train(was)
     frac = zero_gradient_fraction(g)
     return _result(frac > 0, f"{frac:.1%} of the samples have a zero input gradient; gradient-based attacks "
-                   "are unreliable on them (try apgd-dlr, square)", fraction=frac, loss=loss)
+                   "are unreliable on them (try apgd_dlr, square)", fraction=frac, loss=loss)
 
 
 def check_blackbox_stronger(robust_accuracy: Mapping[str, float], blackbox: Sequence[str] = ("square",),

@@ -21,9 +21,9 @@ of the smallest adversarial perturbation found (0 for points already misclassifi
 Registered attacks:
 
 * ``fab``: untargeted; linearises all K classes (K backward passes per step — meant for small K; on
-  ImageNet use ``fab-t``). Default 5 restarts (AutoAttack "plus"). With ``targeted=True`` ``y`` holds
+  ImageNet use ``fab_t``). Default 5 restarts (AutoAttack "plus"). With ``targeted=True`` ``y`` holds
   target classes and each step crosses the boundary between the target and the strongest other class.
-* ``fab-t``: AutoAttack's targeted FAB: for each of the ``n_target_classes`` (default 9, capped at
+* ``fab_t``: AutoAttack's targeted FAB: for each of the ``n_target_classes`` (default 9, capped at
   K − 1) highest-scoring wrong classes of the clean logits in turn, linearise ``f_t − f_y`` only (one
   backward pass per step), on the points still robust; success = any misclassification. 1 restart.
 
@@ -35,7 +35,7 @@ Example::
     from robustvit.attacks import create_attack
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 10)).eval()
     x = torch.rand(4, 3, 16, 16); y = model(x).argmax(1)
-    atk = create_attack("fab-t", model, eps="8/255", steps=20, n_target_classes=3)
+    atk = create_attack("fab_t", model, eps="8/255", steps=20, n_target_classes=3)
     x_adv = atk(x, y)
     atk.last_distance        # minimal L∞ distances found (inf where none)
 """
@@ -273,23 +273,24 @@ class FAB(Attack):
 
 @register_attack
 class FABTargeted(FAB):
-    """AutoAttack's targeted FAB (``fab-t``). Keywords as ``fab`` (but ``restarts`` defaults to 1 and
+    """AutoAttack's targeted FAB (``fab_t``). Keywords as ``fab`` (but ``restarts`` defaults to 1 and
     ``targeted`` is not accepted) plus ``n_target_classes`` (9, capped at K − 1). ``y`` are the true labels."""
 
-    name = "fab-t"
+    name = "fab_t"
+    aliases = ("fab-t",)
     default_restarts = 1
 
     def __init__(self, model: nn.Module, *, n_target_classes: int = 9, **kwargs) -> None:
         super().__init__(model, **kwargs)
         if self.targeted:
-            raise RobustvitError("fab-t picks its own target classes; drop targeted=True (or use fab with targeted=True)")
+            raise RobustvitError("fab_t picks its own target classes; drop targeted=True (or use fab with targeted=True)")
         if int(n_target_classes) < 1:
-            raise RobustvitError(f"fab-t: n_target_classes must be >= 1, got {n_target_classes}")
+            raise RobustvitError(f"fab_t: n_target_classes must be >= 1, got {n_target_classes}")
         self.n_target_classes = int(n_target_classes)
 
     def targets(self, logits: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor | None]:
         if logits.shape[1] < 2:
-            raise RobustvitError("fab-t needs a model with at least 2 classes")
+            raise RobustvitError("fab_t needs a model with at least 2 classes")
         ranked = logits.argsort(dim=1)
         n = min(self.n_target_classes, logits.shape[1] - 1)
         return [ranked[:, -t] for t in range(2, n + 2)]

@@ -74,4 +74,4 @@ def get_loss(name: str) -> LossFn:
 def _need_classes(logits: torch.Tensor, k: int, what: str) -> None:
     if logits.shape[1] < k:
         raise RobustvitError(f"the {what} loss needs at least {k} classes, the model has {logits.shape[1]}; "
-                             "use the cross-entropy loss (e.g. apgd-ce) instead")
+                             "use the cross-entropy loss (e.g. apgd_ce) instead")

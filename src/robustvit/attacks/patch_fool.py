@@ -32,7 +32,7 @@ ImageNet statistics), the same step in pixels. Its PCGrad divides the projection
 
 Example::
 
-    atk = create_attack("patch-fool", vit, steps=250)
+    atk = create_attack("patch_fool", vit, steps=250)
     x_adv = atk(x, y)
     atk.last_patches      # (N, num_patches) attacked patch indices (row-major on the patch grid)
 """
@@ -75,7 +75,8 @@ class PatchFool(Attack):
     ``selection`` ("attn"), ``eps`` (None = unconstrained patch), ``scoring`` ("final", the reference's, or
     "best"), ``targeted``, ``seed``."""
 
-    name = "patch-fool"
+    name = "patch_fool"
+    aliases = ("patch-fool",)
     norms = ("linf",)
 
     def __init__(self, model: nn.Module, *, num_patches: int = 1, steps: int = 250, step_size: float | None = None,
@@ -83,17 +84,17 @@ class PatchFool(Attack):
                  eps: float | str | None = None, scoring: str = "final", **kwargs) -> None:
         super().__init__(model, eps=1.0 if eps is None else eps, **kwargs)
         if scoring not in SCORINGS:
-            raise RobustvitError(f"patch-fool: scoring must be final (the reference's) or best, got {scoring!r}")
+            raise RobustvitError(f"patch_fool: scoring must be final (the reference's) or best, got {scoring!r}")
         self.scoring = scoring
         self.bounded = eps is not None
         self.probe = ViTProbe(model)   # raises a clear error for non-ViT models
         if self.probe.grid_size is None or self.probe.patch_size is None:
-            raise RobustvitError("patch-fool needs a ViT with a fixed patch grid (patch_embed.grid_size)")
+            raise RobustvitError("patch_fool needs a ViT with a fixed patch grid (patch_embed.grid_size)")
         if selection not in SELECTIONS:
-            raise RobustvitError(f"patch-fool: selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
+            raise RobustvitError(f"patch_fool: selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
         P = self.probe.grid_size[0] * self.probe.grid_size[1]
         if not 1 <= int(num_patches) <= P or int(steps) < 1:
-            raise RobustvitError(f"patch-fool: num_patches must be in 1..{P} and steps >= 1")
+            raise RobustvitError(f"patch_fool: num_patches must be in 1..{P} and steps >= 1")
         self.num_patches, self.steps = int(num_patches), int(steps)
         std = getattr(getattr(model, "spec", None), "std", (0.229, 0.224, 0.225))
         self.step_size = float(step_size) if step_size is not None else 0.22 * sum(std) / len(std)

@@ -11,7 +11,7 @@ same start whatever the number of restarts, so more restarts never give higher r
 Defaults: ε = 8/255, 10 steps, step size 2.5·ε/steps (Madry et al.'s rule; = ε/4 at 10 steps, i.e.
 torchattacks' 2/255 for 8/255), random start, 1 restart.
 
-``targeted-pgd`` is the same attack with ``targeted=True`` (``y`` = target classes) and the settings of
+``targeted_pgd`` is the same attack with ``targeted=True`` (``y`` = target classes) and the settings of
 Debenedetti's class-targeted visualisation (L2, ε = 15, 100 steps, start at the given image);
 :func:`class_visualisation` runs it from uniform noise.
 
@@ -117,7 +117,8 @@ class TargetedPGD(PGD):
     """Targeted PGD towards ``y`` with the defaults of Debenedetti's class visualisation: L2, ε = 15,
     100 steps, step size 2.5·ε/steps, no random start, ``targeted=True``."""
 
-    name = "targeted-pgd"
+    name = "targeted_pgd"
+    aliases = ("targeted-pgd",)
 
     def __init__(self, model: nn.Module, *, eps: float | str = 15.0, norm: str = "l2", steps: int = 100,
                  random_start: bool = False, targeted: bool = True, **kwargs) -> None:
@@ -134,7 +135,7 @@ def class_visualisation(model: nn.Module, classes: Sequence[int] | torch.Tensor 
     towards each class. Robust models produce images with visible class features.
 
     ``classes``: target classes; if None, ``n`` classes drawn at random among ``num_classes``
-    (inferred from the model's output). Extra keywords go to ``targeted-pgd``.
+    (inferred from the model's output). Extra keywords go to ``targeted_pgd``.
     Returns ``(images (N, *image_size) in [0, 1], classes (N,))``.
 
     Example::

@@ -6,8 +6,10 @@ Defaults: L∞, ε by the data set's convention (RobustBench): 8/255 on CIFAR-10
 in L2 0.5 and 3.0. PGD 10 steps of ε/4. ``robustvit eval --eps/--norm/--steps`` set them for every attack suite
 of the run; a suite option (``pgd:eps=1/255:steps=20``) overrides them; ``eps_source`` in the result says which
 applied (``option``, ``run``, ``default:cifar``, ``default:imagenet``). Robust accuracy is the
-RobustBench convention: an image counts as robust when it is classified correctly before *and* after the
-attack, so ``accuracy <= clean_accuracy`` always; only correctly classified images are attacked. Each chunk's
+RobustBench convention (:func:`robustvit.metrics.accuracy.robust_correct`): an image counts as robust when it is
+classified correctly before *and* after the attack, so ``accuracy <= clean_accuracy`` always; only correctly
+classified images are attacked; an image with NaN or infinite logits is never correct nor robust
+(``num_nonfinite`` in the result when there were such images). Each chunk's
 attack is seeded from (run seed, suite key, chunk), so results replay exactly and every model of a run sees
 the same random starts.
 
@@ -17,61 +19,61 @@ gradient-masking checks of :mod:`robustvit.attacks.checks`, run once on the firs
 randomised output, softmax output, zero gradients, robust accuracy rising with more steps (``pgd``/``apgd``:
 steps vs 2 × steps, same seed) and a black-box attack (Square, ``check_queries`` = 100 queries) beating the white-box
 one (``pgd``/``apgd``). ``save=N`` writes the first N clean images, adversarial examples and perturbations (δ rescaled to [0, 1]
-by (δ + ε) / 2ε) as PNGs under ``OUT/adversarial/<suite key>/``.
+by (δ + ε) / 2ε) as PNGs under ``OUT/adversarial/<suite key>/``. Each suite's options are its ``Options``
+dataclass (``robustvit list suites --options``).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
 
 from robustvit.attacks import checks, create_attack
-from robustvit.attacks.base import Attack
+from robustvit.attacks.autoattack import VERSION_NAMES
+from robustvit.attacks.base import ATTACKS, NORMS, Attack
 from robustvit.attacks.spatial import translation_convention
-from robustvit.data import parse_data_spec
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.evaluate.suites.base import (Batch, EvalContext, Suite, SuiteOptions, nonfinite_result,
+                                            register_suite)
+from robustvit.metrics.accuracy import correct, nonfinite_rows, robust_accuracy
 from robustvit.models.factory import build_named_model, is_comparable
 from robustvit.models.probe import is_probeable
+from robustvit.options import Eps, option
 from robustvit.utils import parse_eps
 
 #: Default budgets by data-set convention (RobustBench: CIFAR-10/100 L∞ 8/255, L2 0.5; ImageNet L∞ 4/255).
 DEFAULT_EPS = {("cifar", "linf"): "8/255", ("cifar", "l2"): "0.5", ("imagenet", "linf"): "4/255", ("imagenet", "l2"): "3.0"}
-CIFAR_SOURCES = ("cifar10", "cifar100")
-COMMON_OPTIONS = ("eps", "norm", "save", "checks", "check_queries")
-INT_OPTIONS = {"steps", "restarts", "n_queries", "n_target_classes", "translations", "rotations", "num_patches",
-               "attn_block", "save", "checks", "check_queries", "batch_size"}
-FLOAT_OPTIONS = {"max_translation", "max_rotation", "attn_weight", "p_init"}
-BOOL_OPTIONS = {"random_start", "source_pretrained", "allow_random"}
 #: Attack attributes reported as settings (attribute → result key).
 SETTINGS = {"steps": "steps", "step_size": "step_size", "restarts": "restarts", "use_random_start": "random_start",
             "version": "version", "n_queries": "n_queries", "n_target_classes": "n_target_classes",
             "translations": "translations", "rotations": "rotations", "max_translation": "max_translation",
             "max_rotation": "max_rotation", "num_patches": "num_patches", "attn_weight": "attn_weight",
             "attn_block": "attn_block", "selection": "selection", "p_init": "p_init", "scoring": "scoring"}
+#: The attacks the ``apgd`` suite runs.
+APGD_ATTACKS = ("apgd_ce", "apgd_dlr", "apgd_t")
 
 
-def _typed(key: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if key in ("eps", "step_size"):
-        return parse_eps(value)
-    try:
-        if key in INT_OPTIONS:
-            return int(value)
-        if key in FLOAT_OPTIONS:
-            return float(value)
-    except (TypeError, ValueError):
-        raise RobustvitError(f"option {key}={value!r} must be a number") from None
-    if key in BOOL_OPTIONS and isinstance(value, str):
-        if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise RobustvitError(f"option {key}={value!r} must be true or false")
-        return value.lower() in ("true", "1", "yes")
-    return value
+@dataclass
+class ExampleOptions(SuiteOptions):
+    """Options of every attack suite: saved examples and gradient-masking checks."""
+
+    save: int = option(0, min=0, help="write the first N clean / adversarial / perturbation images as PNGs")
+    checks: int = option(32, min=0, help="gradient-masking checks on the first N images (0: none)")
+
+
+@dataclass
+class BudgetOptions(ExampleOptions):
+    """Options of the ε-bounded attack suites (``eps``/``norm`` default to the run's ``--eps``/``--norm``)."""
+
+    eps: Eps | None = option(None, min=0, help="budget (default: --eps, else 8/255 on CIFAR, 4/255 on ImageNet; "
+                                               "L2: 0.5 / 3.0)")
+    norm: Literal[NORMS] | None = option(None, help="threat model (default: --norm, else linf)")
+    check_queries: int = option(100, min=1, help="queries of the black-box (Square) check")
 
 
 def chunk_seed(batch: Batch) -> int:
@@ -102,28 +104,22 @@ class AttackSuite(Suite):
     check_kinds: ClassVar[tuple[str, ...]] = ("model", "blackbox")
     bounded: ClassVar[bool] = True
 
-    def __init__(self, limit: int | None = None, **options: Any) -> None:
-        super().__init__(limit, **options)
-        self.options = {k: _typed(k, v) for k, v in self.options.items()}
-
     # ---- configuration ------------------------------------------------------------------------
     def eps_and_source(self, ctx: EvalContext, norm: str) -> tuple[Any, str]:
         """The budget and where it comes from: the suite option, the run's ``--eps``, or the data set's default."""
         if self.options.get("eps") is not None:
             return self.options["eps"], "option"
         if ctx.options.get("eps") is not None:
-            return ctx.options["eps"], "run"
-        source = parse_data_spec(ctx.data_spec)[0] if ":" in ctx.data_spec else ctx.data_spec
-        convention = "cifar" if source in CIFAR_SOURCES else "imagenet"
-        return DEFAULT_EPS[(convention, norm)], f"default:{convention}"
+            return self.option(ctx, "eps"), "run"
+        return parse_eps(DEFAULT_EPS[(ctx.convention, norm)]), f"default:{ctx.convention}"
 
     def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
         kw: dict[str, Any] = {}
         if self.bounded:
             kw["norm"] = str(self.option(ctx, "norm", "linf"))
-            kw["eps"] = _typed("eps", self.eps_and_source(ctx, kw["norm"])[0])
+            kw["eps"] = self.eps_and_source(ctx, kw["norm"])[0]
         for k in self.attack_options:
-            v = _typed(k, self.option(ctx, k))
+            v = self.option(ctx, k)
             if v is not None:
                 kw[k] = v
         return kw
@@ -132,7 +128,7 @@ class AttackSuite(Suite):
         return create_attack(self.attack_name, model, seed=seed, **self.attack_kwargs(ctx))
 
     def parts(self, ctx: EvalContext) -> list[str]:
-        return ["all", "checks"] if int(self.options.get("checks", 32)) > 0 else ["all"]
+        return ["all", "checks"] if self.opts.checks > 0 else ["all"]
 
     # ---- one chunk ----------------------------------------------------------------------------
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
@@ -140,7 +136,8 @@ class AttackSuite(Suite):
             return self.run_checks(ctx, batch) if int(batch.index.min()) == 0 else {}
         x, y = batch.x, batch.y
         with torch.no_grad():
-            clean_ok = ctx.model(x).argmax(1) == y
+            clean_logits = ctx.model(x)
+        clean_ok = correct(clean_logits, y)
         atk = self.attack_for(ctx, ctx.model, chunk_seed(batch))
         stats: dict[str, Any] = {"n": int(y.numel()), "clean": int(clean_ok.sum())}
         x_adv = x.clone()
@@ -149,8 +146,10 @@ class AttackSuite(Suite):
             x_adv[idx] = atk(x[idx], y[idx])
             stats.update(self.attack_stats(atk, int(idx.numel())))
         with torch.no_grad():
-            robust = clean_ok & (ctx.model(x_adv).argmax(1) == y)
+            adv_logits = ctx.model(x_adv)
+        robust = clean_ok & correct(adv_logits, y)
         stats["robust"] = int(robust.sum())
+        stats["nonfinite"] = int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())
         stats["saved"] = self.maybe_save(ctx, batch, x, x_adv, clean_ok)
         return stats
 
@@ -162,7 +161,7 @@ class AttackSuite(Suite):
                    clean_ok: torch.Tensor) -> int:
         """Save the suite's first ``save`` images (files named by their data-set index); those misclassified
         before the attack (not attacked for the statistics) are attacked separately, for the picture only."""
-        n_save = int(self.options.get("save", 0))
+        n_save = self.opts.save
         sel = (batch.index < n_save).to(x.device)
         if n_save <= 0 or ctx.out_dir is None or not bool(sel.any()):
             return 0
@@ -181,7 +180,7 @@ class AttackSuite(Suite):
 
     # ---- gradient-masking checks (first chunk only) -------------------------------------------
     def run_checks(self, ctx: EvalContext, batch: Batch) -> dict[str, Any]:
-        n = int(self.options.get("checks", 32))
+        n = self.opts.checks
         xs, ys = batch.x[:n], batch.y[:n]
         flags: dict[str, checks.CheckResult] = {}
         if "model" in self.check_kinds:
@@ -197,7 +196,7 @@ class AttackSuite(Suite):
         if "blackbox" in self.check_kinds and kw.get("eps", 0) > 0:
             white = self._robust_accuracy(ctx.model, self.attack_for(ctx, ctx.model, 0), xs, ys)
             square = create_attack("square", ctx.model, eps=kw["eps"], norm=kw["norm"], seed=0,
-                                   n_queries=int(self.options.get("check_queries", 100)))
+                                   n_queries=self.opts.check_queries)
             black = self._robust_accuracy(ctx.model, square, xs, ys)
             flags["blackbox_stronger"] = checks.check_blackbox_stronger({self.attack_name: white, "square": black})
         return {"flags": flags}
@@ -205,10 +204,10 @@ class AttackSuite(Suite):
     @staticmethod
     def _robust_accuracy(model: nn.Module, atk: Attack, x: torch.Tensor, y: torch.Tensor) -> float:
         with torch.no_grad():
-            ok = model(x).argmax(1) == y
+            clean_logits = model(x)
         xa = atk(x, y)
         with torch.no_grad():
-            return (ok & (model(xa).argmax(1) == y)).float().mean().item()
+            return robust_accuracy(clean_logits, model(xa), y)
 
     # ---- result ---------------------------------------------------------------------------------
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
@@ -229,6 +228,7 @@ class AttackSuite(Suite):
                                "accuracy": robust / max(n, 1), "clean_accuracy": clean / max(n, 1),
                                "attack_success_rate": (clean - robust) / max(clean, 1), "num_images": n}
         res.update(self.extra_results(ctx, s))
+        res.update(nonfinite_result(self.key, s.get("nonfinite", 0)))
         res["flags"] = dict(stats.get("checks", {}).get("flags", {}))
         res["flags"].update(self.extra_flags(ctx, res))
         if s.get("saved"):
@@ -248,7 +248,11 @@ class FGSMSuite(AttackSuite):
     description = "FGSM robust accuracy (Goodfellow et al. 2015; Bhojanapalli et al. 2021)"
     attack_name = "fgsm"
     attack_options = ("step_size", "random_start")
-    option_names = COMMON_OPTIONS + attack_options
+
+    @dataclass
+    class Options(BudgetOptions):
+        step_size: Eps | None = option(None, min=0, help="step (default ε; with random_start the attack's rule)")
+        random_start: bool | None = option(None, help="start from a random point of the ε-ball (FGSM-RS)")
     check_kinds = ("model",)
 
 
@@ -258,7 +262,13 @@ class PGDSuite(AttackSuite):
     description = "PGD robust accuracy (Madry et al. 2018); default 10 steps of ε/4"
     attack_name = "pgd"
     attack_options = ("steps", "step_size", "restarts", "random_start")
-    option_names = COMMON_OPTIONS + attack_options
+
+    @dataclass
+    class Options(BudgetOptions):
+        steps: int | None = option(None, min=1, help="iterations (default: --steps, else 10)")
+        step_size: Eps | None = option(None, min=0, help="step (default 2.5·ε/steps)")
+        restarts: int | None = option(None, min=1, help="random restarts (default 1)")
+        random_start: bool | None = option(None, help="start from a random point of the ε-ball (default true)")
     check_kinds = ("model", "more_steps", "blackbox")
 
     def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
@@ -270,21 +280,33 @@ class PGDSuite(AttackSuite):
 @register_suite
 class APGDSuite(AttackSuite):
     name = "apgd"
-    description = "APGD robust accuracy (Croce & Hein 2020); option attack=apgd-ce|apgd-dlr|apgd-t"
+    description = "APGD robust accuracy (Croce & Hein 2020); option attack=apgd_ce|apgd_dlr|apgd_t"
     attack_options = ("steps", "restarts", "n_target_classes")
-    option_names = COMMON_OPTIONS + attack_options + ("attack",)
     check_kinds = ("model", "more_steps", "blackbox")
+
+    @dataclass
+    class Options(BudgetOptions):
+        attack: str = option("apgd_ce", help=f"{' | '.join(APGD_ATTACKS)} (hyphenated spellings accepted)")
+        steps: int | None = option(None, min=1, help="iterations (default: --steps, else 100)")
+        restarts: int | None = option(None, min=1, help="restarts (default 1)")
+        n_target_classes: int | None = option(None, min=1, help="apgd_t: target classes (default 9, capped at "
+                                                                "classes − 1)")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        name = ATTACKS.canonical(self.opts.attack)
+        if name not in APGD_ATTACKS:
+            raise RobustvitError(f"suite apgd: attack={self.opts.attack!r} is not valid; use one of "
+                                 f"{', '.join(APGD_ATTACKS)}")
+        self.opts.attack = name
 
     @property
     def attack_name(self) -> str:  # type: ignore[override]
-        name = str(self.options.get("attack", "apgd-ce"))
-        if name not in ("apgd-ce", "apgd-dlr", "apgd-t"):
-            raise RobustvitError(f"suite apgd: attack must be apgd-ce, apgd-dlr or apgd-t, got {name!r}")
-        return name
+        return str(self.opts.attack)
 
     def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
         kw = self.attack_kwargs(ctx)
-        if self.attack_name != "apgd-t":
+        if self.attack_name != "apgd_t":
             kw.pop("n_target_classes", None)
         else:
             kw["n_target_classes"] = max(1, min(kw.get("n_target_classes", 9), ctx.num_classes - 1))
@@ -294,18 +316,26 @@ class APGDSuite(AttackSuite):
 @register_suite
 class AutoAttackSuite(AttackSuite):
     name = "autoattack"
-    description = "AutoAttack (Croce & Hein 2020): apgd-ce, apgd-t, fab-t, square; per-attack accuracy"
+    description = "AutoAttack (Croce & Hein 2020): apgd_ce, apgd_t, fab_t, square; per-attack accuracy"
     attack_name = "autoattack"
     attack_options = ("version", "steps", "n_queries", "n_target_classes")
-    option_names = COMMON_OPTIONS + attack_options + ("attacks",)
     check_kinds = ("model",)
+
+    @dataclass
+    class Options(BudgetOptions):
+        version: Literal[VERSION_NAMES] | None = option(None, help="standard (default), plus, rand or custom")
+        attacks: list[str] | None = option(None, help="members joined by + (sets version=custom), e.g. "
+                                                      "apgd_ce+square")
+        steps: int | None = option(None, min=1, help="iterations of every member (a reduced AutoAttack)")
+        n_queries: int | None = option(None, min=1, help="Square queries (a reduced AutoAttack)")
+        n_target_classes: int | None = option(None, min=1, help="target classes of apgd_t / fab_t (default 9)")
     # A reduced AutoAttack on a subset (the report says so): the full budget costs ~10 s per image on 2 CPU cores.
 
     def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
         kw = self.attack_kwargs(ctx)
-        attacks = self.options.get("attacks")
+        attacks = self.opts.attacks
         if attacks:
-            kw["version"], kw["attacks"] = "custom", str(attacks).split("+")
+            kw["version"], kw["attacks"] = "custom", list(attacks)
         return create_attack("autoattack", model, seed=seed, run_checks=False, **kw)
 
     def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
@@ -339,7 +369,15 @@ class SpatialSuite(AttackSuite):
     description = "worst case over 9 × 9 translations (the papers' range at the image size) × 31 rotations (±30°)"
     attack_name = "spatial"
     attack_options = ("translations", "rotations", "max_translation", "max_rotation", "batch_size")
-    option_names = ("save", "checks") + attack_options
+
+    @dataclass
+    class Options(ExampleOptions):
+        translations: int | None = option(None, min=1, help="translations per axis (default 9)")
+        rotations: int | None = option(None, min=1, help="rotation angles (default 31)")
+        max_translation: float | None = option(None, min=0, help="largest shift in pixels (default: the papers' "
+                                                                 "range at the image size)")
+        max_rotation: float | None = option(None, min=0, help="largest angle in degrees (default 30)")
+        batch_size: int | None = option(None, min=1, help="transformed images per forward pass (default 256)")
     check_kinds = ()
     bounded = False
 
@@ -353,7 +391,7 @@ class SpatialSuite(AttackSuite):
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
         out = super().settings(ctx)
         atk = self.attack_for(ctx, ctx.model, 0)
-        size = ctx.model.spec.image_size if hasattr(ctx.model, "spec") else 224
+        size = ctx.image_size or 224
         out["max_translation"] = float(atk.grid(size, size)[:, 0].abs().max())   # type: ignore[attr-defined]
         out["translation_convention"] = ("option" if self.options.get("max_translation") is not None
                                          else translation_convention(size, size)[0])
@@ -371,9 +409,20 @@ class SpatialSuite(AttackSuite):
 class PatchFoolSuite(AttackSuite):
     name = "patch_fool"
     description = "Patch-Fool (Fu et al. 2022): one attention-chosen patch replaced and optimised; ViTs only"
-    attack_name = "patch-fool"
+    attack_name = "patch_fool"
     attack_options = ("num_patches", "steps", "step_size", "attn_weight", "attn_block", "selection", "scoring")
-    option_names = ("save", "checks", "eps") + attack_options
+
+    @dataclass
+    class Options(ExampleOptions):
+        eps: Eps | None = option(None, min=0, help="L∞ bound of the patch (the mild variant; default none)")
+        num_patches: int | None = option(None, min=1, help="patches attacked (default 1)")
+        steps: int | None = option(None, min=1, help="iterations (default: --steps, else 250)")
+        step_size: Eps | None = option(None, min=0, help="Adam step (default the attack's)")
+        attn_weight: float | None = option(None, min=0, help="weight of the attention loss (default 0.002)")
+        attn_block: int | None = option(None, min=0, help="blocks whose attention is used (default 4)")
+        selection: str | None = option(None, help="how the patch is chosen (default attn)")
+        scoring: Literal["final", "best"] | None = option(None, help="final (default: the final iterate, as the "
+                                                                     "reference) or best (any fooling iterate)")
     check_kinds = ("model",)
     bounded = False
 
@@ -384,17 +433,20 @@ class PatchFoolSuite(AttackSuite):
             return super().run(ctx, part, batch)
         x, y = batch.x, batch.y
         with torch.no_grad():
-            clean_ok = ctx.model(x).argmax(1) == y
+            clean_logits = ctx.model(x)
+        clean_ok = correct(clean_logits, y)
         x_adv = self.attack_for(ctx, ctx.model, chunk_seed(batch))(x, y)
         with torch.no_grad():
-            robust = ctx.model(x_adv).argmax(1) == y
+            adv_logits = ctx.model(x_adv)
+        robust = correct(adv_logits, y)
         return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum()),
+                "nonfinite": int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum()),
                 "saved": self.maybe_save(ctx, batch, x, x_adv, torch.ones_like(clean_ok))}
 
     def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
         kw = super().attack_kwargs(ctx)
         if self.options.get("eps") is not None:   # the "mild" L∞ variant; unconstrained by default
-            kw["eps"] = _typed("eps", self.options["eps"])
+            kw["eps"] = self.options["eps"]
         return kw
 
     def parts(self, ctx: EvalContext) -> list[str]:
@@ -428,19 +480,33 @@ class TransferSuite(AttackSuite):
     name = "transfer"
     description = "transfer matrix: adversarial examples crafted on each model of the run, evaluated on this one"
     attack_options = ("steps", "step_size", "restarts", "random_start")
-    option_names = COMMON_OPTIONS + attack_options + ("attack", "cache_gb", "sources", "source_pretrained",
-                                                      "source_weights", "allow_random")
     check_kinds = ()
 
-    def __init__(self, limit: int | None = None, **options: Any) -> None:
-        super().__init__(limit, **options)
+    @dataclass
+    class Options(BudgetOptions):
+        attack: str = option("pgd", help="the attack crafting the examples on each source (`robustvit list attacks`)")
+        steps: int | None = option(None, min=1, help="iterations (default: --steps, else 10 for pgd)")
+        step_size: Eps | None = option(None, min=0, help="step (default the attack's rule)")
+        restarts: int | None = option(None, min=1, help="restarts (default 1)")
+        random_start: bool | None = option(None, help="random start (default the attack's)")
+        cache_gb: float = option(2.0, min=0, help="memory for examples kept across targets")
+        sources: list[str] = option(default_factory=list, help="extra source models joined by +: checkpoint "
+                                                               "folders or model names")
+        source_pretrained: bool = option(False, help="build named sources with published weights")
+        source_weights: str | None = option(None, help="a state-dict file for the one named source")
+        allow_random: bool = option(False, help="accept named sources with random weights")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        ATTACKS.get(self.opts.attack)      # an unknown attack fails now, with close matches
+        self.opts.attack = ATTACKS.canonical(self.opts.attack)
         self._cache: dict[tuple[str, int, int], torch.Tensor] = {}
         self._cache_bytes = 0
         self._extra: dict[str, nn.Module] | None = None
 
     @property
     def attack_name(self) -> str:  # type: ignore[override]
-        return str(self.options.get("attack", "pgd"))
+        return str(self.opts.attack)
 
     def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
         kw = super().attack_kwargs(ctx)
@@ -451,20 +517,20 @@ class TransferSuite(AttackSuite):
     def extra_sources(self, ctx: EvalContext) -> dict[str, nn.Module]:
         """The models named by ``sources=``, built once (on the run's device) with ``build_named_model``."""
         if self._extra is None:
-            names = [n.strip() for n in str(self.options.get("sources") or "").split("+") if n.strip()]
-            weights = self.options.get("source_weights")
+            names = [n.strip() for n in self.opts.sources if n.strip()]
+            weights = self.opts.source_weights
             if weights is not None and len(names) != 1:
                 raise RobustvitError("transfer: source_weights=FILE applies to one source; give exactly one in sources=")
             extra: dict[str, nn.Module] = {}
             for n in names:
                 if n in ctx.models or n in extra:
                     raise RobustvitError(f"transfer: source {n!r} is listed twice (models of the run are sources already)")
-                m = build_named_model(n, pretrained=bool(self.options.get("source_pretrained", False)), weights=weights,
-                                      allow_random=bool(self.options.get("allow_random", False)),
+                m = build_named_model(n, pretrained=self.opts.source_pretrained, weights=weights,
+                                      allow_random=self.opts.allow_random,
                                       role="transfer source", option_prefix="source_")
                 extra[n] = m.to(ctx.device).eval()
             self._extra = extra
-        size = getattr(getattr(ctx.model, "spec", None), "input_size", None)
+        size = getattr(ctx.spec, "input_size", None)
         for n, m in self._extra.items():   # a patch-based source is built for one resolution; a CNN takes any
             if size is not None and m.spec.patch_size is not None and tuple(m.spec.input_size[1:]) != tuple(size[1:]):
                 raise RobustvitError(f"transfer source {n} takes {m.spec.image_size}px images but {ctx.model_name} is "
@@ -484,15 +550,17 @@ class TransferSuite(AttackSuite):
         if x_adv is None:
             source = self.sources(ctx)[part]
             x_adv = self.attack_for(ctx, source, chunk_seed(batch))(x, y)
-            limit = float(self.options.get("cache_gb", 2)) * 2**30
+            limit = self.opts.cache_gb * 2**30
             if self._cache_bytes + x_adv.numel() * x_adv.element_size() <= limit:
                 self._cache[key] = x_adv.cpu()
                 self._cache_bytes += x_adv.numel() * x_adv.element_size()
         x_adv = x_adv.to(x.device)
         with torch.no_grad():
-            clean_ok = ctx.model(x).argmax(1) == y
-            robust = clean_ok & (ctx.model(x_adv).argmax(1) == y)
-        return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum())}
+            clean_logits, adv_logits = ctx.model(x), ctx.model(x_adv)
+        clean_ok = correct(clean_logits, y)
+        robust = clean_ok & correct(adv_logits, y)
+        return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum()),
+                "nonfinite": int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())}
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         kw = self.attack_kwargs(ctx)
@@ -510,4 +578,5 @@ class TransferSuite(AttackSuite):
         return {"attack": self.attack_name, **settings, "target": ctx.model_name, "accuracy": column,
                 "matrix": {src: {ctx.model_name: acc} for src, acc in column.items()},
                 "clean_accuracy": clean, "num_images": first.get("n", 0), "sources": provenance,
-                "comparable": not random, "notes": notes, "flags": {}}
+                "comparable": not random, "notes": notes, "flags": {},
+                **nonfinite_result(self.key, max((s.get("nonfinite", 0) for s in stats.values()), default=0))}

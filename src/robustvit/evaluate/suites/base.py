@@ -11,6 +11,12 @@ A suite therefore only writes three things:
   that are **additive** across chunks (counts, sums — not means);
 * ``finalize(ctx, stats)``: turn the summed statistics of every part into the suite's JSON result.
 
+Options: a suite declares them as a nested ``Options`` dataclass extending :class:`SuiteOptions` (``limit``,
+``subset``), parsed from the spec (``pgd:eps=1/255:steps=20``) by :func:`robustvit.options.parse_options`:
+an unknown key, an empty, NaN or out-of-range value is a one-line error naming it. The parsed options are
+``suite.opts``; ``suite.options`` holds only those given (typed); every result records
+``"options": options_dict(suite.opts)``.
+
 Example::
 
     @register_suite
@@ -26,16 +32,23 @@ Example::
 
 from __future__ import annotations
 
+import functools
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
 
+from robustvit.data import parse_data_spec
 from robustvit.data.subset import SUBSET_METHODS
 from robustvit.errors import RobustvitError
+from robustvit.options import describe, option, option_names, options_dict, parse_options
 from robustvit.registry import Registry, parse_spec
+
+#: Data sources whose attack budgets follow the CIFAR convention (RobustBench: L∞ 8/255, L2 0.5).
+CIFAR_SOURCES = ("cifar10", "cifar100")
 
 
 @dataclass
@@ -57,7 +70,11 @@ class Batch:
 @dataclass
 class EvalContext:
     """What a suite may look at. ``model`` is the model under test (a ``Normalized`` wrapper with
-    ``.spec``); ``models`` holds every model of the run by name (for transfer-style suites)."""
+    ``.spec``); ``models`` holds every model of the run by name (for transfer-style suites).
+
+    The typed data convention — ``image_size`` (the model's input side), ``data_source`` (the data spec's
+    source name, e.g. ``cifar10``), ``class_map`` — is filled in from the model and the data spec when not
+    given, so suites read fields instead of ``getattr`` chains and re-parsed specs."""
 
     model: nn.Module
     model_name: str
@@ -70,48 +87,111 @@ class EvalContext:
     options: dict[str, Any] = field(default_factory=dict)   # global CLI options (--eps, --norm, --steps …)
     out_dir: Path | None = None
     subset: Any = None         # the run's images (``robustvit.data.subset.Subset``; None: all, in order)
+    image_size: int | None = None       # the model's input side (default: ``model.spec.image_size``)
+    data_source: str | None = None      # the source of ``data_spec`` (``cifar10``, ``imagenet``, …)
+    class_map: Any = None               # the run's ``--class-map`` (None: the model's classes are the data's)
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        if self.image_size is None and spec is not None and getattr(spec, "image_size", None):
+            self.image_size = int(spec.image_size)
+        if self.data_source is None:
+            self.data_source = data_source_of(self.data_spec)
+
+    @property
+    def spec(self) -> Any:
+        """The model's ``ModelSpec`` (None for a bare module)."""
+        return getattr(self.model, "spec", None)
+
+    @property
+    def convention(self) -> str:
+        """``cifar`` for CIFAR-10/100 data, else ``imagenet``: the attack-budget convention (RobustBench)."""
+        return "cifar" if self.data_source in CIFAR_SOURCES else "imagenet"
+
+    @property
+    def class_names(self) -> list[str]:
+        """The model's class names (empty when it has none)."""
+        return list(getattr(self.spec, "class_names", None) or [])
+
+
+def data_source_of(data_spec: str) -> str:
+    """The source name of a data spec (``cifar10:test`` → ``cifar10``)."""
+    text = str(data_spec or "")
+    if ":" not in text:
+        return text
+    try:
+        return str(parse_data_spec(text)[0])
+    except RobustvitError:
+        return text.split(":", 1)[0]
+
+
+@dataclass
+class SuiteOptions:
+    """The options every suite takes."""
+
+    limit: int | None = option(None, min=1, help="evaluate this many of the run's images (see subset)")
+    subset: Literal[SUBSET_METHODS] | None = option(None, help="how limit= draws them: stratified (seeded, classes in "
+                                                   "proportion) or first (default: the run's --subset-method)")
 
 
 class Suite:
-    """Base class of evaluation suites. Subclasses set ``name`` and implement ``run``/``finalize``.
+    """Base class of evaluation suites. Subclasses set ``name``, declare ``Options`` (a :class:`SuiteOptions`
+    subclass) and implement ``run``/``finalize``.
 
-    Constructor keyword options come from the suite spec (``pgd:eps=1/255:steps=20``); unknown options
-    are rejected. ``max_images`` (option ``limit``) caps the images this suite sees: the runner draws them from
-    the run's images (option ``subset``: ``stratified`` — a seeded class-stratified sample, nested in the run's —
-    or ``first``; default the run's ``--subset-method``), see ``robustvit.data.subset``.
+    ``max_images`` (option ``limit``) caps the images this suite sees: the runner draws them from the run's
+    images (option ``subset``: ``stratified`` — a seeded class-stratified sample, nested in the run's — or
+    ``first``; default the run's ``--subset-method``), see ``robustvit.data.subset``.
     """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
-    option_names: ClassVar[tuple[str, ...]] = ()
+    aliases: ClassVar[tuple[str, ...]] = ()
+    Options: ClassVar[type] = SuiteOptions
     #: The suite's own data set (``dataset``), when as long as the run's, holds the run's images at the same
     #: positions (ImageNet-C next to ImageNet validation): it then takes the run's images (``--limit``, ``--subset``).
     data_aligned: ClassVar[bool] = False
 
     def __init__(self, limit: int | None = None, subset: str | None = None, **options: Any) -> None:
-        unknown = set(options) - set(self.option_names)
-        if unknown:
-            raise RobustvitError(
-                f"suite {self.name!r} has no option {sorted(unknown)[0]!r}"
-                + (f"; options: {', '.join(self.option_names)}" if self.option_names else "; it takes no options"))
-        try:
-            self.max_images = None if limit is None else int(limit)
-        except ValueError:
-            raise RobustvitError(f"suite {self.name!r}: limit must be an integer, got {limit!r}") from None
-        if subset is not None and subset not in SUBSET_METHODS:
-            raise RobustvitError(f"suite {self.name!r}: subset must be {' or '.join(SUBSET_METHODS)}, got {subset!r}")
-        self.subset_method: str | None = subset
+        given = {**({"limit": limit} if limit is not None else {}), **({"subset": subset} if subset is not None else {}),
+                 **{str(k).replace("-", "_"): v for k, v in options.items()}}
+        for k, v in given.items():
+            if isinstance(v, str) and not v.strip():
+                raise RobustvitError(f"suite {self.name!r}: option {k}= has no value; write {k}=VALUE "
+                                     f"(its options: {', '.join(option_names(type(self).Options))})")
+        self.opts: Any = parse_options(type(self).Options, given, what=f"suite {self.name!r}")
+        #: The options given in the spec, typed (the others fall back to the run's, see :meth:`option`).
+        self.options: dict[str, Any] = {k: getattr(self.opts, k) for k in given}
+        self.max_images: int | None = self.opts.limit
+        self.subset_method: str | None = self.opts.subset
         self.subset_info: dict[str, Any] | None = None   # set by the runner: the images evaluated (results.json)
         self.subset_note: str | None = None              # set by the runner: why they are not comparable
-        self.options = options
         self.key = self.name   # the spec as written (set by ``create_suite``): the results.json key
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every ``finalize`` records the parsed options in its result (``"options"``)."""
+        super().__init_subclass__(**kwargs)
+        fin = cls.__dict__.get("finalize")
+        if fin is not None and not getattr(fin, "records_options", False):
+            @functools.wraps(fin)
+            def finalize(self: Suite, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+                res = fin(self, ctx, stats)
+                if isinstance(res, dict):
+                    res.setdefault("options", options_dict(self.opts))
+                return res
+            finalize.records_options = True   # type: ignore[attr-defined]
+            cls.finalize = finalize           # type: ignore[method-assign]
+
     def option(self, ctx: EvalContext, key: str, default: Any = None) -> Any:
-        """A suite option, else the run's global option of that name, else ``default``."""
+        """A suite option given in the spec, else the run's global option of that name (``--eps``, typed as
+        the suite's option), else ``default``."""
         if key in self.options:
             return self.options[key]
         value = ctx.options.get(key)
-        return default if value is None else value
+        if value is None:
+            return default
+        if key in option_names(type(self).Options):
+            value = getattr(parse_options(type(self).Options, {key: value}, what=f"--{key} (suite {self.name!r})"), key)
+        return value
 
     def parts(self, ctx: EvalContext) -> list[str]:
         return ["all"]
@@ -127,12 +207,27 @@ class Suite:
         raise NotImplementedError
 
 
+def nonfinite_result(key: str, count: int) -> dict[str, Any]:
+    """``{"num_nonfinite": count}`` and a warning when images had NaN/infinite logits (counted wrong, never
+    correct nor robust: see :mod:`robustvit.metrics.accuracy`); ``{}`` when there were none."""
+    if not count:
+        return {}
+    warnings.warn(f"suite {key}: {count} image(s) gave NaN or infinite logits; they count as misclassified "
+                  "(num_nonfinite in the result)", stacklevel=2)
+    return {"num_nonfinite": int(count)}
+
+
 def _load_builtin_suites() -> None:
     import robustvit.evaluate.suites  # noqa: F401  (importing the package registers the built-in suites)
 
 
 SUITES: Registry[type[Suite]] = Registry("suite", loader=_load_builtin_suites, hint="see `robustvit list suites`")
 register_suite = SUITES.register
+
+
+def suite_options(name: str) -> list[dict[str, Any]]:
+    """Each option of a suite — name, type, default, help — for ``robustvit list suites --options``."""
+    return describe(get_suite_class(name).Options)
 
 
 def list_suites(pattern: str | None = None) -> list[str]:
@@ -152,6 +247,6 @@ def parse_suite_spec(spec: str) -> tuple[str, dict[str, str]]:
 def create_suite(spec: str) -> Suite:
     """Build a suite from its spec string; the result key in results.json is the spec as written."""
     name, options = parse_suite_spec(spec)
-    suite = SUITES.create(name, **options)
+    suite = SUITES.get(name)(**options)
     suite.key = spec.strip()
     return suite

@@ -1,4 +1,4 @@
-"""Suite ``clean``: top-1 and top-5 accuracy on unmodified images."""
+"""Suite ``clean``: top-1 and top-5 accuracy on unmodified images (images with non-finite logits count wrong)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
-from robustvit.metrics.accuracy import topk_correct
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, nonfinite_result, register_suite
+from robustvit.metrics.accuracy import nonfinite_rows, topk_correct
 
 
 @register_suite
@@ -19,9 +19,10 @@ class Clean(Suite):
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         logits = ctx.model(batch.x)
         c1, c5 = topk_correct(logits, batch.y, (1, 5))
-        return {"n": int(batch.y.numel()), "top1": c1, "top5": c5}
+        return {"n": int(batch.y.numel()), "top1": c1, "top5": c5, "nonfinite": int(nonfinite_rows(logits).sum())}
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         s = stats["all"]
         n = max(s["n"], 1)
-        return {"top1": s["top1"] / n, "top5": s["top5"] / n, "num_images": s["n"]}
+        return {"top1": s["top1"] / n, "top5": s["top5"] / n, "num_images": s["n"],
+                **nonfinite_result(self.key, s.get("nonfinite", 0))}

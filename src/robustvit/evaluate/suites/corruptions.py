@@ -40,8 +40,9 @@ memory), ``preset``, ``jpeg_quality``, ``severities``, ``corruptions``, ``source
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -49,18 +50,29 @@ import torch.nn.functional as F
 from robustvit.corruptions import BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, corrupt
 from robustvit.corruptions.frost import frost_source
 from robustvit.corruptions.params import parse_corruptions, parse_severities, resolve_preset
-from robustvit.data import UNREADABLE, parse_data_spec
+from robustvit.data import UNREADABLE
 from robustvit.data.base import ImageDataset
 from robustvit.data.corrupted import CorruptedSource, open_corrupted
 from robustvit.data.subset import dataset_labels
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, data_source_of, register_suite
+from robustvit.metrics.accuracy import correct
+from robustvit.options import option
 from robustvit.metrics.corruption import (ALEXNET_ERRORS, NOISE_CORRUPTIONS, corruption_error, mean_or_none,
                                           relative_corruption_error, retention)
 
 GROUP_NAMES = ("noise", "blur", "weather", "digital", "extra")
 CLEAN = "clean"
 #: Threads decoding image files of a ``source`` tree (PIL releases the GIL while decoding).
+
+
+def _image_size(ctx: EvalContext) -> int | None:
+    """``ctx.image_size``; the protocol checks below also take a duck-typed context (model + data spec)."""
+    return ctx.image_size if isinstance(ctx, EvalContext) else getattr(getattr(ctx.model, "spec", None), "image_size", None)
+
+
+def _data_source(ctx: EvalContext) -> str:
+    return ctx.data_source or "" if isinstance(ctx, EvalContext) else data_source_of(ctx.data_spec)
 
 
 def part_name(name: str, severity: int) -> str:
@@ -95,36 +107,39 @@ def load_images(ds: Any, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 class Corruptions(Suite):
     name = "corruptions"
     description = "common corruptions (ImageNet-C / CIFAR-10-C): accuracy per corruption × severity, mCE, retention"
-    option_names = ("corruptions", "severities", "preset", "jpeg_quality", "source")
     data_aligned = True
     # 19 × 5 units + clean: ~1 minute per demo model on a 2-core CPU at 100 images (the model's forward pass
     # dominates: ~0.5 s per 100 32-px images for vit_cifar_micro); --quick: 3 severities, 40 images.
 
-    def __init__(self, limit: int | None = None, **options: Any) -> None:
-        super().__init__(limit, **options)
-        self.names = parse_corruptions(options.get("corruptions", "all"))
-        self.severities = parse_severities(options.get("severities", "1-5"))
-        self.preset = options.get("preset")
+    @dataclass
+    class Options(SuiteOptions):
+        corruptions: str = option("all", help="a group (all, benchmark, noise, blur, weather, digital, extra) or "
+                                              "names joined by +")
+        severities: str = option("1-5", help="e.g. 1-5, 3 or 1+3+5")
+        preset: str | None = option(None, help="parameter table: imagenet or cifar (default: by image size)")
+        jpeg_quality: int | Literal["auto"] | None = option(
+            "auto", min=1, max=100, help="JPEG round trip after corrupting (auto: 85 for ImageNet, as the released "
+                                         "files; none: no round trip)")
+        source: str | None = option(None, help="a stored ImageNet-C / CIFAR-10-C folder instead of corrupting "
+                                               "in memory")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.names = parse_corruptions(self.opts.corruptions)
+        self.severities = parse_severities(self.opts.severities)
+        self.preset = self.opts.preset
         if self.preset is not None:
             resolve_preset(self.preset, 0, 0)   # checks the name
-        q = options.get("jpeg_quality", "auto")
-        self.auto_jpeg = q == "auto"
-        try:
-            self.jpeg_quality = None if q in (None, "", "none", "auto") else int(q)
-        except ValueError:
-            raise RobustvitError(f"jpeg_quality must be an integer 1-100, got {q!r}") from None
-        if self.jpeg_quality is not None and not 1 <= self.jpeg_quality <= 100:
-            raise RobustvitError(f"jpeg_quality must be an integer 1-100, got {self.jpeg_quality}")
-        if self.max_images is not None and self.max_images < 1:
-            raise RobustvitError(f"limit must be >= 1, got {self.max_images}")
-        self.source = options.get("source")
+        self.auto_jpeg = self.opts.jpeg_quality == "auto"
+        self.jpeg_quality: int | None = None if self.auto_jpeg else self.opts.jpeg_quality
+        self.source = self.opts.source
         self._src: CorruptedSource | None = None
         self._num_images: int | None = None
         if self.source is not None:
             if self.jpeg_quality is not None or self.preset is not None:
                 raise RobustvitError("source= reads stored images: preset= and jpeg_quality= do not apply; drop them")
             self._src = open_corrupted(self.source)
-            if "corruptions" not in options:    # default: every corruption the folder holds
+            if "corruptions" not in self.options:    # default: every corruption the folder holds
                 self.names = [n for n in self.names if n in self._src.corruptions]
             for n in self.names:
                 for s in self.severities:
@@ -168,7 +183,7 @@ class Corruptions(Suite):
                                  f"{len(self._src.classes)}; evaluate a model trained on those classes")
         set_size = getattr(self._src, "set_image_size", None)
         if set_size is not None:                 # ImageNet-C files: resized to the model's input on reading
-            set_size(getattr(getattr(ctx.model, "spec", None), "image_size", None))
+            set_size(ctx.image_size)
         first = self._src.unit(self.names[0], self.severities[0]) if self.names else None
         return _UnitIndex(self._size(), self._src.classes, None if first is None else dataset_labels(first))
 
@@ -196,26 +211,25 @@ class Corruptions(Suite):
         unreadable = int((~keep).sum())
         if unreadable:
             x, y = x[keep], y[keep]
-        size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
+        size = ctx.image_size
         stored = self._src is not None and part != CLEAN      # stored images (e.g. 32-px CIFAR-C): model's size
         if stored and size is not None and len(y) and tuple(x.shape[-2:]) != (int(size), int(size)):
             x = F.interpolate(x, size=(int(size), int(size)), mode="bilinear", align_corners=False, antialias=True)
-        correct = int((ctx.model(x).argmax(1) == y).sum()) if len(y) else 0
-        return {"n": int(len(y)), "correct": correct, "unreadable": unreadable}
+        hits = int(correct(ctx.model(x), y).sum()) if len(y) else 0
+        return {"n": int(len(y)), "correct": hits, "unreadable": unreadable}
 
     # ------------------------------------------------------------ result
     def _preset(self, ctx: EvalContext) -> str | None:
         if self._src is not None:
             return None
-        size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
+        size = _image_size(ctx)
         if size is None:
             return self.preset
         return resolve_preset(self.preset, int(size), int(size))
 
     def _imagenet_in_memory(self, ctx: EvalContext) -> bool:
         """Whether ImageNet validation images (1000 classes) are corrupted in memory with the imagenet table."""
-        source = parse_data_spec(ctx.data_spec)[0] if ":" in ctx.data_spec else ctx.data_spec
-        return (self._src is None and source == "imagenet" and getattr(ctx.dataset, "num_classes", None) == 1000
+        return (self._src is None and _data_source(ctx) == "imagenet" and getattr(ctx.dataset, "num_classes", None) == 1000
                 and self._preset(ctx) == "imagenet")
 
     def _jpeg_quality(self, ctx: EvalContext) -> int | None:
@@ -230,7 +244,7 @@ class Corruptions(Suite):
         if self._src is not None:
             return subset
         out = []
-        size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
+        size = _image_size(ctx)
         if size is not None and int(size) != 224:
             out.append(f"corrupted at {size} px, not 224: the spatial parameters were scaled")
         if self._jpeg_quality(ctx) != 85:
@@ -247,9 +261,8 @@ class Corruptions(Suite):
                 return (f"{self.source} is not a 1000-class ImageNet-C tree; AlexNet-normalised mCE is defined "
                         "for ImageNet-C only (CIFAR-C reports plain mean accuracy)")
         else:
-            source = parse_data_spec(ctx.data_spec)[0] if ":" in ctx.data_spec else ctx.data_spec
             nc = getattr(ctx.dataset, "num_classes", None)
-            if source != "imagenet" or nc != 1000:
+            if _data_source(ctx) != "imagenet" or nc != 1000:
                 return (f"the data ({ctx.data_spec}) is not ImageNet validation data with 1000 classes; AlexNet-"
                         "normalised mCE is defined for ImageNet-C only")
             if self._preset(ctx) != "imagenet":

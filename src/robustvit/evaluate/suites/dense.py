@@ -36,6 +36,7 @@ From Python (any model, no CLI): :func:`evaluate_dense`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,10 @@ from robustvit.corruptions.params import parse_corruptions, parse_severities, re
 from robustvit.data import ImageDataset, create_dataset, dataset_for_model
 from robustvit.data.dense import (StoredCorruptions, coco_ground_truth, detection_images, image_ids, relpaths)
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, create_suite, register_suite
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, create_suite, register_suite
 from robustvit.metrics.corruption import mean_or_none, retention
 from robustvit.metrics.dense import coco_box_map, confusion_matrix, segmentation_scores
+from robustvit.options import option
 from robustvit.models.segmenter import ARCHITECTURE as _SEGMENTER  # noqa: F401  (registers segmentation_net with timm)
 from robustvit.utils import derive_seed, sum_stats
 
@@ -96,24 +98,30 @@ class _DenseCorruptions(Suite):
 
     default_corruptions = "benchmark"
     corrupted = True
-    option_names = ("corruptions", "severities", "preset", "source")
 
-    def __init__(self, limit: int | None = None, **options: Any) -> None:
-        super().__init__(limit, **options)
-        if self.max_images is not None and self.max_images < 1:
-            raise RobustvitError(f"limit must be >= 1, got {self.max_images}")
-        spec = options.get("corruptions", self.default_corruptions)
+    @dataclass
+    class Options(SuiteOptions):
+        corruptions: str | None = option(None, help="cityscapes_c, a group or names joined by + (default: "
+                                                    "cityscapes_c for segmentation, benchmark for detection)")
+        severities: str = option("1-5", help="e.g. 1-5, 3 or 1+3+5")
+        preset: str | None = option(None, help="parameter table: imagenet or cifar (default: by image size)")
+        source: str | None = option(None, help="a stored corrupted copy (Cityscapes-C / COCO-C layout)")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        o = self.opts      # the clean suites take no corruption options: their defaults apply
+        spec = getattr(o, "corruptions", None) or self.default_corruptions
         self.names = list(CITYSCAPES_C) if spec == "cityscapes_c" else parse_corruptions(spec)
-        self.severities = parse_severities(options.get("severities", "1-5"))
-        self.preset = options.get("preset")
+        self.severities = parse_severities(getattr(o, "severities", "1-5"))
+        self.preset = getattr(o, "preset", None)
         if self.preset is not None:
             resolve_preset(self.preset, 0, 0)
-        self.source = options.get("source")
+        self.source = getattr(o, "source", None)
         self._src = StoredCorruptions(self.source) if self.source is not None else None
         if self._src is not None:
             if self.preset is not None:
                 raise RobustvitError("source= reads stored images: preset= does not apply; drop it")
-            if "corruptions" not in options:
+            if "corruptions" not in self.options:
                 self.names = [n for n in self.names if n in self._src.corruptions]
 
     def severities_of(self, name: str) -> list[int]:
@@ -143,11 +151,15 @@ class _DenseCorruptions(Suite):
 # ------------------------------------------------------------------------------------------ segmentation
 class _Segmentation(_DenseCorruptions):
     default_corruptions = "cityscapes_c"
-    option_names = ("corruptions", "severities", "noise_severities", "preset", "source")
 
-    def __init__(self, limit: int | None = None, **options: Any) -> None:
-        super().__init__(limit, **options)
-        ns = options.get("noise_severities", "1-3")
+    @dataclass
+    class Options(_DenseCorruptions.Options):
+        noise_severities: str = option("1-3", help="severities of the noise category (SegFormer's practice: 1-3; "
+                                                   "all: as the others)")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        ns = getattr(self.opts, "noise_severities", "1-3")
         self.noise_severities = list(self.severities) if ns == "all" else [
             s for s in parse_severities(ns) if s in self.severities]
 
@@ -231,7 +243,7 @@ class SegClean(_Segmentation):
     name = "seg_clean"
     description = "semantic segmentation: mIoU, pixel accuracy, per-class IoU on clean images"
     corrupted = False
-    option_names = ()
+    Options = SuiteOptions
 
 
 @register_suite
@@ -317,7 +329,7 @@ class DetClean(_Detection):
     name = "det_clean"
     description = "object detection: COCO box mAP (pycocotools) on clean images"
     corrupted = False
-    option_names = ()
+    Options = SuiteOptions
 
 
 @register_suite

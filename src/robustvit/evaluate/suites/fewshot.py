@@ -38,14 +38,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from robustvit.data import ImageDataset, create_dataset, dataset_for_model, parse_data_spec
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
+from robustvit.options import option
 from robustvit.utils import derive_seed
 
 DEFAULT_SHOTS = (1, 5, 10, 25)
@@ -163,21 +164,29 @@ def _parse_shots(value: Any) -> tuple[int, ...]:
 class FewShot(Suite):
     name = "fewshot"
     description = "few-shot linear probe (closed-form ridge to ±1 targets) on frozen pre-logits (ViT paper)"
-    option_names = ("shots", "draws", "l2", "holdout", "train")
 
-    def __init__(self, limit: int | None = None, **options: Any) -> None:
-        super().__init__(limit, **options)
-        self.shots = _parse_shots(options.get("shots", "+".join(map(str, DEFAULT_SHOTS))))
-        l2 = str(options.get("l2", DEFAULT_L2))
-        try:
-            self.draws, self.holdout = int(options.get("draws", 5)), int(options.get("holdout", 5))
-            self.l2: float | None = None if l2 == "auto" else float(l2)
-        except ValueError:
-            raise RobustvitError("fewshot: draws and holdout must be integers and l2 a number or auto, "
-                                 "e.g. fewshot:draws=5:l2=1024") from None
-        if self.draws < 1 or self.holdout < 1 or (self.l2 is not None and not self.l2 > 0):
-            raise RobustvitError("fewshot: draws and holdout must be >= 1 and l2 > 0")
-        self.train = options.get("train")
+    @dataclass
+    class Options(SuiteOptions):
+        shots: list[int] = option(default_factory=lambda: list(DEFAULT_SHOTS), min=1,
+                                  help="examples per class, joined by + (e.g. 1+5+10+25)")
+        draws: int = option(5, min=1, help="random draws of the examples, averaged")
+        l2: float | Literal["auto"] = option(DEFAULT_L2, help="ridge regulariser (> 0), or auto: chosen on "
+                                                              "held-out examples from a grid")
+        holdout: int = option(5, min=1, help="held-out examples per class for l2=auto")
+        train: str | None = option(None, help="the training split to draw from (a data spec or folder; default: "
+                                              "the split that goes with --data)")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        o = self.opts
+        if not o.shots:
+            raise RobustvitError("fewshot: shots= needs at least one count, e.g. shots=1+5")
+        self.shots = tuple(sorted(set(o.shots)))
+        self.draws, self.holdout = o.draws, o.holdout
+        self.l2: float | None = None if o.l2 == "auto" else float(o.l2)
+        if self.l2 is not None and not self.l2 > 0:
+            raise RobustvitError(f"suite 'fewshot': l2={o.l2!r} is out of range (l2 must be > 0, or auto)")
+        self.train = o.train
         self._fits: dict[str, dict[str, Any]] = {}     # by model name: fitted regressors and their record
 
     def _prepare(self, ctx: EvalContext) -> dict[str, Any]:

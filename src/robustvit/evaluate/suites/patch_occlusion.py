@@ -19,14 +19,16 @@ Result::
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 
 from robustvit.corruptions.occlusion import (OCCLUSION_MODES, apply_patch_masks, num_occluded, occlusion_patch_size,
                                              sample_patch_masks)
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
+from robustvit.options import option
 
 DEFAULT_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5)
 
@@ -51,21 +53,22 @@ def rho_key(rho: float) -> str:
 class PatchOcclusion(Suite):
     name = "patch_occlusion"
     description = "accuracy with a fraction rho of the patches replaced by uniform noise (AFAT), spread over random masks"
-    option_names = ("rhos", "masks", "mode", "patch_size")
 
-    def __init__(self, limit: int | None = None, **options: Any) -> None:
-        super().__init__(limit, **options)
-        self.rhos = parse_rhos(options.get("rhos", DEFAULT_RHOS))
-        try:
-            self.num_masks = int(options.get("masks", 10))
-            self.patch_size = None if options.get("patch_size") in (None, "") else int(options["patch_size"])
-        except ValueError:
-            raise RobustvitError("patch_occlusion: masks and patch_size must be integers, e.g. masks=10") from None
-        if self.num_masks < 1:
-            raise RobustvitError(f"patch_occlusion: masks must be >= 1, got {self.num_masks}")
-        self.mode = str(options.get("mode", "noise"))
-        if self.mode not in OCCLUSION_MODES:
-            raise RobustvitError(f"patch_occlusion: unknown mode {self.mode!r}; choose from {', '.join(OCCLUSION_MODES)}")
+    @dataclass
+    class Options(SuiteOptions):
+        rhos: list[float] = option(default_factory=lambda: list(DEFAULT_RHOS), min=0, max=1,
+                                   help="fractions of the patches occluded, joined by +")
+        masks: int = option(10, min=1, help="random masks per image and rho")
+        mode: Literal[OCCLUSION_MODES] = option("noise", help="what replaces an occluded patch")
+        patch_size: int | None = option(None, min=1, help="occlusion patch side in pixels (default: the model's "
+                                                          "patch size, else 16)")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.rhos = parse_rhos(self.opts.rhos)
+        self.num_masks = self.opts.masks
+        self.patch_size = self.opts.patch_size
+        self.mode = self.opts.mode
 
     def parts(self, ctx: EvalContext) -> list[str]:
         return ["clean"] + [rho_key(r) for r in self.rhos]

@@ -38,8 +38,9 @@ released files, else ``approximate``) and ``approximations`` (how they differ).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -53,7 +54,8 @@ from robustvit.corruptions.perturbations import (CIFAR_P_TEST_PERTURBATIONS, DEF
 from robustvit.data.base import FileImageDataset, ImageDataset, Resize
 from robustvit.data.perturbed import PerturbationSource, open_perturbation_source, x264_available, x264_roundtrip
 from robustvit.errors import RobustvitError, unknown_name
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
+from robustvit.options import option
 from robustvit.metrics.perturbation import (finalize_perturbation_stats, flip_rate, mfr, mt5d, perturbation_stats,
                                             ranking)
 
@@ -117,35 +119,35 @@ def load_baseline(path: str | Path) -> tuple[str, dict[str, Any]]:
 class Perturbations(Suite):
     name = "perturbations"
     description = "ImageNet-P perturbation sequences: flip probability, top-5 distance, mFR / mT5D"
-    option_names = ("perturbations", "difficulty", "baseline", "source", "preset", "encode")
     data_aligned = True      # the uncropped images are the run's; CIFAR-10-P lists the CIFAR-10 test set in order
 
-    def __init__(self, limit: int | None = None, **options: Any) -> None:
-        super().__init__(limit, **options)
-        self.test_default = options.get("perturbations", "test") == "test"
-        self.names = parse_perturbations(options.get("perturbations", "test"))
-        self.encode = str(options.get("encode", "auto"))
-        if self.encode not in ("auto", "x264", "none"):
-            raise RobustvitError(f"encode must be auto, x264 or none, got {self.encode!r}")
+    @dataclass
+    class Options(SuiteOptions):
+        perturbations: str = option("test", help="a group (test, validation, all) or names joined by +")
+        difficulty: int = option(1, min=1, max=3, help="frame-to-frame step of the flip rate (1, 2 or 3)")
+        baseline: str | None = option(None, help="results.json (or its folder) of the baseline model: mFR / mT5D "
+                                                 "relative to it")
+        source: str | None = option(None, help="a stored CIFAR-10-P / ImageNet-P root instead of generating")
+        preset: Literal["imagenet", "cifar"] | None = option(None, help="parameter table (default: by image size)")
+        encode: Literal["auto", "x264", "none"] = option("auto", help="H.264 round trip of ImageNet-P frames "
+                                                                      "(auto: when PyAV has libx264)")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        o = self.opts
+        self.test_default = o.perturbations == "test"
+        self.names = parse_perturbations(o.perturbations)
+        self.encode = o.encode
         if self.encode == "x264" and not x264_available():
             raise RobustvitError("encode=x264 needs PyAV with libx264: pip install av")
-        try:
-            self.difficulty = int(options.get("difficulty", 1))
-        except ValueError:
-            raise RobustvitError(f"difficulty must be 1, 2 or 3, got {options['difficulty']!r}") from None
-        if self.difficulty not in (1, 2, 3):
-            raise RobustvitError(f"difficulty must be 1, 2 or 3, got {self.difficulty}")
-        self.preset = options.get("preset")
-        if self.preset is not None and self.preset not in ("imagenet", "cifar"):
-            raise unknown_name("preset", str(self.preset), ["imagenet", "cifar"])
-        self.baseline = options.get("baseline")
+        self.difficulty = o.difficulty
+        self.preset = o.preset
+        self.baseline = o.baseline
         if self.baseline is not None:
             load_baseline(self.baseline)            # fail now, not after the run
-        self.source = options.get("source")
+        self.source = o.source
         if self.source is not None and not Path(self.source).is_dir():
             raise RobustvitError(f"source {self.source} is not a folder; give the CIFAR-10-P or ImageNet-P root")
-        if self.max_images is not None and self.max_images < 1:
-            raise RobustvitError(f"limit must be >= 1, got {self.max_images}")
         self._sources: dict[str, PerturbationSource] = {}
 
     # ------------------------------------------------------------ data
@@ -191,7 +193,7 @@ class Perturbations(Suite):
         time, more for small images (up to FORWARD_PIXELS pixels per call: small batches are slow on CPU)."""
         n, t = frames.shape[:2]
         flat = frames.reshape(n * t, *frames.shape[2:])
-        size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
+        size = ctx.image_size
         side = int(size) if size is not None else int(max(frames.shape[-2:]))
         bs = max(bs, FORWARD_PIXELS // (side * side))
         tops = []
@@ -252,7 +254,7 @@ class Perturbations(Suite):
             return subset
         out = []
         bench, preset = self._benchmark(ctx), self._preset(ctx)
-        size = getattr(getattr(ctx.model, "spec", None), "image_size", None)
+        size = ctx.image_size
         if size is not None and int(size) != PRESET_SIZES[preset]:
             out.append(f"sequences at {size} px, not {PRESET_SIZES[preset]}: lengths in pixels were scaled")
         if bench == "imagenet-p" and self._encoding(ctx) != "x264":
@@ -298,7 +300,7 @@ class Perturbations(Suite):
         """The option, else by the model's input size (the run's images come at that size)."""
         if self.preset:
             return str(self.preset)
-        size = int(getattr(getattr(ctx.model, "spec", None), "image_size", 224) or 224)
+        size = int(ctx.image_size or 224)
         return resolve_preset(None, size, size)
 
     def _normalise(self, fp: dict[str, float | None], t5d: dict[str, float | None],

@@ -28,7 +28,8 @@ from robustvit.data import create_dataset
 from robustvit.data.base import FileImageDataset, ImageDataset, Resize
 from robustvit.data.synthshapes import MAX_CLASSES, SHAPES, SynthShapesDataset
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
+from robustvit.options import option
 from robustvit.metrics.shape_bias import geirhos_categories, imagenet_to_16, shape_bias_counts, shape_bias_summary, \
     texture_from_filename
 
@@ -72,14 +73,19 @@ class _Stimuli:
 class ShapeBias(Suite):
     name = "shape_bias"
     description = "shape vs texture decisions on cue-conflict stimuli (Geirhos et al.)"
-    option_names = ("stimuli", "crop_pct")
 
-    def __init__(self, limit: int | None = None, **options: Any) -> None:
-        super().__init__(limit, **options)
+    @dataclass
+    class Options(SuiteOptions):
+        stimuli: str | None = option(None, help="folder of Geirhos et al.'s cue-conflict images (1000-class models; "
+                                                "default: the built-in synthshapes set)")
+        crop_pct: float = option(0.875, min=0.01, max=1, help="centre-crop fraction of the stimuli")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self._cache: dict[tuple[int, int], _Stimuli] = {}
 
     def _stimuli(self, ctx: EvalContext) -> _Stimuli:
-        size = int(ctx.model.spec.image_size) if hasattr(ctx.model, "spec") else 224
+        size = int(ctx.image_size or 224)
         key = (size, int(ctx.num_classes))
         if key not in self._cache:
             self._cache[key] = self._load(ctx, size)
@@ -87,17 +93,17 @@ class ShapeBias(Suite):
 
     def _load(self, ctx: EvalContext, size: int) -> _Stimuli:
         k = int(ctx.num_classes)
-        root = self.options.get("stimuli")
+        root = self.opts.stimuli
         if root:
             if k != 1000:
                 raise RobustvitError(f"shape_bias with stimuli= needs a 1000-class ImageNet model; {ctx.model_name} "
                                      f"has {k} classes (synthshapes models: leave stimuli out)")
             samples, tex, cats = geirhos_stimuli(root)      # ``limit``: the runner draws the stimuli
             ds = FileImageDataset(samples, cats, f"cue_conflict:{root}",
-                                  Resize(size, float(self.options.get("crop_pct", 0.875))))
+                                  Resize(size, self.opts.crop_pct))
             return _Stimuli(ds, tex, cats, True, str(root))
-        names = list(getattr(getattr(ctx.model, "spec", None), "class_names", None) or [])
-        synth = str(ctx.data_spec).startswith("synthshapes") or names == list(SHAPES[:k])
+        names = ctx.class_names
+        synth = ctx.data_source == "synthshapes" or names == list(SHAPES[:k])
         if not (2 <= k <= MAX_CLASSES and synth):
             raise RobustvitError(f"shape_bias: pass stimuli=DIR (Geirhos cue-conflict images) for {ctx.model_name} "
                                  f"({k} classes); the built-in synthshapes cue-conflict set is only for synthshapes models")

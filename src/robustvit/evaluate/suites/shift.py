@@ -26,7 +26,8 @@ from robustvit.data import Resize, model_resize
 from robustvit.data.base import FileImageDataset
 from robustvit.data.shift import PRETTY, load_shift_dataset, resolve_root
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, register_suite
+from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
+from robustvit.options import option
 from robustvit.metrics.accuracy import topk_correct
 
 
@@ -45,10 +46,14 @@ class ShiftSuite(Suite):
     """Top-1/top-5 of a 1000-class model on one shift data set (subclasses set ``name`` and ``dataset_name``)."""
 
     dataset_name: ClassVar[str] = ""
-    option_names = ("root", "crop_pct")
 
-    def __init__(self, limit: int | None = None, **options: Any) -> None:
-        super().__init__(limit, **options)
+    @dataclasses.dataclass
+    class Options(SuiteOptions):
+        root: str | None = option(None, help="the data set's folder (default: the usual locations, see docs)")
+        crop_pct: float | None = option(None, min=0.01, max=1, help="centre-crop fraction (default: the model's)")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self._cache: dict[Resize, FileImageDataset] = {}
 
     def _check_model(self, ctx: EvalContext) -> None:
@@ -60,14 +65,14 @@ class ShiftSuite(Suite):
         """The model's own preprocessing (``crop_pct`` replaced when the option is given)."""
         resize = model_resize(ctx.model.spec) if hasattr(ctx.model, "spec") else Resize(224)
         if "crop_pct" in self.options:
-            resize = dataclasses.replace(resize, crop_pct=float(self.options["crop_pct"]))
+            resize = dataclasses.replace(resize, crop_pct=float(self.opts.crop_pct))
         return resize
 
     def dataset(self, ctx: EvalContext) -> FileImageDataset:
         self._check_model(ctx)
         resize = self.resize(ctx)
         if resize not in self._cache:
-            root = resolve_root(self.dataset_name, self.options.get("root"))
+            root = resolve_root(self.dataset_name, self.opts.root)
             ds = load_shift_dataset(self.dataset_name, root, image_size=resize.size, crop_pct=resize.crop_pct,
                                     interpolation=resize.interpolation)
             self._cache[resize] = ds          # ``limit``: the runner draws the images (robustvit.data.subset)
