@@ -63,7 +63,7 @@ ATTACK_OPTIONS: dict[str, dict[str, Any]] = {
     "apgd_ce": {"steps": 2}, "apgd_dlr": {"steps": 2}, "apgd_t": {"steps": 2, "n_target_classes": 1},
     "fab": {"steps": 2}, "fab_t": {"steps": 2, "n_target_classes": 1}, "square": {"n_queries": 3},
     "spatial": {"translations": 2, "rotations": 2},
-    "autoattack": {"version": "custom", "attacks": ["apgd-ce", "square"], "steps": 2, "n_queries": 3},
+    "autoattack": {"version": "custom", "attacks": ["apgd_ce", "square"], "steps": 2, "n_queries": 3},
     "patch_fool": {"steps": 2, "eps": "8/255"},
 }
 #: Tiny suite specs; unknown suites run with their defaults.

@@ -5,9 +5,9 @@
 3. run them as a study (``robustvit.study``): evaluate each with every registered suite, as planned in
    ``DEMO_SUITES`` (including the ViT paper's few-shot linear probe of each model's frozen features,
    ``fewshot``), and explain each with the internals analyses (``DemoModel.analyses``);
-4. write ``OUT/<model>/results.json``, ``OUT/<model>/checkpoint/``, ``OUT/<model>/analysis/``, the study's
-   side-by-side ``OUT/report.md`` / ``OUT/report.html`` (scorecard first; training curves from each model's
-   ``metrics.jsonl``) and ``OUT/leaderboard.{md,csv,json}``.
+4. write ``OUT/<model>/results.json`` (the evaluation), ``OUT/<model>/train/`` (the training run: its
+   ``results.json`` of kind train and ``checkpoint/``), ``OUT/<model>/analysis/``, the study's side-by-side
+   ``OUT/report.md`` / ``OUT/report.html`` (scorecard first; training curves from each model's training run) and ``OUT/leaderboard.{md,csv,json}``.
 
 Re-running resumes: finished training, evaluation and analysis units are skipped.
 """
@@ -126,11 +126,11 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
     suites, skipped = demo_suites(quick)
     t_start = time.time()
     for name, dm in DEMO_MODELS.items():
-        mdir = out / name
+        mdir = out / name / "train"         # the training run (results.json of kind train); evaluations: out / name
         ckpt = mdir / "checkpoint"
         if not (ckpt / "spec.json").is_file():
             print(f"[demo] training {name} on {train_spec}", flush=True)
-            arch = str(out / dm.architecture[1:] / "checkpoint") if dm.architecture.startswith("@") else dm.architecture
+            arch = str(out / dm.architecture[1:] / "train" / "checkpoint") if dm.architecture.startswith("@") else dm.architecture
             cfg = TrainConfig(model=arch, data=train_spec, out=str(mdir), epochs=plan.epochs[name],
                               batch_size=plan.batch_size, warmup_epochs=0.5 if quick else 1.0, val_data=test_spec,
                               val_limit=500, seed=seed, device=device, **dm.train)
@@ -142,7 +142,7 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
              f"adversarially for {plan.epochs['vit_cifar_demo_fgsm_rs']} epoch(s) (FGSM-RS, ε = 4/255); resnet_cifar18 "
              "with width_mult=0.25 (a quarter of the channels) so that it trains on a CPU in minutes."]
     notes += [f"Not run by the demo — {s}" for s in skipped]
-    study = Study(models={name: str(out / name / "checkpoint") for name in DEMO_MODELS}, data=test_spec,
+    study = Study(models={name: str(out / name / "train" / "checkpoint") for name in DEMO_MODELS}, data=test_spec,
                   limit=plan.eval_limit, suites=suites, analyses={n: list(dm.analyses) for n, dm in DEMO_MODELS.items()},
                   out=str(out), analysis_limit=plan.analysis_limit, batch_size=100, seed=seed, device=device,
                   title="robustvit demo: evaluate, explain and harden on synthshapes")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -41,13 +42,12 @@ def default_generator(device: torch.device | str = "cpu") -> torch.Generator:
 
 def parse_eps(eps: float | int | str) -> float:
     """Parse an ε given as a number or a string such as ``"4/255"`` or ``"0.5"``."""
-    if isinstance(eps, (int, float)):
-        value = float(eps)
-    else:
-        try:
-            value = float(Fraction(str(eps).strip()))
-        except (ValueError, ZeroDivisionError):
-            raise RobustvitError(f"cannot read eps {eps!r}; write a number such as 0.0157 or a fraction such as 4/255") from None
+    try:
+        value = float(eps) if isinstance(eps, (int, float)) else float(Fraction(str(eps).strip()))
+    except (ValueError, ZeroDivisionError, OverflowError):
+        raise RobustvitError(f"cannot read eps {eps!r}; write a number such as 0.0157 or a fraction such as 4/255") from None
+    if not math.isfinite(value):
+        raise RobustvitError(f"eps must be a finite number, got {eps!r}")
     if value < 0:
         raise RobustvitError(f"eps must be >= 0, got {eps!r}")
     return value

@@ -64,7 +64,7 @@ def test_architecture_family_agrees_with_the_model_factory(name, cls, expected):
     from robustvit.models.factory import model_family
 
     net = type(cls, (nn.Module,), {})()
-    assert architecture_family(name, net) == expected == model_family(name, net)
+    assert architecture_family(name, net) == expected == model_family(name, net)   # factory uses the taxonomy
 
 
 def test_family_of_a_probe_that_fails_lazily_is_other(tiny_resnet):

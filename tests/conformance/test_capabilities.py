@@ -44,7 +44,7 @@ def test_cnn_refuses_attention_analyses_in_one_line():
     for name in ("attention_distance", "attention_maps", "restricted_attention"):
         e = cap["analyses"][name]
         assert e["status"] == "refused" and "\n" not in e["reason"] and "cnn" in e["reason"]
-    assert cap["attacks"]["patch-fool"]["status"] == "refused"
+    assert cap["attacks"]["patch_fool"]["status"] == "refused"
     assert cap["attacks"]["pgd"]["status"] == "applies"
 
 

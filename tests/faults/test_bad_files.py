@@ -150,9 +150,6 @@ def test_eval_counts_bad_images_and_strict_refuses_in_one_line(tmp_path, bad_fol
     assert code == 2 and len(err) == 1 and "cannot read image" in err[0] and "--strict" in err[0], err
 
 
-@pytest.mark.xfail(reason="evaluate/runner.py _finalize sums the per-chunk 'files' lists of the _data units with "
-                   "add_stats, which refuses lists of different lengths: bad files spread over chunks unevenly end "
-                   "in ValueError (exit 1); fix: sum the counts without 'files' (owner: runs)", strict=True)
 def test_bad_images_spread_over_several_chunks_are_counted(tmp_path, bad_folder, capsys):
     ck = _ckpt(tmp_path, classes=2)
     code, err = _eval(capsys, ck, f"folder:{bad_folder},size=8", tmp_path / "ok", batch=3)

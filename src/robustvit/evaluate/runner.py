@@ -142,7 +142,7 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
         check_kind(out, "eval")
         ctx = EvalContext(model=model, model_name=key, models=models, data_spec=cfg.data, dataset=dataset,
                           num_classes=model.spec.num_classes, device=device, seed=cfg.seed, options=cfg.options,
-                          out_dir=out, subset=subset)
+                          out_dir=out, subset=subset, class_map=cfg.class_map)
         store = open_shared_store(out, rank, world)
         try:
             store.check_fingerprint({"model": key, "checkpoint": _checkpoint_id(sources[key], model),
@@ -406,7 +406,7 @@ def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: lis
               cfg: EvalConfig, world: int, source: str | nn.Module) -> dict[str, Any]:
     data_units = store.stats("_data")      # one part: "all", or "sample:N" when every suite drew its own sample
     data_items = data_units.get("all") or next(iter(data_units.values()), [])
-    data_stats = sum_stats(data_items)
+    data_stats = sum_stats([{k: v for k, v in s.items() if k != "files"} for s in data_items])   # counts only
     files = [f for s in data_items for f in s.get("files", [])][:20]
     suites_out: dict[str, Any] = {}
     for suite, key in zip(suites, keys):

@@ -28,6 +28,7 @@ from robustvit.errors import RobustvitError, unknown_name
 from robustvit.models import cifar as _cifar  # noqa: F401  (registers robustvit's architectures with timm)
 from robustvit.models import fan as _fan  # registers the FAN architectures with timm
 from robustvit.models.finetune import check_structure, conv_stem_consistent, reapply_adaptations
+from robustvit.models.families import architecture_family as model_family
 from robustvit.models.spec import ModelSpec
 from robustvit.models.wrapper import Normalized
 
@@ -164,19 +165,6 @@ def _build(name: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
         if "pretrained" in str(e):
             raise RobustvitError(str(e)) from None
         raise
-
-
-def model_family(name: str, net: nn.Module) -> str:
-    """A coarse family label used by analyses: vit, deit, cait, xcit, swin, fan, resnet, convnext, other."""
-    cls = type(net).__name__.lower()
-    for fam in ("deit", "cait", "xcit", "swin", "fan", "convnext", "beit", "eva"):
-        if name.startswith(fam) or fam in cls:
-            return fam
-    if "visiontransformer" in cls or name.startswith("vit"):
-        return "vit"
-    if "resnet" in cls or name.startswith(("resnet", "wide_resnet", "resnext")):
-        return "resnet"
-    return "other"
 
 
 def spec_from_timm(name: str, net: nn.Module, kwargs: dict[str, Any]) -> ModelSpec:

@@ -131,7 +131,11 @@ def load_run(path: str | Path) -> dict[str, Any]:
             sub = load_run(sub_dir) if (sub_dir / RESULTS_FILE).is_file() else _analysis_folder(sub_dir)
             if sub is not None:
                 run["analyses"] = sub["analyses"]
-        if run["train"] is None:
+        if run["train"] is None and run["kind"] == "eval":     # the model's training run beside the evaluation
+            sub_dir = folder / "train"
+            sub = load_run(sub_dir) if (sub_dir / RESULTS_FILE).is_file() else None
+            run["train"] = sub["train"] if sub is not None else _train_payload(folder)
+        elif run["train"] is None:
             run["train"] = _train_payload(folder)
         return run
     if p.is_dir():
