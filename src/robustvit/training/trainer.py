@@ -42,6 +42,7 @@ from torch.utils.data import DataLoader
 
 from robustvit.data import UNREADABLE, ImageDataset, create_dataset, dataset_for_model
 from robustvit.errors import RobustvitError
+from robustvit.metrics.accuracy import correct, robust_correct
 from robustvit.models import Normalized, create_model, is_checkpoint_dir, save_checkpoint
 from robustvit.models.finetune import adapt_input, rebuild, reset_head
 from robustvit.progress import progress_bar
@@ -185,36 +186,40 @@ def batches(dataset: ImageDataset, batch_size: int, seed: int, shuffle: bool, wo
 @torch.no_grad()
 def evaluate_accuracy(model: nn.Module, dataset: ImageDataset, device: torch.device, batch_size: int = 256,
                       limit: int | None = None) -> float:
+    """Clean top-1 accuracy on the first ``limit`` images (:func:`robustvit.metrics.accuracy.correct`: rows with
+    non-finite logits count as wrong, as in the evaluation suites)."""
     was = model.training
     model.eval()
-    correct = total = 0
-    for x, y, _ in batches(dataset, batch_size, 0, shuffle=False, limit=limit):
-        pred = model(x.to(device)).argmax(1).cpu()
-        correct += int((pred == y).sum())
-        total += len(y)
+    hits = total = 0
+    with torch.no_grad():
+        for x, y, _ in batches(dataset, batch_size, 0, shuffle=False, limit=limit):
+            hits += int(correct(model(x.to(device)), y.to(device)).sum())
+            total += len(y)
     model.train(was)
-    return correct / max(total, 1)
+    return hits / max(total, 1)
 
 
 def robust_accuracy(model: nn.Module, dataset: ImageDataset, device: torch.device, attack: str = "pgd",
                     eps: str | float = "4/255", steps: int = 10, batch_size: int = 256, limit: int | None = None,
                     seed: int = 0) -> float:
-    """Accuracy under ``attack`` (pgd or fgsm from robustvit.attacks) on the first ``limit`` images."""
+    """Robust accuracy under ``attack`` (pgd or fgsm from robustvit.attacks) on the first ``limit`` images, as the
+    attack suites define it (:func:`robustvit.metrics.accuracy.robust_correct`: correct before and after the
+    attack)."""
     from robustvit.attacks import create_attack
 
     was = model.training
     model.eval()
     kw = {"steps": steps} if attack == "pgd" else {}
     atk = create_attack(attack, model, eps=eps, seed=seed, **kw)
-    correct = total = 0
+    hits = total = 0
     for x, y, _ in batches(dataset, batch_size, 0, shuffle=False, limit=limit):
         x, y = x.to(device), y.to(device)
+        adv = atk(x, y)
         with torch.no_grad():
-            pred = model(atk(x, y)).argmax(1)
-        correct += int((pred == y).sum())
+            hits += int(robust_correct(model(x), model(adv), y).sum())
         total += len(y)
     model.train(was)
-    return correct / max(total, 1)
+    return hits / max(total, 1)
 
 
 # ---- the run -------------------------------------------------------------------------------------------
