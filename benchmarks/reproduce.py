@@ -17,8 +17,8 @@ e.g. the JPEG copy extracted with ``tar xzf cifar10-jpg.tar.gz -C DIR``::
     python benchmarks/reproduce.py --data-root DIR --out bench-out/reproduce
     python benchmarks/reproduce.py --out bench-out/reproduce --table
 
-The default protocol is sized for a 2-core CPU (about an hour); it is *not* the papers' full protocol (see
-``docs/reproduction.md``): a 2,000-image training sample, 3 epochs, a 0.55 M-parameter ViT, PGD-2 inside
+The default protocol is sized for a 2-core CPU shared with other work (about an hour at a fraction of a core); it is *not* the papers' full protocol (see
+``docs/reproduction.md``): a 1,000-image training sample, 3 epochs, a 0.55 M-parameter ViT, PGD-2 inside
 training, small evaluation samples.
 """
 
@@ -242,18 +242,18 @@ def main() -> None:
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--model", default="vit_cifar_micro")
-    p.add_argument("--train-per-class", type=int, default=200)
+    p.add_argument("--train-per-class", type=int, default=100)
     p.add_argument("--sample-seed", type=int, default=0, help="seed of the training sample (the same for every run)")
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup-epochs", type=float, default=0.5)
     p.add_argument("--eps", default="8/255")
     p.add_argument("--attack-steps", type=int, default=2, help="PGD steps inside pgd_at and trades")
     p.add_argument("--beta", type=float, default=6.0, help="TRADES β")
-    p.add_argument("--eval-limit", type=int, default=1000, help="test images for clean accuracy")
-    p.add_argument("--pgd-limit", type=int, default=200)
-    p.add_argument("--corruption-limit", type=int, default=50)
+    p.add_argument("--eval-limit", type=int, default=500, help="test images for clean accuracy")
+    p.add_argument("--pgd-limit", type=int, default=100)
+    p.add_argument("--corruption-limit", type=int, default=30)
     a = p.parse_args()
     out = Path(a.out)
     if a.table:
