@@ -104,7 +104,7 @@ def run_seed(a: argparse.Namespace, seed: int) -> None:
 
 # ---- summary and figures -------------------------------------------------------------------------------
 def _suites(path: Path) -> dict[str, Any]:
-    """``suites`` of a results.json, keyed by the suite's name without its options (``fewshot:shots=…`` → fewshot)."""
+    """``suites`` of a results.json keyed by the suite's name without options (``fewshot:shots=…`` → fewshot)."""
     r = json.loads(path.read_text())
     r = r if "suites" in r else next(iter(r.values()))
     return {k.split(":")[0]: v for k, v in r["suites"].items()}
@@ -170,8 +170,9 @@ def figures(data: dict[str, Any], img: Path) -> None:
     for s, curves in data["val_curves"].items():
         for m in ("scratch", "mpp_ft"):
             c = curves[m]
+            first = s == data["seeds"][0]
             ax[1].plot([e["epoch"] for e in c], [e.get("val_acc") for e in c], "o-", ms=3, color=colours[m],
-                       alpha=0.9 if s == data["seeds"][0] else 0.55, label=f"{LABELS[m]}" if s == data["seeds"][0] else None)
+                       alpha=0.9 if first else 0.55, label=LABELS[m] if first else None)
     ax[1].set_xlabel("supervised epoch")
     ax[1].set_ylabel("validation top-1")
     ax[1].set_title(f"fine-tuning vs scratch ({len(data['seeds'])} seeds)")
