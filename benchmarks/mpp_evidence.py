@@ -163,6 +163,7 @@ def figures(data: dict[str, Any], img: Path) -> None:
         ax[0].plot([e["epoch"] for e in c], [e["train_loss"] for e in c], "o-", color="tab:purple",
                    alpha=0.5 + 0.5 / (1 + s), label=f"MPP loss, seed {s}")
     ax[0].axhline(math.log(512), color="0.5", ls=":", label="ln 512 (uniform)")
+    ax[0].set_xticks(sorted({e["epoch"] for c in data["mpp_curves"].values() for e in c}))
     ax[0].set_xlabel("MPP epoch")
     ax[0].set_ylabel("cross-entropy (nats)")
     ax[0].set_title("MPP pre-training loss")
@@ -195,7 +196,8 @@ def figures(data: dict[str, Any], img: Path) -> None:
     ax.set_xlabel("examples per class (shots)")
     ax.set_ylabel("few-shot top-1")
     ax.set_title("few-shot linear probe, vit_cifar_demo")
-    ax.legend(fontsize=7)
+    ax.set_ylim(top=max(ax.get_ylim()[1], 0.45) + 0.12)
+    ax.legend(fontsize=6.5, ncol=2, loc="upper left")
     fig.tight_layout()
     fig.savefig(img / "fewshot_shots.png")
     plt.close(fig)
