@@ -75,19 +75,25 @@ def stratified_sample(root: Path, per_class: int, out: Path, seed: int) -> int:
     the number of images. Skipped when ``out`` already holds the sample (marker file ``.complete``)."""
     if (out / ".complete").is_file():
         return int((out / ".complete").read_text())
-    if out.exists():
-        shutil.rmtree(out)
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")   # built aside, then renamed: parallel runs may race
     rng = random.Random(seed)
     n = 0
     for cls in sorted(p for p in root.iterdir() if p.is_dir()):
         files = sorted(f for f in cls.iterdir() if f.suffix.lower() in IMG_EXT)
         if len(files) < per_class:
+            shutil.rmtree(tmp, ignore_errors=True)
             sys.exit(f"{cls} has {len(files)} images, fewer than --train-per-class {per_class}")
-        (out / cls.name).mkdir(parents=True)
+        (tmp / cls.name).mkdir(parents=True)
         for f in sorted(rng.sample(files, per_class)):
-            shutil.copyfile(f, out / cls.name / f.name)
+            shutil.copyfile(f, tmp / cls.name / f.name)
             n += 1
-    (out / ".complete").write_text(str(n))
+    (tmp / ".complete").write_text(str(n))
+    if out.exists() and not (out / ".complete").is_file():
+        shutil.rmtree(out)                      # an unfinished sample of an older version
+    try:
+        tmp.rename(out)
+    except OSError:                             # another process finished the same sample first
+        shutil.rmtree(tmp)
     return n
 
 
