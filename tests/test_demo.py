@@ -16,7 +16,7 @@ def test_quick_demo_end_to_end(tmp_path):
         assert res["model"]["spec"]["family"] == dm.family
         for analysis in dm.analyses:   # explain: every planned analysis wrote its JSON
             assert (tmp_path / name / "analysis" / f"{analysis}.json").is_file(), (name, analysis)
-        assert (tmp_path / name / "checkpoint" / "model.safetensors").is_file()
+        assert (tmp_path / name / "train" / "checkpoint" / "model.safetensors").is_file()
         assert 0.0 <= res["suites"]["clean"]["top1"] <= 1.0
     # the quick plan is too short for the ViT to take off (ViTs start slowly from scratch); the CNN learns
     assert results["resnet_cifar18"]["suites"]["clean"]["top1"] > 0.3

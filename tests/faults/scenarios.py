@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import os
 import subprocess
 import sys
@@ -29,9 +30,7 @@ VOLATILE = {"started", "finished", "command", "seconds", "time", "timestamp", "e
 
 #: Files that are logs, not results: a mismatch there is reported apart from the results (see LOGS_REASON).
 LOGS = ("metrics.jsonl",)
-LOGS_REASON = ("train's metrics.jsonl loses (or tears) the line of an epoch when the kill falls between "
-               "last/train_state.pt and the log's append: --resume continues after that epoch and never writes it "
-               "(training/trainer.py; owner: train)")
+LOGS_REASON = "metrics.jsonl is a log: its lines are checked apart from the results"
 
 
 @dataclass
@@ -115,6 +114,11 @@ def _line(text: str) -> Any:
 ORDER_FREE = {"corrupt.json": ("corruptions",)}
 
 
+#: The atomic writer's temporary files (``robustvit.runs.atomic``: ``.NAME.XXXXXXXX[.suffix]`` beside the target); a
+#: write killed before its rename leaves one, which nothing reads.
+ATOMIC_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}(\.[A-Za-z0-9]+)?$")
+
+
 def snapshot(out: Path) -> dict[str, Any]:
     """The results in ``out``: JSON files without volatile keys; weights as per-tensor digests; other data files
     (images, arrays) as byte digests. Stores (SQLite), temporary files, figures and logs of timings are left out."""
@@ -122,6 +126,8 @@ def snapshot(out: Path) -> dict[str, Any]:
     for p in sorted(out.rglob("*")):
         rel = p.relative_to(out).as_posix()
         if not p.is_file() or ".sqlite" in p.name or p.suffix in (".png", ".pdf", ".svg", ".lock", ".log"):
+            continue
+        if ATOMIC_TEMP.match(p.name) or "last.tmp" in p.parts:
             continue
         if p.suffix == ".json":
             try:

@@ -46,7 +46,8 @@ from robustvit.metrics.accuracy import correct, robust_correct
 from robustvit.models import Normalized, create_model, is_checkpoint_dir, save_checkpoint
 from robustvit.models.finetune import adapt_input, rebuild, reset_head
 from robustvit.progress import progress_bar
-from robustvit.runs import check_kind, data_record, init_distributed, model_record, write_train_results
+from robustvit.runs import (check_kind, data_record, init_distributed, model_record, write_text,
+                            write_train_results)
 from robustvit.training.augment import TimmAugment, augment_batch
 from robustvit.training.config import TrainConfig
 from robustvit.training.losses import TrainingLoss, create_loss, hard_labels
@@ -344,7 +345,7 @@ def _build_augment(cfg: TrainConfig, model: Normalized, dataset: ImageDataset,
 
 
 # ---- state ---------------------------------------------------------------------------------------------
-def save_state(run: Run, epoch: int) -> None:
+def save_state(run: Run, epoch: int, record: dict[str, Any] | None = None) -> None:
     """``last/``: the weights and everything else a resumed run needs to continue bit-for-bit, as one unit:
     written to ``last.tmp/``, then ``last/`` → ``last.old/``, ``last.tmp/`` → ``last/``, ``last.old/`` removed
     (:func:`recover_last` completes an interrupted swap)."""
@@ -355,7 +356,8 @@ def save_state(run: Run, epoch: int) -> None:
     state = {"epoch": epoch, "optimizer": run.opt.state_dict(), "loss": run.loss.state_dict(), "best": run.best,
              "rng": torch.get_rng_state(),
              "cuda_rng": torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None,
-             "ema": run.ema.state_dict() if run.ema is not None else None}
+             "ema": run.ema.state_dict() if run.ema is not None else None,
+             "metrics": json.dumps(record) if record is not None else None}   # the epoch's metrics.jsonl line
     torch.save(state, tmp / STATE_FILE)
     if old.exists():
         shutil.rmtree(old)
@@ -366,9 +368,30 @@ def save_state(run: Run, epoch: int) -> None:
         shutil.rmtree(old)
 
 
+def restore_metrics(out: Path, epochs_done: int, last_line: str | None) -> None:
+    """Make ``metrics.jsonl`` hold exactly the lines of the ``epochs_done`` epochs ``last/`` holds: a run killed
+    between saving ``last/`` and appending the epoch's line gets the line back from the state; lines of an epoch
+    the state does not hold (none are written before it) are dropped."""
+    f = out / "metrics.jsonl"
+    lines = [ln for ln in (f.read_text().splitlines() if f.is_file() else []) if ln.strip()]
+    rows = []
+    for ln in lines:
+        try:
+            rows.append((json.loads(ln)["epoch"], ln))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            break                                         # a torn last line: everything after it is redone
+    kept = [ln for e, ln in rows if e <= epochs_done]
+    if last_line and not any(e == epochs_done for e, _ in rows):
+        kept.append(last_line)
+    if kept != lines:
+        write_text(f, "".join(ln + "\n" for ln in kept))
+
+
 def load_state(run: Run) -> None:
     state = torch.load(run.out / "last" / STATE_FILE, map_location="cpu", weights_only=True)
     run.start_epoch, run.best = int(state["epoch"]) + 1, float(state.get("best", -1.0))
+    if run.main:
+        restore_metrics(run.out, run.start_epoch, state.get("metrics"))
     run.opt.load_state_dict(state["optimizer"])
     if state.get("loss"):
         run.loss.load_state_dict(state["loss"])
@@ -487,7 +510,7 @@ def finish_epoch(run: Run, epoch: int, sums: dict[str, float], t0: float, progre
                 run.best = score
                 save_checkpoint(run.eval_model(), run.out / "best", extra={"epoch": epoch + 1, "score": score})
         record["seconds"] = round(time.time() - t0, 2)
-        save_state(run, epoch)
+        save_state(run, epoch, record)
         with open(run.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if progress:
