@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import scenarios as S
+
+# Each faulted run starts a fresh interpreter: pytest's own process has run multi-threaded OpenMP regions by now,
+# and a child forked after those may hang (benchmarks/faults.py forks from a process that has not).
+os.environ.setdefault("FAULTS_SUBPROCESS", "1")
 
 
 @pytest.fixture(scope="session")

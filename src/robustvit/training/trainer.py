@@ -25,6 +25,7 @@ epoch, padded to a multiple of the world size with its first indices, rank r tak
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -560,5 +561,11 @@ def write_results(run: Run) -> Path:
     kept = [d for d in ("checkpoint", "best", "last") if (run.out / d).is_dir()]
     data = data_record(spec=run.cfg.data, num_images=len(run.dataset), num_classes=run.dataset.num_classes,
                        val_spec=run.cfg.val_data)
-    return write_train_results(run.out, run.cfg.to_dict(), epochs, kept,
-                               model_record(run.eval_model(), run.cfg.model, run.cfg.model), data)
+    record = model_record(run.eval_model(), run.cfg.model, run.cfg.model)
+    weights = run.out / "checkpoint" / "model.safetensors"
+    start = "pretrained" if run.cfg.pretrained else run.cfg.weights or ("checkpoint" if is_checkpoint_dir(run.cfg.model)
+                                                                        else "random initialisation")
+    record["weights"] = {"source": "trained", "checkpoint": "checkpoint", "started_from": start,
+                         "sha256": hashlib.sha256(weights.read_bytes()).hexdigest() if weights.is_file() else None}
+    record["pretrained"] = True     # trained weights: the numbers describe a trained network
+    return write_train_results(run.out, run.cfg.to_dict(), epochs, kept, record, data)
