@@ -23,28 +23,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shlex
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+from reproduce import run_cmd  # noqa: E402  (benchmarks/reproduce.py: runs a command into its log)
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("random", "mpp", "scratch", "mpp_ft")
 LABELS = {"random": "random initialisation", "mpp": "MPP only (no labels)", "scratch": "from scratch (labels)",
           "mpp_ft": "MPP → fine-tuned (labels)"}
-
-
-def run_cmd(cmd: list[str], log: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    with log.open("a") as f:
-        f.write(f"\n$ {shlex.join(cmd)}\n")
-        f.flush()
-        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
-    if r.returncode != 0:
-        sys.exit(f"command failed (exit {r.returncode}); see {log}: {shlex.join(cmd)}")
 
 
 def cli(*args: str) -> list[str]:
