@@ -3,7 +3,8 @@ end with the results of an uninterrupted run (issue 25; the figures in docs/reli
 
     python benchmarks/faults.py --kills 120 --enospc 20 --seed 0 --out bench-out/faults
 
-For each command (``eval``, ``analyze``, ``train`` with ``--resume``, ``corrupt`` in both layouts) one uninterrupted
+For each command (``eval``, ``analyze``, ``train`` with ``--resume``, ``corrupt`` in both layouts, ``leaderboard
+--db`` adding the eval and analyze runs to a database) one uninterrupted
 run is the reference and counts its write points (files opened for writing and each write to them, renames,
 ``torch.save``, safetensors files, SQLite statements). Then, per drawn point N: the command is killed with SIGKILL
 at write N (a write there is torn: half its bytes reach the file), or every write from N on fails as on a full
@@ -41,7 +42,7 @@ import robustvit.cli  # noqa: E402,F401  (imported once, before the forks)
 import scenarios as S  # noqa: E402
 
 #: Share of the kill points each command gets (train and analyze runs cost the most).
-WEIGHTS = {"eval": 3, "analyze": 2, "train": 2, "corrupt": 2, "corrupt_cifar": 1}
+WEIGHTS = {"eval": 3, "analyze": 2, "train": 2, "corrupt": 2, "corrupt_cifar": 1, "leaderboard": 1}
 
 
 def plan(kills: int, enospc: int, seed: int, counts: dict[str, int]) -> list[tuple[str, str, int]]:
@@ -75,7 +76,7 @@ def main() -> int:
     ck = S.tiny_checkpoint(out / "ck")
     if a.torchrun:
         return torchrun_trials(a.torchrun, a.seed, ck, out)
-    scen = S.standard(ck)
+    scen = S.standard(ck, out / "ref")         # leaderboard reads the eval and analyze references, made first
     refs: dict[str, tuple[dict, int]] = {}
     for name, sc in scen.items():
         shutil.rmtree(out / "ref" / name, ignore_errors=True)

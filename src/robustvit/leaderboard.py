@@ -27,6 +27,7 @@ from typing import Any
 from robustvit.errors import RobustvitError
 from robustvit.report.headline import COLUMNS, eps_text, rows as headline_rows
 from robustvit.report.load import load_runs, merge_by_model, model_name
+from robustvit.runs.atomic import write_text
 
 FORMATS = ("md", "csv", "latex", "html", "json")
 #: Every column of a row, in table order.
@@ -47,6 +48,7 @@ def run_id(run: dict[str, Any]) -> str:
 
 
 def _connect(db: str | Path) -> sqlite3.Connection:
+    Path(db).parent.mkdir(parents=True, exist_ok=True)      # as --out: the folder is made
     try:
         con = sqlite3.connect(str(db))
         con.execute("CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, model TEXT, data TEXT, kind TEXT, "
@@ -190,7 +192,7 @@ def leaderboard(paths: list[str | Path], db: str | Path | None = None, fmt: str 
     rows = table_rows(runs, sort)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(format_rows(rows, fmt))
+        write_text(out, format_rows(rows, fmt))          # atomic: a killed run leaves the old table or none
     return rows
 
 

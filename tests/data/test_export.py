@@ -254,3 +254,14 @@ def test_cli_corrupt_subset_flags(tmp_path, capsys):
     assert "exclude each other" in capsys.readouterr().err
     assert main(base + ["--out", str(tmp_path / "d"), "--limit", "3", "--subset-method", "first"]) == 0
     assert json.loads((tmp_path / "d" / "corrupt.json").read_text())["subset"]["method"] == "first"
+
+
+def test_resumed_or_extended_export_keeps_the_first_runs_corruption_order(tmp_path):
+    out = tmp_path / "o"
+    _export(out, "imagenet-c", corruptions="gaussian_noise+contrast", severities="1")
+    first = json.loads((out / "corrupt.json").read_text())["corruptions"]
+    assert first == ["gaussian_noise", "contrast"]                 # the command's order, not sorted
+    _export(out, "imagenet-c", corruptions="gaussian_noise+contrast", severities="1")   # a resume: the same list
+    assert json.loads((out / "corrupt.json").read_text())["corruptions"] == first
+    _export(out, "imagenet-c", corruptions="fog+contrast", severities="1")               # extended: new names appended
+    assert json.loads((out / "corrupt.json").read_text())["corruptions"] == [*first, "fog"]

@@ -109,14 +109,24 @@ def _line(text: str) -> Any:
         return "UNREADABLE LINE"
 
 
-#: Lists whose order is not part of the result, by file and key: ``corrupt.json`` ``corruptions`` is written in
-#: the command's order on a first run and sorted when a run resumes (data/export.py ``_check_meta``).
-ORDER_FREE = {"corrupt.json": ("corruptions",)}
-
-
 #: The atomic writer's temporary files (``robustvit.runs.atomic``: ``.NAME.XXXXXXXX[.suffix]`` beside the target); a
 #: write killed before its rename leaves one, which nothing reads.
 ATOMIC_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}(\.[A-Za-z0-9]+)?$")
+
+
+def leaderboard_rows(db: Path) -> Any:
+    """A leaderboard database's rows (id, model, data, kind, payload), sorted; its clock columns left out."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT id, model, data, kind, payload FROM runs ORDER BY id").fetchall()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        return f"UNREADABLE DATABASE ({e})"
+    return [[i, m, d, k, _clean(json.loads(p))] for i, m, d, k, p in rows]
 
 
 def snapshot(out: Path) -> dict[str, Any]:
@@ -125,6 +135,9 @@ def snapshot(out: Path) -> dict[str, Any]:
     snap: dict[str, Any] = {}
     for p in sorted(out.rglob("*")):
         rel = p.relative_to(out).as_posix()
+        if p.suffix == ".sqlite" and p.name != "units.sqlite":
+            snap[rel] = leaderboard_rows(p)
+            continue
         if not p.is_file() or ".sqlite" in p.name or p.suffix in (".png", ".pdf", ".svg", ".lock", ".log"):
             continue
         if ATOMIC_TEMP.match(p.name) or "last.tmp" in p.parts:
@@ -134,9 +147,6 @@ def snapshot(out: Path) -> dict[str, Any]:
                 snap[rel] = _clean(json.loads(p.read_text()))
             except ValueError:
                 snap[rel] = "UNREADABLE JSON"
-            for key in ORDER_FREE.get(p.name, ()):
-                if isinstance(snap[rel], dict) and isinstance(snap[rel].get(key), list):
-                    snap[rel][key] = sorted(snap[rel][key])
         elif p.suffix == ".jsonl":
             snap[rel] = [_line(ln) for ln in p.read_text().splitlines() if ln.strip()]
         elif p.suffix == ".safetensors":
@@ -216,10 +226,12 @@ def tiny_checkpoint(directory: Path) -> Path:
     return directory
 
 
-def standard(ck: Path) -> dict[str, Scenario]:
-    """The commands the fault tests and the soak interrupt, on tiny inputs (a second or two each)."""
+def standard(ck: Path, refs: Path | None = None) -> dict[str, Scenario]:
+    """The commands the fault tests and the soak interrupt, on tiny inputs (a second or two each). With ``refs``
+    (the folder holding the reference runs ``eval`` and ``analyze``, made first) also ``leaderboard --db``
+    adding those two runs to a database and writing its table."""
     common = ["--device", "cpu", "--no-progress"]
-    return {
+    scen = {
         "eval": Scenario("eval", ["eval", "--model", str(ck), "--data", "synthshapes:test", "--limit", "24",
                                   "--suite", "clean,fgsm", "--batch-size", "8", "--out", "{out}", *common]),
         "analyze": Scenario("analyze", ["analyze", "lesion,correlation", "--model", str(ck), "--data", "synthshapes:test",
@@ -234,6 +246,10 @@ def standard(ck: Path) -> dict[str, Scenario]:
                                                     "--format", "cifar-c", "--corruptions", "gaussian_noise",
                                                     "--out", "{out}", *common]),
     }
+    if refs is not None:
+        scen["leaderboard"] = Scenario("leaderboard", ["leaderboard", str(refs / "eval"), str(refs / "analyze"),
+                                                       "--db", "{out}/board.sqlite", "--out", "{out}/board.md"])
+    return scen
 
 
 def trace(sc: Scenario, out: Path) -> list[tuple[int, str, str]]:

@@ -1,4 +1,4 @@
-"""SIGKILL at seeded write points of ``eval``, ``analyze``, ``train`` and ``corrupt``: the re-run of the same
+"""SIGKILL at seeded write points of ``eval``, ``analyze``, ``train``, ``corrupt`` and ``leaderboard --db``: the re-run of the same
 command (``--resume`` for train) ends with what an uninterrupted run writes — results, weights, images — and no
 half-written file is read as complete; two processes on one output folder (issue 25).
 
@@ -17,12 +17,12 @@ import pytest
 import scenarios as S
 
 #: Seeded kill points per command here (the soak, benchmarks/faults.py, draws over a hundred).
-KILLS = {"eval": 2, "analyze": 1, "train": 2, "corrupt": 1, "corrupt_cifar": 1}
+KILLS = {"eval": 2, "analyze": 1, "train": 2, "corrupt": 1, "corrupt_cifar": 1, "leaderboard": 1}
 
 
-@pytest.mark.parametrize("name", ["eval", "analyze", "train", "corrupt", "corrupt_cifar"])
+@pytest.mark.parametrize("name", list(KILLS))
 def test_sigkill_at_seeded_write_points_then_rerun_matches(name, ck, refs, tmp_path):
-    sc = S.standard(ck)[name]
+    sc = refs.scen[name]
     ref, n = refs[name]
     assert n > 5 and ref, f"{name}: too few write points ({n}) to interrupt"
     rng = random.Random(f"kill-{name}")
@@ -88,3 +88,23 @@ def test_train_killed_before_its_log_line_keeps_the_log(ck, refs, tmp_path):
     opens = [i for i, kind, what in S.trace(sc, tmp_path / "trace") if kind == "open" and what.endswith("metrics.jsonl")]
     o = S.interrupted(sc, tmp_path / "k", "kill", opens[0], 0, ref)      # epoch 1 checkpointed, its line not written
     assert o.faulted and o.rerun_rc == 0 and not o.mismatch, o.mismatch[:2]
+
+
+def test_leaderboard_db_killed_mid_add_holds_the_old_rows_or_all_new(ck, refs, tmp_path):
+    """A database that already holds a run, then a ``leaderboard --db`` adding two runs killed at each of its
+    database writes: the database reads as before the command or with both runs, never with one."""
+    sc = refs.scen["leaderboard"]
+    refs["leaderboard"]
+    before = S.run("count", 0, 0, ["leaderboard", str(refs.root / "eval"), "--db", str(tmp_path / "seed.sqlite")])
+    assert before.returncode == 0, before.stderr[-2000:]
+    old, new = S.leaderboard_rows(tmp_path / "seed.sqlite"), refs["leaderboard"][0]["board.sqlite"]
+    assert len(old) == 1 and len(new) == 2
+    sql = [i for i, kind, what in S.trace(sc, tmp_path / "trace") if kind == "sqlite"]
+    assert sql, "no database writes traced"
+    for at in sql[1:3]:                # each INSERT of the transaction (the CREATE before it writes nothing new)
+        out = tmp_path / f"k{at}"
+        out.mkdir()
+        (out / "board.sqlite").write_bytes((tmp_path / "seed.sqlite").read_bytes())
+        proc = S.run("kill", at, 0, sc.argv(out))
+        assert proc.returncode == -9, (at, proc.stderr[-500:])
+        assert S.leaderboard_rows(out / "board.sqlite") in (old, new), f"kill at write {at}: a partial database"

@@ -169,7 +169,8 @@ class _Exporter:
             if diff:
                 raise RobustvitError(f"{self.out} holds an export with other settings ({diff[0]}: {old.get(diff[0])!r} "
                                      f"vs {meta.get(diff[0])!r}); use another --out or the same settings to resume")
-            meta["corruptions"] = sorted(set(old.get("corruptions", [])) | set(self.names))
+            listed = list(old.get("corruptions", []))    # the earlier runs' order, then this run's new ones
+            meta["corruptions"] = listed + [n for n in self.names if n not in listed]
         else:
             meta["corruptions"] = list(self.names)
         classes = [_safe(c) for c in self.ds.classes]
