@@ -4,8 +4,8 @@ Trains one small CIFAR model with each method (``ce``; ``fgsm_rs``, Wong et al. 
 Madry et al. arXiv:1706.06083; ``trades`` at two β, Zhang et al. arXiv:1901.08573; ``afat``, Guo et al.,
 arXiv:2306.07881; FGSM-RS and PGD-AT at a large ε, Wong et al.'s catastrophic overfitting) and several seeds
 through ``robustvit train`` on a class-stratified training sample, then evaluates every model with
-``robustvit eval`` — clean accuracy, PGD-10 and AutoAttack at 8/255, the mean over the 15 CIFAR-10-C benchmark
-corruptions × 5 severities (made in memory), patch occlusion at ρ 0.1–0.5 (and FGSM / PGD-10 at the run's own ε
+``robustvit eval`` — clean accuracy, PGD-10 and AutoAttack's APGD-CE + APGD-T at 8/255, the mean over the 15
+CIFAR-10-C benchmark corruptions × 5 severities (made in memory), patch occlusion at ρ 0.1–0.5 (and FGSM / PGD-10 at the run's own ε
 when it differs) — and ``robustvit analyze attention_stability`` (AFAT's attention stability), all on
 class-stratified test samples.
 
@@ -162,7 +162,7 @@ def eval_cmd(a: argparse.Namespace, test: Path, ckpt: Path, out: Path, own_eps: 
     suites = [
         "clean",
         f"pgd:eps={a.eps}:steps=10:checks=0:limit={a.pgd_limit}",
-        f"autoattack:eps={a.eps}:checks=0:limit={a.aa_limit}",
+        f"autoattack:eps={a.eps}:attacks=apgd_ce+apgd_t:checks=0:limit={a.aa_limit}",   # white-box members
         f"corruptions:corruptions=benchmark:severities=1-5:limit={a.corruption_limit}",
         f"patch_occlusion:rhos=0.1+0.2+0.3+0.4+0.5:masks=10:limit={a.pgd_limit}",
     ]
@@ -305,7 +305,8 @@ def protocol(a: argparse.Namespace, n_train: int) -> dict[str, Any]:
             "optimizer": "AdamW, cosine schedule (robustvit train defaults)", "eps": a.eps,
             "train_attack_steps": a.attack_steps, "trades_beta": a.beta, "eval_clean_images": a.eval_limit,
             "eval_pgd_images": a.pgd_limit, "eval_pgd": "PGD-10, step 2.5·ε/10, 1 random start",
-            "eval_autoattack_images": a.aa_limit, "eval_autoattack": "standard (APGD-CE, APGD-T, FAB-T, Square)",
+            "eval_autoattack_images": a.aa_limit,
+            "eval_autoattack": "APGD-CE + APGD-T, 100 iterations (AutoAttack's white-box members; no FAB-T, Square)",
             "eval_corruption_images": a.corruption_limit,
             "eval_corruptions": "15 benchmark corruptions × severities 1-5, CIFAR parameters, in memory",
             "eval_occlusion_images": a.pgd_limit, "eval_occlusion": "ρ 0.1-0.5 of the 4-px patches, noise, 10 masks",
