@@ -75,3 +75,36 @@ def test_table_is_mean_and_sample_std_over_seeds(rep):
     assert f"{statistics.mean(clean) * 100:.1f} ± {statistics.stdev(clean) * 100:.1f}" in ce
     assert "42.0 ± 2.0" in ce and "| 0, 1, 2 |" in ce
     assert "19.0 ± 1.4" in pgd and "| 0, 1 |" in pgd
+
+
+def test_read_eval_takes_each_attack_at_its_own_eps(rep, tmp_path):
+    res = {"suites": {
+        "clean": {"top1": 0.5, "num_images": 500},
+        "pgd:eps=8/255:steps=10": {"accuracy": 0.2, "clean_accuracy": 0.5, "num_images": 200},
+        "pgd:eps=16/255:steps=10": {"accuracy": 0.05, "clean_accuracy": 0.5, "num_images": 200},
+        "fgsm:eps=16/255": {"accuracy": 0.4, "clean_accuracy": 0.5},
+        "autoattack:eps=8/255:attacks=apgd_ce+apgd_t": {"accuracy": 0.15, "per_attack": {"apgd_ce": 0.17},
+                                                        "num_images": 100},
+        "corruptions:corruptions=benchmark": {"mean_accuracy": 0.3, "clean_accuracy": 0.48},
+        "patch_occlusion:rhos=0.1+0.5": {"clean_accuracy": 0.5, "num_images": 200,
+                                         "per_rho": {"0.1": {"mean_accuracy": 0.4}, "0.5": {"mean_accuracy": 0.2}}}}}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    r = rep.read_eval(tmp_path / "results.json", "8/255", "16/255")
+    assert (r["pgd"], r["pgd_own"], r["fgsm_own"], r["autoattack"]) == (0.2, 0.05, 0.4, 0.15)
+    assert r["occlusion"] == pytest.approx(0.3) and r["occlusion_per_rho"] == {"0.1": 0.4, "0.5": 0.2}
+    assert "pgd_own" not in rep.read_eval(tmp_path / "results.json", "8/255", "8/255")
+
+
+def test_large_eps_runs_get_their_own_table(rep):
+    proto = {"train_images": 20, "train_per_class": 2, "epochs": 1, "eps": "8/255", "train_attack_steps": 2,
+             "trades_beta": 6.0, "eval_clean_images": 10, "eval_pgd_images": 5, "eval_corruption_images": 5}
+    base = {"model": "m", "protocol": proto, "clean": 0.3, "pgd": 0.1, "corruption": 0.2, "attention_stability": 0.9}
+    runs = [{**base, "method": "pgd_at", "loss": "pgd_at", "train_eps": "8/255", "seed": 0},
+            {**base, "method": "fgsm_rs_e16", "loss": "fgsm_rs", "train_eps": "16/255", "seed": 0,
+             "fgsm_own": 0.5, "pgd_own": 0.01},
+            {**base, "method": "fgsm_rs_e16", "loss": "fgsm_rs", "train_eps": "16/255", "seed": 1,
+             "fgsm_own": 0.7, "pgd_own": 0.03}]
+    text = rep.table(runs)
+    large = text.split("FGSM at ε")[1]
+    assert "| `fgsm_rs_e16` | `fgsm_rs` (ε 16/255) | 0, 1 | 30.0 ± 0.0 | 60.0 ± 14.1 | 2.0 ± 1.4 |" in large
+    assert "`pgd_at`" not in large and "| 0.900 ± 0.000 |" in text      # attention stability: the cosine itself
