@@ -7,6 +7,8 @@ PIP    := $(PY) -m pip
 # tested with (on the build machines it installs from local disk); override on other machines,
 # e.g. `make test TORCH="torch torchvision"`.
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
+# Test processes (pytest-xdist; one test file per process at a time): `make test TEST_WORKERS=8` on a larger machine.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test install install-test clean bench-deps
 
@@ -31,7 +33,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/robustvit demo
 
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 clean:
 	rm -rf $(VENV) demo-out build *.egg-info src/*.egg-info

@@ -5,8 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 
-# Two threads (the CI machine has 2 cores); OMP_NUM_THREADS=1 when the cores are shared with other jobs.
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", min(2, os.cpu_count() or 1))))
+# Two threads on the CI machine's 2 cores, shared by the test processes (`make test` runs pytest-xdist workers);
+# OMP_NUM_THREADS=1 when the cores are shared with other jobs.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", max(1, min(2, os.cpu_count() or 1) // _WORKERS))))
 # frost's source must not depend on whether imagecorruptions happens to be installed (tests set it explicitly)
 os.environ.setdefault("ROBUSTVIT_FROST_DIR", "procedural")
 

@@ -104,3 +104,18 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "bad" / "results.json").write_text("{")
     assert main(["leaderboard", str(tmp_path / "bad")]) == 2
     assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_a_leaderboard_database_is_refused_in_one_line(runs, tmp_path):
+    text = tmp_path / "notes.sqlite"
+    text.write_text("not a database at all, " * 100)
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE runs (name TEXT)")         # a table of that name, another schema
+    con.commit()
+    con.close()
+    for db in (text, other):
+        with pytest.raises(RobustvitError, match="is not a leaderboard database"):
+            leaderboard([runs[0]], db=db)
+    made = leaderboard([runs[0]], db=tmp_path / "new" / "folder" / "board.sqlite")   # the folder is made
+    assert {r["model"] for r in made} == {"vit_s"}

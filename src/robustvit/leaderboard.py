@@ -22,7 +22,7 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from robustvit.errors import RobustvitError
 from robustvit.report.headline import COLUMNS, eps_text, rows as headline_rows
@@ -47,6 +47,21 @@ def run_id(run: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
+#: SQLite's words for a fault of the machine (disk, permissions, another process), not of the file's content
+MACHINE_FAULTS = ("full", "disk i/o", "locked", "readonly", "read-only")
+
+
+def _db_error(db: str | Path, e: sqlite3.DatabaseError) -> NoReturn:
+    """Raise the one-line error for a database robustvit cannot use. A full disk, an I/O error or a lock is the
+    machine's fault, not the file's: re-raised as is (``robustvit.cli`` names it and what to free)."""
+    text = str(e).lower()
+    if "unable to open" in text:
+        raise RobustvitError(f"cannot open {db} ({e}); check the path and its permissions") from None
+    if isinstance(e, sqlite3.OperationalError) and any(t in text for t in MACHINE_FAULTS):
+        raise e
+    raise RobustvitError(f"{db} is not a leaderboard database ({e}); give a new file to --db") from None
+
+
 def _connect(db: str | Path) -> sqlite3.Connection:
     Path(db).parent.mkdir(parents=True, exist_ok=True)      # as --out: the folder is made
     try:
@@ -54,21 +69,25 @@ def _connect(db: str | Path) -> sqlite3.Connection:
         con.execute("CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, model TEXT, data TEXT, kind TEXT, "
                     "finished TEXT, added TEXT, source TEXT, payload TEXT)")
     except sqlite3.DatabaseError as e:
-        raise RobustvitError(f"{db} is not a leaderboard database ({e}); give a new file to --db") from None
+        _db_error(db, e)
     return con
 
 
 def add_runs(db: str | Path, runs: list[dict[str, Any]]) -> int:
     """Add (or replace) runs in the SQLite database ``db``; returns how many were written."""
     con = _connect(db)
-    with con:
-        for run in runs:
-            payload = {k: v for k, v in run.items() if k not in ("analyses", "train")}   # the numbers, not figures
-            con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (run_id(run), model_name(run), (run.get("data") or {}).get("spec"), run.get("kind", "eval"),
-                         (run.get("run") or {}).get("finished"), time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                         run.get("_dir"), json.dumps(payload, default=str)))
-    con.close()
+    try:
+        with con:                                   # one transaction: all of the runs or none
+            for run in runs:
+                payload = {k: v for k, v in run.items() if k not in ("analyses", "train")}   # numbers, not figures
+                con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            (run_id(run), model_name(run), (run.get("data") or {}).get("spec"),
+                             run.get("kind", "eval"), (run.get("run") or {}).get("finished"),
+                             time.strftime("%Y-%m-%dT%H:%M:%S%z"), run.get("_dir"), json.dumps(payload, default=str)))
+    except sqlite3.DatabaseError as e:
+        _db_error(db, e)
+    finally:
+        con.close()
     return len(runs)
 
 
@@ -80,7 +99,7 @@ def read_runs(db: str | Path) -> list[dict[str, Any]]:
     try:
         found = [json.loads(p) for (p,) in con.execute("SELECT payload FROM runs ORDER BY finished DESC, added DESC")]
     except sqlite3.DatabaseError as e:
-        raise RobustvitError(f"{db} is not a leaderboard database ({e}); give a new file to --db") from None
+        _db_error(db, e)
     finally:
         con.close()
     return found

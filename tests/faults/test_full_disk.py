@@ -18,9 +18,9 @@ import scenarios as S
 from robustvit.cli import environment_error, main
 
 
-@pytest.mark.parametrize("name", ["eval", "analyze", "train", "corrupt"])
+@pytest.mark.parametrize("name", ["eval", "analyze", "train", "corrupt", "leaderboard"])
 def test_enospc_at_a_seeded_write_is_one_line_then_rerun_matches(name, ck, refs, tmp_path):
-    sc = S.standard(ck)[name]
+    sc = refs.scen[name]
     ref, n = refs[name]
     at = random.Random(f"enospc-{name}").randint(1, n)
     o = S.interrupted(sc, tmp_path / "full", "enospc", at, 0, ref)
@@ -28,6 +28,17 @@ def test_enospc_at_a_seeded_write_is_one_line_then_rerun_matches(name, ck, refs,
     assert len(o.messages) == 1 and "disk is full" in o.messages[0] and "free space" in o.messages[0], o.messages
     assert str(tmp_path / "full") in o.messages[0]                   # names where to free it
     assert o.rerun_rc == 0 and not [m for m in o.mismatch if not m.startswith(S.LOGS)], o.mismatch[:3]
+
+
+def test_full_disk_in_the_leaderboard_database_is_named_as_such(ck, refs, tmp_path):
+    """SQLite's "database or disk is full" while ``leaderboard --db`` adds its runs: the disk-full line, not "not a
+    leaderboard database" (the soak found that)."""
+    sc = refs.scen["leaderboard"]
+    refs["leaderboard"]
+    first_sql = next(i for i, kind, _ in S.trace(sc, tmp_path / "trace") if kind == "sqlite")
+    o = S.interrupted(sc, tmp_path / "full", "enospc", first_sql, 0, refs["leaderboard"][0])
+    assert o.rc == 2 and len(o.messages) == 1 and "disk is full" in o.messages[0], o.messages
+    assert o.rerun_rc == 0 and not o.mismatch, o.mismatch[:3]
 
 
 def _full(exc: BaseException) -> BaseException:
