@@ -107,7 +107,7 @@ def test_print_config_precedence(capsys, tmp_path):
     code, out, err = run(capsys, "train", "--recipe", "light-at", "--config", str(conf), "--lr", "0.02",
                          "--print-config")
     assert code == 0 and err == ""
-    cfg = yaml.safe_load(out)
+    cfg = json.loads(out)                                      # JSON, TrainConfig's field names
     from robustvit.training.recipes import get_recipe
 
     recipe = get_recipe("light-at").settings
@@ -115,12 +115,16 @@ def test_print_config_precedence(capsys, tmp_path):
     assert cfg["epochs"] == 3 and cfg["weight_decay"] == 0.1   # --config beats the recipe
     assert cfg["recipe"] in ("light-at", "light_at")
     untouched = [k for k in recipe if k not in ("lr", "epochs", "weight_decay")]
-    plain = {k: list(v) if isinstance(v, tuple) else v for k, v in recipe.items()}   # YAML has no tuples
+    plain = {k: list(v) if isinstance(v, tuple) else v for k, v in recipe.items()}   # JSON has no tuples
     assert untouched and all(cfg[k] == plain[k] for k in untouched)   # the recipe beats the defaults
     assert cfg["seed"] == 0 and not (tmp_path / "o").exists()
     code, out, _ = run(capsys, "finetune", "--model", "m", "--data", "d", "--out", str(tmp_path / "f"),
                        "--img-size", "32", "--print-config")
-    assert code == 0 and yaml.safe_load(out)["img_size"] == 32 and not (tmp_path / "f").exists()
+    assert code == 0 and json.loads(out)["img_size"] == 32 and not (tmp_path / "f").exists()
+    printed = tmp_path / "printed.json"                        # the printed configuration is a --config file
+    printed.write_text(out)
+    code, again, _ = run(capsys, "finetune", "--config", str(printed), "--print-config")
+    assert code == 0 and json.loads(again) == json.loads(out)
 
 
 def test_list_attacks_and_suite_options(capsys):

@@ -195,7 +195,8 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                    help="any TrainConfig field, repeatable, e.g. --set ema_decay=0.999 --set accum_steps=2")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
     p.add_argument("--print-config", action="store_true",
-                   help="print the resolved TrainConfig as YAML (defaults < recipe < --config < flags) and exit")
+                   help="print the resolved TrainConfig as JSON (defaults < recipe < --config < flags) and exit; "
+                        "the output is a valid --config file")
 
 
 def _key_values(items: list[str], flag: str) -> dict[str, Any]:
@@ -229,12 +230,11 @@ def _train_config(a: argparse.Namespace) -> Any:
 
 
 def _print_config(a: argparse.Namespace) -> bool:
-    """``--print-config``: print the resolved TrainConfig as YAML; True when it was asked for."""
+    """``--print-config``: print the resolved TrainConfig as JSON (TrainConfig field names; JSON is YAML, so it
+    is a ``--config`` file too); True when it was asked for."""
     if not getattr(a, "print_config", False):
         return False
-    import yaml
-
-    print(yaml.safe_dump(_train_config(a).to_dict(), sort_keys=False), end="")
+    print(json.dumps(_train_config(a).to_dict(), indent=1, default=str))
     return True
 
 

@@ -172,3 +172,19 @@ def test_report_section_shows_mean_and_std_per_shot():
     sec = renderer_for("fewshot")("fewshot", [res])
     assert "| vit | 0.2500 ± 0.0500 | 0.7500 ± 0.0000 | 8 |" in sec.markdown
     assert "1-shot | 10-shot" in sec.markdown and "λ = 1024.0" in sec.markdown
+
+
+def test_fewshot_probes_a_model_whose_head_has_other_classes(tmp_path):
+    """fewshot reads features only: a model with another class count (an ImageNet model on CIFAR) is probed
+    without a class map, while a suite that reads the head still refuses the mismatch in one line."""
+    torch.manual_seed(0)
+    model = create_model("vit_cifar_micro", num_classes=7)           # the data have 3 classes
+    data = "synthshapes:test,count=24,size=16,classes=3"
+    res = run_eval(EvalConfig(models=[model], data=data, out=str(tmp_path / "a"), progress=False,
+                              suites=["fewshot:shots=1+2:draws=2"]))
+    r = next(iter(res.values()))["suites"]
+    fs = next(v for k, v in r.items() if k.startswith("fewshot"))
+    assert fs["num_classes"] == 3 and fs["num_images"] == 24 and set(fs["accuracy"]) == {"1", "2"}
+    with pytest.raises(RobustvitError, match="class"):
+        run_eval(EvalConfig(models=[model], data=data, out=str(tmp_path / "b"), progress=False,
+                            suites=["clean", "fewshot:shots=1:draws=1"]))

@@ -34,6 +34,35 @@ def test_eval_warns_and_records_random_weights(tmp_path, capsys):
     res = json.loads(next((tmp_path / "a").rglob("results.json")).read_text())
     assert res["model"]["pretrained"] is False and res["model"]["weights"]["source"] == "random"
     assert res["model"]["weights"]["comparable"] is False and "random weights" in res["model"]["weights"]["note"]
+    # the same command again draws other random weights: its units must not join the first run's
+    for cmd in (["eval", "--suite", "clean"], ["analyze", "correlation"]):
+        out = str(tmp_path / cmd[0])
+        args = [*cmd, "--model", "vit_cifar_micro", "--data", "synthshapes:test,count=8", "--out", out,
+                "--no-progress", "--device", "cpu"]
+        assert main(args) == 0
+        capsys.readouterr()
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "other settings" in err and "random weights, drawn anew by each command" in err, err
+
+
+def test_weights_id_names_files_and_pretrained_weights_and_digests_random_ones(tmp_path):
+    from robustvit.runs import weights_id
+
+    torch.manual_seed(0)
+    a = create_model("vit_cifar_micro")
+    b = create_model("vit_cifar_micro")                     # the same architecture, other random weights
+    assert weights_id(a, "vit_cifar_micro").startswith("random:")
+    assert weights_id(a, "vit_cifar_micro") != weights_id(b, "vit_cifar_micro")
+    b.load_state_dict(a.state_dict())
+    assert weights_id(a, "vit_cifar_micro") == weights_id(b, "vit_cifar_micro")
+    path = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in a.net.state_dict().items()}, str(path))
+    c = create_model("vit_cifar_micro", checkpoint=path)
+    assert weights_id(c, "vit_cifar_micro") == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    c.weights = {"pretrained": True, "source": "timm:vit_cifar_micro"}
+    assert weights_id(c, "vit_cifar_micro") == "vit_cifar_micro"     # timm's pretrained weights: the name
+    assert weights_id(c, None).startswith("python:")                   # a model object: its digest
 
 
 def test_eval_with_weights_file_records_source_and_hash(tmp_path):

@@ -23,7 +23,8 @@ from robustvit.data.classmap import match_classes
 from robustvit.data.subset import Subset, SubsetDataset, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.registry import parse_spec
-from robustvit.runs import RESULTS_FILE, UnitStore, model_record, results_document, run_header, write_json
+from robustvit.runs import (RESULTS_FILE, UnitStore, model_record, results_document, run_header, weights_id,
+                            write_json)
 from robustvit.runs.results import check_kind, validate_results
 
 MANIFEST = "analyses.json"
@@ -87,10 +88,12 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
     subset_record = images.record() if images is not None else None
     subset_note = images.note() if images is not None else None
     results: dict[str, dict[str, Any]] = {}
+    weights = weights_id(model, source) if store is not None else None
     try:
         for a, opts in todo:
             ctx.name = a.name
-            fp = {"model": model_name, "source": source or model_name, "data": data_spec, "limit": limit, "seed": seed,
+            fp = {"model": model_name, "source": source or model_name, "weights": weights,
+                  "data": data_spec, "limit": limit, "seed": seed,
                   "batch_size": batch_size, "options": {k: str(v) for k, v in sorted(opts.items())}}
             if images is not None and not images.whole:
                 fp["subset"] = images.fingerprint()

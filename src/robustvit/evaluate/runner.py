@@ -12,7 +12,6 @@ shards' stores and writes the ``results.json`` one unsharded run writes.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -34,7 +33,8 @@ from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import RANDOM_LABEL, is_comparable, warn_if_random
 from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, init_distributed, model_record,
-                            open_shared_store, results_document, run_header, run_units, write_json, write_results)
+                            open_shared_store, results_document, run_header, run_units, weights_id, write_json,
+                            write_results)
 from robustvit.runs.results import check_kind
 from robustvit.runs.scheduler import Unit, pending_chunks
 from robustvit.utils import derive_seed, resolve_device, sum_stats
@@ -125,7 +125,8 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
         if resize not in datasets:
             datasets[resize] = (create_dataset(cfg.data, strict=cfg.strict) if resize is None
                                 else dataset_for_model(cfg.data, m.spec, strict=cfg.strict))
-        match_classes(key, m, datasets[resize], cfg)
+        if any(s.uses_head for s in suites) or cfg.class_map is not None:
+            match_classes(key, m, datasets[resize], cfg)
     if len(datasets) > 1 and any(s.name == "transfer" for s in suites):
         seen = ", ".join(f"{r.size}px crop_pct {r.crop_pct} {r.interpolation}" for r in datasets)
         raise RobustvitError(f"the transfer suite evaluates the examples crafted on one model on the others, so every "
@@ -145,7 +146,7 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
                           out_dir=out, subset=subset, class_map=cfg.class_map)
         store = open_shared_store(out, rank, world)
         try:
-            store.check_fingerprint({"model": key, "checkpoint": _checkpoint_id(sources[key], model),
+            store.check_fingerprint({"model": key, "checkpoint": weights_id(model, sources[key]),
                                      "data": cfg.data, "limit": cfg.limit, "chunk": cfg.batch_size, "seed": cfg.seed,
                                      "subset": subset.fingerprint(),
                                      "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
@@ -250,21 +251,6 @@ def _data_key(model: nn.Module) -> Resize | None:
 def match_classes(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalConfig) -> None:
     """Check the model's classes against the data's; with ``cfg.class_map``, map them (see :func:`load_class_map`)."""
     _match_classes(model, dataset, cfg.class_map, model_name=key, data_spec=cfg.data)
-
-
-def _checkpoint_id(name: str | nn.Module, model: Normalized) -> str:
-    """The weights a run's units depend on: the SHA-256 of a checkpoint or ``--weights`` file (the same on every
-    machine of a job array), a name, or (a model object) a digest of its parameters and buffers."""
-    sha = getattr(model, "weights", {}).get("sha256")
-    if sha:
-        return f"sha256:{sha}"
-    if not isinstance(name, str):
-        h = hashlib.sha256()
-        for k, t in model.state_dict().items():
-            h.update(k.encode())
-            h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-        return f"python:{h.hexdigest()[:16]}"
-    return name
 
 
 @dataclass

@@ -10,13 +10,13 @@
 
 from robustvit.runs.atomic import replacing, write_bytes, write_json, write_text
 from robustvit.runs.distributed import barrier, init_distributed, open_shared_store
-from robustvit.runs.header import model_record, run_header
+from robustvit.runs.header import model_record, run_header, weights_id
 from robustvit.runs.results import (RESULTS_FILE, SCHEMA_VERSION, check_kind, data_record, read_results,
                                     results_document, validate_results, write_results, write_train_results)
 from robustvit.runs.scheduler import Shard, Worker, collect, run_units
 from robustvit.runs.store import DB_NAME, MemoryStore, UnitStore, now
 
 __all__ = ["DB_NAME", "MemoryStore", "RESULTS_FILE", "SCHEMA_VERSION", "Shard", "UnitStore", "Worker", "barrier",
-           "check_kind", "collect", "data_record", "init_distributed", "model_record", "now", "open_shared_store", "read_results", "replacing",
+           "check_kind", "collect", "data_record", "init_distributed", "model_record", "now", "open_shared_store", "read_results", "replacing", "weights_id",
            "results_document", "run_header", "run_units", "validate_results", "write_bytes", "write_json",
            "write_results", "write_text", "write_train_results"]

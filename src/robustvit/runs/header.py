@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import sys
 from typing import Any
@@ -41,4 +42,21 @@ def model_record(model: torch.nn.Module, name: str, source: str | None = None,
             "class_map": None if class_map is None else str(class_map)}
 
 
-__all__ = ["device_name", "model_record", "run_header"]
+def weights_id(model: torch.nn.Module, name: object = None) -> str:
+    """What a run's results depend on in the weights, for its fingerprint: the SHA-256 of the checkpoint or
+    ``--weights`` file (the same on every machine of a job array), else the timm name of pretrained weights, else
+    (random weights, a Python model object) a digest of the parameters and buffers — so that a resumed run never
+    mixes units of two random initialisations."""
+    weights = getattr(model, "weights", None) or {}
+    if weights.get("sha256"):
+        return f"sha256:{weights['sha256']}"
+    if isinstance(name, str) and weights.get("source") != "random":
+        return name
+    h = hashlib.sha256()
+    for k, t in model.state_dict().items():
+        h.update(k.encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return f"{'random' if weights.get('source') == 'random' else 'python'}:{h.hexdigest()[:16]}"
+
+
+__all__ = ["device_name", "model_record", "run_header", "weights_id"]

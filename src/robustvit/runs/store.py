@@ -62,7 +62,10 @@ class UnitStore:
             old = json.loads(old_text or "{}")
             diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
             what = "a run" if scope == RUN_SCOPE else f"{scope} results of a run"
-            raise RobustvitError(f"{self.path.parent} holds {what} with other settings ({', '.join(diff)}); "
+            random = any(str(d.get(k)).startswith("random:") for k in diff for d in (old, fingerprint))
+            hint = ("; the model has random weights, drawn anew by each command: save them (a checkpoint folder) "
+                    "or give pretrained ones to resume" if random else "")
+            raise RobustvitError(f"{self.path.parent} holds {what} with other settings ({', '.join(diff)}){hint}; "
                                  "use another --out folder, or delete it to start over")
 
     def fingerprint_text(self, scope: str = RUN_SCOPE) -> str | None:

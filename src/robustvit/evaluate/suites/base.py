@@ -150,6 +150,9 @@ class Suite:
     #: The suite's own data set (``dataset``), when as long as the run's, holds the run's images at the same
     #: positions (ImageNet-C next to ImageNet validation): it then takes the run's images (``--limit``, ``--subset``).
     data_aligned: ClassVar[bool] = False
+    #: The suite reads the model's class predictions, so the model's classes must be the data's (or mapped onto
+    #: them with ``--class-map``); a suite of features only (``fewshot``) sets it False.
+    uses_head: ClassVar[bool] = True
 
     def __init__(self, limit: int | None = None, subset: str | None = None, **options: Any) -> None:
         given = {**({"limit": limit} if limit is not None else {}), **({"subset": subset} if subset is not None else {}),

@@ -164,6 +164,7 @@ def _parse_shots(value: Any) -> tuple[int, ...]:
 class FewShot(Suite):
     name = "fewshot"
     description = "few-shot linear probe (closed-form ridge to ±1 targets) on frozen pre-logits (ViT paper)"
+    uses_head = False       # features only: an ImageNet model can be probed on CIFAR without a class map
 
     @dataclass
     class Options(SuiteOptions):
