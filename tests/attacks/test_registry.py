@@ -147,3 +147,13 @@ def test_options_dataclass_matches_constructor(name):
     cls = get_attack_class(name)
     names = {f.name for f in dataclasses.fields(cls.Options)}
     assert names == attack_keywords(name)
+
+
+def test_every_attack_option_has_a_help_line():
+    from robustvit.attacks import list_attacks
+    from robustvit.attacks.base import get_attack_class
+    from robustvit.options import describe
+
+    missing = [f"{name}.{o['name']}" for name in list_attacks() for o in describe(get_attack_class(name).Options)
+               if not o["help"]]
+    assert not missing, f"add these keywords to robustvit.attacks.base.OPTION_HELP: {missing}"

@@ -63,6 +63,48 @@ def _option_type(name: str, hint: Any) -> Any:
     return tp | None if type(None) in args else tp
 
 
+#: The help line of each attack keyword for ``robustvit list attacks --options`` (a keyword's meaning is the same
+#: in every attack that takes it; the papers' names in brackets).
+OPTION_HELP: dict[str, str] = {
+    "eps": "perturbation budget ε, a number or a fraction such as 8/255",
+    "norm": "threat model: linf or l2",
+    "targeted": "move towards a target class instead of away from the true one",
+    "seed": "seed of the attack's random starts and draws",
+    "steps": "iterations",
+    "restarts": "random restarts; an image counts as robust only if it survives all",
+    "step_size": "step per iteration (a number or a fraction; default: the attack's rule)",
+    "random_start": "start from a random point of the ε-ball",
+    "rho": "APGD: fraction of successful steps below which the step size halves at a checkpoint (ρ)",
+    "momentum": "APGD: momentum α of the update",
+    "eot_iter": "gradients averaged per step (expectation over transformation, for randomised models)",
+    "n_target_classes": "target classes tried, the most likely wrong ones first",
+    "loss": "the loss the attack ascends (ce, dlr, …)",
+    "n_queries": "black-box queries per image",
+    "p_init": "Square: initial fraction of the image a square covers",
+    "rescale_schedule": "Square: rescale the p schedule to n_queries (as AutoAttack does)",
+    "alpha_max": "FAB: largest step towards the original image (α_max)",
+    "eta": "FAB: overshoot factor of the projection (η)",
+    "beta": "FAB: backward step weight (β)",
+    "batch_restarts": "run the restarts as one batch (faster; the same result)",
+    "batch_size": "images per forward pass",
+    "version": "AutoAttack version: standard, plus, rand or custom (attacks=)",
+    "attacks": "the members to run, joined by + (default: the version's)",
+    "member_kwargs": "keywords passed to the members",
+    "skip_missing": "skip members that do not apply instead of refusing",
+    "run_checks": "AutoAttack's own checks of the model (randomness, softmax output, …)",
+    "verbose": "print each member's progress",
+    "translations": "spatial: translations tried per axis",
+    "rotations": "spatial: rotations tried",
+    "max_translation": "spatial: largest shift in pixels (default: the papers' range scaled to the image, ±3 px at 32 px)",
+    "max_rotation": "spatial: largest rotation in degrees",
+    "num_patches": "Patch-Fool: patches attacked",
+    "attn_weight": "Patch-Fool: weight of the attention-aware loss (0: cross-entropy only)",
+    "attn_block": "Patch-Fool: block whose attention chooses the patch",
+    "selection": "Patch-Fool: how the patch is chosen (attn, saliency or random)",
+    "scoring": "Patch-Fool: return the final iterate (the reference's) or the best one",
+}
+
+
 def options_from_signature(cls: type) -> type:
     """The options dataclass of ``cls``: one field per keyword of its constructor and its parents' (through
     ``**kwargs``), with the constructor's defaults; the first class in the MRO that names a keyword wins."""
@@ -86,12 +128,14 @@ def options_from_signature(cls: type) -> type:
             break
     fields = []
     for name, (tp, default) in specs.items():
+        meta = {"help": OPTION_HELP.get(name, "")}
         if default is inspect.Parameter.empty:
-            fields.append((name, tp))
+            fields.append((name, tp, dataclasses.field(metadata=meta)))
         elif isinstance(default, (list, dict, set)):
-            fields.append((name, tp, dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d))))
+            fields.append((name, tp, dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d),
+                                                       metadata=meta)))
         else:
-            fields.append((name, tp, dataclasses.field(default=default)))
+            fields.append((name, tp, dataclasses.field(default=default, metadata=meta)))
     return dataclasses.make_dataclass(f"{cls.__name__}Options", fields)
 
 
