@@ -147,3 +147,18 @@ def test_two_evaluations_under_one_name_stay_apart(tmp_path):
     merged = load_results([a, b, t])
     assert [(m["model"]["name"], m["suites"]["clean"]["top1"]) for m in merged] == [("vit", 0.5), ("vit (run_b)", 0.7)]
     assert "transfer" in merged[0]["suites"]            # disjoint suites of one model are joined
+
+
+def test_autoattack_members_line_up_across_old_and_new_member_names():
+    """A file written when the members were ``apgd-ce``/``apgd-t`` and one with ``apgd_ce``/``apgd_t``: one row
+    per member, both models' numbers in it."""
+    from robustvit.report.sections.adversarial import attack_table_section
+
+    old = eval_result("old", 0.9, {}, aa=0.4)
+    new = eval_result("new", 0.8, {}, aa=0.3)
+    new["suites"]["autoattack"]["per_attack"] = {"apgd_ce": 0.35, "apgd_t": 0.3}
+    md = attack_table_section("autoattack", [old, new]).markdown
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]]
+            for line in md.splitlines() if line.startswith("| after")}
+    assert set(rows) == {"after apgd_ce", "after apgd_t"}
+    assert all(c and c != "–" and c != "None" for cells in rows.values() for c in cells), rows

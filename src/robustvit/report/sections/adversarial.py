@@ -118,6 +118,14 @@ def _examples(keys: list[str], results: list[dict[str, Any]], n: int = 4) -> Fig
     return Figure("adversarial_examples", fig, f"examples from {key}, models side by side")
 
 
+def _per_attack(result: dict[str, Any]) -> dict[str, Any]:
+    """AutoAttack's accuracy after each member, by the member's registered name (files written before the
+    attacks' snake_case names say ``apgd-ce``)."""
+    from robustvit.attacks.base import ATTACKS
+
+    return {ATTACKS.canonical(name): v for name, v in (result.get("per_attack") or {}).items()}
+
+
 @register_section("apgd*", order=20)
 @register_section("autoattack*", order=20)
 @register_section("spatial*", order=30)
@@ -129,8 +137,9 @@ def attack_table_section(key: str, results: list[dict[str, Any]]) -> Section | N
     first = present[0]["suites"][key]
     rows = [["clean accuracy"] + [r["suites"][key].get("clean_accuracy") for r in present],
             ["robust accuracy"] + [r["suites"][key].get("accuracy") for r in present]]
-    for member in first.get("per_attack", {}):
-        rows.append([f"after {member}"] + [r["suites"][key].get("per_attack", {}).get(member) for r in present])
+    members = [_per_attack(r["suites"][key]) for r in present]
+    for member in members[0]:
+        rows.append([f"after {member}"] + [m.get(member) for m in members])
     extra = [m for m in ("transforms_per_s",) if m in first]
     rows += [[m] + [r["suites"][key].get(m) for r in present] for m in extra]
     md = md_table(["metric"] + [r["model"]["name"] for r in present], rows)
