@@ -17,6 +17,6 @@ from robustvit.runs.scheduler import Shard, Worker, collect, run_units
 from robustvit.runs.store import DB_NAME, MemoryStore, UnitStore, now
 
 __all__ = ["DB_NAME", "MemoryStore", "RESULTS_FILE", "SCHEMA_VERSION", "Shard", "UnitStore", "Worker", "barrier",
-           "check_kind", "collect", "data_record", "init_distributed", "model_record", "now", "open_shared_store", "read_results", "replacing", "weights_id",
-           "results_document", "run_header", "run_units", "validate_results", "write_bytes", "write_json",
-           "write_results", "write_text", "write_train_results"]
+           "check_kind", "collect", "data_record", "init_distributed", "model_record", "now", "open_shared_store", "read_results", "replacing",
+           "results_document", "run_header", "run_units", "validate_results", "weights_id", "write_bytes",
+           "write_json", "write_results", "write_text", "write_train_results"]
