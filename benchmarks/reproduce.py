@@ -22,8 +22,8 @@ e.g. the JPEG copy extracted with ``tar xzf cifar10-jpg.tar.gz -C DIR``::
     python benchmarks/reproduce.py --data-root DIR --out bench-out/reproduce
     python benchmarks/reproduce.py --out bench-out/reproduce --table
 
-The default protocol is sized for a 2-core CPU (about an hour with ``--jobs 2``); it is *not* the papers' full
-protocol (see ``docs/reproduction.md``): a 2,000-image training sample, 4 epochs, a 0.6 M-parameter ViT on a
+The default protocol is sized for a 2-core CPU (8 runs × 3 seeds, about 35 minutes with ``--jobs 2``); it is
+*not* the papers' full protocol (see ``docs/reproduction.md``): a 2,000-image training sample, 4 epochs, a 0.6 M-parameter ViT on a
 convolutional stem (``vit_cifar_demo``), PGD-2 inside training, small evaluation samples.
 """
 
