@@ -48,6 +48,17 @@ def test_cnn_refuses_attention_analyses_in_one_line():
     assert cap["attacks"]["pgd"]["status"] == "applies"
 
 
+@pytest.mark.parametrize("key", ["regnet", "mixer"])
+def test_a_model_no_probe_reads_gets_perturbation_semantics_only(key):
+    """An "other" model (RegNet: no probe; Mixer: a block probe without attention) runs the analysis that needs
+    only its forward and gradients, and refuses the block-wise ones in one line naming it."""
+    cap = capabilities(build(key), run=True, images=4)
+    ran = {n for n, e in cap["analyses"].items() if e["status"] == "ok"}
+    assert ran == {"perturbation_semantics"}, cap["analyses"]
+    e = cap["analyses"]["lesion"]
+    assert "\n" not in e["reason"] and "for other use: perturbation_semantics" in e["reason"]
+
+
 def test_structure_reads_prefix_tokens():
     assert structure(build("vit_reg_cls")) == {"has_class_token": True, "num_registers": 4, "num_prefix_tokens": 5}
     assert structure(build("vit_reg_gap")) == {"has_class_token": False, "num_registers": 4, "num_prefix_tokens": 4}

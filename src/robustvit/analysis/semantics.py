@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis
+from robustvit.analysis.base import FAMILIES, Analysis, Context, function_signature, register_analysis
 from robustvit.attacks import create_attack
 from robustvit.attacks.pgd import class_visualisation
 from robustvit.errors import RobustvitError
@@ -209,7 +209,7 @@ def plot_semantics(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class PerturbationSemantics(Analysis):
     name = "perturbation_semantics"
-    families = ("vit", "deit", "xcit", "swin", "fan", "cnn")
+    families = (*FAMILIES, "other")     # needs only the model's forward and gradients, no probe: any classifier
     description = "classify rescaled PGD perturbations (top-1/top-5) and class-targeted visualisation (Light Recipe)"
     Options = SemanticsOptions
 
