@@ -1,7 +1,7 @@
 """Reproduce the adversarial-training directions on real CIFAR-10, over seeds, with robustvit's own CLI.
 
 Trains one small CIFAR model with each method (``ce``; ``fgsm_rs``, Wong et al. arXiv:2001.03994; ``pgd_at``,
-Madry et al. arXiv:1706.06083; ``trades`` at two β, Zhang et al. arXiv:1901.08573; ``afat``, Guo et al.,
+Madry et al. arXiv:1706.06083; ``trades`` at two β, Zhang et al. arXiv:1901.08573; ``afat`` at three λ, Guo et al.,
 arXiv:2306.07881; FGSM-RS and PGD-AT at a large ε, Wong et al.'s catastrophic overfitting) and several seeds
 through ``robustvit train`` on a class-stratified training sample, then evaluates every model with
 ``robustvit eval`` — clean accuracy, PGD-10 and AutoAttack's APGD-CE + APGD-T at 8/255, the mean over the 15
@@ -22,7 +22,7 @@ e.g. the JPEG copy extracted with ``tar xzf cifar10-jpg.tar.gz -C DIR``::
     python benchmarks/reproduce.py --data-root DIR --out bench-out/reproduce
     python benchmarks/reproduce.py --out bench-out/reproduce --table
 
-The default protocol is sized for a 2-core CPU (8 runs × 3 seeds, about 35 minutes with ``--jobs 2``); it is
+The default protocol is sized for a 2-core CPU (10 runs × 3 seeds, about 45 minutes with ``--jobs 2``); it is
 *not* the papers' full protocol (see ``docs/reproduction.md``): a 2,000-image training sample, 4 epochs, a 0.6 M-parameter ViT on a
 convolutional stem (``vit_cifar_demo``), PGD-2 inside training, small evaluation samples.
 """
@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-#: run name → the loss and what differs from the protocol's defaults (``eps``: training ε; ``beta``: TRADES β).
-#: The order is the order of the work and of the tables.
+#: run name → the loss and what differs from the protocol's defaults (``eps``: training ε; ``beta``: TRADES β;
+#: ``lam``: AFAT's alignment weight λ). The order is the order of the work and of the tables.
 RUNS: dict[str, dict[str, Any]] = {
     "ce": {"loss": "ce"},
     "fgsm_rs": {"loss": "fgsm_rs"},
@@ -56,6 +56,8 @@ RUNS: dict[str, dict[str, Any]] = {
     "trades_b1": {"loss": "trades", "beta": 1.0},
     "fgsm_rs_e16": {"loss": "fgsm_rs", "eps": "16/255"},
     "pgd_at_e16": {"loss": "pgd_at", "eps": "16/255"},
+    "afat_l05": {"loss": "afat", "lam": 0.5},
+    "afat_l50": {"loss": "afat", "lam": 50.0},
 }
 METHODS = tuple(RUNS)
 #: the main table's columns: key of a run's record → heading
@@ -136,11 +138,11 @@ def shown(cmd: list[str]) -> str:
 
 
 def run_setting(a: argparse.Namespace, method: str) -> dict[str, Any]:
-    """The run's loss, ε (None for ce/afat) and TRADES β."""
+    """The run's loss, ε (None for ce/afat), TRADES β and AFAT λ (None: the loss's default)."""
     r = RUNS[method]
     adversarial = r["loss"] in ("fgsm_rs", "pgd_at", "trades")
     return {"loss": r["loss"], "eps": r.get("eps", a.eps) if adversarial else None,
-            "beta": r.get("beta", a.beta) if r["loss"] == "trades" else None}
+            "beta": r.get("beta", a.beta) if r["loss"] == "trades" else None, "lam": r.get("lam")}
 
 
 def train_cmd(a: argparse.Namespace, method: str, seed: int, data: Path, out: Path, resume: bool) -> list[str]:
@@ -155,6 +157,8 @@ def train_cmd(a: argparse.Namespace, method: str, seed: int, data: Path, out: Pa
         cmd += ["--attack-steps", str(a.attack_steps)]
     if st["beta"] is not None:
         cmd += ["--loss-option", f"beta={st['beta']}"]
+    if st["lam"] is not None:
+        cmd += ["--loss-option", f"lam={st['lam']}"]
     return cmd + (["--resume"] if resume else [])
 
 
@@ -277,7 +281,8 @@ def _run(a: argparse.Namespace, method: str, seed: int, train_data: Path, n_trai
     t2 = time.time()
     epochs = [json.loads(line) for line in (tdir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     record = {
-        "method": method, "loss": st["loss"], "train_eps": st["eps"], "trades_beta": st["beta"], "seed": seed,
+        "method": method, "loss": st["loss"], "train_eps": st["eps"], "trades_beta": st["beta"],
+        "afat_lam": st["lam"], "seed": seed,
         "model": a.model, **read_eval(edir / "results.json", a.eps, st["eps"]),
         **read_stability(adir / "attention_stability.json"),
         "train_log": epochs[-1] if epochs else None,
@@ -334,6 +339,7 @@ def _rows(runs: list[dict[str, Any]], methods: list[str], metrics: tuple[tuple[s
         rs = sorted((r for r in runs if r["method"] == m), key=lambda r: r["seed"])
         setting = [f"ε {rs[0]['train_eps']}"] if rs[0].get("train_eps") else []
         setting += [f"β {rs[0]['trades_beta']:g}"] if rs[0].get("trades_beta") is not None else []
+        setting += [f"λ {rs[0]['afat_lam']:g}"] if rs[0].get("afat_lam") is not None else []
         loss = f"`{rs[0].get('loss', m)}`" + (f" ({', '.join(setting)})" if setting else "")
         cells = [mean_std([r[k] for r in rs if r.get(k) is not None], *((1, 3) if k == "attention_stability" else ()))
                  for k, _ in metrics]
