@@ -32,6 +32,10 @@ def test_quick_demo_end_to_end(tmp_path):
     assert "figures/training.png" in (tmp_path / "report.md").read_text()      # curves from metrics.jsonl
     md = (tmp_path / "report.md").read_text()
     assert md.startswith("# robustvit demo") and "Inside the models" in md
+    # the note says how the analyses' images were drawn (run_analyses' default: a stratified sample)
+    assert "analyses on a class-stratified sample of 50" in md
+    analysed = json.loads((tmp_path / "vit_cifar_demo" / "analysis" / "results.json").read_text())
+    assert analysed["data"]["subset"]["method"] == "stratified", analysed["data"]
     # ViT and ResNet perturbations side by side (Bhojanapalli et al. Fig. 5) from the examples the suites saved
     assert "figures/adversarial_examples.png" in md and (tmp_path / "figures" / "adversarial_examples.png").is_file()
     # re-running resumes: nothing is trained or evaluated again, the results are the same

@@ -136,8 +136,9 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
                               val_limit=500, seed=seed, device=device, **dm.train)
             train(cfg, resume=(mdir / "last" / "train_state.pt").is_file(), progress=progress)
     notes = [f"Models trained on {train_spec} ({'quick' if quick else 'default'} plan) and evaluated on {test_spec} "
-             f"({plan.eval_limit or plan.test_count} images; analyses on the first {plan.analysis_limit}); total "
-             f"{time.time() - t_start:.0f} s on {'CUDA' if resolve_device(device).type == 'cuda' else 'CPU'}.",
+             f"({plan.eval_limit or plan.test_count} images; analyses on a class-stratified sample of "
+             f"{plan.analysis_limit}); training took {time.time() - t_start:.0f} s on "
+             f"{'CUDA' if resolve_device(device).type == 'cuda' else 'CPU'}.",
              "vit_cifar_demo: a 4-block ViT on a convolutional stem; vit_cifar_demo_fgsm_rs: that ViT fine-tuned "
              f"adversarially for {plan.epochs['vit_cifar_demo_fgsm_rs']} epoch(s) (FGSM-RS, ε = 4/255); resnet_cifar18 "
              "with width_mult=0.25 (a quarter of the channels) so that it trains on a CPU in minutes."]
