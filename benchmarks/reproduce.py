@@ -1,8 +1,8 @@
 """Reproduce the adversarial-training directions on real CIFAR-10, over seeds, with robustvit's own CLI.
 
 Trains one small CIFAR model with each method (``ce``; ``fgsm_rs``, Wong et al. arXiv:2001.03994; ``pgd_at``,
-Madry et al. arXiv:1706.06083; ``trades`` at two β, Zhang et al. arXiv:1901.08573; ``afat`` at three λ, Guo et al.,
-arXiv:2306.07881; FGSM-RS and PGD-AT at a large ε, Wong et al.'s catastrophic overfitting) and several seeds
+Madry et al. arXiv:1706.06083; ``trades`` at two β, Zhang et al. arXiv:1901.08573; ``afat`` at three λ, Guo et
+al., arXiv:2306.07881; FGSM-RS and PGD-AT at a large ε, Wong et al.'s catastrophic overfitting) and several seeds
 through ``robustvit train`` on a class-stratified training sample, then evaluates every model with
 ``robustvit eval`` — clean accuracy, PGD-10 and AutoAttack's APGD-CE + APGD-T at 8/255, the mean over the 15
 CIFAR-10-C benchmark corruptions × 5 severities (made in memory), patch occlusion at ρ 0.1–0.5 (and FGSM / PGD-10 at the run's own ε
@@ -23,8 +23,8 @@ e.g. the JPEG copy extracted with ``tar xzf cifar10-jpg.tar.gz -C DIR``::
     python benchmarks/reproduce.py --out bench-out/reproduce --table
 
 The default protocol is sized for a 2-core CPU (10 runs × 3 seeds, about 45 minutes with ``--jobs 2``); it is
-*not* the papers' full protocol (see ``docs/reproduction.md``): a 2,000-image training sample, 4 epochs, a 0.6 M-parameter ViT on a
-convolutional stem (``vit_cifar_demo``), PGD-2 inside training, small evaluation samples.
+*not* the papers' full protocol (see ``docs/reproduction.md``): a 2,000-image training sample, 4 epochs, a
+0.6 M-parameter ViT on a convolutional stem (``vit_cifar_demo``), PGD-2 inside training, small evaluation samples.
 """
 
 from __future__ import annotations

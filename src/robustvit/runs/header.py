@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 import robustvit
-from robustvit.runs.store import now
+from robustvit.runs.store import RANDOM_WEIGHTS, now
 
 
 def device_name(device: torch.device) -> str:
@@ -56,7 +56,7 @@ def weights_id(model: torch.nn.Module, name: object = None) -> str:
     for k, t in model.state_dict().items():
         h.update(k.encode())
         h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return f"{'random' if weights.get('source') == 'random' else 'python'}:{h.hexdigest()[:16]}"
+    return f"{RANDOM_WEIGHTS if weights.get('source') == 'random' else 'python:'}{h.hexdigest()[:16]}"
 
 
 __all__ = ["device_name", "model_record", "run_header", "weights_id"]

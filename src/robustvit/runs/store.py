@@ -33,6 +33,10 @@ def now() -> str:
     return time.strftime(TIME_FORMAT)
 
 
+#: How :func:`robustvit.runs.header.weights_id` names random weights in a fingerprint (a digest, drawn anew by
+#: each command).
+RANDOM_WEIGHTS = "random:"
+
 class UnitStore:
     """Units, fingerprints and run metadata of one folder (``directory/name``)."""
 
@@ -62,7 +66,7 @@ class UnitStore:
             old = json.loads(old_text or "{}")
             diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
             what = "a run" if scope == RUN_SCOPE else f"{scope} results of a run"
-            random = any(str(d.get(k)).startswith("random:") for k in diff for d in (old, fingerprint))
+            random = any(str(d.get(k)).startswith(RANDOM_WEIGHTS) for k in diff for d in (old, fingerprint))
             hint = ("; the model has random weights, drawn anew by each command: save them (a checkpoint folder) "
                     "or give pretrained ones to resume" if random else "")
             raise RobustvitError(f"{self.path.parent} holds {what} with other settings ({', '.join(diff)}){hint}; "

@@ -11,6 +11,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
+from robustvit.attacks.base import ATTACKS
 from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
 
 GROUP = "adversarial"
@@ -121,8 +122,6 @@ def _examples(keys: list[str], results: list[dict[str, Any]], n: int = 4) -> Fig
 def _per_attack(result: dict[str, Any]) -> dict[str, Any]:
     """AutoAttack's accuracy after each member, by the member's registered name (files written before the
     attacks' snake_case names say ``apgd-ce``)."""
-    from robustvit.attacks.base import ATTACKS
-
     return {ATTACKS.canonical(name): v for name, v in (result.get("per_attack") or {}).items()}
 
 
