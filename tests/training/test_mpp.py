@@ -5,10 +5,12 @@ import pytest
 import torch
 
 from robustvit.errors import RobustvitError
+from robustvit.runs import read_results
 from robustvit.models import create_model
 from robustvit.training import TrainConfig, train
 from robustvit.training.losses import create_loss, list_losses
-from robustvit.training.mpp import (KEEP, MASK, RANDOM, apply_corruption, mean_colour_targets, sample_corruption)
+from robustvit.training.mpp import (KEEP, MASK, RANDOM, apply_corruption, corrupt_pixels, mean_colour_targets,
+                                    patch_embed_is_local, sample_corruption)
 from robustvit.training.finetune import finetune
 from robustvit.training.recipes import get_recipe
 from robustvit.training.trainer import STATE_FILE
@@ -72,12 +74,12 @@ def _tiny_vit(prefix=True):
     return create_model("vit_cifar_micro", num_classes=4, **kw)
 
 
-@pytest.mark.parametrize("prefix", [True, False])
-def test_uncorrupted_encoding_is_the_models_own_forward(prefix):
+@pytest.mark.parametrize("prefix,space", [(True, "embedding"), (False, "embedding"), (True, "pixels")])
+def test_uncorrupted_encoding_is_the_models_own_forward(prefix, space):
     model = _tiny_vit(prefix).eval()
     model.mean.fill_(0.4)
     model.std.fill_(0.3)
-    loss = create_loss("mpp", mask_ratio=1.0, p_mask=0.0, p_random=0.0)     # every patch "corrupted" = kept
+    loss = create_loss("mpp", mask_ratio=1.0, p_mask=0.0, p_random=0.0, space=space)   # all "corrupted" = kept
     loss.setup(model)
     x = torch.rand(2, 3, 16, 16)
     c = sample_corruption(2, 16, torch.Generator().manual_seed(0), 1.0, 0.0, 0.0)
@@ -86,6 +88,70 @@ def test_uncorrupted_encoding_is_the_models_own_forward(prefix):
         ref = model.net.forward_features((x - 0.4) / 0.3)
     torch.testing.assert_close(got, ref)
     assert loss.num_prefix == (1 if prefix else 0)
+
+
+def test_corrupt_pixels_replaces_patches_as_sampled():
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(2, 3, 8, 12, generator=g)
+    c = sample_corruption(2, 6, g, ratio=0.7, p_mask=0.4, p_random=0.4)
+    mask = torch.randn(3 * 16, generator=g)
+    out = corrupt_pixels(z, c, mask, 4)
+    cell = lambda t, n, k: t[n, :, 4 * (k // 3):4 * (k // 3) + 4, 4 * (k % 3):4 * (k % 3) + 4]   # row-major
+    for n in range(2):
+        for k in range(6):
+            a, src = int(c.action[n, k]), int(c.source[n, k])
+            expect = (mask.view(3, 4, 4) if a == MASK else cell(z, src // 6, src % 6) if a == RANDOM
+                      else cell(z, n, k))
+            torch.testing.assert_close(cell(out, n, k), expect)
+
+
+def test_patch_embed_locality_is_checked_on_the_module():
+    micro, demo = create_model("vit_cifar_micro"), create_model("vit_cifar_demo")
+    assert patch_embed_is_local(micro.net.patch_embed, (32, 32), (8, 8))             # patchify projection
+    assert not patch_embed_is_local(demo.net.patch_embed, (32, 32), (8, 8))          # 3×3 convs see neighbours
+    assert demo.net.patch_embed.training                                             # mode restored
+    spaces = {}
+    for name, m in (("micro", micro), ("demo", demo)):
+        loss = create_loss("mpp")
+        loss.setup(m)
+        spaces[name] = (loss.space, loss.mask_embedding.numel())
+    assert spaces == {"micro": ("embedding", 128), "demo": ("pixels", 3 * 4 * 4)}
+    with pytest.raises(RobustvitError, match="space must be one of"):
+        create_loss("mpp", space="tokens")
+
+
+def test_pixel_corruption_equals_embedding_corruption_for_a_patchify_projection():
+    """For a linear patch projection, replacing a patch's pixels by a [mask] patch m is replacing its embedding
+    by proj(m): the two spaces give the same encoding (the paper's corruption, generalised)."""
+    model = _tiny_vit().eval()
+    px, emb = create_loss("mpp", space="pixels"), create_loss("mpp", space="embedding")
+    px.setup(model)
+    emb.setup(model)
+    pe = model.net.patch_embed
+    with torch.no_grad():
+        emb.mask_embedding.copy_(pe.proj(px.mask_embedding.view(1, 3, 4, 4)).flatten())
+        x = torch.rand(3, 3, 16, 16)
+        c = sample_corruption(3, 16, torch.Generator().manual_seed(5))
+        torch.testing.assert_close(px.corrupt_and_encode(model, x, c), emb.corrupt_and_encode(model, x, c),
+                                   rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("space,leaks", [("pixels", False), ("embedding", True)])
+def test_masked_colour_does_not_leak_through_a_conv_stem(space, leaks):
+    """With a convolutional stem, a masked patch's pixels reach its neighbours' embeddings: corrupting the
+    embeddings leaks the target, corrupting the pixels (``auto``'s choice there) does not."""
+    model = create_model("vit_cifar_demo").eval()
+    loss = create_loss("mpp", space=space)
+    loss.setup(model)
+    c = sample_corruption(1, 64, torch.Generator().manual_seed(0), 0.5, 1.0, 0.0)
+    k = int(c.corrupted[0].nonzero()[len(c.corrupted[0].nonzero()) // 2])            # a masked patch
+    x = torch.rand(1, 3, 32, 32)
+    x2 = x.clone()
+    r, col = divmod(k, 8)
+    x2[..., 4 * r:4 * r + 4, 4 * col:4 * col + 4] = 1 - x2[..., 4 * r:4 * r + 4, 4 * col:4 * col + 4]
+    with torch.no_grad():
+        a, b = (loss.corrupt_and_encode(model, v, c) for v in (x, x2))
+    assert (not torch.allclose(a, b)) == leaks
 
 
 def test_mpp_loss_falls_and_trains_mask_embedding_and_head():
@@ -138,6 +204,7 @@ def test_mpp_training_run_then_finetune(tmp_path):
     state = torch.load(tmp_path / "mpp" / "last" / STATE_FILE, weights_only=True)
     assert {"mask_embedding", "head.weight", "head.bias", "calls"} <= set(state["loss"])
     assert int(state["loss"]["calls"]) == 2 and state["loss"]["head.weight"].shape == (512, 32)
+    assert read_results(tmp_path / "mpp")["train"]["loss"] == {"name": "mpp", "space": "embedding"}
     model = create_model(str(ck))                       # a plain timm model: loads without the MPP parts
     assert type(model.net).__name__ == "VisionTransformer"
     # the trainer's optimizer stepped every model parameter and the three MPP parameters

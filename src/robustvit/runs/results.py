@@ -111,11 +111,11 @@ def check_kind(out_dir: str | Path, kind: str) -> None:
 def write_train_results(out_dir: str | Path, config: dict[str, Any], epochs: list[dict[str, Any]],
                         checkpoints: list[str | dict[str, Any]], model_record: dict[str, Any],
                         data_record: dict[str, Any], *, run: dict[str, Any] | None = None,
-                        notes: list[str] | None = None) -> Path:
+                        notes: list[str] | None = None, loss: dict[str, Any] | None = None) -> Path:
     """Write ``out_dir/results.json`` of kind ``train``: the run's ``config`` (a TrainConfig as a dict), one
     metrics dict per epoch (as ``metrics.jsonl`` holds them), the checkpoints kept (folder names relative to
     ``out_dir``, or dicts), the model and data records (:func:`robustvit.runs.header.model_record`,
-    :func:`data_record` keys). ``run`` defaults to a header of this process (device and seed from ``config``)."""
+    :func:`data_record` keys), and ``loss``: the loss's name and the choices it made itself (``TrainingLoss.resolved``). ``run`` defaults to a header of this process (device and seed from ``config``)."""
     from robustvit.runs.header import run_header
     from robustvit.utils import resolve_device
 
@@ -123,6 +123,8 @@ def write_train_results(out_dir: str | Path, config: dict[str, Any], epochs: lis
         run = run_header(device=resolve_device(config.get("device") or "auto"),
                          seed=int(config.get("seed") or 0), batch_size=config.get("batch_size"))
     payload = {"config": config, "epochs": list(epochs), "checkpoints": list(checkpoints)}
+    if loss is not None:
+        payload["loss"] = loss
     doc = results_document("train", run=run, model=model_record, data=data_record, payload=payload, notes=notes)
     return write_results(out_dir, doc)
 

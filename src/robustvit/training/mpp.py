@@ -9,8 +9,15 @@ corrupted patches only.
 
 How it plugs into a timm ViT without changing it: a forward hook on ``net.patch_embed`` corrupts the patch
 embeddings (before the position embeddings and prefix tokens are added), and the model's own
-``forward_features`` runs the rest; the output patch tokens go through a linear 512-way head. The [mask]
-embedding and the head belong to this loss module, not to the model: they are trained by the trainer's
+``forward_features`` runs the rest; the output patch tokens go through a linear 512-way head.
+
+Where the patch embedding is not a patchify projection (a convolutional stem, whose tokens see the pixels of
+their neighbours), corrupting embeddings would let every masked patch's colour leak through its neighbours'
+tokens; there the same corruption is applied to the pixels of the patches before ``patch_embed`` (a learnable
+[mask] patch, another patch's pixels, or kept) — ``space="auto"`` decides by checking, on the model's own
+``patch_embed``, whether a change in one patch's pixels moves any other token (:func:`patch_embed_is_local`).
+
+The [mask] embedding and the head belong to this loss module, not to the model: they are trained by the trainer's
 optimizer with the model (:meth:`optimized_parameters`) and saved with the loss state in
 ``OUT/last/train_state.pt``; the model checkpoint (``OUT/checkpoint``) stays a plain timm model, which
 ``robustvit finetune --model OUT/checkpoint`` fine-tunes (its classification head is untouched by MPP).
@@ -38,6 +45,7 @@ from robustvit.training.losses import LossOutput, TrainingLoss, _rank, register_
 from robustvit.utils import derive_seed
 
 KEEP, MASK, RANDOM = 0, 1, 2
+SPACES = ("auto", "embedding", "pixels")
 
 
 @dataclass
@@ -78,6 +86,42 @@ def apply_corruption(tokens: torch.Tensor, c: Corruption, mask_embedding: torch.
     return torch.where((c.action == MASK)[..., None], mask_embedding.to(tokens.dtype).expand_as(tokens), out)
 
 
+def corrupt_pixels(z: torch.Tensor, c: Corruption, mask_patch: torch.Tensor, patch: int) -> torch.Tensor:
+    """Corrupted copy of images ``z`` (N, C, H, W), patch by ``patch``×``patch`` patch in timm's row-major token order:
+    :func:`apply_corruption` on the flattened pixels of every patch; ``mask_patch`` (C·patch²,)."""
+    n, ch, h, w = z.shape
+    gh, gw = h // patch, w // patch
+    t = z.reshape(n, ch, gh, patch, gw, patch).permute(0, 2, 4, 1, 3, 5).reshape(n, gh * gw, ch * patch * patch)
+    t = apply_corruption(t, c, mask_patch)
+    return t.reshape(n, gh, gw, ch, patch, patch).permute(0, 3, 1, 4, 2, 5).reshape(n, ch, h, w)
+
+
+@torch.no_grad()
+def patch_embed_is_local(patch_embed: nn.Module, image_size: tuple[int, int], grid: tuple[int, int],
+                         in_chans: int = 3) -> bool:
+    """Whether every token of ``patch_embed`` depends on its own patch's pixels only (a patchify projection, as
+    the ViT paper's), checked on the module itself: the pixels of one inner patch are changed and no other token
+    may move. Runs in eval mode (BatchNorm's running statistics act per position)."""
+    (h, w), (gh, gw) = image_size, grid
+    ph, pw = h // gh, w // gw
+    param = next(patch_embed.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, in_chans, h, w, generator=g).to(device)
+    r, col = gh // 2, gw // 2
+    x2 = x.clone()
+    x2[..., r * ph:(r + 1) * ph, col * pw:(col + 1) * pw] += torch.randn(in_chans, ph, pw, generator=g).to(device)
+    was = patch_embed.training
+    patch_embed.eval()
+    try:
+        a, b = (patch_embed(v).reshape(1, gh * gw, -1) for v in (x, x2))
+    finally:
+        patch_embed.train(was)
+    moved = (a - b).abs().amax(-1)[0] > 1e-6 * (1 + a.abs().amax())
+    moved[r * gw + col] = False
+    return not bool(moved.any())
+
+
 def mean_colour_targets(x: torch.Tensor, patch: int, bits: int = 3) -> torch.Tensor:
     """The ``bits``-bit mean colour class of every patch of images ``x`` (N, 3, H, W) in [0, 1]: (N, L) in
     [0, 2^(3·bits)), patches in row-major order (timm's token order), index r·4^bits + g·2^bits + b."""
@@ -91,16 +135,20 @@ def mean_colour_targets(x: torch.Tensor, patch: int, bits: int = 3) -> torch.Ten
 @register_loss
 class MaskedPatchPrediction(TrainingLoss):
     """MPP (ViT paper, App. B.1.2): options ``mask_ratio`` (0.5), ``p_mask`` (0.8), ``p_random`` (0.1),
-    ``bits`` (3: 512 colour classes), ``seed``. Returns the CE over corrupted patches; the classification
-    logits returned for the trainer's log come from the model's (untrained) head on the corrupted input."""
+    ``bits`` (3: 512 colour classes), ``space`` (``auto``: corrupt the patch embeddings where each depends on
+    its own patch only, as the paper, else the patches' pixels; ``embedding``; ``pixels``), ``seed``. Returns
+    the CE over corrupted patches; the classification logits returned for the trainer's log come from the
+    model's (untrained) head on the corrupted input."""
 
     name = "mpp"
 
     def __init__(self, mask_ratio: float = 0.5, p_mask: float = 0.8, p_random: float = 0.1, bits: int = 3,
-                 seed: int = 0) -> None:
+                 space: str = "auto", seed: int = 0) -> None:
         super().__init__()
         self.mask_ratio, self.p_mask, self.p_random = float(mask_ratio), float(p_mask), float(p_random)
-        self.bits, self.seed = int(bits), int(seed)
+        self.bits, self.seed, self.space = int(bits), int(seed), str(space)
+        if self.space not in SPACES:
+            raise RobustvitError(f"mpp: space must be one of {', '.join(SPACES)}, got {space!r}")
         if not (0 < self.mask_ratio <= 1 and self.p_mask >= 0 and self.p_random >= 0
                 and self.p_mask + self.p_random <= 1 and 1 <= self.bits <= 4):
             raise RobustvitError("mpp: need 0 < mask_ratio <= 1, p_mask, p_random >= 0 with p_mask + p_random <= 1, "
@@ -118,9 +166,15 @@ class MaskedPatchPrediction(TrainingLoss):
         if dim <= 0 or probe.grid_size is None:
             raise RobustvitError("mpp needs a ViT with a fixed patch grid and an embed_dim")
         self.grid, self.num_prefix = probe.grid_size, probe.num_prefix_tokens
+        size = tuple(model.spec.input_size[-2:])
+        self.patch = size[0] // self.grid[0]
+        if self.space == "auto":
+            local = patch_embed_is_local(net.patch_embed, size, self.grid, model.spec.input_size[0])
+            self.space = "embedding" if local else "pixels"
         if self.mask_embedding is None:
             device = next(model.parameters()).device
-            self.mask_embedding = nn.Parameter(torch.zeros(dim, device=device))
+            width = dim if self.space == "embedding" else model.spec.input_size[0] * self.patch ** 2
+            self.mask_embedding = nn.Parameter(torch.zeros(width, device=device))
             nn.init.trunc_normal_(self.mask_embedding, std=0.02)   # timm's init of the cls token
             self.head = nn.Linear(dim, 2 ** (3 * self.bits), device=device)
 
@@ -129,9 +183,12 @@ class MaskedPatchPrediction(TrainingLoss):
         return [("mpp.mask_token", self.mask_embedding)] + [(f"mpp.head.{n}", p) for n, p in self.head.named_parameters()]
 
     def corrupt_and_encode(self, model: nn.Module, x: torch.Tensor, c: Corruption) -> torch.Tensor:
-        """The model's own ``forward_features`` on normalised ``x`` with its patch embeddings corrupted by ``c``:
-        output patch tokens (N, L, D)."""
+        """The model's own ``forward_features`` on normalised ``x`` with its patch embeddings (``space``
+        ``embedding``) or its patches' pixels (``pixels``) corrupted by ``c``: output tokens (N, prefix + L, D)."""
         net = model.net
+        z = (x - model.mean.to(x.dtype)) / model.std.to(x.dtype)
+        if self.space == "pixels":
+            return net.forward_features(corrupt_pixels(z, c, self.mask_embedding.to(z.dtype), self.patch))
         seen = []
 
         def hook(module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
@@ -145,7 +202,6 @@ class MaskedPatchPrediction(TrainingLoss):
 
         handle = net.patch_embed.register_forward_hook(hook)
         try:
-            z = (x - model.mean.to(x.dtype)) / model.std.to(x.dtype)
             feats = net.forward_features(z)
         finally:
             handle.remove()
@@ -159,6 +215,9 @@ class MaskedPatchPrediction(TrainingLoss):
         gh, gw = self.grid
         if x.shape[-2] % gh or x.shape[-1] % gw or x.shape[-2] // gh != x.shape[-1] // gw:
             raise RobustvitError(f"mpp: {tuple(x.shape[-2:])} images do not split into the model's {gh}×{gw} patches")
+        if self.space == "pixels" and x.shape[-2] // gh != self.patch:
+            raise RobustvitError(f"mpp: {tuple(x.shape[-2:])} images, but the model was set up for "
+                                 f"{tuple(model.spec.input_size[-2:])}: train at the model's input size")
         gen = torch.Generator(device=x.device)
         gen.manual_seed(derive_seed(self.seed, "mpp", int(self.calls), _rank()))
         self.calls += 1
@@ -180,8 +239,13 @@ class MaskedPatchPrediction(TrainingLoss):
         s, self._sums = self._sums, {"correct": 0.0, "n": 0.0}
         return {"mpp_acc": s["correct"] / s["n"]} if s["n"] else {}
 
+    def resolved(self) -> dict[str, Any]:
+        return {"space": self.space}
+
     def extra_repr(self) -> str:
-        return f"mask_ratio={self.mask_ratio}, p_mask={self.p_mask}, p_random={self.p_random}, bits={self.bits}"
+        return (f"mask_ratio={self.mask_ratio}, p_mask={self.p_mask}, p_random={self.p_random}, bits={self.bits}, "
+                f"space={self.space}")
 
 
-__all__ = ["Corruption", "MaskedPatchPrediction", "apply_corruption", "mean_colour_targets", "sample_corruption"]
+__all__ = ["Corruption", "MaskedPatchPrediction", "apply_corruption", "corrupt_pixels", "mean_colour_targets",
+           "patch_embed_is_local", "sample_corruption"]

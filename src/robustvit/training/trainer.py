@@ -568,4 +568,5 @@ def write_results(run: Run) -> Path:
     record["weights"] = {"source": "trained", "checkpoint": "checkpoint", "started_from": start,
                          "sha256": hashlib.sha256(weights.read_bytes()).hexdigest() if weights.is_file() else None}
     record["pretrained"] = True     # trained weights: the numbers describe a trained network
-    return write_train_results(run.out, run.cfg.to_dict(), epochs, kept, record, data)
+    return write_train_results(run.out, run.cfg.to_dict(), epochs, kept, record, data,
+                               loss={"name": run.cfg.loss, **run.loss.resolved()})

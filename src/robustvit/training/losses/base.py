@@ -69,6 +69,10 @@ class TrainingLoss(nn.Module):
     def metrics(self) -> dict[str, float]:
         return {}
 
+    def resolved(self) -> dict[str, Any]:
+        """Choices the loss made itself in ``setup`` (MPP's corruption ``space``), for ``results.json``."""
+        return {}
+
     def optimized_parameters(self) -> list[tuple[str, nn.Parameter]]:
         """(name, parameter) pairs of this loss that the trainer's optimizer trains with the model (MPP's
         [mask] embedding and head); losses with their own optimizer (AFAT) return none."""
