@@ -47,7 +47,8 @@ def commands(a: argparse.Namespace, seed: int, d: Path) -> dict[str, list[str]]:
     return {
         "mpp": cli("train", "--recipe", "mpp", "--model", a.model, "--data", a.unlabelled, "--epochs",
                    str(a.mpp_epochs), "--batch-size", str(a.mpp_batch), "--lr", str(a.mpp_lr), "--seed", str(seed),
-                   "--device", "cpu", "--out", str(d / "mpp")),
+                   "--device", "cpu", *(["--loss-option", f"space={a.mpp_space}"] if a.mpp_space != "auto" else []),
+                   "--out", str(d / "mpp")),
         "mpp_ft": cli("finetune", "--model", str(d / "mpp" / "checkpoint"), *sup, "--out", str(d / "mpp_ft")),
         "scratch": cli("train", "--model", a.model, *sup, "--out", str(d / "scratch")),
     }
@@ -206,6 +207,8 @@ def main() -> None:
     p.add_argument("--mpp-epochs", type=int, default=3)
     p.add_argument("--mpp-batch", type=int, default=64)
     p.add_argument("--mpp-lr", type=float, default=2e-4)
+    p.add_argument("--mpp-space", default="auto", choices=("auto", "embedding", "pixels"),
+                   help="where MPP corrupts (the loss's `space` option)")
     p.add_argument("--ft-epochs", type=int, default=10)
     p.add_argument("--ft-batch", type=int, default=32)
     p.add_argument("--ft-lr", type=float, default=5e-4)
