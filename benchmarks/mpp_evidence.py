@@ -10,9 +10,10 @@ For every seed S, with robustvit's own CLI:
 4. ``random``: the untrained network (seed S) for the few-shot probe;
 
 then ``robustvit eval --suite clean,fewshot`` of the four on ``--test``. Each step writes its folder and is
-skipped when done, so the script resumes. ``--figures`` draws ``docs/img/mpp_evidence.png`` (MPP loss per epoch;
-validation accuracy per fine-tuning epoch, MPP-initialised vs scratch) and ``docs/img/fewshot_shots.png``
-(few-shot accuracy against shots for the four models) and prints the Markdown table::
+skipped when done, so the script resumes. ``--figures`` draws ``docs/img/mpp_evidence.png`` (``--figure``: MPP
+loss per epoch; validation accuracy per fine-tuning epoch, MPP-initialised vs scratch) and
+``docs/img/fewshot_shots.png`` (``--shots-figure``: few-shot accuracy against shots for the four models) and
+prints the Markdown table::
 
     python benchmarks/mpp_evidence.py --out bench-out/mpp
     python benchmarks/mpp_evidence.py --out bench-out/mpp --figures
@@ -141,7 +142,8 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figures(data: dict[str, Any], img: Path) -> None:
+def figures(data: dict[str, Any], img: Path, name: str = "mpp_evidence.png",
+            shots_name: str = "fewshot_shots.png") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -170,8 +172,10 @@ def figures(data: dict[str, Any], img: Path) -> None:
     ax[1].set_title(f"fine-tuning vs scratch ({len(data['seeds'])} seeds)")
     ax[1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(img / "mpp_evidence.png")
+    fig.savefig(img / name)
     plt.close(fig)
+    if not shots_name:
+        return
 
     fig, ax = plt.subplots(figsize=(4.8, 3.3), dpi=90)
     for m in MODELS:
@@ -190,7 +194,7 @@ def figures(data: dict[str, Any], img: Path) -> None:
     ax.set_ylim(top=max(ax.get_ylim()[1], 0.45) + 0.12)
     ax.legend(fontsize=6.5, ncol=2, loc="upper left")
     fig.tight_layout()
-    fig.savefig(img / "fewshot_shots.png")
+    fig.savefig(img / shots_name)
     plt.close(fig)
 
 
@@ -216,6 +220,8 @@ def main() -> None:
     p.add_argument("--draws", type=int, default=3)
     p.add_argument("--figures", action="store_true", help="summarise finished seeds: table + PNGs, no training")
     p.add_argument("--img", default=str(ROOT / "docs" / "img"))
+    p.add_argument("--figure", default="mpp_evidence.png", help="file name of the loss / validation figure")
+    p.add_argument("--shots-figure", default="fewshot_shots.png", help="file name of the few-shot figure ('': none)")
     a = p.parse_args()
     out = Path(a.out)
     if a.figures:
@@ -223,7 +229,7 @@ def main() -> None:
         if not data["seeds"]:
             sys.exit(f"no finished seed in {out}")
         (out / "summary.json").write_text(json.dumps(data, indent=1))
-        figures(data, Path(a.img))
+        figures(data, Path(a.img), a.figure, a.shots_figure)
         text = table(data)
         (out / "table.md").write_text(text)
         print(text)
