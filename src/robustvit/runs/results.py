@@ -115,7 +115,8 @@ def write_train_results(out_dir: str | Path, config: dict[str, Any], epochs: lis
     """Write ``out_dir/results.json`` of kind ``train``: the run's ``config`` (a TrainConfig as a dict), one
     metrics dict per epoch (as ``metrics.jsonl`` holds them), the checkpoints kept (folder names relative to
     ``out_dir``, or dicts), the model and data records (:func:`robustvit.runs.header.model_record`,
-    :func:`data_record` keys), and ``loss``: the loss's name and the choices it made itself (``TrainingLoss.resolved``). ``run`` defaults to a header of this process (device and seed from ``config``)."""
+    :func:`data_record` keys), and ``loss``: the loss's name and the choices it made itself
+    (``TrainingLoss.resolved``). ``run`` defaults to a header of this process (device and seed from ``config``)."""
     from robustvit.runs.header import run_header
     from robustvit.utils import resolve_device
 
