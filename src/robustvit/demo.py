@@ -14,13 +14,13 @@ Re-running resumes: finished training, evaluation and analysis units are skipped
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from robustvit.analysis import DEMO_ANALYSES
 from robustvit.evaluate.suites import list_suites
+from robustvit.runs import RESULTS_FILE, read_results
 from robustvit.study import Study, run_study
 from robustvit.training import TrainConfig, train
 from robustvit.utils import resolve_device
@@ -117,15 +117,11 @@ def demo_suites(quick: bool) -> tuple[list[str], list[str]]:
 
 
 def training_seconds(out: Path) -> float:
-    """The demo models' training time: the sum of the epochs' ``seconds`` in their ``metrics.jsonl`` (so a resumed
+    """The demo models' training time: the sum of the epochs' ``seconds`` in their training results (so a resumed
     demo reports the time its models took, not this command's)."""
-    total = 0.0
-    for name in DEMO_MODELS:
-        metrics = out / name / "train" / "metrics.jsonl"
-        if metrics.is_file():
-            total += sum(float(json.loads(line).get("seconds", 0.0)) for line in metrics.read_text().splitlines()
-                         if line.strip())
-    return total
+    runs = [out / name / "train" for name in DEMO_MODELS]
+    return sum(float(e.get("seconds", 0.0)) for run in runs if (run / RESULTS_FILE).is_file()
+               for e in read_results(run)["train"]["epochs"])
 
 
 def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "auto", seed: int = 0,

@@ -188,7 +188,7 @@ class MaskedPatchPrediction(TrainingLoss):
         net = model.net
         z = (x - model.mean.to(x.dtype)) / model.std.to(x.dtype)
         if self.space == "pixels":
-            return net.forward_features(corrupt_pixels(z, c, self.mask_embedding.to(z.dtype), self.patch))
+            return net.forward_features(corrupt_pixels(z, c, self.mask_embedding, self.patch))
         seen = []
 
         def hook(module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
