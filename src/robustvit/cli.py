@@ -58,6 +58,19 @@ def add_subset_args(p: argparse.ArgumentParser, what: str = "evaluate") -> None:
     p.add_argument("--subset-seed", type=int, metavar="S", help="seed of the stratified draw (default: --seed)")
 
 
+def add_precision_args(p: argparse.ArgumentParser) -> None:
+    """``--precision``, ``--compile`` and ``--deterministic`` (``eval``)."""
+    from robustvit.evaluate.suites.base import PRECISION_CHOICES
+
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default="auto",
+                   help="how the model computes: fp32, tf32 (CUDA matrix products), bf16 (autocast, CUDA and CPU), or "
+                   "auto (default: bf16 on CUDA for the clean, corruption and shift suites, fp32 otherwise); attacks "
+                   "re-check in fp32 every point they report robust")
+    p.add_argument("--compile", action="store_true", help="torch.compile the network (dynamic shapes)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic algorithms only (reproducible bit for bit on one GPU; slower)")
+
+
 def add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train a small ViT and ResNet on synthshapes, evaluate and report (the main job)")
     p.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
@@ -283,6 +296,7 @@ def cmd_finetune(a: argparse.Namespace) -> int:
 
 def add_eval(sub: argparse._SubParsersAction) -> None:
     from robustvit.attacks.base import NORMS
+    from robustvit.data.loader import DECODERS
     from robustvit.evaluate.suites import list_suites
 
     p = sub.add_parser("eval", help="evaluate models with suites; resumable; writes results.json")
@@ -292,10 +306,18 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
                    f"{', '.join(list_suites())} (their options: `robustvit list suites --options`)")
     p.add_argument("--out", required=True, help="output folder (re-running resumes)")
     add_subset_args(p, "evaluate")
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=128, help="images per forward pass (attacks divide it by their "
+                   "memory factor; halved by itself on CUDA out-of-memory); a run resumes with another one to "
+                   "identical results")
+    p.add_argument("--chunk-size", type=int, metavar="N", help="images per unit of work (what is stored, resumed and "
+                   "shared between torchrun ranks; default: the folder's own when resuming, else --batch-size)")
     p.add_argument("--device", default="auto")
+    add_precision_args(p)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=0, help="data-loading worker processes")
+    p.add_argument("--workers", default="auto", help="data-loading worker processes: auto (default: min(8, "
+                   "cores − 1)) or a number (0: read in this process, on a background thread)")
+    p.add_argument("--decode", choices=DECODERS, default="cpu", help="JPEG decoding of folder data: cpu "
+                   "(libjpeg-turbo in the workers, as timm; default) or gpu (nvjpeg on the CUDA device)")
     p.add_argument("--strict", action="store_true", help="fail on unreadable image files instead of counting them")
     p.add_argument("--eps", help="attack budget for attack suites, e.g. 4/255")
     p.add_argument("--norm", choices=NORMS, help="attack norm")
@@ -314,7 +336,9 @@ def cmd_eval(a: argparse.Namespace) -> int:
     from robustvit.evaluate.runner import EvalConfig, run_eval
 
     cfg = EvalConfig(models=_csv(a.model), data=a.data, suites=_csv(a.suite), out=a.out, limit=a.limit,
-                     batch_size=a.batch_size, device=a.device, seed=a.seed, strict=a.strict, workers=a.workers,
+                     batch_size=a.batch_size, chunk_size=a.chunk_size, device=a.device, precision=a.precision,
+                     compile=a.compile, deterministic=a.deterministic, seed=a.seed, strict=a.strict, workers=a.workers,
+                     decode=a.decode,
                      options={"eps": a.eps, "norm": a.norm, "steps": a.steps}, progress=not a.no_progress,
                      pretrained=a.pretrained, weights=a.weights, class_map=a.class_map,
                      subset_method=a.subset_method, subset=a.subset, subset_seed=a.subset_seed, shard=a.shard,
@@ -464,6 +488,8 @@ COMMANDS.append(add_finetune)
 
 
 def add_analyze(sub: argparse._SubParsersAction) -> None:
+    from robustvit.models.wrapper import PRECISIONS
+
     p = sub.add_parser("analyze", help="explain a model: layer correlation, lesion, restricted attention, attention "
                        "distance/maps, grouping, stability, perturbation semantics (resumable)")
     p.add_argument("analyses", help="comma-separated analyses, each name[:key=value…] (see `robustvit list analyses`)")
@@ -477,6 +503,8 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="auto")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="how the model's forward computes (the probe's self-check stays fp32)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_analyze)
 
@@ -492,7 +520,8 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     dataset = dataset_for_model(a.data, model.spec)
     name = model.spec.architecture if is_checkpoint_dir(a.model) else a.model
     res = run_analyses(model, dataset, _csv(a.analyses), a.out, limit=a.limit, seed=a.seed, batch_size=a.batch_size,
-                       device=a.device, progress=not a.no_progress, model_name=name, data_spec=a.data, source=a.model,
+                       device=a.device, precision=a.precision, progress=not a.no_progress, model_name=name,
+                       data_spec=a.data, source=a.model,
                        subset_method=a.subset_method, subset=a.subset, subset_seed=a.subset_seed, class_map=a.class_map,
                        command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
     for key, r in res.items():
@@ -548,11 +577,15 @@ def cmd_leaderboard(a: argparse.Namespace) -> int:
 
 
 def add_study(sub: argparse._SubParsersAction) -> None:
+    from robustvit.evaluate.suites.base import PRECISION_CHOICES
+
     p = sub.add_parser("study", help="evaluate and analyse several models from a YAML spec (resumable), then "
                        "write OUT/report.html and OUT/leaderboard.*")
     p.add_argument("spec", help="YAML file with models, data, limit, suites, analyses, out")
     p.add_argument("--out", help="output folder (overrides the spec's out)")
     p.add_argument("--device", default="auto")
+    p.add_argument("--precision", choices=PRECISION_CHOICES,
+                   help="how the models compute (overrides the spec's precision; default auto)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_study)
 
@@ -560,7 +593,7 @@ def add_study(sub: argparse._SubParsersAction) -> None:
 def cmd_study(a: argparse.Namespace) -> int:
     from robustvit.study import load_study, run_study
 
-    study = load_study(a.spec, out=a.out, device=a.device)
+    study = load_study(a.spec, out=a.out, device=a.device, precision=a.precision)
     res = run_study(study, progress=not a.no_progress,
                     command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
     print(f"study of {len(res['runs'])} models: {res['report']} and {', '.join(map(str, res['leaderboard']))}")

@@ -115,10 +115,12 @@ def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, ou
             limit: int | None = None, *, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
             name: str | None = None, input_size: int | None = None, num_classes: int | None = None,
             pretrained: bool = False, weights: str | None = None, seed: int = 0,
-            batch_size: int = 64, device: str = "auto", progress: bool = False, **options: Any) -> dict[str, Any]:
+            batch_size: int = 64, device: str = "auto", precision: str = "fp32", progress: bool = False,
+            **options: Any) -> dict[str, Any]:
     """Run ``analyses`` (``"name[:key=value…]"``) on a model over ``data`` (a data spec or a data set object);
     returns the results dict (results.json, kind analysis). ``out``: the run folder (figures, resumable; None:
-    a temporary one). ``options``: ``class_map``, ``subset_method``, ``subset``, ``subset_seed``."""
+    a temporary one). ``precision``: fp32, tf32 or bf16 (the model's forward; the probe checks itself in fp32).
+    ``options``: ``class_map``, ``subset_method``, ``subset``, ``subset_seed``."""
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
     from robustvit.runs import read_results
@@ -129,7 +131,8 @@ def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, ou
     label = model if isinstance(model, str) else None
     with tempfile.TemporaryDirectory(prefix="robustvit-analyze-") if out is None else _Keep(out) as folder:
         run_analyses(m, dataset, analyses, folder, limit=limit, seed=seed, batch_size=batch_size, device=device,
-                     progress=progress, model_name=name or label, data_spec=data if isinstance(data, str) else None,
+                     precision=precision, progress=progress, model_name=name or label,
+                     data_spec=data if isinstance(data, str) else None,
                      source=label or m.weights.get("source"), command="robustvit.analyze()", **options)
         return read_results(folder)
 

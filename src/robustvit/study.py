@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -45,6 +45,8 @@ class Study:
     batch_size: int = option(64, min=1)
     seed: int = 0
     device: str = "auto"
+    precision: Literal["auto", "fp32", "tf32", "bf16"] = option(
+        "auto", help="how the models compute (auto: bf16 on CUDA for clean, corruption and shift suites; fp32 else)")
     pretrained: bool = False
     flops: bool = True
     title: str = "robustvit study"
@@ -158,7 +160,7 @@ def run_study(study: Study, progress: bool = True, command: str | None = None,
         if suites:
             cfg = EvalConfig(models=[source], data=study.data, suites=suites, out=str(out / name), limit=study.limit,
                              batch_size=study.batch_size, device=study.device, seed=study.seed, progress=progress,
-                             command=command, pretrained=pretrained)
+                             command=command, pretrained=pretrained, precision=study.precision)
             print(f"[study] evaluating {name}: {', '.join(suites)}", flush=True)
             run_eval(cfg)
         analyses = study.analyses_for(name)
@@ -170,7 +172,7 @@ def run_study(study: Study, progress: bool = True, command: str | None = None,
             run_analyses(model, dataset_for_model(study.data, model.spec), analyses, out / name / "analysis",
                          limit=study.analysis_limit or study.limit, seed=study.seed, batch_size=study.batch_size,
                          device=study.device, progress=progress, model_name=name, data_spec=study.data, source=source,
-                         command=command)
+                         command=command, precision=study.precision)
         flops[name] = count_flops(model) if study.flops and model is not None else None
         del model
         if suites:
@@ -182,7 +184,8 @@ def run_study(study: Study, progress: bool = True, command: str | None = None,
         print(f"[study] transfer between {', '.join(models)}: {', '.join(transfer)}", flush=True)
         got = run_eval(EvalConfig(models=list(models.values()), data=study.data, suites=transfer, out=str(out / TRANSFER),
                                   limit=study.limit, batch_size=study.batch_size, device=study.device, seed=study.seed,
-                                  progress=progress, command=command, pretrained=study.pretrained))
+                                  progress=progress, command=command, pretrained=study.pretrained,
+                                  precision=study.precision))
         rename = dict(zip(got, models))
         for key, name in rename.items():
             folder = out / TRANSFER / key if len(models) > 1 else out / TRANSFER

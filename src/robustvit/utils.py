@@ -90,7 +90,9 @@ def check_unit_range(lo: float, hi: float, *, name: str = "images") -> None:
 
 
 def add_stats(a: Any, b: Any) -> Any:
-    """Add two unit statistics: numbers add, lists add element-wise, dicts add key-wise."""
+    """Add two unit statistics: numbers add, lists add element-wise, dicts add key-wise (tensors, as suites may
+    return them, count as their values)."""
+    a, b = to_plain(a), to_plain(b)
     if isinstance(a, dict):
         return {k: add_stats(a[k], b[k]) if k in a and k in b else a.get(k, b.get(k)) for k in {**a, **b}}
     if isinstance(a, list):
@@ -106,5 +108,19 @@ def sum_stats(items: list[dict[str, Any]]) -> dict[str, Any]:
     """The sum of unit statistics (:func:`add_stats`), e.g. of a part's chunks."""
     total: dict[str, Any] = {}
     for item in items:
-        total = add_stats(total, item) if total else item
+        total = add_stats(total, item) if total else to_plain(item)
     return total
+
+
+def to_plain(stats: Any) -> Any:
+    """``stats`` as plain JSON data: tensors (and NumPy values: anything with ``tolist()``) in dicts, lists and
+    tuples become Python numbers and lists. On CUDA this reads the device, so it waits for the work that made them:
+    the run engine calls it one unit late (:func:`robustvit.runs.scheduler.run_units`)."""
+    if isinstance(stats, dict):
+        return {k: to_plain(v) for k, v in stats.items()}
+    if isinstance(stats, (list, tuple)):
+        return [to_plain(v) for v in stats]
+    if stats is None or isinstance(stats, (str, int, float)):
+        return stats
+    tolist = getattr(stats, "tolist", None)
+    return tolist() if callable(tolist) else stats

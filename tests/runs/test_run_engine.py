@@ -94,12 +94,12 @@ def test_shard_spec(text, ok):
         assert (s.index, s.count) == ok and str(s) == f"{ok[0]}/{ok[1]}"
 
 
-def test_workers_of_shards_and_ranks_split_the_chunks_disjointly():
+def test_shards_split_the_chunks_disjointly_and_label_their_ranks_apart():
     workers = [Worker.of(r, 2, Shard(k, 3)) for k in (1, 2, 3) for r in (0, 1)]
-    owners = [[w for w in workers if w.owns(c)] for c in range(25)]
-    assert all(len(o) == 1 for o in owners)                     # every chunk once
-    assert {w.index for w in workers} == set(range(6)) and {w.count for w in workers} == {6}
-    assert Worker.of() == Worker(0, 1)
+    shards = [{w.shard for w in workers if w.owns(c)} for c in range(25)]
+    assert all(len(s) == 1 for s in shards)                      # every chunk in one shard (both its ranks)
+    assert sorted(w.label for w in workers) == [f"{i}/6" for i in range(6)]
+    assert Worker.of() == Worker(0, 1) and Worker(0, 1).owns(7) and not Worker(0, 1).shared and Worker(1, 2).shared
 
 
 def test_run_units_skips_stored_units_stores_as_it_goes_and_needs_no_data(tmp_path):
@@ -132,18 +132,19 @@ def test_run_units_skips_stored_units_stores_as_it_goes_and_needs_no_data(tmp_pa
     assert run_units(store, 4, units, real) == 0                 # nothing left
 
 
-def test_run_units_loads_only_chunks_with_work_of_its_worker(tmp_path):
+def test_run_units_loads_only_chunks_with_work_of_its_shard(tmp_path):
     store = MemoryStore()
     store.put("t", "a", 1, {"n": 0}, 0.0)
     loaded = []
 
     def load(chunks):
-        loaded.extend(chunks)
-        return ({"c": c} for c in chunks)
+        for c in chunks:                          # the ids come lazily: one pass, in order
+            loaded.append(c)
+            yield {"c": c}
 
     def work(data, c, pending):
         assert data == {"c": c}
         yield pending[0], {"n": 1}
 
-    assert run_units(store, 6, lambda c: [("t", "a")], work, load=load, worker=Worker(1, 2)) == 2
+    assert run_units(store, 6, lambda c: [("t", "a")], work, load=load, worker=Worker.of(0, 1, Shard(2, 2))) == 2
     assert loaded == [3, 5]

@@ -4,6 +4,7 @@ from the one taxonomy in ``robustvit.models.families``."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import math
@@ -93,15 +94,57 @@ class Context:
         return collect(self.store, self.name, parts, nchunks)
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """The device of ``model``'s first parameter (else its first buffer); the CPU for a model with neither."""
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    def norm(d: torch.device) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device()) if d.type == "cuda" and d.index is None else d
+    return norm(a) == norm(b)
+
+
+def model_on(model: nn.Module, device: str | torch.device | None = None) -> tuple[nn.Module, torch.device]:
+    """``(model, device)`` for running ``model`` on ``device`` without moving the caller's model.
+
+    ``None``: the model's own device (:func:`model_device`) and the model itself. A device the model is on: the
+    model itself. Another device (``"auto"`` = CUDA when available, as ``robustvit analyze --device`` passes it): a
+    copy of the model on that device, the caller's model staying where it is (its weights are copied straight to
+    the target device, so the source device holds no second copy). Move the model yourself (``model.to(device)``)
+    to avoid the copy."""
+    own = model_device(model)
+    if device is None:
+        return model, own
+    dev = resolve_device(device)
+    if _same_device(own, dev):
+        return model, own
+    memo: dict[int, Any] = {}
+    for m in model.modules():
+        for p in m._parameters.values():
+            if p is not None and id(p) not in memo:
+                memo[id(p)] = nn.Parameter(p.detach().to(dev), requires_grad=p.requires_grad)
+        for b in m._buffers.values():
+            if b is not None and id(b) not in memo:
+                memo[id(b)] = b.detach().to(dev)
+    return copy.deepcopy(model, memo).to(dev), dev
+
+
 def make_context(model: nn.Module, dataset: Any = None, *, limit: int | None = None, batch_size: int = 64,
-                 seed: int = 0, device: str | torch.device | None = "cpu", store: UnitStore | None = None,
+                 seed: int = 0, device: str | torch.device | None = None, store: UnitStore | None = None,
                  progress: bool = False, name: str = "") -> Context:
+    """The run context of an analysis. ``device=None`` runs on the model's own device; another device runs a
+    copy of the model there (:func:`model_on`: the caller's model is never moved). The model is put in eval mode."""
     if batch_size < 1:
         raise RobustvitError(f"batch size must be >= 1, got {batch_size}")
     if limit is not None and limit < 1:
         raise RobustvitError(f"--limit must be >= 1, got {limit}")
-    dev = resolve_device(device)
-    return Context(model=model.to(dev).eval(), dataset=dataset, limit=limit, batch_size=batch_size, seed=seed,
+    model, dev = model_on(model, device)
+    return Context(model=model.eval(), dataset=dataset, limit=limit, batch_size=batch_size, seed=seed,
                    device=dev, store=store if store is not None else MemoryStore(), progress=progress, name=name)
 
 

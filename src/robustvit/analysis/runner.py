@@ -22,6 +22,7 @@ from robustvit.analysis.base import PAPER_IMAGES, Context, make_context
 from robustvit.data.classmap import match_classes
 from robustvit.data.subset import Subset, SubsetDataset, make_subset
 from robustvit.errors import RobustvitError
+from robustvit.models.wrapper import check_precision, inference_settings
 from robustvit.registry import parse_spec
 from robustvit.runs import (RESULTS_FILE, UnitStore, model_record, results_document, run_header, weights_id,
                             write_json)
@@ -44,13 +45,15 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                  progress: bool = False, model_name: str | None = None, data_spec: str | None = None,
                  source: str | None = None, command: str | None = None, subset_method: str = "stratified",
                  subset: str | Path | None = None, subset_seed: int | None = None,
-                 class_map: str | Path | None = None) -> dict[str, dict[str, Any]]:
+                 class_map: str | Path | None = None, precision: str = "fp32") -> dict[str, dict[str, Any]]:
     """Run analyses (``"name[:key=value…]"`` specs, a list or a comma-separated string) on ``model``
     (a robustvit ``Normalized`` model) over ``dataset``; returns {name: result}. With ``out_dir``, writes
     ``out_dir/results.json`` (kind analysis), ``out_dir/<name>.json`` + PNGs + ``analyses.json`` and resumes
     from ``units.sqlite``.
     ``limit`` / ``subset_method`` / ``subset`` (a file of indices or relative paths) / ``subset_seed`` (default
-    ``seed``) choose the images; ``class_map`` maps a model's classes onto the data's."""
+    ``seed``) choose the images; ``class_map`` maps a model's classes onto the data's. ``precision`` (fp32, tf32,
+    bf16; ``auto``: fp32) is how the model's own forward computes; the probe's self-check stays float32."""
+    precision = check_precision("fp32" if precision == "auto" else precision)
     from robustvit.analysis import check_family, family_of, get_analysis
     from robustvit.models.factory import RANDOM_LABEL, is_comparable
 
@@ -95,13 +98,16 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
             fp = {"model": model_name, "source": source or model_name, "weights": weights,
                   "data": data_spec, "limit": limit, "seed": seed,
                   "batch_size": batch_size, "options": {k: str(v) for k, v in sorted(opts.items())}}
+            if precision != "fp32":
+                fp["precision"] = precision
             if images is not None and not images.whole:
                 fp["subset"] = images.fingerprint()
             if class_map is not None:
                 fp["class_map"] = str(class_map)
             ctx.store.check_fingerprint(fp, scope=a.name)
             t0, before = time.time(), ctx.store.seconds(a.name)
-            res = a.compute(ctx, **opts)
+            with inference_settings(model, precision=precision):
+                res = a.compute(ctx, **opts)
             n = ctx.num_images if a.needs_data else 0
             notes = list(res.pop("notes", []))
             paper = PAPER_IMAGES.get(a.name)
@@ -113,7 +119,7 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                 notes.append(RANDOM_LABEL["note"])
             head = {"analysis": a.name, "model": model_name, "family": family, "data": data_spec,
                     "num_images": res.pop("num_images", n), "subset": subset_record if a.needs_data else None,
-                    "seed": seed, "batch_size": batch_size, "options": opts,
+                    "seed": seed, "batch_size": batch_size, "precision": precision, "options": opts,
                     "comparable": not notes, "notes": notes,
                     "seconds": round(before + time.time() - t0, 3)}
             res = {**head, **res}
@@ -122,7 +128,8 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                 write_json(out / f"{a.name}.json", _jsonable(res), indent=1)
             results[a.name] = res
         doc = analysis_document(model, model_name, source, data_spec, dataset, ctx, results, command, limit=limit,
-                                subset=subset_record, class_map=class_map, notes=[subset_note] if subset_note else [])
+                                subset=subset_record, class_map=class_map, notes=[subset_note] if subset_note else [],
+                                precision=precision)
         if out is not None:
             write_analysis_results(out, doc)
     finally:
@@ -133,7 +140,7 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
 def analysis_document(model: nn.Module, name: str, source: str | None, data_spec: str, dataset: Any, ctx: Context,
                       results: dict[str, Any], command: str | None, *, limit: int | None = None,
                       subset: dict[str, Any] | None = None, class_map: str | Path | None = None,
-                      notes: list[str] | None = None) -> dict[str, Any]:
+                      notes: list[str] | None = None, precision: str = "fp32") -> dict[str, Any]:
     """The results.json document (kind ``analysis``) of analyses ``results`` ({name: result}): ``analyses`` holds
     each result without its figure data, and ``figures`` every PNG written; ``notes`` are the run's and the
     analyses' (each once)."""
@@ -144,7 +151,7 @@ def analysis_document(model: nn.Module, name: str, source: str | None, data_spec
     all_notes = list(notes or []) + ([RANDOM_LABEL["note"]] if not is_comparable(model) else [])
     all_notes += [n for r in analyses.values() for n in r.get("notes") or []]
     run = run_header(device=ctx.device, seed=ctx.seed, command=command, started=ctx.store.meta("started"),
-                     batch_size=ctx.batch_size, limit=limit)
+                     batch_size=ctx.batch_size, limit=limit, precision=precision)
     data = {"spec": data_spec, "num_images": ctx.num_images, "num_unreadable": 0,
             "num_classes": getattr(dataset, "num_classes", None), "subset": subset}
     return results_document("analysis", run=run, model=model_record(model, name, source, class_map), data=data,

@@ -115,6 +115,12 @@ class AutoAttack(Attack):
                 "(the report flags it) or use version='custom', attacks=[...]")
         return missing
 
+    def memory_factor(self, num_classes: int) -> int:
+        """The largest of its members' (built with the ensemble's settings)."""
+        return max([1] + [self.build_member(m[0], m[1], num_classes).memory_factor(num_classes)
+                          for m in self.members if not isinstance(m, Attack) and m[0] not in self.missing]
+                   + [m.memory_factor(num_classes) for m in self.members if isinstance(m, Attack)])
+
     def member_names(self) -> list[str]:
         return [m.name if isinstance(m, Attack) else m[0] for m in self.members]
 

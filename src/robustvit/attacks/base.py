@@ -195,6 +195,11 @@ class Attack:
         """The algorithm: return adversarial images for clean ``x`` (model already in eval mode)."""
         raise NotImplementedError
 
+    def memory_factor(self, num_classes: int) -> int:
+        """Roughly how many images' worth of a forward and backward pass's memory one attacked image takes
+        (batched restarts, one input gradient per class): an evaluation divides its forward micro-batch by it."""
+        return 1
+
     # ---- helpers for subclasses -------------------------------------------------------------
     def generator(self, device: torch.device) -> torch.Generator:
         """A generator seeded from ``seed`` and the call count: repeated calls draw new numbers,

@@ -158,6 +158,11 @@ class FAB(Attack):
         self.alpha_max, self.eta, self.beta = float(alpha_max), float(eta), float(beta)
         self.last_distance: torch.Tensor | None = None
 
+    def memory_factor(self, num_classes: int) -> int:
+        """Untargeted FAB keeps the gradient of every logit (K input-sized tensors per image; ~0.6 GB per 224-px
+        image at 1,000 classes); counted as one image's forward and backward pass per 10 classes."""
+        return 1 if self.targeted else max(1, num_classes // 10)
+
     # ---- driver: restarts (and targets) on the points still robust -----------------------------
     def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         gen = self.generator(x.device)
@@ -287,6 +292,10 @@ class FABTargeted(FAB):
         if int(n_target_classes) < 1:
             raise RobustvitError(f"fab_t: n_target_classes must be >= 1, got {n_target_classes}")
         self.n_target_classes = int(n_target_classes)
+
+    def memory_factor(self, num_classes: int) -> int:
+        """One target at a time: the gradient of one logit difference."""
+        return 1
 
     def targets(self, logits: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor | None]:
         if logits.shape[1] < 2:

@@ -57,6 +57,10 @@ class PGD(Attack):
         self.batch_restarts = bool(batch_restarts)
         self.loss_fn = loss
 
+    def memory_factor(self, num_classes: int) -> int:
+        """Batched restarts stack ``restarts`` copies of the batch."""
+        return self.restarts if self.batch_restarts else 1
+
     # ---- algorithm ----------------------------------------------------------------------------
     def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         gen = self.generator(x.device)

@@ -138,10 +138,13 @@ def filter2d(x: torch.Tensor, kernel: torch.Tensor, mode: str = "mirror") -> tor
 
 
 def box_blur3(x: torch.Tensor) -> torch.Tensor:
-    """OpenCV ``blur(x, (3, 3))``: 3×3 mean, border ``BORDER_REFLECT_101`` (separable sums of shifted views)."""
+    """OpenCV ``blur(x, (3, 3))``: 3×3 mean, border ``BORDER_REFLECT_101`` (separable sums of shifted views).
+    The sum is divided by a tensor 9 on ``x``'s device: CUDA divides by a Python number by multiplying by its
+    rounded reciprocal, one unit in the last place off the CPU's quotient, which spatter's ``floor`` magnifies."""
     xp = pad(x, 1, 1, 1, 1, "mirror")
     rows = xp[..., :-2, :] + xp[..., 1:-1, :] + xp[..., 2:, :]
-    return (rows[..., :-2] + rows[..., 1:-1] + rows[..., 2:]).div_(9)
+    nine = torch.full((), 9, dtype=x.dtype, device=x.device)
+    return (rows[..., :-2] + rows[..., 1:-1] + rows[..., 2:]).div_(nine)
 
 
 def dilate3(mask: torch.Tensor) -> torch.Tensor:

@@ -197,8 +197,19 @@ def _needles(n: int, height: int, width: int, radius: float, g: torch.Generator,
     image = torch.arange(n, device=device).view(n, 1, 1, 1) * (height * width)
     flat = (image + ys.clamp(0, height - 1) * width + xs.clamp(0, width - 1)).view(-1)
     values = (val.unsqueeze(-1) * k.to(device=device, dtype=dtype) * inside).view(-1)
-    out = torch.zeros(n * height * width, device=device, dtype=dtype).index_add_(0, flat, values)
-    return out.view(n, 1, height, width)
+    return scatter_sum(n * height * width, flat, values).view(n, 1, height, width)
+
+
+def scatter_sum(size: int, index: torch.Tensor, values: torch.Tensor, *, ordered: bool | None = None) -> torch.Tensor:
+    """A vector of ``size`` zeros with ``values`` added at ``index`` (1-D, same device).
+
+    ``ordered`` (default: off the CPU) uses ``index_put_`` with ``accumulate``, which CUDA computes by sorting
+    the indices (the same sums on every run); ``index_add_`` there adds atomically in an arbitrary order. On
+    the CPU ``index_add_`` adds in index order, and is the faster one."""
+    out = torch.zeros(size, device=values.device, dtype=values.dtype)
+    if ordered if ordered is not None else values.device.type != "cpu":
+        return out.index_put_((index,), values, accumulate=True)
+    return out.index_add_(0, index, values)
 
 
 def frost_texture(n: int, height: int, width: int, generator: torch.Generator, *, scale: float = 1.0,

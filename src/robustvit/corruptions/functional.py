@@ -365,13 +365,25 @@ def pixelate(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     return out
 
 
-def _box_sum(x: torch.Tensor, dim: int, members: torch.Tensor) -> torch.Tensor:
+def _box_sum(x: torch.Tensor, dim: int, members: torch.Tensor, *, ordered: bool | None = None) -> torch.Tensor:
     """Sum ``x`` (…, H, W) along ``dim`` (2 or 3) into boxes given as a 0/1 matrix (n_out, n_in): an
-    ``index_add_`` when each input belongs to one box (4× faster than the matrix product), else the product."""
+    ``index_add_`` when each input belongs to one box (4× faster than the matrix product), else the product.
+
+    ``ordered`` (default: off the CPU) adds the inputs in rounds, the r-th member of every box in round r, so
+    that no output takes two adds in one ``index_add_``: CUDA's atomic adds then keep the CPU's order (and its
+    bits) instead of an arbitrary one."""
     if bool((members.sum(0) == 1).all()):
         shape = list(x.shape)
         shape[dim] = members.shape[0]
-        return x.new_zeros(shape).index_add_(dim, members.argmax(0).to(x.device), x)
+        box = members.argmax(0)
+        out = x.new_zeros(shape)
+        if not (ordered if ordered is not None else x.device.type != "cpu"):
+            return out.index_add_(dim, box.to(x.device), x)
+        rank = (members.cumsum(1) * members).sum(0).long() - 1        # earlier members of each input's box
+        for r in range(int(rank.max()) + 1):
+            src = (rank == r).nonzero().view(-1)
+            out.index_add_(dim, box[src].to(x.device), x.index_select(dim, src.to(x.device)))
+        return out
     m = members.to(device=x.device, dtype=x.dtype)
     return torch.matmul(m, x) if dim == 2 else torch.matmul(x, m.T)
 

@@ -106,16 +106,27 @@ def motion_blur(x: torch.Tensor, radius: float, sigma: float, angle_deg: float |
     left, right = max(0, -int(used_x.min())), max(0, int(used_x.max()))
     hp, wp = _fft_size(h + top + bottom), _fft_size(w + left + right)
     real = torch.float64 if x.dtype == torch.float64 else torch.float32
-    pos = (torch.remainder(-dy, hp) * wp + torch.remainder(-dx, wp)).to(x.device)
-    weights = weights.to(device=x.device, dtype=real)
+    pos = torch.remainder(-dy, hp) * wp + torch.remainder(-dx, wp)
+    weights = merge_taps(pos, weights.to(real)).to(x.device)
+    pos = pos.to(x.device)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     for part in fft_chunks(n, (c + 1) * hp * wp, x.device):
         xp = pad(x[part].to(real), top, hp - h - top, left, wp - w - left, "nearest")
         kern = torch.zeros(len(weights[part]), hp * wp, dtype=real, device=x.device)
-        kern.scatter_add_(1, pos[part], weights[part])
+        kern.scatter_add_(1, pos[part], weights[part])      # one nonzero weight per position: order-free
         spec = torch.fft.rfft2(xp).mul_(torch.fft.rfft2(kern.view(-1, 1, hp, wp)))
         out[part] = torch.fft.irfft2(spec, s=(hp, wp))[..., top:top + h, left:left + w]
     return out
+
+
+def merge_taps(pos: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Taps (N, width) at kernel positions ``pos`` with ``weights`` (CPU) → the weights with every position's
+    total on its first tap and 0 on the others, summed in tap order (the sums a CPU ``scatter_add_`` of
+    ``weights`` makes). A ``scatter_add_`` of the result adds at most one nonzero value per position, so it
+    is exact in any order: on CUDA, where the adds are atomic and unordered, it is deterministic."""
+    same = pos.unsqueeze(2) == pos.unsqueeze(1)                         # (N, width, width)
+    first = same.to(torch.uint8).argmax(2)                              # the first tap at each tap's position
+    return torch.zeros_like(weights).scatter_add_(1, first, weights)
 
 
 def warp_bilinear(x: torch.Tensor, ys: torch.Tensor, xs: torch.Tensor, mode: str) -> torch.Tensor:

@@ -1,8 +1,12 @@
-"""JPEG round trips of image batches with torchvision's codec (libjpeg-turbo on CPU, nvjpeg on CUDA).
+"""JPEG round trips of image batches with libjpeg-turbo (torchvision's CPU codec), on any device.
 
-On the CPU, chunks of 8 images are converted and coded by the calling thread and
-``torch.get_num_threads() - 1`` helper threads (kept between calls), with NumPy and the codec only, which
-release the GIL. torchvision marks its image codecs deprecated (in favour of TorchCodec) from 0.29; if they
+Chunks of 8 images are coded by the calling thread and ``torch.get_num_threads() - 1`` helper threads (kept
+between calls), with NumPy and the codec only, which release the GIL. A CPU batch is also quantised there.
+A batch on another device (CUDA) is quantised to uint8 on that device with the same arithmetic, copied to
+pinned host memory as (N, H, W, 3), coded by the same threads, and divided by 255 back on the device: the
+result equals the CPU one bit for bit. (torchvision's nvjpeg coder is not used: it subsamples chroma 4:4:4,
+not the 4:2:0 of PIL/libjpeg and the released ImageNet-C files, and its decoder refuses the bytes its encoder
+leaves on the GPU.) torchvision marks its image codecs deprecated (in favour of TorchCodec) from 0.29; if they
 are missing, Pillow's libjpeg codes the images instead (same settings: 4:2:0 chroma, islow DCT, hence the
 same bytes).
 """
@@ -54,35 +58,50 @@ def to_uint8(x: torch.Tensor, rounding: str = "floor") -> torch.Tensor:
     return y.to(torch.uint8)            # truncation toward zero = floor for these non-negative values
 
 
-def _roundtrip_chunk(src: np.ndarray, dst: np.ndarray, quality: int, offset: float, bounds: np.ndarray) -> None:
-    """JPEG round trip of ``src`` (n, 3, H, W) floats into ``dst``: the arithmetic of :func:`to_uint8` and
-    ``decoded / 255`` in ``src``'s dtype; ``src``'s minimum and maximum go to ``bounds`` (taken from the
-    scaled values while they are in cache, mapped back). NumPy only around the codec: it runs on kept
-    helper threads, where a parallel torch op would start an OpenMP team of its own (see
-    :func:`robustvit.corruptions._parallel.run_shared`). The encoder reads (H, W, 3) uint8 images, so the cast to uint8 also
-    interleaves the channels (free for a channels_last batch); the decoder's (H, W, 3) output is read in
-    place."""
+def _quantise_chunk(src: np.ndarray, offset: float, bounds: np.ndarray) -> np.ndarray | None:
+    """``src`` (n, 3, H, W) floats → uint8 (n, H, W, 3) with the arithmetic of :func:`to_uint8`, in ``src``'s
+    dtype; ``src``'s minimum and maximum go to ``bounds`` (taken from the scaled values while they are in
+    cache, mapped back). None when ``src`` holds a NaN (it has no uint8 value; the caller raises). The cast
+    to uint8 also interleaves the channels (free for a channels_last batch)."""
     one = src.dtype.type
     scaled = np.multiply(src, one(255))     # keeps src's memory layout
     np.add(scaled, one(offset), out=scaled)
     bounds[:] = scaled.min(), scaled.max()
     np.divide(np.subtract(bounds, one(offset), out=bounds), one(255), out=bounds)
-    if np.isnan(bounds).any():              # NaN has no uint8 value; jpeg_roundtrip raises
-        return
+    if np.isnan(bounds).any():
+        return None
     np.clip(scaled, 0, 255, out=scaled)
     hwc = scaled.transpose(0, 2, 3, 1)
     if hwc.flags.c_contiguous:              # channels_last: already interleaved
-        hwc = hwc.astype(np.uint8)          # truncation toward zero = floor here
-    else:
-        hwc = np.empty(hwc.shape, dtype=np.uint8)
-        for c in range(3):
-            hwc[..., c] = scaled[:, c]
+        return hwc.astype(np.uint8)         # truncation toward zero = floor here
+    out = np.empty(hwc.shape, dtype=np.uint8)
+    for c in range(3):
+        out[..., c] = scaled[:, c]
+    return out
+
+
+def _roundtrip_chunk(src: np.ndarray, dst: np.ndarray, quality: int, offset: float, bounds: np.ndarray) -> None:
+    """JPEG round trip of ``src`` (n, 3, H, W) floats into ``dst``: :func:`_quantise_chunk`, the codec, and
+    ``decoded / 255`` in ``src``'s dtype (the decoder's (H, W, 3) output read in place). NumPy only around the
+    codec: it runs on kept helper threads, where a parallel torch op would start an OpenMP team of its own
+    (see :func:`robustvit.corruptions._parallel.run_shared`)."""
+    hwc = _quantise_chunk(src, offset, bounds)
+    if hwc is None:                         # NaN: jpeg_roundtrip raises
+        return
+    one = src.dtype.type
     for img, out in zip(_codec(hwc, quality), dst):
         np.divide(img, one(255), out=out, dtype=dst.dtype)
 
 
+def _code_chunk(src: np.ndarray, dst: np.ndarray, quality: int) -> None:
+    """JPEG round trip of uint8 images ``src`` (n, H, W, 3) into uint8 ``dst`` (n, H, W, 3)."""
+    for img, out in zip(_codec(src, quality), dst):
+        np.copyto(out, img.transpose(1, 2, 0))
+
+
 def _codec(hwc: np.ndarray, quality: int) -> list[np.ndarray]:
-    """Encode and decode uint8 images (n, H, W, 3); returns (3, H, W) views of the decoded (H, W, 3) arrays."""
+    """Encode and decode uint8 images (n, H, W, 3) on the CPU; returns (3, H, W) views of the decoded
+    (H, W, 3) arrays."""
     if encode_jpeg is None:
         decoded = []
         for img in hwc:
@@ -94,16 +113,49 @@ def _codec(hwc: np.ndarray, quality: int) -> list[np.ndarray]:
     return [img.numpy() for img in decode_jpeg(coded)]     # (H, W, 3) memory, seen as (3, H, W)
 
 
+def _chunk_size(image_values: int) -> int:
+    """Images per codec job (see :data:`_CHUNK_VALUES`)."""
+    return max(1, _CHUNK_VALUES // max(1, image_values))
+
+
+def _roundtrip_via_uint8(x: torch.Tensor, quality: int, rounding: str) -> torch.Tensor:
+    """The round trip of a batch on a non-CPU device (any device works): :func:`to_uint8` and the division by
+    255 on ``x``'s device, the codec on the CPU threads. One host–device synchronisation, for the range check.
+    Bit for bit the result of the CPU path (same dtype arithmetic; the division is by a tensor, since a CUDA
+    division by a Python number multiplies by its rounded reciprocal)."""
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    n, _, h, w = x.shape
+    if x.numel() == 0:
+        return x.detach().clone()
+    xw = x.detach().to(work)
+    pin = x.device.type == "cuda" and torch.cuda.is_available()
+    lo_hi = torch.stack(torch.aminmax(xw))
+    q8 = to_uint8(xw, rounding).permute(0, 2, 3, 1).contiguous()         # (N, H, W, 3) on the device
+    host = torch.empty((n, h, w, 3), dtype=torch.uint8, pin_memory=pin)
+    host.copy_(q8, non_blocking=pin)
+    lo, hi = lo_hi.tolist()     # the one synchronisation; the stream has finished the copy above as well
+    check_unit_range(lo, hi, name="x")
+    coded = torch.empty((n, h, w, 3), dtype=torch.uint8, pin_memory=pin)
+    src, dst = host.numpy(), coded.numpy()
+    step = _chunk_size(3 * h * w)
+    with _quiet_codec():
+        run_shared([(src[i:i + step], dst[i:i + step], quality) for i in range(0, n, step)], _code_chunk)
+    back = coded.to(x.device, non_blocking=pin).permute(0, 3, 1, 2)      # channels_last view (N, 3, H, W)
+    out = torch.empty_like(xw).copy_(back)
+    return out.div_(torch.full((), 255, dtype=work, device=x.device)).to(x.dtype)
+
+
 def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") -> torch.Tensor:
     """Encode every image of ``x`` (N, 3, H, W) in [0, 1] as JPEG at ``quality`` and decode it again.
 
     Raises :class:`~robustvit.errors.RobustvitError` for values outside [0, 1]. The images are first
     quantised to uint8 (``rounding`` ``"round"``, as PIL does for 8-bit images, or ``"floor"``, as the
-    released ImageNet-C files were). Chroma is subsampled 4:2:0 as in PIL's default.
-    On CUDA the batch goes through nvjpeg at once; on the CPU, chunks of 8 images are coded by
-    libjpeg-turbo on ``torch.get_num_threads()`` threads (the caller's and helpers'), which also check the
-    range: a parallel torch reduction (``torch.aminmax``) just before would leave OpenMP's idle threads
-    spinning on the cores the codec threads need (measured 20 % slower).
+    released ImageNet-C files were). Chroma is subsampled 4:2:0 as in PIL's default. On every device the
+    images are coded by libjpeg-turbo, chunks of 8 images on ``torch.get_num_threads()`` CPU threads (the
+    caller's and helpers'); a batch on another device is quantised and rescaled there and travels as uint8
+    (:func:`_roundtrip_via_uint8`), with the same result as on the CPU. For a CPU batch the coding threads
+    also check the range: a parallel torch reduction (``torch.aminmax``) just before would leave OpenMP's
+    idle threads spinning on the cores the codec threads need (measured 20 % slower).
 
     >>> jpeg_roundtrip(torch.rand(2, 3, 32, 32), 85).shape
     torch.Size([2, 3, 32, 32])
@@ -111,15 +163,12 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") ->
     q = int(quality)
     if rounding not in _OFFSETS:
         raise RobustvitError(f"rounding must be 'round' or 'floor', got {rounding!r}")
-    if x.device.type == "cuda" and encode_jpeg is not None:
-        check_unit_range(*(v.item() for v in torch.aminmax(x)), name="x")
-        with _quiet_codec():
-            enc = encode_jpeg(list(to_uint8(x, rounding).unbind(0)), quality=q)
-            return torch.stack(decode_jpeg(enc, device=x.device)).to(x.dtype).div_(255)
+    if x.device.type != "cpu":
+        return _roundtrip_via_uint8(x, q, rounding)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    a = x.detach().to("cpu", work).numpy()      # no copy for a CPU float batch; NumPy reads any strides
+    a = x.detach().to(work).numpy()     # no copy for a CPU float batch; NumPy reads any strides
     b = np.empty_like(a)        # NumPy backs it with huge pages (see robustvit.corruptions._parallel.empty_output)
-    step = max(1, _CHUNK_VALUES // max(1, a[0].size))
+    step = _chunk_size(a[0].size) if len(a) else 1
     offset = _OFFSETS[rounding]
     starts = range(0, len(a), step)
     bounds = np.zeros((len(starts), 2), a.dtype)
@@ -128,4 +177,4 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") ->
                    _roundtrip_chunk)
     if len(bounds):
         check_unit_range(float(bounds[:, 0].min()), float(bounds[:, 1].max()), name="x")
-    return torch.from_numpy(b).to(x.device, x.dtype)
+    return torch.from_numpy(b).to(x.dtype)

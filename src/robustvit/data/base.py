@@ -12,7 +12,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 import torch.nn.functional as F
@@ -44,16 +44,37 @@ class ImageDataset(Dataset):
     def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Images ``index`` as (float (n, 3, H, W) in [0, 1], long labels (n,)). This default reads the items
         on a few threads (file decoding releases the GIL); in-memory data sets override it with a gather."""
-        ids = torch.as_tensor(index).long().reshape(-1).tolist()
-        if not ids:
-            raise RobustvitError("get_batch needs at least one index")
-        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(ids))) as pool:
-            items = list(pool.map(self.__getitem__, ids))
-        shapes = {tuple(it[0].shape) for it in items}
-        if len(shapes) > 1:
-            raise RobustvitError(f"images of different sizes {sorted(shapes)[:2]} in one batch of {self.spec}; "
-                                 "give the data set a size (e.g. folder:/path,size=224 or --image-size)")
-        return torch.stack([it[0] for it in items]), torch.tensor([int(it[1]) for it in items], dtype=torch.long)
+        return _stack(_read_items(self.__getitem__, index), self.spec)
+
+    def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images ``index`` as they travel to the device (``robustvit.data.loader``): uint8 (n, 3, H, W) where the
+        data set holds 8-bit images, so that ``to_float(read_batch(i)[0])`` equals ``get_batch(i)[0]`` bit for
+        bit; float in [0, 1] where its images are intrinsically float (this default: ``get_batch``)."""
+        return self.get_batch(index)
+
+
+def _read_items(read: Any, index: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
+    """``read(i)`` for every index: on :data:`READ_THREADS` threads in the main process, one after the other in a
+    DataLoader worker process (the workers are the parallelism there; threads in a worker lose to the GIL on small
+    images: 32-px JPEGs read 1.5× slower on two threads than on one)."""
+    from torch.utils.data import get_worker_info
+
+    ids = torch.as_tensor(index).long().reshape(-1).tolist()
+    if not ids:
+        raise RobustvitError("get_batch needs at least one index")
+    threads = 1 if get_worker_info() is not None else min(READ_THREADS, len(ids))
+    if threads == 1:
+        return [read(i) for i in ids]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(read, ids))
+
+
+def _stack(items: list[tuple[torch.Tensor, int]], spec: str) -> tuple[torch.Tensor, torch.Tensor]:
+    shapes = {tuple(it[0].shape) for it in items}
+    if len(shapes) > 1:
+        raise RobustvitError(f"images of different sizes {sorted(shapes)[:2]} in one batch of {spec}; "
+                             "give the data set a size (e.g. folder:/path,size=224 or --image-size)")
+    return torch.stack([it[0] for it in items]), torch.tensor([int(it[1]) for it in items], dtype=torch.long)
 
 
 class TensorImageDataset(ImageDataset):
@@ -81,6 +102,10 @@ class TensorImageDataset(ImageDataset):
     def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Fast path for in-memory data: a whole batch without a DataLoader."""
         return to_float(self.images[index]), self.labels[index]
+
+    def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The stored images (uint8, or float when stored as float) and labels."""
+        return self.images[index], self.labels[index]
 
 
 def to_float(images: torch.Tensor) -> torch.Tensor:
@@ -158,13 +183,18 @@ def to_rgb(im: Image.Image) -> Image.Image:
 def load_image(path: str | Path, resize: Resize | None = None) -> torch.Tensor:
     """Read an image file as float RGB (3, H, W) in [0, 1], brought to a model's input by ``resize``. Images over
     Pillow's pixel limit raise :class:`UnreadableImage` before decoding; see :func:`to_rgb` for the modes."""
+    return to_float(load_image_uint8(path, resize))
+
+
+def load_image_uint8(path: str | Path | BinaryIO, resize: Resize | None = None) -> torch.Tensor:
+    """:func:`load_image` before its division by 255: uint8 RGB (3, H, W) (Pillow resizes and crops in 8 bits, so
+    ``load_image == to_float(load_image_uint8)`` exactly). ``path`` may be an open binary file (bytes read already)."""
     import torchvision.transforms.functional as TF
 
     with Image.open(path) as im:
-        check_pixel_limit(im, path)
+        check_pixel_limit(im, path if isinstance(path, (str, Path)) else "<bytes>")
         im = to_rgb(im)
-        x = TF.pil_to_tensor(im if resize is None else resize(im))
-    return x.float().div_(255)
+        return TF.pil_to_tensor(im if resize is None else resize(im))
 
 
 def _reason(e: BaseException) -> str:
@@ -185,16 +215,34 @@ class FileImageDataset(ImageDataset):
         return len(self.samples)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x, label = self.read_item(i)
+        return to_float(x), label
+
+    def read_item(self, i: int, read: Any = load_image_uint8) -> tuple[torch.Tensor, int]:
+        """Image ``i`` as uint8 (3, H, W) and its label; an unreadable file gives a zero image and
+        :data:`UNREADABLE` (``strict``: a one-line error). ``read(path, resize)`` decodes (default: Pillow)."""
         path, label = self.samples[i]
         try:
-            return load_image(path, self.resize), label
+            return read(path, self.resize), label
         except Exception as e:  # noqa: BLE001  truncated, empty, not an image, a bomb, a symlink loop, …
-            if self.strict:
-                raise RobustvitError(f"cannot read image {path} ({_reason(e)}); remove or replace it, "
-                                     "or run without --strict to skip unreadable files") from None
-            warnings.warn(f"skipping unreadable image {path} ({_reason(e)})", stacklevel=2)
-            s = self.resize.size if self.resize is not None else 32
-            return torch.zeros(3, s, s), UNREADABLE
+            return self.unreadable(path, e), UNREADABLE
+
+    def unreadable(self, path: str, e: BaseException) -> torch.Tensor:
+        """What an unreadable file gives: a one-line error with ``strict``, else a warning and a zero uint8 image."""
+        if self.strict:
+            raise RobustvitError(f"cannot read image {path} ({_reason(e)}); remove or replace it, "
+                                 "or run without --strict to skip unreadable files") from None
+        warnings.warn(f"skipping unreadable image {path} ({_reason(e)})", stacklevel=3)
+        s = self.resize.size if self.resize is not None else 32
+        return torch.zeros(3, s, s, dtype=torch.uint8)
+
+    def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 images (files decoded on a few threads; one after the other in a loader worker) and labels."""
+        return _stack(_read_items(self.read_item, index), self.spec)
+
+    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.read_batch(index)
+        return to_float(x), y
 
 
 class ResizedDataset(ImageDataset):
@@ -215,3 +263,10 @@ class ResizedDataset(ImageDataset):
     def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = self.ds.get_batch(index)
         return self.resize.batch(x), y
+
+    def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 as stored when no resizing is needed; else resized in float (antialiased: not 8-bit values)."""
+        x, y = self.ds.read_batch(index)
+        if tuple(x.shape[-2:]) == (self.resize.size, self.resize.size):
+            return x, y
+        return self.resize.batch(to_float(x)), y

@@ -84,12 +84,16 @@ class NpyImageDataset(ImageDataset):
         return x[0], int(y[0])
 
     def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.read_batch(index)
+        return to_float(x), y
+
+    def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 images (n, 3, H, W) as stored, and labels."""
         idx = torch.as_tensor(index).long().reshape(-1)
         if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
             raise RobustvitError(f"index out of range for {self.n} images of {self.spec}")
         rows = np.ascontiguousarray(self.array[idx.numpy() + self.start])
-        x = torch.from_numpy(rows).permute(0, 3, 1, 2)
-        return to_float(x), self.labels[idx]
+        return torch.from_numpy(rows).permute(0, 3, 1, 2), self.labels[idx]
 
 
 class CorruptedSource:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from robustvit.corruptions.perturbations import PERTURBATION_GROUPS, is_noise
+from robustvit.data.base import ImageDataset
 from robustvit.errors import RobustvitError
 
 #: The noise perturbations, whose stronger difficulties have their own files (``_2``, ``_3``).
@@ -49,7 +50,37 @@ class PerturbationSource:
 
     def get_sequences(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Float frames (n, T, 3, H, W) in [0, 1] and long labels (n,) (-1 = unknown)."""
+        x, y = self.read_sequences(index)
+        return x.float().div_(255), y
+
+    def read_sequences(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 frames (n, T, 3, H, W) as stored and long labels (n,): :meth:`get_sequences` before its division
+        by 255 (what ``robustvit.data.loader`` carries to the device)."""
         raise NotImplementedError
+
+
+class SequenceDataset(ImageDataset):
+    """A :class:`PerturbationSource` as a data set, for ``robustvit.data.loader``: item ``i`` is sequence ``i``,
+    ``get_batch`` gives float frames (n, T, 3, H, W) and ``read_batch`` the uint8 ones, decoded in the loader's
+    worker processes (ImageNet-P's videos) instead of inside a unit."""
+
+    def __init__(self, source: PerturbationSource) -> None:
+        self.source = source
+        self.classes = list(getattr(source, "classes", None) or [])
+        self.spec = f"perturbation source {getattr(source, 'name', '')}"
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x, y = self.get_batch(torch.tensor([int(i)]))
+        return x[0], int(y[0])
+
+    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.source.get_sequences(index)
+
+    def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.source.read_sequences(index)
 
 
 class NpySequences(PerturbationSource):
@@ -76,12 +107,11 @@ class NpySequences(PerturbationSource):
     def __len__(self) -> int:
         return int(self.array.shape[0])
 
-    def get_sequences(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def read_sequences(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.as_tensor(index).long().reshape(-1).numpy()
         frames = torch.from_numpy(np.ascontiguousarray(self.array[idx]))          # (n, T, H, W, 3) uint8
-        x = frames.permute(0, 1, 4, 2, 3).float().div_(255)
         y = self.labels[idx] if self.labels is not None else torch.full((len(idx),), -1, dtype=torch.long)
-        return x, y
+        return frames.permute(0, 1, 4, 2, 3), y
 
 
 def x264_available() -> bool:
@@ -189,13 +219,13 @@ class VideoFolderSequences(PerturbationSource):
             self._frames = int(read_video_frames(self.samples[0][0]).shape[0])
         return self._frames
 
-    def get_sequences(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def read_sequences(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.as_tensor(index).long().reshape(-1).tolist()
         videos = [read_video_frames(self.samples[i][0]) for i in idx]
         t = min(v.shape[0] for v in videos)
         if any(v.shape[1:] != videos[0].shape[1:] for v in videos):
             raise RobustvitError(f"videos of different frame sizes in {self.folder}; re-download ImageNet-P")
-        x = torch.stack([v[:t] for v in videos]).float().div_(255)
+        x = torch.stack([v[:t] for v in videos])
         return x, torch.tensor([self.samples[i][1] for i in idx], dtype=torch.long)
 
 
@@ -215,5 +245,5 @@ def open_perturbation_source(root: str | Path, name: str, difficulty: int = 1, *
                          "download the data set or choose other perturbations")
 
 
-__all__ = ["PerturbationSource", "NpySequences", "VideoFolderSequences", "open_perturbation_source",
+__all__ = ["PerturbationSource", "SequenceDataset", "NpySequences", "VideoFolderSequences", "open_perturbation_source",
            "perturbation_file_stem", "read_video_frames"]

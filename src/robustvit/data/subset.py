@@ -199,9 +199,16 @@ class SubsetDataset(ImageDataset):
         return self.ds[int(self.indices[i])]
 
     def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._read(self.ds.get_batch, index)
+
+    def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`get_batch`, in the underlying data set's transport (uint8 where it has 8-bit images)."""
+        return self._read(self.ds.read_batch, index)
+
+    def _read(self, read: Any, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ids = self.indices[torch.as_tensor(index).long().reshape(-1)]
         ordered, perm = ids.sort()
-        x, y = self.ds.get_batch(ordered)
+        x, y = read(ordered)
         inv = torch.empty_like(perm)
         inv[perm] = torch.arange(len(perm))
         return x[inv], torch.as_tensor(y)[inv]

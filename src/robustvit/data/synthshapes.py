@@ -293,6 +293,11 @@ class SynthShapesDataset(ImageDataset):
         return x[0], int(y[0])
 
     def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.read_batch(index)
+        return to_float(x), y
+
+    def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 images (rendered in 8 bits) and labels."""
         index = torch.as_tensor(index, dtype=torch.long)
         if len(index) and (int(index.min()) < 0 or int(index.max()) >= len(self)):
             raise IndexError(f"synthshapes index out of range 0..{len(self) - 1}")
@@ -302,7 +307,7 @@ class SynthShapesDataset(ImageDataset):
             sel = chunks == c
             self._render(c)
             out[sel] = self._chunks[c][index[sel] - c * self._chunk]
-        return to_float(out), self.labels[index]
+        return out, self.labels[index]
 
     def _render(self, c: int) -> None:
         if c in self._chunks and (not self.dense or c in self._masks):

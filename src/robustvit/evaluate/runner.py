@@ -16,19 +16,24 @@ import json
 import math
 import os
 import re
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
 from robustvit.data import UNREADABLE, ImageDataset, Resize, create_dataset, dataset_for_model, model_resize
 from robustvit.data.classmap import load_class_map, match_classes as _match_classes
+from robustvit.data.loader import ChunkLoader, PartsDataset, check_decode, float_images, resolve_workers
 from robustvit.data.subset import Subset, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites import Batch, EvalContext, Suite, create_suite
+from robustvit.evaluate.suites.base import PRECISION_CHOICES, suite_precision
+from robustvit.models.wrapper import inference_settings
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import RANDOM_LABEL, is_comparable, warn_if_random
@@ -49,11 +54,18 @@ class EvalConfig:
     suites: list[str] = field(default_factory=lambda: ["clean"])
     out: str = "eval-out"
     limit: int | None = None
-    batch_size: int = 128
+    batch_size: int = 128           # images per forward pass (attacks: divided by their memory factor); not a setting
+    #                                 of the results: a run resumes with another --batch-size to identical results
+    chunk_size: int | None = None   # images per unit of work (stored, resumed, a torchrun rank's share); default: the
+    #                                 folder's own when resuming, else batch_size
     device: str = "auto"
     seed: int = 0
     strict: bool = False
-    workers: int = 0
+    workers: int | str = "auto"     # data-loading worker processes: auto = min(8, cores − 1), or a number
+    decode: str = "cpu"             # JPEG decoding of folder data: cpu (libjpeg-turbo, as timm) or gpu (nvjpeg)
+    precision: str = "auto"         # fp32 | tf32 | bf16 | auto (bf16 on CUDA for the clean, corruption, shift suites)
+    compile: bool = False           # torch.compile the network (dynamic shapes)
+    deterministic: bool = False     # torch's deterministic algorithms (and the corruptions' deterministic kernels)
     options: dict[str, Any] = field(default_factory=dict)   # global suite options: eps, norm, steps, …
     progress: bool = True
     command: str | None = None
@@ -86,6 +98,15 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
         raise RobustvitError(f"--limit must be >= 1, got {cfg.limit}")
     if cfg.batch_size < 1:
         raise RobustvitError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    if cfg.chunk_size is not None and cfg.chunk_size < 1:
+        raise RobustvitError(f"--chunk-size must be >= 1, got {cfg.chunk_size}")
+    if cfg.precision not in PRECISION_CHOICES:
+        raise RobustvitError(f"--precision must be one of {', '.join(PRECISION_CHOICES)}, got {cfg.precision!r}")
+    with run_settings(cfg.deterministic):
+        return _run_eval(cfg, merging=_merging)
+
+
+def _run_eval(cfg: EvalConfig, *, merging: bool) -> dict[str, dict[str, Any]]:
     suites = [create_suite(s) for s in cfg.suites]
     keys = [s.strip() for s in cfg.suites]
     if len(set(keys)) != len(keys):
@@ -111,6 +132,8 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
         else:
             m = create_model(name, pretrained=cfg.pretrained and not is_checkpoint_dir(name),
                              checkpoint=cfg.weights).to(device).eval()
+        if cfg.compile:
+            m.model.compile(dynamic=True)       # in place: the state dict (and the run's fingerprint) is unchanged
         if shard is not None and m.weights.get("source") == "random":
             raise RobustvitError(f"--shard needs the same weights in every shard, and {name} has random ones (drawn "
                                  "anew in each process); give --pretrained, --weights FILE or a checkpoint folder")
@@ -135,29 +158,14 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
     first = next(iter(datasets.values()))
     subset_seed = cfg.seed if cfg.subset_seed is None else cfg.subset_seed
     subset = make_subset(first, limit=cfg.limit, method=cfg.subset_method, seed=subset_seed, file=cfg.subset)
-    multi = len(models) > 1
     results: dict[str, dict[str, Any]] = {}
-    for key, model in models.items():
-        dataset = datasets[_data_key(model)]
-        out = Path(cfg.out) / key if multi else Path(cfg.out)
-        check_kind(out, "eval")
-        ctx = EvalContext(model=model, model_name=key, models=models, data_spec=cfg.data, dataset=dataset,
-                          num_classes=model.spec.num_classes, device=device, seed=cfg.seed, options=cfg.options,
-                          out_dir=out, subset=subset, class_map=cfg.class_map)
-        store = open_shared_store(out, rank, world)
-        try:
-            store.check_fingerprint({"model": key, "checkpoint": weights_id(model, sources[key]),
-                                     "data": cfg.data, "limit": cfg.limit, "chunk": cfg.batch_size, "seed": cfg.seed,
-                                     "subset": subset.fingerprint(),
-                                     "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
-            _run_units(ctx, store, suites, keys, dataset, cfg, worker, show=cfg.progress and rank == 0,
-                       merging=_merging)
-            barrier()
-            if rank == 0 and shard is None:
-                results[key] = _finalize(ctx, store, suites, keys, dataset, cfg, world, sources[key])
-                write_results(out, results[key])
-        finally:
-            store.close()
+    loaders = _Loaders(cfg.workers, device, cfg.decode)
+    try:
+        for key, model in models.items():
+            results.update(_evaluate_model(key, model, datasets[_data_key(model)], cfg, loaders, models, sources,
+                                           suites, keys, subset, device, rank, world, worker, shard, merging))
+    finally:
+        loaders.close()
     if shard is not None and rank == 0:
         write_json(Path(cfg.out) / SHARD_FILE, {"schema": 2, "kind": "eval-shard", "shard": str(shard),
                                                 "models": list(models), "config": _config_record(cfg)})
@@ -165,8 +173,41 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
     return results
 
 
+def _evaluate_model(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalConfig, loaders: "_Loaders",
+                    models: dict[str, Normalized], sources: dict[str, str | nn.Module], suites: list[Suite],
+                    keys: list[str], subset: Subset, device: torch.device, rank: int, world: int, worker: Worker,
+                    shard: Shard | None, merging: bool) -> dict[str, dict[str, Any]]:
+    """Run one model's units into its folder's store; rank 0 of an unsharded run writes its results.json."""
+    results: dict[str, dict[str, Any]] = {}
+    multi = len(models) > 1
+    out = Path(cfg.out) / key if multi else Path(cfg.out)
+    check_kind(out, "eval")
+    ctx = EvalContext(model=model, model_name=key, models=models, data_spec=cfg.data, dataset=dataset,
+                      num_classes=model.spec.num_classes, device=device, seed=cfg.seed, options=cfg.options,
+                      out_dir=out, subset=subset, class_map=cfg.class_map)
+    store = open_shared_store(out, rank, world)
+    try:
+        chunk = chunk_size(cfg, store)
+        store.check_fingerprint({"model": key, "checkpoint": weights_id(model, sources[key]),
+                                 "data": cfg.data, "limit": cfg.limit, "chunk": chunk, "seed": cfg.seed,
+                                 "subset": subset.fingerprint(), "device": device.type,
+                                 "precision": cfg.precision,
+                                 "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
+        model.micro_batch = cfg.batch_size if cfg.batch_size < chunk else None
+        _run_units(ctx, store, suites, keys, dataset, cfg, worker, chunk, loaders,
+                   show=cfg.progress and rank == 0, merging=merging)
+        barrier()
+        if rank == 0 and shard is None:
+            results[key] = _finalize(ctx, store, suites, keys, dataset, cfg, world, sources[key], chunk)
+            write_results(out, results[key])
+    finally:
+        model.micro_batch = None
+        store.close()
+    return results
+
+
 #: EvalConfig fields that may differ between the shards of one run (the rest must agree to merge them).
-_SHARD_FREE = ("out", "shard", "command", "progress", "device", "workers")
+_SHARD_FREE = ("out", "shard", "command", "progress", "device", "workers", "decode", "batch_size", "compile")
 
 
 def _config_record(cfg: EvalConfig) -> dict[str, Any]:
@@ -228,6 +269,34 @@ def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None
         res["run"]["shard"] = shards
         write_results(out / key if len(results) > 1 else out, res)
     return results
+
+
+def chunk_size(cfg: EvalConfig, store: UnitStore) -> int:
+    """Images per unit: ``--chunk-size``, else the folder's own (a resumed run keeps its units whatever its
+    ``--batch-size``), else ``--batch-size``."""
+    if cfg.chunk_size is not None:
+        return cfg.chunk_size
+    old = json.loads(store.fingerprint_text() or "{}").get("chunk")
+    return int(old) if old else cfg.batch_size
+
+
+@contextmanager
+def run_settings(deterministic: bool) -> Iterator[None]:
+    """Within the block, float32 outside the model wrapper is IEEE float32 (CUDA's TF32 off: corruption and attack
+    arithmetic never change precision; the wrapper applies ``--precision``), and with ``--deterministic`` torch uses
+    deterministic algorithms only (refusing an operation that has none; cuBLAS gets the workspace setting that
+    needs). The corruption kernels are order-free on every device without it."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    old = torch.are_deterministic_algorithms_enabled(), matmul.allow_tf32, cudnn.allow_tf32
+    matmul.allow_tf32 = cudnn.allow_tf32 = False
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(old[0])
+        matmul.allow_tf32, cudnn.allow_tf32 = old[1:]
 
 
 DETECTOR_PREFIX = "tv:"
@@ -317,13 +386,15 @@ def _plans(ctx: EvalContext, suites: list[Suite], dataset: ImageDataset, cfg: Ev
 
 
 def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
-               cfg: EvalConfig, worker: Worker, *, show: bool = False, merging: bool = False) -> None:
+               cfg: EvalConfig, worker: Worker, chunk: int, loaders: "_Loaders", *, show: bool = False,
+               merging: bool = False) -> None:
     """Evaluate every unit not yet in the store that ``worker`` owns, pass by pass (:func:`_plans`), on the run
     engine's scheduler. Chunk ``c`` of a pass holds its images c·B … (c+1)·B−1; ``Batch.index`` is each image's
     position in the pass (0 = the suite's first image), ``Batch.data_index`` its index in the data set.
     ``merging``: the units must all be stored already (a merge of shards); refuse when some are not."""
-    b = cfg.batch_size
+    b = chunk
     index = {k: i for i, k in enumerate(keys)}
+    precision = [suite_precision(cfg.precision, ctx.device, s) for s in suites]
     for plan in _plans(ctx, suites, dataset, cfg):
         ds, images = plan.dataset, plan.images
         sizes = {i: len(images) if m is None else min(m, len(images)) for i, m in plan.members.items()}
@@ -344,52 +415,131 @@ def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: li
                                      "then merge")
             continue
 
-        def load(chunks: list[int], ds: ImageDataset = ds, images: torch.Tensor = images, span: int = span):
-            positions = [torch.arange(c * b, min(span, (c + 1) * b)) for c in chunks]
-            for pos, (x, y) in zip(positions, _load_chunks(ds, [images[p] for p in positions], cfg)):
+        member = next(iter(plan.members)) if len(plan.members) == 1 else None
+        part_sets = suites[member].part_datasets(ctx) if member is not None else None
+
+        def load(chunks: Iterable[int], ds: ImageDataset = ds, images: torch.Tensor = images, span: int = span,
+                 member: int | None = member, part_sets: dict[str, ImageDataset] | None = part_sets):
+            done = store.done(keys[member]) if part_sets is not None and member is not None else set()
+
+            def items() -> Iterator[tuple[torch.Tensor, ...]]:
+                for c in chunks:                # lazy: the engine claims a chunk as the loader asks for it
+                    pos = torch.arange(c * b, min(span, (c + 1) * b))
+                    if part_sets is None:
+                        yield pos, images[pos]
+                    else:                       # the parts still to do read their own files (ImageNet-C units)
+                        yield pos, images[pos], [p for p in part_sets if (keys[member], p, c) not in done]
+            if part_sets is not None:
+                for pos, chunk_parts in loaders.parts(keys[member], part_sets).iter_parts(items(), as_float=False):
+                    yield pos, images[pos], None, chunk_parts
+                return
+            for pos, x, y in loaders.get(ds).iter(items(), tagged=True):
                 yield pos, images[pos], x, y
 
         def work(data: Any, c: int, pending: list[Unit], ds: ImageDataset = ds, sizes: dict[int, int] = sizes):
             pos, ids, x, y = data
+            if x is None:                       # a suite whose parts read their own files: y holds them
+                yield from part_work(y, c, pending, pos, ids)
+                return
             keep = y != UNREADABLE
             for task, part in pending:
                 if task == "_data":
                     bad = ids[~keep].tolist()
                     files = [ds.samples[j][0] for j in bad][:20] if hasattr(ds, "samples") else []
                     yield (task, part), {"n": int(len(y)), "unreadable": len(bad), "files": files}
-            x, y, ids, pos = x[keep].to(ctx.device, non_blocking=True), y[keep].to(ctx.device), ids[keep], pos[keep]
+            if not bool(keep.all()):        # labels are on the CPU: no synchronisation
+                x, y, ids, pos = x[keep.to(x.device)], y[keep], ids[keep], pos[keep]
+            y = y.to(ctx.device, non_blocking=True)
             for task, part in pending:
                 if task == "_data":
                     continue
                 i = index[task]
-                gen = torch.Generator(device=ctx.device)
-                gen.manual_seed(derive_seed(cfg.seed, task, part, c))
                 sel = pos < sizes[i]
-                if bool(sel.all()):
-                    batch = Batch(x, y, pos, gen, ids)
-                else:
-                    dev = sel.to(x.device)
-                    batch = Batch(x[dev], y[dev], pos[sel], gen, ids[sel])
-                yield (task, part), (suites[i].run(ctx, part, batch) if len(batch.y) else {})
+                dev = sel.to(x.device)
+                view = (x, y, pos, ids) if bool(sel.all()) else (x[dev], y[dev], pos[sel], ids[sel])
+                if not len(view[1]):
+                    yield (task, part), {}
+                    continue
+
+                yield (task, part), run_unit(i, part, c, *view)
+
+        def part_work(chunk_parts: Any, c: int, pending: list[Unit], pos: torch.Tensor, ids: torch.Tensor):
+            for task, part in pending:          # unreadable files (UNREADABLE labels) are the suite's to count
+                xp, yp = chunk_parts.get(part)
+                if xp.dtype == torch.uint8 and xp.ndim == 4:    # images; sequences (5-D) stay uint8 for the suite
+                    xp = float_images(xp)
+                yield (task, part), run_unit(index[task], part, c, xp, yp.to(ctx.device, non_blocking=True), pos, ids)
+
+        def run_unit(i: int, part: str, c: int, x: torch.Tensor, y: torch.Tensor, pos: torch.Tensor,
+                     ids: torch.Tensor) -> Any:
+            """Suite ``i``'s statistics of one unit: seeded from (seed, suite, part, chunk), in the suite's precision,
+            retried with a smaller forward batch on CUDA out-of-memory."""
+            def attempt() -> Any:
+                gen = torch.Generator(device=ctx.device)
+                gen.manual_seed(derive_seed(cfg.seed, keys[i], part, c))
+                with inference_settings(ctx.model, precision=precision[i]):
+                    return suites[i].run(ctx, part, Batch(x, y, pos, gen, ids))
+            return retry_out_of_memory(ctx.model, attempt, len(y))
 
         run_units(store, nchunks, units, work, load=load, worker=worker, device=ctx.device,
                   progress=lambda n, tag=plan.tag: progress_bar(show, f"{ctx.model_name} · {tag}", n))
 
 
-def _load_chunks(ds: ImageDataset, chunks: list[torch.Tensor], cfg: EvalConfig):  # noqa: ANN202
-    """Yield (x, y) for each chunk of data-set indices (CPU tensors)."""
-    if cfg.workers == 0:
-        for ids in chunks:
-            x, y = ds.get_batch(ids)
-            yield x, torch.as_tensor(y)
-        return
-    loader = DataLoader(ds, batch_sampler=[t.tolist() for t in chunks], num_workers=cfg.workers)
-    for x, y in loader:
-        yield x, torch.as_tensor(y)
+def retry_out_of_memory(model: nn.Module, attempt: Callable[[], Any], images: int) -> Any:
+    """``attempt()`` on a unit of ``images`` images; on CUDA out-of-memory, halve the model's forward micro-batch
+    (``--batch-size``) and try again (the unit's seed is the same, so is its result: a micro-batch cuts batches, never changes a number). Says so
+    once per model; refuses in one line when one image at a time does not fit."""
+    while True:
+        try:
+            return attempt()
+        except torch.cuda.OutOfMemoryError:
+            if not isinstance(model, Normalized):
+                raise
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            current = min(model.micro_batch or images, images)
+            if current <= 1:
+                raise RobustvitError("out of GPU memory with one image per forward pass; use a smaller model or "
+                                     "input, another GPU, or --device cpu") from None
+            model.micro_batch = current // 2
+            if not getattr(model, "_said_out_of_memory", False):
+                model._said_out_of_memory = True
+                warnings.warn(f"out of GPU memory: {model.spec.architecture}'s forward batch is halved until it fits "
+                              f"(now {model.micro_batch} images; a smaller --batch-size avoids the retries); results "
+                              "are unchanged", stacklevel=2)
+
+
+class _Loaders:
+    """One :class:`~robustvit.data.loader.ChunkLoader` per data set of the run (``--workers``, ``--decode``): its
+    worker processes persist across the run's passes; :meth:`close` stops them."""
+
+    def __init__(self, workers: int | str, device: torch.device, decode: str) -> None:
+        self.workers, self.device, self.decode = resolve_workers(workers), device, decode
+        check_decode(decode, device)
+        self.loaders: dict[int, tuple[ImageDataset, ChunkLoader]] = {}
+        self.part_loaders: dict[str, ChunkLoader] = {}
+
+    def get(self, ds: ImageDataset) -> ChunkLoader:
+        if id(ds) not in self.loaders:
+            self.loaders[id(ds)] = (ds, ChunkLoader(ds, workers=self.workers, device=self.device,
+                                                    decode=self.decode))
+        return self.loaders[id(ds)][1]
+
+    def parts(self, key: str, part_sets: dict[str, ImageDataset]) -> ChunkLoader:
+        """The loader of a suite's own part files (``key``: the suite's), read in the workers."""
+        if key not in self.part_loaders:
+            self.part_loaders[key] = ChunkLoader(PartsDataset(part_sets), workers=self.workers, device=self.device)
+        return self.part_loaders[key]
+
+    def close(self) -> None:
+        for loader in [ld for _, ld in self.loaders.values()] + list(self.part_loaders.values()):
+            loader.close()
+        self.loaders.clear()
+        self.part_loaders.clear()
 
 
 def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
-              cfg: EvalConfig, world: int, source: str | nn.Module) -> dict[str, Any]:
+              cfg: EvalConfig, world: int, source: str | nn.Module, chunk: int) -> dict[str, Any]:
     data_units = store.stats("_data")      # one part: "all", or "sample:N" when every suite drew its own sample
     data_items = data_units.get("all") or next(iter(data_units.values()), [])
     data_stats = sum_stats([{k: v for k, v in s.items() if k != "files"} for s in data_items])   # counts only
@@ -402,12 +552,14 @@ def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: lis
             raise RobustvitError(f"suite {key}: parts {missing[:3]} have no results (was the run interrupted?); re-run the command")
         res = suite.finalize(ctx, stats)
         res.setdefault("seconds", round(store.seconds(key), 3))
+        res.setdefault("precision", suite_precision(cfg.precision, ctx.device, suite))
         if suite.subset_info is not None:
             res.setdefault("subset", suite.subset_info)
         suites_out[key] = res
     notes = comparability_notes(ctx, suites, keys)
     run = run_header(device=ctx.device, seed=cfg.seed, command=cfg.command, started=store.meta("started"),
-                     world_size=world, batch_size=cfg.batch_size, limit=cfg.limit,
+                     world_size=world, batch_size=cfg.batch_size, chunk_size=chunk, precision=cfg.precision,
+                     compile=cfg.compile, deterministic=cfg.deterministic, limit=cfg.limit,
                      options={k: v for k, v in cfg.options.items() if v is not None}, shard=None)
     n, bad = int(data_stats.get("n", 0)), int(data_stats.get("unreadable", 0))
     data = {"spec": cfg.data, "num_images": n - bad, "num_unreadable": bad, "unreadable_files": files,

@@ -37,10 +37,15 @@ def robust_correct(clean_logits: torch.Tensor, adv_logits: torch.Tensor, y: torc
 def topk_correct(logits: torch.Tensor, y: torch.Tensor, ks: Sequence[int] = (1,)) -> list[int]:
     """Number of samples whose label is among the top-k logits, for each k (k capped at the class count);
     rows with a non-finite logit count as wrong."""
+    return [int(h) for h in topk_hits(logits, y, ks)]
+
+
+def topk_hits(logits: torch.Tensor, y: torch.Tensor, ks: Sequence[int] = (1,)) -> list[torch.Tensor]:
+    """:func:`topk_correct` as 0-d tensors on the logits' device (read later: no host-device synchronisation)."""
     kmax = min(max(ks), logits.shape[1])
     top = logits.topk(kmax, dim=1).indices
     hit = top.eq(y[:, None]) & ~nonfinite_rows(logits)[:, None]
-    return [int(hit[:, : min(k, kmax)].any(1).sum()) for k in ks]
+    return [hit[:, : min(k, kmax)].any(1).sum() for k in ks]
 
 
 def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:

@@ -71,7 +71,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from robustvit.errors import RobustvitError
-from robustvit.models.wrapper import Normalized
+from robustvit.models.wrapper import Normalized, inference_settings
 
 SUPPORTED = ("timm VisionTransformer models (vit_*, deit_*, deit3_*, vit_cifar_*; pre-norm, post-norm and parallel "
              "blocks), VisionTransformerDistilled, Beit, Eva, Cait and robustvit's FAN")
@@ -460,6 +460,12 @@ class ViTProbe:
 
     # ---- the self-check ---------------------------------------------------------------------------
     def verify(self, x: torch.Tensor) -> dict[str, float]:
+        """:meth:`_verify` with the model computing in float32 whatever its ``precision`` (the self-check's
+        tolerance is float32's)."""
+        with inference_settings(self.model, precision="fp32"):
+            return self._verify(x)
+
+    def _verify(self, x: torch.Tensor) -> dict[str, float]:
         """Compare the probe with the model's own forward on ``x`` (at most 4 images): block outputs,
         attention maps (where the model exposes them: fused attention off, the input of ``attn_drop``) and
         logits, in eval mode. Returns the largest relative errors; raises ``RobustvitError`` (one line) on a
@@ -685,8 +691,8 @@ class BlockProbe:
         return slice(self.num_prefix_tokens, None)
 
     def verify(self, x: torch.Tensor) -> dict[str, float]:
-        """The hooks run the model's own forward: exact by construction; only the logits are compared."""
-        with torch.no_grad():
+        """The hooks run the model's own forward: exact by construction; only the logits are compared (in float32)."""
+        with torch.no_grad(), inference_settings(self.model, precision="fp32"):
             err = _rel_err(self.run(x[:8], tokens=False).logits, self.model(x[:8]))
         if err > TOLERANCE:
             raise RobustvitError(f"the block probe's forward of {type(self.net).__name__} differs from the model's "

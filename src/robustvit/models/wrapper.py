@@ -9,10 +9,14 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from robustvit.errors import RobustvitError
 from robustvit.models.spec import ModelSpec
 
+#: How the wrapped network computes (``Normalized.precision``): plain float32; TF32 matrix products on CUDA (the same
+#: as fp32 on the CPU); bfloat16 autocast (CUDA and CPU). Logits always come back in the input's dtype.
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 #: Float slack on the [0, 1] input range (a projection or a resize can land a rounding error outside it).
 RANGE_TOL = 1e-6
@@ -39,6 +43,13 @@ class Normalized(nn.Module):
     check_range: bool = True
     #: Accelerators only: calls between two reads of the device-side running range (see the class docstring).
     check_every: int = 64
+    #: How the network computes (:data:`PRECISIONS`); applied here only — never to corruption or attack arithmetic.
+    precision: str = "fp32"
+    #: Largest number of images one forward takes (None: the whole batch). Larger batches are cut into micro-batches;
+    #: with gradients, each micro-batch is checkpointed (its activations recomputed in the backward pass), so memory is
+    #: that of one micro-batch whatever the batch. Each image's logits do not depend on the cut (up to the float
+    #: rounding of kernels whose summation order follows the batch size).
+    micro_batch: int | None = None
 
     def __init__(self, model: nn.Module, spec: ModelSpec) -> None:
         super().__init__()
@@ -60,7 +71,17 @@ class Normalized(nn.Module):
             raise RobustvitError(f"model input must be float in [0, 1], got dtype {x.dtype}; use x.float() / 255")
         if self.check_range and x.numel() and not _tracing(x):
             self._check_range(x)
-        logits = self.model((x - self.mean.to(x.dtype)) / self.std.to(x.dtype))
+        mb = self.micro_batch
+        if mb is None or len(x) <= mb:
+            return self._logits(x)
+        if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters())):
+            return torch.cat([checkpoint(self._logits, part, use_reentrant=False) for part in x.split(mb)])
+        return torch.cat([self._logits(part) for part in x.split(mb)])
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        with computing_in(self.precision, x.device):
+            logits = self.model((x - self.mean.to(x.dtype)) / self.std.to(x.dtype))
+        logits = logits.to(x.dtype)
         if self.class_index is not None:            # a class map: the best logit of each data class's model classes
             logits = logits[:, self.class_index].amax(-1)
         return logits
@@ -103,6 +124,55 @@ class Normalized(nn.Module):
     def net(self) -> nn.Module:
         """The wrapped network (a timm model for timm architectures)."""
         return self.model
+
+
+def check_precision(precision: str) -> str:
+    """``precision`` if it is one of :data:`PRECISIONS`, else a one-line error."""
+    if precision not in PRECISIONS:
+        raise RobustvitError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision
+
+
+@contextmanager
+def computing_in(precision: str, device: torch.device) -> Iterator[None]:
+    """Within the block, float32 work on ``device`` runs in ``precision``: ``bf16`` autocasts to bfloat16 (CUDA and
+    CPU), ``tf32`` lets CUDA's matrix products and convolutions use TF32 (nothing changes on the CPU), ``fp32`` is
+    plain float32 (TF32 off, whatever the global setting)."""
+    check_precision(precision)
+    if precision == "bf16":
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            yield
+        return
+    if device.type != "cuda":
+        yield
+        return
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    old = matmul.allow_tf32, cudnn.allow_tf32
+    matmul.allow_tf32 = cudnn.allow_tf32 = precision == "tf32"
+    try:
+        yield
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = old
+
+
+@contextmanager
+def inference_settings(model: nn.Module, *, precision: str | None = None, micro_batch: int | None | bool = False
+                       ) -> Iterator[None]:
+    """Within the block, ``model`` (a ``Normalized`` wrapper; anything else is left alone) computes in ``precision``
+    and cuts batches into ``micro_batch`` images (None: whole batches); an argument not given keeps the model's
+    setting. Attacks re-check their robust points with ``inference_settings(model, precision="fp32")``."""
+    if not isinstance(model, Normalized):
+        yield
+        return
+    old = model.precision, model.micro_batch
+    if precision is not None:
+        model.precision = check_precision(precision)
+    if micro_batch is not False:
+        model.micro_batch = micro_batch
+    try:
+        yield
+    finally:
+        model.precision, model.micro_batch = old
 
 
 def _deferred(device: torch.device) -> bool:

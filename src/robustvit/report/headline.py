@@ -90,7 +90,8 @@ def _attack_accuracy(suites: dict[str, Any], names: tuple[str, ...], norm: str, 
 
 
 def labels(run: dict[str, Any]) -> list[str]:
-    """Short comparability labels: why the run's numbers are not the published protocol's."""
+    """Short comparability labels: why the run's numbers are not the published protocol's, and the precision of
+    suites not computed in fp32 (``bf16``, ``tf32``)."""
     out: list[str] = []
     model = run.get("model") or {}
     if (model.get("weights") or {}).get("source") == "random":
@@ -112,6 +113,10 @@ def labels(run: dict[str, Any]) -> list[str]:
         out.append("gradient-masking flag")
     if not out and run.get("comparable") is False:
         out.append("not comparable")
+    low = sorted({str(s["precision"]) for s in suites.values()
+                  if isinstance(s, dict) and s.get("precision") not in (None, "fp32")})
+    if low:             # how the numbers were computed (``--precision``); attacks re-check robust points in fp32
+        out.append(" + ".join(low))
     return out
 
 

@@ -1,10 +1,15 @@
-"""The unit store: one SQLite file per run folder; every finished unit of work is committed at once.
+"""The unit store: one SQLite file per run folder; the units of a chunk are committed together when it ends.
 
 A unit is (task, part, chunk) — a suite or an analysis, an independent piece of it (a corruption × severity,
 a lesioned block), and a chunk of images — holding JSON statistics that are additive over chunks (counts and
 sums, not means). Re-running the same command skips stored units, so a run killed even with SIGKILL loses at
-most the units in flight. The file is in WAL mode: several processes (``torchrun`` ranks) write to it at once;
-a shard (``--shard K/N``) writes its own file, and :meth:`UnitStore.merge_from` joins them.
+most the work in flight: the chunk being run (:meth:`UnitStore.chunk` commits its units in one transaction when
+it ends; a :meth:`UnitStore.put` outside one commits at once). The file is in WAL mode with
+``synchronous=NORMAL``: a commit costs no fsync (the WAL is synced at checkpoints), a killed process loses no
+committed unit, and a power cut or an OS crash may roll back the last commits but never corrupts the file.
+Several processes (``torchrun`` ranks) write to it at once and share out the chunks by *claims*
+(:meth:`UnitStore.claim`); a shard (``--shard K/N``) writes its own file, and :meth:`UnitStore.merge_from`
+joins them.
 
 The settings a run's units depend on are its *fingerprint* (one per scope: ``"run"`` for an evaluation, the
 analysis name for an analysis); a folder refuses units of other settings in one line.
@@ -16,16 +21,18 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from robustvit.errors import RobustvitError
+from robustvit.utils import to_plain
 
 DB_NAME = "units.sqlite"
 RUN_SCOPE = "run"
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 _COLUMNS = ("task", "part", "chunk", "stats", "seconds", "finished", "worker")
+_INSERT = "INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
 def now() -> str:
@@ -37,14 +44,29 @@ def now() -> str:
 #: each command).
 RANDOM_WEIGHTS = "random:"
 
+
+def _tolist(obj: Any) -> Any:
+    tolist = getattr(obj, "tolist", None)
+    if not callable(tolist):
+        raise TypeError(f"unit statistics must be JSON data or tensors, not {type(obj).__name__}")
+    return tolist()
+
+
+def _dumps(stats: Any) -> str:
+    # plain data is serialised as is; json calls ``default`` only for a tensor or NumPy value left in it
+    return json.dumps(stats, default=_tolist)
+
+
 class UnitStore:
-    """Units, fingerprints and run metadata of one folder (``directory/name``)."""
+    """Units, fingerprints, run metadata and chunk claims of one folder (``directory/name``)."""
 
     def __init__(self, directory: str | Path, name: str = DB_NAME) -> None:
         self.path = Path(directory) / name
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._rows: list[tuple[Any, ...]] | None = None        # the open chunk's units (None: none open)
         self.db = sqlite3.connect(self.path, timeout=120, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")           # per connection: no fsync per commit under WAL
         cols = [r[1] for r in self.db.execute("PRAGMA table_info(units)")]
         if cols and cols != list(_COLUMNS):
             self.db.close()
@@ -54,6 +76,8 @@ class UnitStore:
         self.db.execute("CREATE TABLE IF NOT EXISTS fingerprints (scope TEXT PRIMARY KEY, value TEXT)")
         self.db.execute("CREATE TABLE IF NOT EXISTS units (task TEXT, part TEXT, chunk INTEGER, stats TEXT, "
                         "seconds REAL, finished REAL, worker TEXT, PRIMARY KEY (task, part, chunk))")
+        self.db.execute("CREATE TABLE IF NOT EXISTS claims (tag TEXT, chunk INTEGER, worker TEXT, "
+                        "PRIMARY KEY (tag, chunk))")
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('started', ?)", (now(),))
 
     # ------------------------------------------------------------------ settings
@@ -92,8 +116,38 @@ class UnitStore:
         return {(t, p, c) for t, p, c in self.db.execute(sql, args)}
 
     def put(self, task: str, part: str, chunk: int, stats: Any, seconds: float, worker: str = "") -> None:
-        self.db.execute("INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (task, part, int(chunk), json.dumps(stats), float(seconds), time.time(), worker))
+        """Store a unit: committed at once, or inside :meth:`chunk` with the chunk's other units when it ends.
+        Tensors in ``stats`` are stored as plain numbers (:func:`to_plain`)."""
+        row = (task, part, int(chunk), _dumps(stats), float(seconds), time.time(), worker)
+        if self._rows is not None:
+            self._rows.append(row)
+        else:
+            self.db.execute(_INSERT, row)
+
+    @contextmanager
+    def chunk(self) -> Iterator[None]:
+        """Commit the units :meth:`put` inside the block in one transaction when it ends (no write lock is held
+        meanwhile: other processes keep writing). If the block raises, the units put so far are committed all the
+        same, then the error goes on; a killed process loses them all. Units put here are not visible to
+        :meth:`get` / :meth:`done` before the block ends. Nested blocks join the outermost."""
+        if self._rows is not None:
+            yield
+            return
+        self._rows = []
+        try:
+            yield
+        except BaseException:
+            rows, self._rows = self._rows, None
+            with suppress(sqlite3.Error):
+                self._write(rows)
+            raise
+        rows, self._rows = self._rows, None
+        self._write(rows)
+
+    def _write(self, rows: list[tuple[Any, ...]]) -> None:
+        if rows:
+            with self.transaction():
+                self.db.executemany(_INSERT, rows)
 
     def get(self, task: str, part: str, chunk: int) -> Any:
         row = self.db.execute("SELECT stats FROM units WHERE task=? AND part=? AND chunk=?",
@@ -111,6 +165,25 @@ class UnitStore:
         row = self.db.execute("SELECT SUM(seconds) FROM units WHERE task=?", (task,)).fetchone()
         return float(row[0] or 0.0)
 
+    # ------------------------------------------------------------------ claims
+    def claim(self, tag: str, chunk: int, worker: str) -> bool:
+        """Claim chunk ``chunk`` of the pass ``tag`` for ``worker``: True when this call took it, False when a
+        worker holds it already (it runs it). Processes sharing the store run each chunk once, whichever is free."""
+        cur = self.db.execute("INSERT OR IGNORE INTO claims VALUES (?, ?, ?)", (tag, int(chunk), worker))
+        return cur.rowcount == 1
+
+    def claims(self, tag: str | None = None) -> dict[tuple[str, int], str]:
+        """The claims held: {(tag, chunk): worker}, of one pass or of all."""
+        sql, args = "SELECT tag, chunk, worker FROM claims", ()
+        if tag is not None:
+            sql, args = sql + " WHERE tag=?", (tag,)
+        return {(t, c): w for t, c, w in self.db.execute(sql, args)}
+
+    def clear_claims(self) -> None:
+        """Forget every claim: a run's first process calls it before the others start (``open_shared_store``),
+        so the chunks a killed run had claimed but not finished are run again."""
+        self.db.execute("DELETE FROM claims")
+
     # ------------------------------------------------------------------ shards
     def merge_from(self, other: "UnitStore") -> int:
         """Copy ``other``'s units here (a shard's): fingerprints must agree; returns the units copied. The
@@ -119,7 +192,7 @@ class UnitStore:
             self.check_fingerprint(json.loads(text), scope)
         rows = other.db.execute(f"SELECT {', '.join(_COLUMNS)} FROM units").fetchall()
         with self.transaction():
-            self.db.executemany("INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            self.db.executemany(_INSERT, rows)
         started = [s for s in (self.meta("started"), other.meta("started")) if s]
         if started:
             self.set_meta("started", min(started))
@@ -152,6 +225,7 @@ class MemoryStore(UnitStore):
         self.units: dict[tuple[str, str, int], tuple[Any, float]] = {}
         self.prints: dict[str, str] = {}
         self.info: dict[str, str] = {"started": now()}
+        self.held: dict[tuple[str, int], str] = {}
 
     def check_fingerprint(self, fingerprint: dict[str, Any], scope: str = RUN_SCOPE) -> None:
         pass
@@ -169,7 +243,23 @@ class MemoryStore(UnitStore):
         return {k for k in self.units if task is None or k[0] == task}
 
     def put(self, task: str, part: str, chunk: int, stats: Any, seconds: float, worker: str = "") -> None:
-        self.units[(task, part, int(chunk))] = (json.loads(json.dumps(stats)), float(seconds))
+        self.units[(task, part, int(chunk))] = (json.loads(_dumps(stats)), float(seconds))
+
+    @contextmanager
+    def chunk(self) -> Iterator[None]:
+        yield
+
+    def claim(self, tag: str, chunk: int, worker: str) -> bool:
+        if (tag, int(chunk)) in self.held:
+            return False
+        self.held[(tag, int(chunk))] = worker
+        return True
+
+    def claims(self, tag: str | None = None) -> dict[tuple[str, int], str]:
+        return {k: w for k, w in self.held.items() if tag is None or k[0] == tag}
+
+    def clear_claims(self) -> None:
+        self.held.clear()
 
     def get(self, task: str, part: str, chunk: int) -> Any:
         item = self.units.get((task, part, int(chunk)))
@@ -192,4 +282,4 @@ class MemoryStore(UnitStore):
         pass
 
 
-__all__ = ["DB_NAME", "MemoryStore", "RUN_SCOPE", "UnitStore", "now"]
+__all__ = ["DB_NAME", "MemoryStore", "RUN_SCOPE", "UnitStore", "now", "to_plain"]

@@ -20,6 +20,10 @@ last completed epoch.
 Data parallelism (``torchrun``): every rank draws its own augmentation, drop-path and dropout masks (seeds
 derived from ``seed``, the rank and the epoch); the data order is DistributedSampler's (one shuffled order per
 epoch, padded to a multiple of the world size with its first indices, rank r taking every world-th index).
+Validation is sharded: rank r evaluates every world-th batch of the validation images and the counts are summed
+over ranks, so every rank gets the same numbers as one process (exactly, given deterministic kernels). Every
+collective reduces a tensor on the process group's device (:func:`collective_device`: the current GPU under
+NCCL, else the CPU).
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ from robustvit.training.losses import TrainingLoss, create_loss, hard_labels
 from robustvit.utils import derive_seed, resolve_device
 
 STATE_FILE = "train_state.pt"
+#: Images per validation batch (the unit validation is sharded in across ranks).
+VAL_BATCH_SIZE = 256
 
 
 def lr_at(step: int, total: int, warmup: int, peak: float, floor: float, start: float = 0.0) -> float:
@@ -184,44 +190,111 @@ def batches(dataset: ImageDataset, batch_size: int, seed: int, shuffle: bool, wo
             yield x[keep], y[keep], total
 
 
+# ---- collectives ---------------------------------------------------------------------------------------
+def collective_device() -> torch.device:
+    """The device every collective's tensor must be on: :func:`robustvit.runs.distributed.collective_device`
+    where it exists, else the current GPU when the process group has an NCCL backend and the CPU otherwise."""
+    from robustvit.runs import distributed
+
+    shared = getattr(distributed, "collective_device", None)
+    if shared is not None:
+        return shared()
+    backend = str(dist.get_backend()) if dist.is_available() and dist.is_initialized() else ""
+    if "nccl" in backend and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """``t`` summed over the ranks, as a tensor on :func:`collective_device` (moved there first: NCCL reduces
+    only CUDA tensors, gloo CPU ones)."""
+    t = t.to(collective_device())
+    dist.all_reduce(t)
+    return t
+
+
+@torch.no_grad()
+def broadcast_buffers(model: nn.Module) -> None:
+    """Rank 0's buffers (BatchNorm running statistics) on every rank. DDP broadcasts them at the start of each
+    forward, so after an epoch's last step every rank holds statistics updated by its own batch; sharded
+    validation then evaluates rank 0's model on every rank, the model the checkpoints hold."""
+    comm = collective_device()
+    for b in model.buffers():
+        t = b.detach().to(comm)          # b itself (shared storage) when it is on that device already
+        dist.broadcast(t, src=0)
+        if t.device != b.device:
+            b.copy_(t)
+
+
 # ---- evaluation ----------------------------------------------------------------------------------------
+def shard_batches(dataset: ImageDataset, batch_size: int, limit: int | None = None, rank: int = 0, world: int = 1,
+                  workers: int = 0) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """The first ``limit`` images in order, in batches of ``batch_size``; rank r of ``world`` takes batches
+    r, r + world, …, so the ranks together see every image once, in the batches one process sees. Yields
+    (batch number, float images, labels) on the CPU; unreadable files (label −1) are dropped."""
+    n = len(dataset) if limit is None else min(limit, len(dataset))
+    mine = [(b, torch.arange(b * batch_size, min(n, (b + 1) * batch_size)))
+            for b in range(rank, math.ceil(n / batch_size), world)]
+    if workers == 0:
+        loaded: Iterator[tuple[torch.Tensor, torch.Tensor]] = (dataset.get_batch(idx) for _, idx in mine)
+    else:
+        loaded = iter(DataLoader(dataset, batch_sampler=[idx.tolist() for _, idx in mine], num_workers=workers))
+    for (b, _), (x, y) in zip(mine, loaded):
+        keep = y != UNREADABLE
+        if keep.any():
+            yield b, x[keep], y[keep]
+
+
+def _shared_fraction(hits: torch.Tensor, total: int, world: int) -> float:
+    """hits / total summed over the ``world`` ranks (one collective on the collective device, one sync)."""
+    counts = torch.stack([hits.to(torch.int64), torch.tensor(total, dtype=torch.int64, device=hits.device)])
+    if world > 1:
+        counts = all_reduce_sum(counts)
+    h, n = counts.tolist()
+    return h / max(n, 1)
+
+
 @torch.no_grad()
 def evaluate_accuracy(model: nn.Module, dataset: ImageDataset, device: torch.device, batch_size: int = 256,
-                      limit: int | None = None) -> float:
+                      limit: int | None = None, rank: int = 0, world: int = 1, workers: int = 0) -> float:
     """Clean top-1 accuracy on the first ``limit`` images (:func:`robustvit.metrics.accuracy.correct`: rows with
-    non-finite logits count as wrong, as in the evaluation suites)."""
+    non-finite logits count as wrong, as in the evaluation suites). Under ``torchrun`` (``world`` > 1) every rank
+    calls it: rank r evaluates every world-th batch (:func:`shard_batches`) and the counts are summed, so each
+    rank returns the one-process value."""
     was = model.training
     model.eval()
-    hits = total = 0
-    with torch.no_grad():
-        for x, y, _ in batches(dataset, batch_size, 0, shuffle=False, limit=limit):
-            hits += int(correct(model(x.to(device)), y.to(device)).sum())
-            total += len(y)
+    hits = torch.zeros((), dtype=torch.int64, device=device)
+    total = 0
+    for _, x, y in shard_batches(dataset, batch_size, limit, rank, world, workers):
+        hits += correct(model(x.to(device)), y.to(device)).sum()
+        total += len(y)
     model.train(was)
-    return hits / max(total, 1)
+    return _shared_fraction(hits, total, world)
 
 
 def robust_accuracy(model: nn.Module, dataset: ImageDataset, device: torch.device, attack: str = "pgd",
                     eps: str | float = "4/255", steps: int = 10, batch_size: int = 256, limit: int | None = None,
-                    seed: int = 0) -> float:
+                    seed: int = 0, rank: int = 0, world: int = 1, workers: int = 0) -> float:
     """Robust accuracy under ``attack`` (pgd or fgsm from robustvit.attacks) on the first ``limit`` images, as the
     attack suites define it (:func:`robustvit.metrics.accuracy.robust_correct`: correct before and after the
-    attack)."""
+    attack). Batch b is attacked with the seed (``seed``, b), whichever rank runs it; sharded over ranks as
+    :func:`evaluate_accuracy`."""
     from robustvit.attacks import create_attack
 
     was = model.training
     model.eval()
     kw = {"steps": steps} if attack == "pgd" else {}
-    atk = create_attack(attack, model, eps=eps, seed=seed, **kw)
-    hits = total = 0
-    for x, y, _ in batches(dataset, batch_size, 0, shuffle=False, limit=limit):
+    hits = torch.zeros((), dtype=torch.int64, device=device)
+    total = 0
+    for b, x, y in shard_batches(dataset, batch_size, limit, rank, world, workers):
         x, y = x.to(device), y.to(device)
+        atk = create_attack(attack, model, eps=eps, seed=derive_seed(seed, "val-attack", b) % (2**31 - 1), **kw)
         adv = atk(x, y)
         with torch.no_grad():
-            hits += int(robust_correct(model(x), model(adv), y).sum())
+            hits += robust_correct(model(x), model(adv), y).sum()
         total += len(y)
     model.train(was)
-    return hits / max(total, 1)
+    return _shared_fraction(hits, total, world)
 
 
 # ---- the run -------------------------------------------------------------------------------------------
@@ -428,15 +501,16 @@ def train_epoch(run: Run, epoch: int, progress: bool) -> dict[str, float]:
             sums += optimizer_step(run, x, y, n_global, epoch, aug_gen, i)
             tick(f"loss {sums[0] / max(sums[2], 1):.3f}")
     if run.world > 1:
-        dist.all_reduce(sums)
-    return {"loss": float(sums[0]), "correct": float(sums[1]), "n": float(sums[2]), "lr": lr}
+        sums = all_reduce_sum(sums)
+    loss_sum, hits, n = sums.tolist()
+    return {"loss": loss_sum, "correct": hits, "n": n, "lr": lr}
 
 
 def check_finite(run: Run, loss: torch.Tensor, epoch: int, step: int) -> None:
     """Stop before the optimizer step when the loss is not finite on any rank (one-line error)."""
-    bad = torch.tensor([0.0 if bool(torch.isfinite(loss.detach()).all()) else 1.0], device=run.device)
+    bad = (~torch.isfinite(loss.detach()).all()).to(torch.float32).reshape(1)
     if run.world > 1:
-        dist.all_reduce(bad)
+        bad = all_reduce_sum(bad)
     if bad.item():
         where = f"training diverged at epoch {epoch + 1}, step {step + 1} (loss {float(loss.detach()):g})"
         if epoch > run.start_epoch or (run.out / "last" / STATE_FILE).is_file():
@@ -483,43 +557,49 @@ def optimizer_step(run: Run, x: torch.Tensor, y: torch.Tensor, n_global: int, ep
 
 
 def validate(run: Run) -> dict[str, Any]:
-    """Clean (and robust, with ``select_best="robust"``) validation accuracy of the evaluated (EMA) model."""
+    """Clean (and robust, with ``select_best="robust"``) validation accuracy of the evaluated (EMA) model. Every
+    rank calls it: the batches are sharded over the ranks and the counts summed, so every rank returns the same
+    record, equal to one process's."""
     cfg, record = run.cfg, {}
     if run.val is None:
         return record
     model = run.eval_model()
-    record["val_acc"] = evaluate_accuracy(model, run.val, run.device, limit=cfg.val_limit)
+    if run.world > 1:
+        broadcast_buffers(model)
+    shard = {"batch_size": VAL_BATCH_SIZE, "rank": run.rank, "world": run.world, "workers": cfg.workers}
+    record["val_acc"] = evaluate_accuracy(model, run.val, run.device, limit=cfg.val_limit, **shard)
     if cfg.select_best == "robust":
         record["val_robust_acc"] = robust_accuracy(model, run.val, run.device, cfg.val_attack, cfg.val_eps,
-                                                   cfg.val_attack_steps, limit=cfg.val_limit, seed=cfg.seed)
+                                                   cfg.val_attack_steps, limit=cfg.val_limit, seed=cfg.seed, **shard)
         record["val_attack"] = f"{cfg.val_attack} eps={cfg.val_eps}" + (f" steps={cfg.val_attack_steps}"
                                                                         if cfg.val_attack == "pgd" else "")
     return record
 
 
-def finish_epoch(run: Run, epoch: int, sums: dict[str, float], t0: float, progress: bool) -> None:
-    """Validate, keep the best epoch, write the checkpoint and the metrics line (main process only)."""
+def finish_epoch(run: Run, epoch: int, sums: dict[str, float], t0: float, progress: bool) -> dict[str, Any]:
+    """Validate (every rank, sharded), keep the best epoch, write the checkpoint and the metrics line (main
+    process only); returns the epoch's record."""
     if not math.isfinite(sums["loss"]):
         raise RobustvitError(f"training diverged at epoch {epoch + 1} (loss is not finite); lower --lr")
-    if run.main:
-        record: dict[str, Any] = {"epoch": epoch + 1, "lr": sums["lr"], "train_loss": sums["loss"] / sums["n"],
-                                  "train_acc": sums["correct"] / sums["n"], **run.loss.metrics(), **validate(run)}
-        if run.cfg.select_best:
-            score = record["val_robust_acc" if run.cfg.select_best == "robust" else "val_acc"]
-            record["best"] = score > run.best
-            if record["best"]:
-                run.best = score
+    record: dict[str, Any] = {"epoch": epoch + 1, "lr": sums["lr"], "train_loss": sums["loss"] / sums["n"],
+                              "train_acc": sums["correct"] / sums["n"], **run.loss.metrics(), **validate(run)}
+    if run.cfg.select_best:
+        score = record["val_robust_acc" if run.cfg.select_best == "robust" else "val_acc"]
+        record["best"] = score > run.best
+        if record["best"]:
+            run.best = score
+            if run.main:
                 save_checkpoint(run.eval_model(), run.out / "best", extra={"epoch": epoch + 1, "score": score})
-        record["seconds"] = round(time.time() - t0, 2)
+    record["seconds"] = round(time.time() - t0, 2)
+    if run.main:
         save_state(run, epoch, record)
         with open(run.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if progress:
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()), flush=True)
-    else:
-        run.loss.metrics()
     if run.world > 1:
         dist.barrier()
+    return record
 
 
 def final_checkpoint(run: Run) -> Path:

@@ -26,6 +26,8 @@ dataclass (``robustvit list suites --options``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -42,6 +44,7 @@ from robustvit.evaluate.suites.base import (Batch, EvalContext, Suite, SuiteOpti
                                             register_suite)
 from robustvit.metrics.accuracy import correct, nonfinite_rows, robust_accuracy
 from robustvit.models.factory import build_named_model, is_comparable
+from robustvit.models.wrapper import inference_settings
 from robustvit.models.probe import is_probeable
 from robustvit.options import Eps, option
 from robustvit.utils import parse_eps
@@ -80,6 +83,39 @@ def chunk_seed(batch: Batch) -> int:
     """An attack seed drawn from the unit's generator: replayable, the same for every model of a run."""
     g = batch.generator
     return int(torch.randint(0, 2**31 - 1, (1,), generator=g, device=g.device).item())
+
+
+def recheck_fp32(model: nn.Module, robust: torch.Tensor, x: torch.Tensor | None, x_adv: torch.Tensor,
+                 y: torch.Tensor) -> torch.Tensor:
+    """``robust`` re-checked in float32 when the model computes in lower precision (``--precision``): an attack
+    run in bf16 can fail where bfloat16 rounding masks the gradient, so a point counts as robust only if the fp32
+    model also classifies its adversarial image (and its clean image ``x``, unless None) correctly. Only the robust
+    points are re-run."""
+    if getattr(model, "precision", "fp32") == "fp32":
+        return robust
+    idx = robust.nonzero().squeeze(1)
+    if not idx.numel():
+        return robust
+    with torch.no_grad(), inference_settings(model, precision="fp32"):
+        ok = correct(model(x_adv[idx]), y[idx])
+        if x is not None:
+            ok &= correct(model(x[idx]), y[idx])
+    out = robust.clone()
+    out[idx] = ok
+    return out
+
+
+@contextmanager
+def attack_memory(model: nn.Module, atk: Attack, num_classes: int) -> Iterator[None]:
+    """Within the block the model's forward micro-batch (``--batch-size``) is divided by the attack's memory factor
+    (batched restarts, FAB's per-class gradients), so an attack fits where a forward and backward pass does."""
+    mb = getattr(model, "micro_batch", None)
+    factor = atk.memory_factor(num_classes)
+    if mb is None or factor <= 1:
+        yield
+        return
+    with inference_settings(model, micro_batch=max(1, mb // factor)):
+        yield
 
 
 def save_examples(folder: Path, index: torch.Tensor, x: torch.Tensor, x_adv: torch.Tensor, scale: float) -> int:
@@ -143,11 +179,12 @@ class AttackSuite(Suite):
         x_adv = x.clone()
         idx = clean_ok.nonzero().squeeze(1)
         if idx.numel():
-            x_adv[idx] = atk(x[idx], y[idx])
+            with attack_memory(ctx.model, atk, ctx.num_classes):
+                x_adv[idx] = atk(x[idx], y[idx])
             stats.update(self.attack_stats(atk, int(idx.numel())))
         with torch.no_grad():
             adv_logits = ctx.model(x_adv)
-        robust = clean_ok & correct(adv_logits, y)
+        robust = recheck_fp32(ctx.model, clean_ok & correct(adv_logits, y), x, x_adv, y)
         stats["robust"] = int(robust.sum())
         stats["nonfinite"] = int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())
         stats["saved"] = self.maybe_save(ctx, batch, x, x_adv, clean_ok)
@@ -435,10 +472,11 @@ class PatchFoolSuite(AttackSuite):
         with torch.no_grad():
             clean_logits = ctx.model(x)
         clean_ok = correct(clean_logits, y)
-        x_adv = self.attack_for(ctx, ctx.model, chunk_seed(batch))(x, y)
+        with inference_settings(ctx.model, micro_batch=None):     # the attack's probe hooks read whole batches
+            x_adv = self.attack_for(ctx, ctx.model, chunk_seed(batch))(x, y)
         with torch.no_grad():
             adv_logits = ctx.model(x_adv)
-        robust = correct(adv_logits, y)
+        robust = recheck_fp32(ctx.model, correct(adv_logits, y), None, x_adv, y)
         return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum()),
                 "nonfinite": int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum()),
                 "saved": self.maybe_save(ctx, batch, x, x_adv, torch.ones_like(clean_ok))}
@@ -558,7 +596,7 @@ class TransferSuite(AttackSuite):
         with torch.no_grad():
             clean_logits, adv_logits = ctx.model(x), ctx.model(x_adv)
         clean_ok = correct(clean_logits, y)
-        robust = clean_ok & correct(adv_logits, y)
+        robust = recheck_fp32(ctx.model, clean_ok & correct(adv_logits, y), x, x_adv, y)
         return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum()),
                 "nonfinite": int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())}
 

@@ -153,6 +153,9 @@ class Suite:
     #: The suite reads the model's class predictions, so the model's classes must be the data's (or mapped onto
     #: them with ``--class-map``); a suite of features only (``fewshot``) sets it False.
     uses_head: ClassVar[bool] = True
+    #: ``--precision auto`` runs the suite in bfloat16 on CUDA (plain accuracies: clean, corruptions, shifts);
+    #: suites whose numbers hinge on small logit differences or gradients (attacks, flip rates) stay in fp32.
+    low_precision: ClassVar[bool] = False
 
     def __init__(self, limit: int | None = None, subset: str | None = None, **options: Any) -> None:
         given = {**({"limit": limit} if limit is not None else {}), **({"subset": subset} if subset is not None else {}),
@@ -203,11 +206,30 @@ class Suite:
         """A data set of the suite's own (e.g. ImageNet-R) instead of the run's; None = the run's."""
         return None
 
+    def part_datasets(self, ctx: EvalContext) -> dict[str, Any] | None:
+        """For a suite whose parts read files of their own (ImageNet-C units): {part: data set of the same images,
+        position i = the suite's image i}. The runner's loader reads them in its workers and each part's ``run``
+        gets its own images in ``batch.x``; None (default): every part gets the chunk's images."""
+        return None
+
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         raise NotImplementedError
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         raise NotImplementedError
+
+
+#: ``--precision`` values: ``auto`` (bf16 on CUDA for the ``low_precision`` suites, fp32 otherwise) or one for all.
+PRECISION_CHOICES = ("auto", "fp32", "tf32", "bf16")
+
+
+def suite_precision(requested: str, device: torch.device, suite: Suite) -> str:
+    """The precision ``suite`` runs in under ``--precision requested`` on ``device``."""
+    if requested not in PRECISION_CHOICES:
+        raise RobustvitError(f"--precision must be one of {', '.join(PRECISION_CHOICES)}, got {requested!r}")
+    if requested != "auto":
+        return requested
+    return "bf16" if device.type == "cuda" and suite.low_precision else "fp32"
 
 
 def nonfinite_result(key: str, count: int) -> dict[str, Any]:

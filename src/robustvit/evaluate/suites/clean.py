@@ -7,19 +7,20 @@ from typing import Any
 import torch
 
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, nonfinite_result, register_suite
-from robustvit.metrics.accuracy import nonfinite_rows, topk_correct
+from robustvit.metrics.accuracy import nonfinite_rows, topk_hits
 
 
 @register_suite
 class Clean(Suite):
     name = "clean"
     description = "top-1 / top-5 accuracy on clean images"
+    low_precision = True
 
     @torch.no_grad()
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         logits = ctx.model(batch.x)
-        c1, c5 = topk_correct(logits, batch.y, (1, 5))
-        return {"n": int(batch.y.numel()), "top1": c1, "top5": c5, "nonfinite": int(nonfinite_rows(logits).sum())}
+        c1, c5 = topk_hits(logits, batch.y, (1, 5))     # device tensors: the run engine reads them one unit late
+        return {"n": int(batch.y.numel()), "top1": c1, "top5": c5, "nonfinite": nonfinite_rows(logits).sum()}
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         s = stats["all"]

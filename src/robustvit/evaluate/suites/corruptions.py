@@ -53,7 +53,7 @@ from robustvit.corruptions.params import parse_corruptions, parse_severities, re
 from robustvit.data import UNREADABLE
 from robustvit.data.base import ImageDataset
 from robustvit.data.corrupted import CorruptedSource, open_corrupted
-from robustvit.data.subset import dataset_labels
+from robustvit.data.subset import SubsetDataset, dataset_labels
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, data_source_of, register_suite
 from robustvit.metrics.accuracy import correct
@@ -97,15 +97,10 @@ class _UnitIndex(ImageDataset):
         return torch.zeros(len(index), 3, 1, 1), torch.zeros(len(index), dtype=torch.long)
 
 
-def load_images(ds: Any, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images ``index`` of a data set as (float (n, 3, H, W), long labels (n,)); files decoded in threads."""
-    x, y = ds.get_batch(index.cpu().long())
-    return x, torch.as_tensor(y).long()
-
-
 @register_suite
 class Corruptions(Suite):
     name = "corruptions"
+    low_precision = True
     description = "common corruptions (ImageNet-C / CIFAR-10-C): accuracy per corruption × severity, mCE, retention"
     data_aligned = True
     # 19 × 5 units + clean: ~1 minute per demo model on a 2-core CPU at 100 images (the model's forward pass
@@ -187,35 +182,48 @@ class Corruptions(Suite):
         first = self._src.unit(self.names[0], self.severities[0]) if self.names else None
         return _UnitIndex(self._size(), self._src.classes, None if first is None else dataset_labels(first))
 
+    def part_datasets(self, ctx: EvalContext) -> dict[str, ImageDataset] | None:
+        """With ``source=``: each unit's files, and the run's clean images at the same positions (read by the
+        runner's loader workers)."""
+        if self._src is None:
+            return None
+        self.dataset(ctx)                       # sets the size ImageNet-C files are resized to
+        out: dict[str, ImageDataset] = {}
+        for part in self.parts(ctx):
+            if part == CLEAN:
+                ids = self._clean_ids(ctx, torch.arange(self._size()))
+                assert ids is not None
+                out[part] = SubsetDataset(ctx.dataset, ids)
+            else:
+                name, sev = part.rsplit("/", 1)
+                out[part] = self._src.unit(name, int(sev))
+        return out
+
     # ------------------------------------------------------------ evaluation
     def _images(self, ctx: EvalContext, part: str, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        if part == CLEAN:
-            if self._src is None:
-                return batch.x, batch.y
-            ids = self._clean_ids(ctx, batch.ids)
-            assert ids is not None
-            x, y = load_images(ctx.dataset, ids)
-            return x.to(ctx.device), y.to(ctx.device)
+        """The images of one unit: with ``source=`` the part's own (the runner read them), else the chunk's
+        images corrupted here."""
+        if part == CLEAN or self._src is not None:
+            return batch.x, batch.y
         name, sev = part.rsplit("/", 1)
-        if self._src is None:
-            x = corrupt(batch.x, name, int(sev), generator=batch.generator, preset=self.preset,
-                        jpeg_quality=self._jpeg_quality(ctx))
-            return x, batch.y
-        x, y = load_images(self._src.unit(name, int(sev)), batch.ids)
-        return x.to(ctx.device, non_blocking=True), y.to(ctx.device)
+        x = corrupt(batch.x, name, int(sev), generator=batch.generator, preset=self.preset,
+                    jpeg_quality=self._jpeg_quality(ctx))
+        return x, batch.y
 
     @torch.no_grad()
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         x, y = self._images(ctx, part, batch)
-        keep = y != UNREADABLE
-        unreadable = int((~keep).sum())
-        if unreadable:
-            x, y = x[keep], y[keep]
+        unreadable = 0
+        if self._src is not None:       # files read here may be unreadable (the run's images were filtered already)
+            keep = y != UNREADABLE
+            unreadable = int((~keep).sum())
+            if unreadable:
+                x, y = x[keep], y[keep]
         size = ctx.image_size
         stored = self._src is not None and part != CLEAN      # stored images (e.g. 32-px CIFAR-C): model's size
         if stored and size is not None and len(y) and tuple(x.shape[-2:]) != (int(size), int(size)):
             x = F.interpolate(x, size=(int(size), int(size)), mode="bilinear", align_corners=False, antialias=True)
-        hits = int(correct(ctx.model(x), y).sum()) if len(y) else 0
+        hits = correct(ctx.model(x), y).sum() if len(y) else 0     # a device tensor, read one unit late
         return {"n": int(len(y)), "correct": hits, "unreadable": unreadable}
 
     # ------------------------------------------------------------ result

@@ -340,17 +340,21 @@ class DetCorruptions(_Detection):
 
 # ------------------------------------------------------------------------------------------ from Python
 def evaluate_dense(model: nn.Module, data: str | ImageDataset, suites: list[str], *, batch_size: int = 32,
-                   limit: int | None = None, seed: int = 0, device: str | torch.device = "cpu") -> dict[str, Any]:
+                   limit: int | None = None, seed: int = 0, device: str | torch.device | None = None) -> dict[str, Any]:
     """Run dense suites on ``model`` (a segmentation model or a :class:`robustvit.models.detection.Detector`)
     without the unit store: {suite key: result}. Units are seeded as in ``robustvit eval`` (run seed, suite key, part,
     chunk), so the numbers match a CLI run with the same ``--seed``, ``--batch-size`` and ``--limit``.
+    ``device=None`` runs on the model's own device; another device runs a copy of the model there (the caller's
+    model is never moved; :func:`robustvit.analysis.base.model_on`). The model is put in eval mode.
 
     >>> evaluate_dense(create_segmenter("vit_cifar_micro", 11), "synthshapes:test,masks=1", ["seg_clean"],
     ...                limit=8)["seg_clean"]["num_images"]                                   # doctest: +SKIP
     8
     """
-    device = torch.device(device)
-    model = model.to(device).eval()
+    from robustvit.analysis.base import model_on
+
+    model, device = model_on(model, device)
+    model = model.eval()
     spec = getattr(model, "spec", None)
     if isinstance(data, str):
         detector = spec is None or spec.family == "detector"

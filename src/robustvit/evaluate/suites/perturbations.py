@@ -52,7 +52,9 @@ from robustvit.corruptions.perturbations import (CIFAR_P_TEST_PERTURBATIONS, DEF
                                                  TEST_PERTURBATIONS, is_noise, iter_perturbation_frames,
                                                  list_perturbations, num_frames, perturbation_sequence)
 from robustvit.data.base import FileImageDataset, ImageDataset, Resize
-from robustvit.data.perturbed import PerturbationSource, open_perturbation_source, x264_available, x264_roundtrip
+from robustvit.data.loader import float_images
+from robustvit.data.perturbed import (PerturbationSource, SequenceDataset, open_perturbation_source, x264_available,
+                                     x264_roundtrip)
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
 from robustvit.options import option
@@ -176,6 +178,13 @@ class Perturbations(Suite):
         n = min(len(self._source(p)) for p in self.names)
         return _SequenceIndex(n, None)
 
+    def part_datasets(self, ctx: EvalContext) -> dict[str, ImageDataset] | None:
+        """With ``source=``: each perturbation's sequence files, decoded by the runner's loader workers (uint8
+        frames (n, T, 3, H, W) on the device; :meth:`_top5` makes them float a forward batch at a time)."""
+        if self.source is None:
+            return None
+        return {name: SequenceDataset(self._source(name)) for name in self.parts(ctx)}
+
     def _uncropped(self, ctx: EvalContext) -> ImageDataset | None:
         """ImageNet-P warps the Resize(256) image and crops 224 afterwards: for image files and the
         ``imagenet`` preset, the run's images read at 256/224 of the model's size (shorter side, square
@@ -199,6 +208,8 @@ class Perturbations(Suite):
         tops = []
         for i in range(0, n * t, bs):
             xb = flat[i:i + bs].to(ctx.device, non_blocking=True)
+            if xb.dtype == torch.uint8:         # the released files' frames, as the loader brought them
+                xb = float_images(xb)
             if size is not None and tuple(xb.shape[-2:]) != (size, size):
                 xb = F.interpolate(xb, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
             tops.append(ranking(ctx.model(xb)))
@@ -207,9 +218,8 @@ class Perturbations(Suite):
     @torch.no_grad()
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         bs = max(1, len(batch.index))
-        if self.source is not None:
-            frames, _ = self._source(part).get_sequences(batch.ids.cpu())
-            top = self._top5(ctx, frames, bs)
+        if self.source is not None:             # the part's frames, read by the runner's loader
+            top = self._top5(ctx, batch.x, bs)
         elif self._encoding(ctx) == "x264":
             top = self._video_top5(ctx, batch, part, bs)
         else:   # 8-bit frames, as the released files store them

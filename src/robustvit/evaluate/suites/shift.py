@@ -46,6 +46,7 @@ class ShiftSuite(Suite):
     """Top-1/top-5 of a 1000-class model on one shift data set (subclasses set ``name`` and ``dataset_name``)."""
 
     dataset_name: ClassVar[str] = ""
+    low_precision = True
 
     @dataclasses.dataclass
     class Options(SuiteOptions):
