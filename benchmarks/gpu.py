@@ -14,7 +14,8 @@ others go on):
 * ``corruptions``: the 19 ImageNet-C corruptions at severity 3 on batches of 128 224-px images, images/s, against the
   ViT-B/16's bf16 forward-only images/s (target ≥ 0.8×);
 * ``loader``: robustvit's evaluation loader over 10,000 generated 224-px JPEGs (ImageFolder), 0 / 8 / 16 workers,
-  against the bf16 forward (target ≥ 1.2×);
+  against the bf16 forward (target ≥ 1.2×); ``--decode gpu`` against the CPU decode on 1,000 of them (pixel
+  differences, ResNet-50 top-1 changes);
 * ``pgd``: one PGD step (ViT-B/16, bf16, batch 128) against one forward + backward pass (target ≤ 1.15×);
 * ``train``: one FGSM-RS adversarial-training epoch of ViT-B/16 in bf16, images/s;
 * ``engine``: the run engine's cost per unit (store commit, scheduler) against a unit of the clean suite (target
@@ -170,7 +171,33 @@ def step_loader(cfg: dict[str, Any], device: torch.device, dry: bool, forward: f
             res[f"workers_{workers}"] = round(ips, 1)
             if forward:
                 res[f"workers_{workers}_vs_bf16_forward"] = round(ips / forward, 3)
+        res["decode_gpu"] = decode_difference(ds, cfg, device) if device.type == "cuda" else "skipped (needs CUDA)"
     return res
+
+
+def decode_difference(ds: Any, cfg: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """``--decode gpu`` (nvjpeg, resize on the device) against the CPU decode (libjpeg-turbo, PIL resize) on the same
+    1,000 files: pixel differences, and how often ResNet-50's top-1 differs (timm's pretrained weights where the
+    machine has them cached, else random weights, said so)."""
+    from robustvit.data import loader as rl
+
+    n = min(1000, len(ds))
+    batches = {}
+    for decode in ("cpu", "gpu"):
+        chunks = (torch.arange(i, min(n, i + cfg["batch"])) for i in range(0, n, cfg["batch"]))
+        batches[decode] = torch.cat([x for x, _ in rl.iter_chunks(ds, chunks, workers=8, device=device,
+                                                                   decode=decode)])
+    diff = (batches["gpu"] - batches["cpu"]).abs() * 255
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        m, weights = create_model("resnet50", pretrained=True).to(device).eval(), "timm pretrained"
+    except Exception:   # no cached weights on a machine without network
+        m, weights = create_model("resnet50").to(device).eval(), "random (no cached pretrained weights)"
+    with torch.no_grad(), inference_settings(m, precision="fp32"):
+        top = {k: torch.cat([m(v[i:i + 128]).argmax(1) for i in range(0, n, 128)]) for k, v in batches.items()}
+    return {"images": n, "mean_abs_grey_levels": round(float(diff.mean()), 4),
+            "max_abs_grey_levels": round(float(diff.max()), 2),
+            "top1_changed": round(float((top["gpu"] != top["cpu"]).float().mean()), 4), "weights": weights}
 
 
 def step_pgd(cfg: dict[str, Any], device: torch.device, dry: bool) -> dict[str, Any]:
@@ -251,6 +278,11 @@ def table(res: dict[str, Any]) -> str:
             continue
         ratio = res["loader"].get(f"{k}_vs_bf16_forward", "–")
         rows.append(f"| loader images/s, {k.replace('_', ' ')} | {v} ({ratio}× bf16 forward) | ≥ 1.2× |")
+    dec = (res.get("loader") or {}).get("decode_gpu")
+    if isinstance(dec, dict):
+        rows.append(f"| `--decode gpu` vs CPU decode, {dec['images']} files: mean / max pixel difference (grey levels), "
+                    f"top-1 changed ({dec['weights']}) | {dec['mean_abs_grey_levels']} / {dec['max_abs_grey_levels']}, "
+                    f"{100 * dec['top1_changed']:.1f} % | |")
     p = res.get("pgd", {})
     if "ratio" in p:
         rows.append(f"| PGD step / (forward + backward) | {p['ratio']} | ≤ 1.15 |")

@@ -60,6 +60,17 @@ def _check_run(out) -> list[dict]:
 def test_torchrun_one_gpu_trains_two_epochs(tmp_path):
     _train_cli(tmp_path / "run", 1)
     _check_run(tmp_path / "run")
+    # and evaluates the trained model under torchrun (NCCL) in bf16, the attack re-checked in fp32
+    suites = "clean,pgd:checks=0:steps=3"
+    _torchrun(1, ["-m", "robustvit.cli", "eval", "--model", str(tmp_path / "run" / "checkpoint"), "--data", VAL,
+                  "--suite", suites, "--precision", "bf16", "--device", "cuda", "--out", str(tmp_path / "eval"),
+                  "--no-progress"])
+    from robustvit.runs import read_results
+
+    res = read_results(tmp_path / "eval")
+    assert res["run"]["precision"] == "bf16" and res["run"]["device"].startswith("cuda")
+    assert {s["precision"] for s in res["suites"].values()} == {"bf16"}
+    assert res["suites"]["pgd:checks=0:steps=3"]["accuracy"] <= res["suites"]["clean"]["top1"]
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")

@@ -191,7 +191,7 @@ def _evaluate_model(key: str, model: Normalized, dataset: ImageDataset, cfg: Eva
         store.check_fingerprint({"model": key, "checkpoint": weights_id(model, sources[key]),
                                  "data": cfg.data, "limit": cfg.limit, "chunk": chunk, "seed": cfg.seed,
                                  "subset": subset.fingerprint(), "device": device.type,
-                                 "precision": cfg.precision,
+                                 "precision": cfg.precision, "decode": cfg.decode,
                                  "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
         model.micro_batch = cfg.batch_size if cfg.batch_size < chunk else None
         _run_units(ctx, store, suites, keys, dataset, cfg, worker, chunk, loaders,
@@ -207,7 +207,7 @@ def _evaluate_model(key: str, model: Normalized, dataset: ImageDataset, cfg: Eva
 
 
 #: EvalConfig fields that may differ between the shards of one run (the rest must agree to merge them).
-_SHARD_FREE = ("out", "shard", "command", "progress", "device", "workers", "decode", "batch_size", "compile")
+_SHARD_FREE = ("out", "shard", "command", "progress", "device", "workers", "batch_size", "compile")
 
 
 def _config_record(cfg: EvalConfig) -> dict[str, Any]:
@@ -559,7 +559,7 @@ def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: lis
     notes = comparability_notes(ctx, suites, keys)
     run = run_header(device=ctx.device, seed=cfg.seed, command=cfg.command, started=store.meta("started"),
                      world_size=world, batch_size=cfg.batch_size, chunk_size=chunk, precision=cfg.precision,
-                     compile=cfg.compile, deterministic=cfg.deterministic, limit=cfg.limit,
+                     compile=cfg.compile, deterministic=cfg.deterministic, decode=cfg.decode, limit=cfg.limit,
                      options={k: v for k, v in cfg.options.items() if v is not None}, shard=None)
     n, bad = int(data_stats.get("n", 0)), int(data_stats.get("unreadable", 0))
     data = {"spec": cfg.data, "num_images": n - bad, "num_unreadable": bad, "unreadable_files": files,
