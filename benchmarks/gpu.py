@@ -82,9 +82,9 @@ def model(name: str, cfg: dict[str, Any], device: torch.device) -> torch.nn.Modu
 
 # ------------------------------------------------------------------------------------------ steps
 def step_tests(cfg: dict[str, Any], device: torch.device, dry: bool) -> dict[str, Any]:
-    try:
-        import pytest  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("pytest") is None:
         return {"skipped": "pytest is not installed on this machine"}
     if dry:
         return {"skipped": "dry run (the gpu tests need CUDA)"}
@@ -114,7 +114,6 @@ def step_forward(cfg: dict[str, Any], device: torch.device, dry: bool) -> dict[s
             with torch.no_grad(), inference_settings(m, precision="bf16"):
                 rows["bf16+compile"] = cfg["batch"] / seconds(lambda: m(x), device, cfg["iters"], warmup=3)
         out[name] = {k: round(v, 1) for k, v in rows.items()}
-        del m
     return out
 
 

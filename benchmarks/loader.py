@@ -42,27 +42,17 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import DataLoader
 
 from robustvit.data import create_dataset
 from robustvit.data.base import ImageDataset, Resize
 from robustvit.data.loader import available_cores, check_decode, iter_chunks, resolve_workers
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from eval_throughput import make_folder  # noqa: E402  (the same generated JPEGs as the evaluation benchmark)
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cifar10-jpg.tar.gz"
-
-
-def make_folder(root: Path, images: int, size: int = 224, classes: int = 10, seed: int = 0) -> Path:
-    """``root/class_k/img_i.JPEG``: smooth random colour images (upsampled noise), JPEG quality 90."""
-    rng = np.random.default_rng(seed)
-    for i in range(images):
-        d = root / f"class_{i % classes}"
-        d.mkdir(parents=True, exist_ok=True)
-        small = rng.integers(0, 256, (size // 16, size // 16, 3), dtype=np.uint8)
-        Image.fromarray(small).resize((size, size), Image.BILINEAR).save(d / f"img_{i:05d}.JPEG", quality=90)
-    return root
 
 
 def cifar_folder(arg: Path, tmp: Path) -> Path | None:
@@ -168,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 sets.append(("CIFAR-10 test JPEGs, 32 px as stored", create_dataset(f"folder:{root}",
                                                                                     image_size=Resize(32, 1.0))))
         r = model_preprocessing(a.model)
-        gen = make_folder(Path(tmp) / "gen", a.images)
+        gen = make_folder(Path(tmp) / "gen", a.images, size=224)
         sets.append((f"{a.images} generated 224-px JPEGs, {a.model} preprocessing "
                      f"({int(r.size / r.crop_pct)}→{r.size} {r.interpolation})", create_dataset(f"folder:{gen}",
                                                                                              image_size=r)))

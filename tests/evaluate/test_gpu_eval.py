@@ -14,15 +14,9 @@ pytestmark = pytest.mark.gpu
 DATA = "synthshapes:test,count=64,size=16"
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    torch.manual_seed(0)
-    m = create_model("vit_cifar_tiny", embed_dim=32, depth=2, num_heads=2, img_size=16, num_classes=10)
-    with torch.no_grad():
-        m.net.head.weight.normal_(0, 3.0)
-    path = tmp_path_factory.mktemp("ck") / "vit"
-    save_checkpoint(m, path)
-    return str(path)
+@pytest.fixture
+def checkpoint(sharp_vit_checkpoint):
+    return sharp_vit_checkpoint
 
 
 def _run(checkpoint, out, **kw):

@@ -12,23 +12,16 @@ from robustvit.errors import RobustvitError
 from robustvit.evaluate.runner import EvalConfig, run_eval
 from robustvit.evaluate.suites.adversarial import attack_memory, recheck_fp32
 from robustvit.attacks import create_attack
-from robustvit.models import create_model, save_checkpoint
+from robustvit.models import create_model
 from robustvit.models.wrapper import Normalized, computing_in, inference_settings
 from robustvit.runs import UnitStore
 
 DATA = "synthshapes:test,count=40,size=16"
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """A seeded ViT with a sharp head (so predictions vary and attacks flip some), saved as a checkpoint folder."""
-    torch.manual_seed(0)
-    m = create_model("vit_cifar_tiny", embed_dim=32, depth=2, num_heads=2, img_size=16, num_classes=10)
-    with torch.no_grad():
-        m.net.head.weight.normal_(0, 3.0)
-    path = tmp_path_factory.mktemp("ck") / "vit"
-    save_checkpoint(m, path)
-    return str(path)
+@pytest.fixture
+def checkpoint(sharp_vit_checkpoint):
+    return sharp_vit_checkpoint
 
 
 def _suites(res):
