@@ -134,7 +134,7 @@ class Spatial(Attack):
         k = params.shape[0]
         best = x.clone()
         best_loss = torch.full((n,), -math.inf, device=dev)
-        best_param = torch.zeros(n, 3, dtype=torch.float64)
+        best_index = torch.full((n,), -1, dtype=torch.long, device=dev)    # into params; -1: none (identity)
         fooled = torch.zeros(n, dtype=torch.bool, device=dev)
         evaluated = 0
         # Transforms per step: enough to fill batch_size pairs with the images still robust.
@@ -163,15 +163,15 @@ class Spatial(Attack):
             choice = torch.where(any_wrong, first_wrong, top)
             score = torch.where(any_wrong, torch.full_like(loss[:, 0], math.inf), loss.gather(1, top[:, None])[:, 0])
             better = score > best_loss[alive]
-            upd = alive[better]
-            if upd.numel():
-                rows = better.nonzero().squeeze(1)
-                pick = rows * m + choice[better]
-                best[upd] = xt[pick]
-                best_loss[upd] = score[better]
-                best_param[upd.cpu()] = pi[pick.cpu()]
+            pick = torch.arange(alive.numel(), device=dev) * m + choice      # each alive image's chosen transform
+            best[alive] = torch.where(better[:, None, None, None], xt[pick], best[alive])
+            best_loss[alive] = torch.where(better, score, best_loss[alive])
+            best_index[alive] = torch.where(better, pos - m + choice, best_index[alive])
             fooled[alive[any_wrong]] = True
         dt = time.perf_counter() - t0
+        index = best_index.cpu()        # the one read of the chosen transforms, after the loop
+        best_param = torch.zeros(n, 3, dtype=torch.float64)
+        best_param[index >= 0] = params[index[index >= 0]].double()
         self.last_transforms = best_param
         self.last_stats = {"transforms": float(k), "evaluated": float(evaluated), "seconds": dt,
                            "transforms_per_s": evaluated / max(dt, 1e-9)}
