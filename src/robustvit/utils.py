@@ -1,9 +1,11 @@
-"""Small shared helpers: seeds and generators, ε parsing, devices, image-batch checks."""
+"""Small shared helpers: seeds and generators, ε parsing, devices, image-batch checks, eval mode."""
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any
 
@@ -124,3 +126,25 @@ def to_plain(stats: Any) -> Any:
         return stats
     tolist = getattr(stats, "tolist", None)
     return tolist() if callable(tolist) else stats
+
+
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Switch ``model`` (every submodule) to eval mode and restore each submodule's own flag afterwards.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Dropout(), torch.nn.Dropout())
+        >>> _ = net[1].eval()
+        >>> with eval_mode(net):
+        ...     [m.training for m in net]
+        [False, False]
+        >>> net.training, [m.training for m in net]
+        (True, [True, False])
+    """
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for m, flag in modes:
+            m.training = flag
