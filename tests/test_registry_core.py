@@ -68,12 +68,48 @@ def test_duplicate_names_and_nameless_objects_are_rejected() -> None:
         reg.register(object())
 
 
-def test_loader_runs_once_on_first_lookup() -> None:
-    calls = []
-    reg: Registry = Registry("thing", loader=lambda: calls.append(reg.add("x", 1)))
-    assert calls == []
-    assert reg.list() == ["x"] and reg.get("x") == 1
-    assert len(calls) == 1
+def test_package_modules_are_imported_once_on_first_lookup(tmp_path, monkeypatch) -> None:
+    """A registry built with its package name imports every module of it (sub-packages too, ``_private``
+    ones not) before the first lookup, and only then: a new file is picked up with no list to edit."""
+    import sys
+
+    pkg = tmp_path / "rvt_plugins"
+    (pkg / "nested").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from rvt_plugins.base import REG\n")
+    (pkg / "base.py").write_text("from robustvit.registry import Registry\n"
+                                 "REG = Registry('gadget', package='rvt_plugins')\nCALLS = []\n")
+    body = "from rvt_plugins.base import REG, CALLS\nCALLS.append({n!r})\n@REG.register\nclass G:\n    name = {n!r}\n"
+    (pkg / "alpha.py").write_text(body.format(n="alpha"))
+    (pkg / "nested" / "__init__.py").write_text("")
+    (pkg / "nested" / "beta.py").write_text(body.format(n="beta"))
+    (pkg / "_private.py").write_text(body.format(n="private"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+    import rvt_plugins.base as base
+
+    assert base.CALLS == []                                   # nothing imported before a lookup
+    assert base.REG.list() == ["alpha", "beta"]
+    assert base.REG.get("beta").name == "beta" and sorted(base.CALLS) == ["alpha", "beta"]   # once each
+
+
+def test_corruption_groups_follow_the_registry() -> None:
+    """A corruption registered after import is in its group and in ``all`` — for ``--corruptions all``
+    (``parse_corruptions``) as for ``list_corruptions`` — and leaves with it."""
+    from robustvit.corruptions import CORRUPTION_GROUPS, CORRUPTIONS, Corruption, list_corruptions, register_corruption
+    from robustvit.corruptions.params import BENCHMARK_CORRUPTIONS, parse_corruptions
+
+    before = parse_corruptions("all")
+    assert before == list_corruptions("all") == list(CORRUPTION_GROUPS["all"])
+    assert before[:15] == list(BENCHMARK_CORRUPTIONS) and len(before) == 19
+    register_corruption(Corruption("_dim", "_test_group", ("k",), {"imagenet": [(.1,)] * 5, "cifar": [(.1,)] * 5},
+                                   apply_fn=lambda x, p, d: x * (1 - p.k)))
+    try:
+        assert parse_corruptions("all") == list_corruptions("all") == before + ["_dim"]
+        assert parse_corruptions("_test_group") == ["_dim"] == list(CORRUPTION_GROUPS["_test_group"])
+        assert "_dim" not in parse_corruptions("benchmark")
+    finally:
+        CORRUPTIONS._items.pop("_dim")
+    assert parse_corruptions("all") == before and "_test_group" not in CORRUPTION_GROUPS
 
 
 def test_accepted_keywords_open_signature() -> None:

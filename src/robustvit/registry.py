@@ -16,7 +16,9 @@ sources, losses, recipes, analyses, report sections).
 from __future__ import annotations
 
 import fnmatch
+import importlib
 import inspect
+import pkgutil
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar, overload
 
@@ -29,15 +31,23 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Name → object (a class, a factory function or a plain spec object).
 
-    ``kind`` names the things in error messages ("attack", "corruption"); ``loader`` is called once before
-    the first lookup so that importing a package can register its built-ins lazily; ``hint`` is appended to
-    the unknown-name error (e.g. what to type instead).
+    Args:
+        kind: what the things are called in error messages (``"attack"``, ``"corruption"``).
+        package: the package (or packages, or single modules) whose every submodule is imported before the
+            first lookup, so that a new module with a registered class is picked up with no list to edit
+            (modules whose name starts with ``_`` are skipped).
+        hint: appended to the unknown-name error (e.g. what to type instead).
+
+    Example:
+        >>> reg = Registry("attack", package="robustvit.attacks")
+        >>> reg.list("pgd*")     # no attack registers into this new registry
+        []
     """
 
-    def __init__(self, kind: str, *, loader: Callable[[], object] | None = None, hint: str = "") -> None:
+    def __init__(self, kind: str, *, package: str | tuple[str, ...] = (), hint: str = "") -> None:
         self.kind = kind
         self.hint = hint
-        self._loader = loader
+        self._packages: tuple[str, ...] = (package,) if isinstance(package, str) else tuple(package)
         self._items: dict[str, T] = {}
         self._aliases: dict[str, str] = {}
 
@@ -89,9 +99,9 @@ class Registry(Generic[T]):
 
     # -- lookup ---------------------------------------------------------------------------------------
     def _load(self) -> None:
-        if self._loader is not None:
-            loader, self._loader = self._loader, None
-            loader()
+        packages, self._packages = self._packages, ()
+        for name in packages:
+            import_submodules(name)
 
     def list(self, pattern: str | None = None) -> list[str]:
         """Sorted names, optionally filtered by a shell-style pattern such as ``"apgd*"``."""
@@ -153,6 +163,15 @@ class Registry(Generic[T]):
                 raise RobustvitError(f"{self.kind} {name!r} takes no option {', '.join(map(repr, bad))}; "
                                      f"its options: {', '.join(sorted(accepted)) or 'none'}")
         return obj(*args, **kwargs)  # type: ignore[operator]
+
+
+def import_submodules(package: str) -> None:
+    """Import ``package`` and, when it is a package, every submodule (recursively) whose name does not start
+    with ``_``: their registration decorators run."""
+    module = importlib.import_module(package)
+    for info in pkgutil.iter_modules(getattr(module, "__path__", [])):
+        if not info.name.startswith("_"):
+            import_submodules(f"{package}.{info.name}")
 
 
 def accepted_keywords(obj: Any) -> set[str] | None:

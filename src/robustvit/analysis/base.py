@@ -204,19 +204,7 @@ class Analysis:
         return self.compute(make_context(model, dataset, name=self.name, **run), **kwargs)
 
 
-def _import_builtins() -> None:
-    """Import every module of ``robustvit.analysis``: their ``@register_analysis`` classes register."""
-    import importlib
-    import pkgutil
-
-    import robustvit.analysis as package
-
-    for mod in pkgutil.iter_modules(package.__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{package.__name__}.{mod.name}")
-
-
-ANALYSES: Registry[Analysis] = Registry("analysis", loader=_import_builtins, hint="see `robustvit list analyses`")
+ANALYSES: Registry[Analysis] = Registry("analysis", package="robustvit.analysis", hint="see `robustvit list analyses`")
 A = TypeVar("A", bound=type)
 
 

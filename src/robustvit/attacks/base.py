@@ -265,11 +265,7 @@ class Attack:
         return f"{type(self).__name__}(eps={self.eps:.6g}, norm={self.norm!r}, targeted={self.targeted}, seed={self.seed})"
 
 
-def _load_builtin() -> None:
-    import robustvit.attacks  # noqa: F401  (importing the package registers the built-in attacks)
-
-
-ATTACKS: Registry[type[Attack]] = Registry("attack", loader=_load_builtin, hint="see `robustvit list attacks`")
+ATTACKS: Registry[type[Attack]] = Registry("attack", package="robustvit.attacks", hint="see `robustvit list attacks`")
 register_attack = ATTACKS.register
 
 

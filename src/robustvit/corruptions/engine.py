@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from robustvit.corruptions.jpeg import jpeg_roundtrip
-from robustvit.corruptions.params import (BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, check_name, check_severity,
+from robustvit.corruptions.params import (check_name, check_severity, corruption_groups,
                                           resolve_preset)
 from robustvit.corruptions.spec import CORRUPTIONS
 from robustvit.errors import RobustvitError, unknown_name
@@ -37,15 +37,10 @@ def list_corruptions(group: str | None = None) -> list[str]:
     group = "all" if group is None else group
     if group == "variants":
         return [s.name for s in CORRUPTIONS.values() if s.variant_of is not None]
-    if group == "benchmark":
-        return list(BENCHMARK_CORRUPTIONS)
-    specs = [s for s in CORRUPTIONS.values() if s.variant_of is None]
-    known = set(CORRUPTION_GROUPS) | {s.group for s in specs} | {"variants"}
-    if group not in known:
-        raise unknown_name("corruption group", str(group), known)
-    order = {n: i for i, n in enumerate(BENCHMARK_CORRUPTIONS)}
-    chosen = [s.name for s in specs if group == "all" or s.group == group]
-    return sorted(chosen, key=lambda n: order.get(n, len(order)))
+    groups = corruption_groups()
+    if group not in groups:
+        raise unknown_name("corruption group", str(group), [*groups, "variants"])
+    return list(groups[group])
 
 
 def is_random(name: str) -> bool:

@@ -22,15 +22,13 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
+from collections.abc import Iterator, Mapping
 
-import robustvit.corruptions.functional  # noqa: F401  (registers the built-in corruptions)
 from robustvit.corruptions.spec import CORRUPTIONS, PRESET_SIZES, CorruptionParams
 from robustvit.errors import RobustvitError, unknown_name
 
 __all__ = ["PRESET_SIZES", "CIFAR_MAX_SIDE", "CORRUPTION_GROUPS", "BENCHMARK_CORRUPTIONS", "EXTRA_CORRUPTIONS",
-           "CorruptionParams", "check_name", "check_severity", "parse_corruptions", "parse_severities",
+           "CorruptionParams", "check_name", "corruption_groups", "check_severity", "parse_corruptions", "parse_severities",
            "resolve_preset", "corruption_params"]
 
 #: Images whose shorter side is at most this use the ``cifar`` preset unless one is given.
@@ -39,20 +37,50 @@ CIFAR_MAX_SIDE = 64
 BENCHMARK_GROUPS: tuple[str, ...] = ("noise", "blur", "weather", "digital")
 
 
-def _built_in_groups() -> Mapping[str, tuple[str, ...]]:
+#: The 15 corruptions of ImageNet-C / CIFAR-10-C in the order of its tables (mCE averages over these).
+BENCHMARK_CORRUPTIONS: tuple[str, ...] = (
+    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur", "snow",
+    "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression")
+#: The 4 held-out corruptions of the paper (its validation set).
+EXTRA_CORRUPTIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
+
+
+def corruption_groups() -> dict[str, tuple[str, ...]]:
+    """Group → corruption names of the corruptions registered now (variants left out): noise, blur, weather,
+    digital, extra and any other group a registered corruption names, then ``benchmark`` (the 15 of ImageNet-C)
+    and ``all`` (every one: the benchmark first, then in registration order).
+
+    >>> corruption_groups()["noise"]
+    ('gaussian_noise', 'shot_noise', 'impulse_noise')
+    """
     specs = [s for s in CORRUPTIONS.values() if s.variant_of is None]
-    groups = {g: tuple(s.name for s in specs if s.group == g) for g in BENCHMARK_GROUPS + ("extra",)}
-    groups["benchmark"] = tuple(n for g in BENCHMARK_GROUPS for n in groups[g])
-    groups["all"] = groups["benchmark"] + groups["extra"]
-    return MappingProxyType(groups)
+    names = dict.fromkeys((*BENCHMARK_GROUPS, "extra", *(s.group for s in specs)))
+    groups = {g: tuple(s.name for s in specs if s.group == g) for g in names}
+    order = {n: i for i, n in enumerate(BENCHMARK_CORRUPTIONS)}
+    groups["benchmark"] = BENCHMARK_CORRUPTIONS
+    groups["all"] = tuple(sorted((s.name for s in specs), key=lambda n: order.get(n, len(order))))
+    return groups
 
 
-#: The built-in groups (noise, blur, weather, digital, extra, benchmark, all) of the registered corruptions.
-CORRUPTION_GROUPS: Mapping[str, tuple[str, ...]] = _built_in_groups()
-#: The 15 corruptions of ImageNet-C / CIFAR-10-C (mCE averages over these).
-BENCHMARK_CORRUPTIONS: tuple[str, ...] = CORRUPTION_GROUPS["benchmark"]
-#: The 4 held-out corruptions (speckle_noise, gaussian_blur, spatter, saturate).
-EXTRA_CORRUPTIONS: tuple[str, ...] = CORRUPTION_GROUPS["extra"]
+class _Groups(Mapping[str, tuple[str, ...]]):
+    """A read-only view of :func:`corruption_groups`, computed at each access (so a corruption registered later
+    is in its group and in ``all``)."""
+
+    def __getitem__(self, group: str) -> tuple[str, ...]:
+        return corruption_groups()[group]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(corruption_groups())
+
+    def __len__(self) -> int:
+        return len(corruption_groups())
+
+    def __repr__(self) -> str:
+        return f"CORRUPTION_GROUPS({corruption_groups()!r})"
+
+
+#: The groups of the registered corruptions (noise, blur, weather, digital, extra, benchmark, all, …).
+CORRUPTION_GROUPS: Mapping[str, tuple[str, ...]] = _Groups()
 
 
 def check_name(name: str) -> str:
@@ -73,12 +101,13 @@ def parse_corruptions(spec: str) -> list[str]:
     """A group name (all, benchmark, noise, blur, weather, digital, extra) or names joined by ``+`` or ``,``
     → the checked corruption names, duplicates removed, in the order given."""
     spec = str(spec).strip()
-    if spec in CORRUPTION_GROUPS:
-        return list(CORRUPTION_GROUPS[spec])
+    groups = corruption_groups()
+    if spec in groups:
+        return list(groups[spec])
     names: list[str] = []
     for n in (t.strip() for t in spec.replace(",", "+").split("+") if t.strip()):
         if n not in CORRUPTIONS:
-            raise unknown_name("corruption", n, CORRUPTIONS.list() + list(CORRUPTION_GROUPS),
+            raise unknown_name("corruption", n, CORRUPTIONS.list() + list(groups),
                                hint="give a group (all, benchmark, noise, blur, weather, digital, extra) or names joined by +")
         if n not in names:
             names.append(n)

@@ -16,7 +16,6 @@ torch.Size([2, 3, 3, 32, 32])
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -148,13 +147,9 @@ class Perturbation:
             yield self.apply(x, values, idx, state, generator)
 
 
-def _load_builtins() -> None:
-    importlib.import_module("robustvit.corruptions.sequences")
-
-
 #: Every perturbation, in the order of ImageNet-P's tables (the 10 test ones, then the 4 validation ones).
 PERTURBATIONS: Registry[Perturbation] = Registry(
-    "perturbation", loader=_load_builtins, hint="see robustvit.corruptions.list_perturbations()")
+    "perturbation", package="robustvit.corruptions", hint="see robustvit.corruptions.list_perturbations()")
 
 
 def register_perturbation(spec: Perturbation) -> Perturbation:

@@ -140,7 +140,7 @@ class Corruption:
 
 #: Every corruption (filled by the decorators of ``corruptions/functional.py``, which the package imports);
 #: :func:`~robustvit.corruptions.list_corruptions` orders them as the ImageNet-C tables.
-CORRUPTIONS: Registry[Corruption] = Registry("corruption", hint="see robustvit.corruptions.list_corruptions()")
+CORRUPTIONS: Registry[Corruption] = Registry("corruption", package="robustvit.corruptions", hint="see robustvit.corruptions.list_corruptions()")
 
 
 def corruption(name: str, group: str, fields: tuple[str, ...], tables: Mapping[str, Sequence[Sequence[float]]], *,

@@ -1,14 +1,14 @@
 """Data sets from spec strings: ``create_dataset("synthshapes:test")``, ``"folder:/path"``, ``"npz:/x.npz"``,
 ``"cifar10:test"``, ``"imagenet:/val"``; options follow as ``:key=value`` (or ``,key=value``), e.g.
 ``synthshapes:train:size=64:count=100``. The grammar and the :class:`DataSource` convention are in
-:mod:`robustvit.data.sources`; ``list_sources()`` names every registered source.
+:mod:`robustvit.data.sources`; ``list_sources()`` names every registered source; ``SOURCES`` imports every module of this package before its
+first lookup, so a module with a ``@register_source`` function or class is picked up with no list to edit.
 
 Every data set yields float images (3, H, W) in [0, 1] and integer labels; see ``robustvit.data.base``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,52 +17,6 @@ from robustvit.data.base import UNREADABLE, FileImageDataset, ImageDataset, Resi
 from robustvit.data.classmap import load_class_map
 from robustvit.data.sources import SOURCES, DataSource, SourceFn, parse_data_spec, register_source  # noqa: F401
 from robustvit.data.subset import SUBSET_METHODS, SubsetDataset, select_subset
-from robustvit.options import option
-
-
-# ---------------------------------------------------------------- sources written as functions elsewhere in data/
-# Each reads its raw options itself; the dataclasses below declare them, so that a spec is checked (one-line
-# errors naming the valid keys) and ``robustvit list`` can describe them.
-@dataclass
-class ShiftOptions:
-    root: str | None = option(None, help="the data set's folder (default: the argument, else $ROBUSTVIT_DATA/…)")
-    crop_pct: float | None = option(None, min=0.0, max=1.0, help="centre-crop fraction (default: the model's)")
-
-
-@dataclass
-class CorruptedOptions:
-    corruption: str | None = option(None, help="the corruption of the unit (required)")
-    severity: int | None = option(None, min=1, max=5, help="its severity 1-5 (required)")
-
-
-@dataclass
-class SegmentationOptions:
-    split: str | None = option(None, help="the split's folder")
-    size: int | None = option(None, min=1, help="image side (default: the model's)")
-
-
-@dataclass
-class CocoOptions:
-    split: str | None = option(None, help="the split (default val2017)")
-    ann: str | None = option(None, help="an instances JSON file (the argument is then the image folder)")
-    size: int | None = option(None, min=1, help="image side (default: as stored)")
-
-
-from robustvit.data import shift as _shift  # noqa: E402  (ImageNet-R/-A/-Sketch/-V2)
-
-for _name in _shift.SHIFT_SETS:
-    register_source(_name, getattr(_shift, _name), options=ShiftOptions)
-
-from robustvit.data import corrupted as _corrupted  # noqa: E402  (ImageNet-C / CIFAR-10-C units)
-
-for _name in ("imagenet_c", "cifar_c"):
-    register_source(_name, getattr(_corrupted, _name), options=CorruptedOptions)
-
-from robustvit.data import dense as _dense  # noqa: E402  (segmentation / detection layouts)
-
-register_source("cityscapes", _dense.cityscapes, options=SegmentationOptions)
-register_source("ade20k", _dense.ade20k, options=SegmentationOptions)
-register_source("coco", _dense.coco, options=CocoOptions)
 
 
 def list_sources(pattern: str | None = None) -> list[str]:

@@ -24,6 +24,7 @@ Data specs (``--data``): ``imagenet_c:ROOT,corruption=fog,severity=3`` and ``cif
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,9 @@ import torch
 
 from robustvit.corruptions.params import CORRUPTION_GROUPS
 from robustvit.data.base import FileImageDataset, ImageDataset, Resize, to_float
+from robustvit.data.sources import register_source
 from robustvit.errors import RobustvitError
+from robustvit.options import option
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".tif", ".tiff", ".webp")
 LAYOUTS = ("imagenet-c", "cifar-c")
@@ -316,11 +319,19 @@ def _source(layout: str, arg: str, options: dict[str, Any], resize: Resize | Non
     return open_corrupted(arg, layout, image_size=size, strict=strict).unit(name, severity)
 
 
+@dataclass
+class CorruptedOptions:
+    corruption: str | None = option(None, help="the corruption of the unit (required)")
+    severity: int | None = option(None, min=1, max=5, help="its severity 1-5 (required)")
+
+
+@register_source("imagenet_c", options=CorruptedOptions)
 def imagenet_c(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``imagenet_c:ROOT,corruption=NAME,severity=S`` — one unit of an ImageNet-C tree."""
     return _source("imagenet-c", arg, options, resize, strict)
 
 
+@register_source("cifar_c", options=CorruptedOptions)
 def cifar_c(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``cifar_c:ROOT,corruption=NAME,severity=S`` — one severity of a CIFAR-10-C / CIFAR-100-C file."""
     return _source("cifar-c", arg, options, resize, strict)

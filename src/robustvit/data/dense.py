@@ -28,6 +28,7 @@ neighbour, so that a batch has one size; give ``size=N`` to choose it.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ import torch
 from PIL import Image
 
 from robustvit.data.base import ImageDataset, Resize
+from robustvit.data.sources import register_source
 from robustvit.errors import RobustvitError
+from robustvit.options import option
 
 IGNORE_INDEX = 255
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".ppm")
@@ -121,6 +124,20 @@ def _no_more(options: dict[str, Any], source: str) -> None:
         raise RobustvitError(f"data source {source!r} has no option {next(iter(options))!r}")
 
 
+@dataclass
+class SegmentationOptions:
+    split: str | None = option(None, help="the split's folder")
+    size: int | None = option(None, min=1, help="image side (default: the model's)")
+
+
+@dataclass
+class CocoOptions:
+    split: str | None = option(None, help="the split (default val2017)")
+    ann: str | None = option(None, help="an instances JSON file (the argument is then the image folder)")
+    size: int | None = option(None, min=1, help="image side (default: as stored)")
+
+
+@register_source("cityscapes", options=SegmentationOptions)
 def cityscapes(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``cityscapes:ROOT[,split=val,size=N]`` — Cityscapes fine annotations, 19 train-id classes."""
     root, split = Path(arg), str(options.pop("split", "val"))
@@ -153,6 +170,7 @@ def _ade_names(root: Path) -> list[str]:
     return [f"class_{i + 1}" for i in range(150)]
 
 
+@register_source("ade20k", options=SegmentationOptions)
 def ade20k(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``ade20k:ROOT[,split=validation,size=N]`` — ADE20K SceneParsing, 150 classes (0 = other → ignored)."""
     root, split = Path(arg), str(options.pop("split", "validation"))
@@ -270,6 +288,7 @@ class CocoDetectionDataset(ImageDataset):
         return [a for iid in self.image_ids(index) for a in self.by_image[iid]]
 
 
+@register_source("coco", options=CocoOptions)
 def coco(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``coco:ROOT[,split=val2017]`` or ``coco:IMAGES,ann=FILE.json`` — a COCO-layout detection set."""
     root, split = Path(arg), str(options.pop("split", "val2017"))

@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from robustvit.data.base import FileImageDataset, ImageDataset, Resize
+from robustvit.data.sources import register_source
 from robustvit.errors import RobustvitError
+from robustvit.options import option
 
 CLASSLIST_DIR = Path(__file__).parent / "classlists"
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -182,21 +184,31 @@ def _source(name: str, arg: str, options: dict[str, Any], resize: Resize | None,
                               strict=strict, labels="imagenet")
 
 
+@dataclass
+class ShiftOptions:
+    root: str | None = option(None, help="the data set's folder (default: the argument, else $ROBUSTVIT_DATA/…)")
+    crop_pct: float | None = option(None, min=0.0, max=1.0, help="centre-crop fraction (default: the model's)")
+
+
+@register_source("imagenet_r", options=ShiftOptions)
 def imagenet_r(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``imagenet_r:/path`` — ImageNet-R (200 wnid folders; labels = ImageNet-1k indices)."""
     return _source("imagenet_r", arg, options, resize, strict)
 
 
+@register_source("imagenet_a", options=ShiftOptions)
 def imagenet_a(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``imagenet_a:/path`` — ImageNet-A (200 wnid folders; labels = ImageNet-1k indices)."""
     return _source("imagenet_a", arg, options, resize, strict)
 
 
+@register_source("imagenet_sketch", options=ShiftOptions)
 def imagenet_sketch(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``imagenet_sketch:/path`` — ImageNet-Sketch (1000 wnid folders)."""
     return _source("imagenet_sketch", arg, options, resize, strict)
 
 
+@register_source("imagenet_v2", options=ShiftOptions)
 def imagenet_v2(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``imagenet_v2:/path`` — ImageNet-V2 (folders 0 … 999; label = the folder's integer)."""
     return _source("imagenet_v2", arg, options, resize, strict)

@@ -62,7 +62,7 @@ class SectionOptions:
 
 Renderer = Callable[[str, list[dict[str, Any]]], "Section | None"]
 #: Report sections: ``fn(suite_key, results) -> Section`` registered under a suite-key pattern (e.g. ``"pgd*"``).
-SECTIONS: Registry[Renderer] = Registry("report section")
+SECTIONS: Registry[Renderer] = Registry("report section", package="robustvit.report.sections")
 
 
 def register_section(pattern: str, *, group: str | None = None, order: int = 50) -> Callable[[Renderer], Renderer]:
@@ -79,7 +79,7 @@ def register_section(pattern: str, *, group: str | None = None, order: int = 50)
 
 
 #: Extra sections drawn after a suite's own section for every key their pattern matches (e.g. study plots).
-EXTRA_SECTIONS: Registry[Renderer] = Registry("report extra section")
+EXTRA_SECTIONS: Registry[Renderer] = Registry("report extra section", package="robustvit.report.sections")
 
 
 def register_extra_section(pattern: str, *, group: str | None = None, order: int = 50) -> Callable[[Renderer], Renderer]:
@@ -107,7 +107,6 @@ class _Registered:
 def renderer_for(key: str) -> Renderer:
     """The section renderer whose pattern matches the suite key (the most specific, i.e. longest, pattern
     wins), else the generic table of scalar metrics."""
-    _load_builtin()
     matches = [p for p in SECTIONS.list() if fnmatch.fnmatch(key, p)]
     return SECTIONS.get(max(matches, key=len)) if matches else _scalar_section
 
@@ -118,10 +117,6 @@ def _placement(key: str) -> tuple[str, int]:
         return "natural", 90
     opts = SECTIONS.options_class(max(matches, key=len))()
     return opts.group, opts.order
-
-
-def _load_builtin() -> None:
-    from robustvit.report import sections as _builtin  # noqa: F401  (registers built-in renderers)
 
 
 def load_results(paths: list[str | Path]) -> list[dict[str, Any]]:
@@ -173,7 +168,6 @@ def build_sections(results: list[dict[str, Any]]) -> list[Section]:
     from robustvit.report.sections.analysis import analysis_sections
     from robustvit.report.sections.training import training_section
 
-    _load_builtin()
     results = _prepare(results)
     placed: list[tuple[int, int, int, Section]] = []
 

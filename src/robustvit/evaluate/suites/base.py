@@ -242,11 +242,7 @@ def nonfinite_result(key: str, count: int) -> dict[str, Any]:
     return {"num_nonfinite": int(count)}
 
 
-def _load_builtin_suites() -> None:
-    import robustvit.evaluate.suites  # noqa: F401  (importing the package registers the built-in suites)
-
-
-SUITES: Registry[type[Suite]] = Registry("suite", loader=_load_builtin_suites, hint="see `robustvit list suites`")
+SUITES: Registry[type[Suite]] = Registry("suite", package="robustvit.evaluate.suites", hint="see `robustvit list suites`")
 register_suite = SUITES.register
 
 

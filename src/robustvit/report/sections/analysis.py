@@ -23,7 +23,7 @@ BOOKKEEPING = {"analysis", "model", "family", "data", "num_images", "subset", "s
 
 AnalysisRenderer = Callable[[str, list[tuple[str, dict[str, Any]]]], "Section | None"]
 #: Analysis sections: ``fn(name, [(model, result), …]) -> Section`` under an analysis-name pattern.
-ANALYSIS_SECTIONS: Registry[AnalysisRenderer] = Registry("report analysis section")
+ANALYSIS_SECTIONS: Registry[AnalysisRenderer] = Registry("report analysis section", package="robustvit.report.sections")
 register_analysis_section = ANALYSIS_SECTIONS.register
 
 

@@ -79,13 +79,8 @@ class TrainingLoss(nn.Module):
         return []
 
 
-LOSSES: Registry[type[TrainingLoss]] = Registry("training loss", loader=lambda: _load_builtins(),
+LOSSES: Registry[type[TrainingLoss]] = Registry("training loss", package=("robustvit.training.losses", "robustvit.training.mpp"),
                                                  hint="see `robustvit list losses`")
-
-
-def _load_builtins() -> None:
-    import robustvit.training.losses  # noqa: F401  (the package registers its modules)
-    import robustvit.training.mpp  # noqa: F401  (registers mpp)
 
 
 def register_loss(obj: Any = None, *, aliases: tuple[str, ...] = ()) -> Any:
