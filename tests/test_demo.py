@@ -3,8 +3,8 @@ import json
 import pytest
 
 from robustvit.corruptions import list_corruptions
-from robustvit.demo import DEMO_MODELS, DEMO_SKIPPED, DEMO_SUITES, demo_suites, run_demo
-from robustvit.evaluate.suites import create_suite, list_suites
+from robustvit.demo import DEMO_MODELS, demo_suites, run_demo
+from robustvit.evaluate.suites import create_suite, get_suite_class, list_suites
 
 
 @pytest.mark.slow
@@ -50,11 +50,19 @@ def test_quick_demo_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_demo_plan_covers_every_suite(quick):
+    """The plan is read from the suite classes (``demo``, ``demo_skip``): every public suite is planned or
+    skipped with its reason, each planned spec names its own suite, and the expensive suites are capped."""
     specs, skipped = demo_suites(quick)
-    assert set(DEMO_SUITES) <= set(list_suites())
-    planned = {create_suite(s).name for s in specs} | {line.split(":")[0] for line in skipped}
-    assert planned == {n for n in list_suites() if not n.startswith("_")}
-    assert all(name in DEMO_SKIPPED for name, (default, q) in DEMO_SUITES.items() if not (q if quick else default))
+    public = [n for n in list_suites() if not n.startswith("_")]
+    planned = {create_suite(s).name for s in specs}
+    assert skipped == [f"{n}: {get_suite_class(n).demo_skip}" for n in public if get_suite_class(n).demo_skip]
+    assert planned | {line.split(":")[0] for line in skipped} == set(public) and not planned & {
+        line.split(":")[0] for line in skipped}
+    for name in public:
+        plan = get_suite_class(name).demo
+        mine = [s for s in specs if create_suite(s).name == name]
+        assert mine == ([] if get_suite_class(name).demo_skip else list(plan[quick] if plan else (name,)))
+    assert {"apgd", "transfer", "imagenet_r", "seg_clean", "det_corruptions"} <= {line.split(":")[0] for line in skipped}
     for spec in specs:   # every planned spec parses, and the expensive suites are capped
         suite = create_suite(spec)
         if suite.name not in ("clean", "shape_bias"):

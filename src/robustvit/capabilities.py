@@ -18,7 +18,7 @@
   network's), ``input_size``, ``patch_size``, ``verified`` (whether it ran).
 
 Two modes. ``run=True`` executes everything on ``images`` random images at the model's input size with tiny
-options (few steps, queries, masks: :data:`ANALYSIS_OPTIONS`, :data:`ATTACK_OPTIONS`, :data:`SUITE_SPECS`) —
+options (few steps, queries, masks: each component's ``smoke`` class attribute) —
 what the conformance tests and ``docs/models.md`` use on small configurations of each architecture family.
 ``run=False`` (``robustvit list models --capabilities``) runs no analysis, attack or suite: it builds the probe
 (``make_probe`` checks a ViT probe against the model with one forward), checks each analysis's model
@@ -47,50 +47,10 @@ STATUSES = ("ok", "applies", "refused", "failed")
 #: Relative tolerance of the probe's exactness check (block outputs and logits vs the model's own forward).
 PROBE_RTOL = 1e-4
 
-#: Tiny options for each analysis (``name:key=value`` specs as the CLI takes them); unknown analyses run with
-#: their defaults.
-ANALYSIS_OPTIONS: dict[str, dict[str, Any]] = {
-    "attention_maps": {"images": 1},
-    "attention_stability": {"masks": 2, "images": 1},
-    "grouping": {"images": 1, "clusters": 2},
-    "lesion": {"samples": 2},
-    "perturbation_semantics": {"steps": 1, "classes": 2, "vis_steps": 1},
-}
-#: Tiny keyword arguments for each attack (snake_case names; the hyphenated spellings are found too); unknown
-#: attacks run with their defaults.
-ATTACK_OPTIONS: dict[str, dict[str, Any]] = {
-    "pgd": {"steps": 2}, "targeted_pgd": {"steps": 2, "eps": 1.0}, "fgsm": {},
-    "apgd_ce": {"steps": 2}, "apgd_dlr": {"steps": 2}, "apgd_t": {"steps": 2, "n_target_classes": 1},
-    "fab": {"steps": 2}, "fab_t": {"steps": 2, "n_target_classes": 1}, "square": {"n_queries": 3},
-    "spatial": {"translations": 2, "rotations": 2},
-    "autoattack": {"version": "custom", "attacks": ["apgd_ce", "square"], "steps": 2, "n_queries": 3},
-    "patch_fool": {"steps": 2, "eps": "8/255"},
-}
-#: Tiny suite specs; unknown suites run with their defaults.
-SUITE_SPECS: dict[str, str] = {
-    "apgd": "apgd:steps=2:checks=0", "autoattack": "autoattack:steps=2:n_queries=3:checks=0",
-    "fgsm": "fgsm:checks=0", "pgd": "pgd:steps=2:checks=0", "transfer": "transfer:steps=1:checks=0",
-    "patch_fool": "patch_fool:steps=2:checks=0", "spatial": "spatial:translations=2:rotations=2:checks=0",
-    "corruptions": "corruptions:corruptions=gaussian_noise+contrast:severities=1",
-    "perturbations": "perturbations:perturbations=gaussian_noise",
-    "patch_occlusion": "patch_occlusion:rhos=0.25:masks=1",
-}
-#: Analyses that look inside the model (they need a probe); the others only call it.
-NEEDS_PROBE = {"correlation", "lesion", "restricted_attention", "attention_distance", "attention_maps",
-               "pos_embed_similarity", "grouping", "attention_stability"}
-
 
 # ---------------------------------------------------------------------------------------------------------
 # the model's structure and its probe
 # ---------------------------------------------------------------------------------------------------------
-
-def tiny_options(table: dict[str, Any], name: str, default: Any = None) -> Any:
-    """``table``'s entry for ``name`` in either spelling (``apgd_ce`` / ``apgd-ce``)."""
-    for key in (name, name.replace("-", "_"), name.replace("_", "-")):
-        if key in table:
-            return table[key]
-    return default
-
 
 def public(names: Iterable[str]) -> list[str]:
     """Registered names without private ones (``_name``: registered by tests or plugins for their own use)."""
@@ -328,23 +288,24 @@ def check_analysis(model: nn.Module, name: str, dataset: Any = None, *, run: boo
                    probe: Any = None) -> dict[str, Any]:
     """One analysis on ``model``: run on ``dataset`` (``run=True``) or checked statically (its model families,
     and a probe where it needs one). ``family`` / ``probe``: the model's, when already known (not rebuilt)."""
-    from robustvit.analysis import check_family, run_analyses
+    from robustvit.analysis import check_family, get_analysis, run_analyses
     from robustvit.models.families import family_of
 
-    opts = {**tiny_options(ANALYSIS_OPTIONS, name, {}), **(options or {})}
+    analysis = get_analysis(name)
+    opts = {**analysis.smoke, **(options or {})}
 
     def go() -> dict[str, Any]:
         if not run:
             fam = family if family is not None else family_of(model, probe)
             check_family(name, fam, getattr(getattr(model, "spec", None), "architecture", ""))
-            if name in NEEDS_PROBE and probe is None:
+            if analysis.requires_probe and probe is None:
                 from robustvit.models.probe import make_probe
 
                 make_probe(model)         # no probe reads the model: its one-line reason is the refusal
             return _entry("applies")
         spec = name + "".join(f":{k}={_opt(v)}" for k, v in opts.items())
         n = len(dataset)
-        res = run_analyses(model, dataset, [spec], None, limit=n, batch_size=n, device="cpu", seed=0)[name]
+        res = run_analyses(model, dataset, [spec], None, limit=n, batch_size=n, device="cpu", seed=0)[analysis.name]
         entry = _check_result(res)
         problem = ANALYSIS_CHECKS[name](res) if entry["status"] == "ok" and name in ANALYSIS_CHECKS else None
         return _entry("failed", problem) if problem else entry
@@ -360,8 +321,9 @@ def check_attack(model: nn.Module, name: str, x: torch.Tensor | None = None, y: 
     """One attack on ``model``: constructed, and with ``run=True`` run on (x, y) with its invariants checked:
     same shape/dtype, finite, in [0, 1], inside the ε-ball when the attack is bounded."""
     from robustvit.attacks import create_attack
+    from robustvit.attacks.base import get_attack_class
 
-    kw = {**tiny_options(ATTACK_OPTIONS, name, {}), **(options or {})}
+    kw = {**get_attack_class(name).smoke, **(options or {})}
 
     def go() -> dict[str, Any]:
         atk = create_attack(name, model, **kw)
@@ -391,10 +353,11 @@ def check_suite(model: nn.Module, name: str, x: torch.Tensor | None = None, y: t
     """One evaluation suite on ``model``: created from its tiny spec, and with ``run=True`` evaluated on the
     batch (x, y) through its ``parts`` → ``run`` → ``finalize``, the result checked (finite, accuracies in
     [0, 1]). Suites that read their own data set (ImageNet-R/-A, cue-conflict stimuli) refuse without it."""
-    from robustvit.evaluate.suites import Batch, EvalContext, create_suite
+    from robustvit.evaluate.suites import Batch, EvalContext, create_suite, get_suite_class
     from robustvit.utils import sum_stats
 
-    spec = spec or tiny_options(SUITE_SPECS, name, name)
+    cls = get_suite_class(name)
+    spec = spec or name + "".join(f":{k}={_opt(v)}" for k, v in cls.smoke.items())
 
     def go() -> dict[str, Any]:
         suite = create_suite(spec)
@@ -403,7 +366,7 @@ def check_suite(model: nn.Module, name: str, x: torch.Tensor | None = None, y: t
                           dataset=dataset, num_classes=int(model.spec.num_classes), device=torch.device("cpu"),
                           seed=0, options={}, out_dir=out_dir)
         if not run:
-            if name == "patch_fool":
+            if cls.requires_probe:
                 from robustvit.models.probe import ViTProbe
 
                 ViTProbe(model)
@@ -567,6 +530,6 @@ def format_one(cap: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ANALYSIS_CHECKS", "ANALYSIS_OPTIONS", "ATTACK_OPTIONS", "MAX_MODELS", "PROBE_RTOL", "STATUSES", "SUITE_SPECS", "build_default", "build_meta",
+__all__ = ["ANALYSIS_CHECKS", "MAX_MODELS", "PROBE_RTOL", "STATUSES", "build_default", "build_meta",
            "build_probe", "capabilities", "capability_rows", "check_analysis", "check_attack", "check_suite", "format_one",
-           "format_table", "mark", "probe_error", "probe_info", "structure", "tiny_batch", "tiny_options"]
+           "format_table", "mark", "probe_error", "probe_info", "structure", "tiny_batch"]

@@ -3,7 +3,7 @@
 1. generate ``synthshapes`` (train / test / cue-conflict);
 2. train three small models on it (``DEMO_MODELS``): a ViT, a ResNet and the same ViT trained adversarially;
 3. run them as a study (``robustvit.study``): evaluate each with every registered suite, as planned in
-   ``DEMO_SUITES`` (including the ViT paper's few-shot linear probe of each model's frozen features,
+   each suite's ``demo`` class attribute (including the ViT paper's few-shot linear probe of each model's frozen features,
    ``fewshot``), and explain each with the internals analyses (``DemoModel.analyses``);
 4. write ``OUT/<model>/results.json`` (the evaluation), ``OUT/<model>/train/`` (the training run: its
    ``results.json`` of kind train and ``checkpoint/``), ``OUT/<model>/analysis/``, the study's side-by-side
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from robustvit.analysis import DEMO_ANALYSES
-from robustvit.evaluate.suites import list_suites
+from robustvit.evaluate.suites import get_suite_class, list_suites
 from robustvit.runs import RESULTS_FILE, read_results
 from robustvit.study import Study, run_study
 from robustvit.training import TrainConfig, train
@@ -68,51 +68,19 @@ PLANS = {
 }
 
 
-#: How the demo runs each suite: (default plan specs, quick plan specs); an empty tuple skips the suite.
-#: Suites not listed here run once under their bare name.
-DEMO_SUITES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "corruptions": (("corruptions:limit=100",), ("corruptions:limit=40:severities=1+3+5",)),
-    "perturbations": (("perturbations:limit=24",),
-                      ("perturbations:limit=12:perturbations=gaussian_noise+motion_blur+rotate+translate",)),
-    "patch_occlusion": (("patch_occlusion:limit=500:masks=3",), ("patch_occlusion:limit=100:rhos=0.1+0.3+0.5:masks=3",)),
-    "fgsm": (("fgsm:eps=1/255:limit=500", "fgsm:eps=4/255:limit=500"),
-             ("fgsm:eps=1/255:limit=100", "fgsm:eps=4/255:limit=100")),
-    "pgd": (("pgd:eps=1/255:limit=500:save=8:checks=0", "pgd:eps=2/255:limit=500:checks=0", "pgd:eps=4/255:limit=500:save=8"),
-            ("pgd:eps=1/255:limit=100:save=8:checks=0", "pgd:eps=4/255:limit=100:save=8")),
-    "apgd": ((), ()),
-    "autoattack": (("autoattack:limit=50:steps=20:n_queries=200:n_target_classes=3",),
-                   ("autoattack:limit=20:steps=10:n_queries=100:n_target_classes=3",)),
-    "spatial": (("spatial:limit=200:translations=5:rotations=7:save=8",), ("spatial:limit=100:translations=3:rotations=5",)),
-    "patch_fool": (("patch_fool:limit=100:steps=50:save=8",), ("patch_fool:limit=50:steps=20",)),
-    "transfer": ((), ()),
-    "fewshot": (("fewshot:shots=1+5+10+25:draws=5:limit=500",), ("fewshot:shots=1+5+10:draws=3:limit=200",)),
-    **{name: ((), ()) for name in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
-    **{name: ((), ()) for name in ("seg_clean", "seg_corruptions", "det_clean", "det_corruptions")},
-}
-#: Why a suite is not run by the demo.
-DEMO_SKIPPED = {
-    "apgd": "the demo's autoattack run includes APGD-CE and APGD-T",
-    "transfer": "the demo evaluates its models one at a time; run `robustvit eval --model A,B --suite transfer`",
-    **{name: "needs the data set on disk and a 1000-class ImageNet model (pass root=DIR)"
-       for name in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
-    **{name: "needs a segmentation model and per-pixel masks (docs/dense.md: train --task segment)"
-       for name in ("seg_clean", "seg_corruptions")},
-    **{name: "needs a torchvision detector (--model tv:NAME) and box annotations (docs/dense.md)"
-       for name in ("det_clean", "det_corruptions")},
-}
-
-
 def demo_suites(quick: bool) -> tuple[list[str], list[str]]:
-    """The suite specs the demo runs (every registered suite, as planned in ``DEMO_SUITES``) and the skipped ones."""
+    """The suite specs the demo runs (every registered suite, as its class plans in ``demo``) and the skipped
+    ones with the reason its ``demo_skip`` gives."""
     specs, skipped = [], []
     for name in list_suites():
         if name.startswith("_"):   # private suites (e.g. registered by tests)
             continue
-        default, quick_specs = DEMO_SUITES.get(name, ((name,), (name,)))
-        chosen = quick_specs if quick else default
-        if not chosen:
-            skipped.append(f"{name}: {DEMO_SKIPPED.get(name, 'not run by the demo')}")
-        specs += list(chosen)
+        cls = get_suite_class(name)
+        if cls.demo_skip:
+            skipped.append(f"{name}: {cls.demo_skip}")
+            continue
+        default, quick_specs = cls.demo or ((name,), (name,))
+        specs += list(quick_specs if quick else default)
     return specs, skipped
 
 

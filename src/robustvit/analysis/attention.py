@@ -116,6 +116,7 @@ def plot_attention_distance(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class AttentionDistance(Analysis):
     name = "attention_distance"
+    requires_probe = True
     families = ("vit", "deit", "fan")
     description = "mean attention distance in pixels per head and layer (ViT Fig. 7 right, Fig. 10)"
 
@@ -212,6 +213,8 @@ def plot_attention_maps(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class AttentionMaps(Analysis):
     name = "attention_maps"
+    requires_probe = True
+    smoke = {"images": 1}
     families = ("vit", "deit", "fan")
     description = "attention of a query patch per layer and attention rollout, over the image (ViT Fig. 6)"
     Options = AttentionMapsOptions
@@ -264,6 +267,7 @@ def plot_pos_embed(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class PosEmbedSimilarity(Analysis):
     name = "pos_embed_similarity"
+    requires_probe = True
     families = ("vit", "deit")
     description = "cosine similarity of each position embedding with all others (ViT Fig. 7 centre)"
     needs_data = False

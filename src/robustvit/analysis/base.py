@@ -12,7 +12,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
@@ -166,6 +166,10 @@ class Analysis:
     description: str = ""
     Options: type = NoOptions
     needs_data: bool = True
+    #: Options of a tiny, fast run (capabilities and the contract tests).
+    smoke: ClassVar[dict[str, Any]] = {}
+    #: Whether it looks inside the model (the probe: tokens, attention); False when it only calls the model.
+    requires_probe: ClassVar[bool] = False
 
     @property
     def options(self) -> dict[str, Any]:

@@ -165,6 +165,7 @@ def plot_correlation(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class Correlation(Analysis):
     name = "correlation"
+    requires_probe = True
     families = ("vit", "deit", "xcit", "swin", "fan", "cnn")
     description = "|Pearson ρ| (or linear CKA) between block outputs, all tokens and CLS only (Bhojanapalli Fig. 7)"
     Options = CorrelationOptions

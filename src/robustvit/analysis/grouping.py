@@ -185,6 +185,8 @@ def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class Grouping(Analysis):
     name = "grouping"
+    requires_probe = True
+    smoke = {"images": 1, "clusters": 2}
     families = ("vit", "deit", "xcit", "fan")
     description = "insignificant eigenvalues of the token affinity, noise decay, spectral clusters (FAN Fig. 3–4)"
     Options = GroupingOptions

@@ -196,6 +196,8 @@ def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class Lesion(Analysis):
     name = "lesion"
+    requires_probe = True
+    smoke = {"samples": 2}
     families = ("vit", "deit", "xcit", "swin", "fan", "cnn")
     description = ("accuracy with a block / its attention / its MLP removed, and n random blocks, attention or MLP "
                    "layers (Bhojanapalli Fig. 8)")

@@ -202,6 +202,7 @@ def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class RestrictedAttention(Analysis):
     name = "restricted_attention"
+    requires_probe = True
     families = ("vit", "deit", "fan")
     description = "accuracy with local / random / CLS-only attention masks (Bhojanapalli Fig. 9)"
     Options = RestrictedOptions

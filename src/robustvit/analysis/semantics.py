@@ -209,6 +209,7 @@ def plot_semantics(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class PerturbationSemantics(Analysis):
     name = "perturbation_semantics"
+    smoke = {"steps": 1, "classes": 2, "vis_steps": 1}
     families = (*FAMILIES, "other")     # needs only the model's forward and gradients, no probe: any classifier
     description = "classify rescaled PGD perturbations (top-1/top-5) and class-targeted visualisation (Light Recipe)"
     Options = SemanticsOptions

@@ -239,6 +239,8 @@ def plot_centre_patch(result: dict[str, Any], out: Path) -> str:
 @register_analysis
 class AttentionStability(Analysis):
     name = "attention_stability"
+    requires_probe = True
+    smoke = {"masks": 2, "images": 1}
     families = ("vit", "deit", "xcit", "swin", "fan")
     description = "cosine similarity of clean vs patch-occluded attention maps per head and layer (AFAT Fig. 1, 3, 4)"
     Options = StabilityOptions

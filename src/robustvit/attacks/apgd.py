@@ -56,6 +56,7 @@ class APGD(Attack):
     ``seed`` (0)."""
 
     name = "apgd_ce"
+    smoke = {"steps": 2}
     aliases = ("apgd-ce",)
     loss_name = "ce"
 
@@ -180,6 +181,7 @@ class APGDDLR(APGD):
     """APGD on the DLR loss (``apgd_dlr``); same keywords as ``apgd_ce`` except ``targeted``."""
 
     name = "apgd_dlr"
+    smoke = {"steps": 2}
     aliases = ("apgd-dlr",)
     loss_name = "dlr"
 
@@ -191,6 +193,7 @@ class APGDT(APGD):
     true labels. The number of targets is capped at number of classes − 1."""
 
     name = "apgd_t"
+    smoke = {"steps": 2, "n_target_classes": 1}
     aliases = ("apgd-t",)
     loss_name = "dlr-targeted"
 

@@ -71,6 +71,7 @@ class AutoAttack(Attack):
     raise if a member is not registered), ``run_checks`` (True), ``verbose`` (False), ``seed`` (0)."""
 
     name = "autoattack"
+    smoke = {"version": "custom", "attacks": ["apgd_ce", "square"], "steps": 2, "n_queries": 3}
 
     def __init__(self, model: nn.Module, *, version: str = "standard",
                  attacks: Sequence[str | tuple[str, dict[str, Any]] | Attack] | None = None,

@@ -158,6 +158,10 @@ class Attack:
     norms: ClassVar[tuple[str, ...]] = NORMS
     #: Other spellings the registry resolves to ``name`` (e.g. the hyphenated ``patch-fool``).
     aliases: ClassVar[tuple[str, ...]] = ()
+    #: Options of a tiny, fast run (capabilities and the contract tests).
+    smoke: ClassVar[dict[str, Any]] = {}
+    #: Whether the attack looks inside the model (the ViT probe), so it applies to ViTs only.
+    requires_probe: ClassVar[bool] = False
     #: The options dataclass, derived from the constructor's keywords (see the module docstring).
     Options: ClassVar[type] = _DerivedOptions()   # type: ignore[assignment]
 

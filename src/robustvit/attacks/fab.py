@@ -140,6 +140,7 @@ class FAB(Attack):
     ``restarts`` (5), ``alpha_max`` (0.1), ``eta`` (1.05), ``beta`` (0.9), ``targeted`` (False), ``seed`` (0)."""
 
     name = "fab"
+    smoke = {"steps": 2}
     default_restarts = 5
 
     def __init__(self, model: nn.Module, *, steps: int = 100, restarts: int | None = None, alpha_max: float = 0.1,
@@ -282,6 +283,7 @@ class FABTargeted(FAB):
     ``targeted`` is not accepted) plus ``n_target_classes`` (9, capped at K − 1). ``y`` are the true labels."""
 
     name = "fab_t"
+    smoke = {"steps": 2, "n_target_classes": 1}
     aliases = ("fab-t",)
     default_restarts = 1
 

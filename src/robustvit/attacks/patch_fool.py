@@ -76,6 +76,8 @@ class PatchFool(Attack):
     "best"), ``targeted``, ``seed``."""
 
     name = "patch_fool"
+    smoke = {"steps": 2, "eps": "8/255"}
+    requires_probe = True
     aliases = ("patch-fool",)
     norms = ("linf",)
 

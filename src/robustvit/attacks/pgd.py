@@ -43,6 +43,7 @@ class PGD(Attack):
     cross-entropy; any callable ``(logits, y) -> (N,)`` to maximise, e.g. TRADES's KL to the clean output)."""
 
     name = "pgd"
+    smoke = {"steps": 2}
 
     def __init__(self, model: nn.Module, *, steps: int = 10, step_size: float | str | None = None,
                  random_start: bool = True, restarts: int = 1, batch_restarts: bool = True,
@@ -122,6 +123,7 @@ class TargetedPGD(PGD):
     100 steps, step size 2.5·ε/steps, no random start, ``targeted=True``."""
 
     name = "targeted_pgd"
+    smoke = {"steps": 2, "eps": 1.0}
     aliases = ("targeted-pgd",)
 
     def __init__(self, model: nn.Module, *, eps: float | str = 15.0, norm: str = "l2", steps: int = 100,

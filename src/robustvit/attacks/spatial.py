@@ -99,6 +99,7 @@ class Spatial(Attack):
     ``batch_size`` (image × transform pairs per forward pass, 256)."""
 
     name = "spatial"
+    smoke = {"translations": 2, "rotations": 2}
     bounded = False
 
     def __init__(self, model: nn.Module, *, translations: int = 9, rotations: int = 31,

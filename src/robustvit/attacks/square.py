@@ -110,6 +110,7 @@ class Square(Attack):
     ``rescale_schedule`` (True), ``targeted`` (False), ``seed`` (0)."""
 
     name = "square"
+    smoke = {"n_queries": 3}
 
     def __init__(self, model: nn.Module, *, n_queries: int = 5000, p_init: float = 0.8, restarts: int = 1,
                  loss: str | None = None, rescale_schedule: bool = True, **kwargs) -> None:

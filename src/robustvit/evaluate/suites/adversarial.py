@@ -282,6 +282,8 @@ class AttackSuite(Suite):
 @register_suite
 class FGSMSuite(AttackSuite):
     name = "fgsm"
+    smoke = {"checks": 0}
+    demo = ("fgsm:eps=1/255:limit=500", "fgsm:eps=4/255:limit=500"), ("fgsm:eps=1/255:limit=100", "fgsm:eps=4/255:limit=100")
     description = "FGSM robust accuracy (Goodfellow et al. 2015; Bhojanapalli et al. 2021)"
     attack_name = "fgsm"
     attack_options = ("step_size", "random_start")
@@ -296,6 +298,8 @@ class FGSMSuite(AttackSuite):
 @register_suite
 class PGDSuite(AttackSuite):
     name = "pgd"
+    smoke = {"steps": 2, "checks": 0}
+    demo = (("pgd:eps=1/255:limit=500:save=8:checks=0", "pgd:eps=2/255:limit=500:checks=0", "pgd:eps=4/255:limit=500:save=8"), ("pgd:eps=1/255:limit=100:save=8:checks=0", "pgd:eps=4/255:limit=100:save=8"))
     description = "PGD robust accuracy (Madry et al. 2018); default 10 steps of ε/4"
     attack_name = "pgd"
     attack_options = ("steps", "step_size", "restarts", "random_start")
@@ -317,6 +321,8 @@ class PGDSuite(AttackSuite):
 @register_suite
 class APGDSuite(AttackSuite):
     name = "apgd"
+    smoke = {"steps": 2, "checks": 0}
+    demo_skip = "the demo's autoattack run includes APGD-CE and APGD-T"
     description = "APGD robust accuracy (Croce & Hein 2020); option attack=apgd_ce|apgd_dlr|apgd_t"
     attack_options = ("steps", "restarts", "n_target_classes")
     check_kinds = ("model", "more_steps", "blackbox")
@@ -353,6 +359,8 @@ class APGDSuite(AttackSuite):
 @register_suite
 class AutoAttackSuite(AttackSuite):
     name = "autoattack"
+    smoke = {"steps": 2, "n_queries": 3, "checks": 0}
+    demo = ("autoattack:limit=50:steps=20:n_queries=200:n_target_classes=3",), ("autoattack:limit=20:steps=10:n_queries=100:n_target_classes=3",)
     description = "AutoAttack (Croce & Hein 2020): apgd_ce, apgd_t, fab_t, square; per-attack accuracy"
     attack_name = "autoattack"
     attack_options = ("version", "steps", "n_queries", "n_target_classes")
@@ -403,6 +411,8 @@ class AutoAttackSuite(AttackSuite):
 @register_suite
 class SpatialSuite(AttackSuite):
     name = "spatial"
+    smoke = {"translations": 2, "rotations": 2, "checks": 0}
+    demo = ("spatial:limit=200:translations=5:rotations=7:save=8",), ("spatial:limit=100:translations=3:rotations=5",)
     description = "worst case over 9 × 9 translations (the papers' range at the image size) × 31 rotations (±30°)"
     attack_name = "spatial"
     attack_options = ("translations", "rotations", "max_translation", "max_rotation", "batch_size")
@@ -445,6 +455,9 @@ class SpatialSuite(AttackSuite):
 @register_suite
 class PatchFoolSuite(AttackSuite):
     name = "patch_fool"
+    smoke = {"steps": 2, "checks": 0}
+    requires_probe = True
+    demo = ("patch_fool:limit=100:steps=50:save=8",), ("patch_fool:limit=50:steps=20",)
     description = "Patch-Fool (Fu et al. 2022): one attention-chosen patch replaced and optimised; ViTs only"
     attack_name = "patch_fool"
     attack_options = ("num_patches", "steps", "step_size", "attn_weight", "attn_block", "selection", "scoring")
@@ -516,6 +529,8 @@ class TransferSuite(AttackSuite):
     with a note, when any source or the target has random weights."""
 
     name = "transfer"
+    smoke = {"steps": 1, "checks": 0}
+    demo_skip = "the demo evaluates its models one at a time; run `robustvit eval --model A,B --suite transfer`"
     description = "transfer matrix: adversarial examples crafted on each model of the run, evaluated on this one"
     attack_options = ("steps", "step_size", "restarts", "random_start")
     check_kinds = ()

@@ -156,6 +156,15 @@ class Suite:
     #: ``--precision auto`` runs the suite in bfloat16 on CUDA (plain accuracies: clean, corruptions, shifts);
     #: suites whose numbers hinge on small logit differences or gradients (attacks, flip rates) stay in fp32.
     low_precision: ClassVar[bool] = False
+    #: Options of a tiny, fast run (capabilities and the contract tests).
+    smoke: ClassVar[dict[str, Any]] = {}
+    #: Whether the suite looks inside the model (the ViT probe), so it applies to ViTs only.
+    requires_probe: ClassVar[bool] = False
+    #: How ``robustvit demo`` runs the suite: (specs of the default plan, specs of the quick plan); None runs it
+    #: once under its bare name.
+    demo: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
+    #: Why ``robustvit demo`` does not run the suite ("" when it does).
+    demo_skip: ClassVar[str] = ""
 
     def __init__(self, limit: int | None = None, subset: str | None = None, **options: Any) -> None:
         given = {**({"limit": limit} if limit is not None else {}), **({"subset": subset} if subset is not None else {}),

@@ -100,6 +100,8 @@ class _UnitIndex(ImageDataset):
 @register_suite
 class Corruptions(Suite):
     name = "corruptions"
+    smoke = {"corruptions": ["gaussian_noise", "contrast"], "severities": [1]}
+    demo = ("corruptions:limit=100",), ("corruptions:limit=40:severities=1+3+5",)
     low_precision = True
     description = "common corruptions (ImageNet-C / CIFAR-10-C): accuracy per corruption × severity, mCE, retention"
     data_aligned = True

@@ -151,6 +151,7 @@ class _DenseCorruptions(Suite):
 # ------------------------------------------------------------------------------------------ segmentation
 class _Segmentation(_DenseCorruptions):
     default_corruptions = "cityscapes_c"
+    demo_skip = "needs a segmentation model and per-pixel masks (docs/dense.md: train --task segment)"
 
     @dataclass
     class Options(_DenseCorruptions.Options):
@@ -254,6 +255,7 @@ class SegCorruptions(_Segmentation):
 
 # ------------------------------------------------------------------------------------------ detection
 class _Detection(_DenseCorruptions):
+    demo_skip = "needs a torchvision detector (--model tv:NAME) and box annotations (docs/dense.md)"
     def dataset(self, ctx: EvalContext) -> ImageDataset | None:
         ds = _base(ctx.dataset)
         if not getattr(ds, "has_boxes", False):

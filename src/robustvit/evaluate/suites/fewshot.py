@@ -163,6 +163,7 @@ def _parse_shots(value: Any) -> tuple[int, ...]:
 @register_suite
 class FewShot(Suite):
     name = "fewshot"
+    demo = ("fewshot:shots=1+5+10+25:draws=5:limit=500",), ("fewshot:shots=1+5+10:draws=3:limit=200",)
     description = "few-shot linear probe (closed-form ridge to ±1 targets) on frozen pre-logits (ViT paper)"
     uses_head = False       # features only: an ImageNet model can be probed on CIFAR without a class map
 

@@ -52,6 +52,8 @@ def rho_key(rho: float) -> str:
 @register_suite
 class PatchOcclusion(Suite):
     name = "patch_occlusion"
+    smoke = {"rhos": [0.25], "masks": 1}
+    demo = ("patch_occlusion:limit=500:masks=3",), ("patch_occlusion:limit=100:rhos=0.1+0.3+0.5:masks=3",)
     description = "accuracy with a fraction rho of the patches replaced by uniform noise (AFAT), spread over random masks"
 
     @dataclass

@@ -120,6 +120,8 @@ def load_baseline(path: str | Path) -> tuple[str, dict[str, Any]]:
 @register_suite
 class Perturbations(Suite):
     name = "perturbations"
+    smoke = {"perturbations": ["gaussian_noise"]}
+    demo = ("perturbations:limit=24",), ("perturbations:limit=12:perturbations=gaussian_noise+motion_blur+rotate+translate",)
     description = "ImageNet-P perturbation sequences: flip probability, top-5 distance, mFR / mT5D"
     data_aligned = True      # the uncropped images are the run's; CIFAR-10-P lists the CIFAR-10 test set in order
 

@@ -47,6 +47,7 @@ class ShiftSuite(Suite):
 
     dataset_name: ClassVar[str] = ""
     low_precision = True
+    demo_skip = "needs the data set on disk and a 1000-class ImageNet model (pass root=DIR)"
 
     @dataclasses.dataclass
     class Options(SuiteOptions):
