@@ -19,9 +19,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
-__version__ = "0.1.0"
-
-from robustvit.errors import RobustvitError  # noqa: E402
+from robustvit._version import __version__
+from robustvit.errors import RobustvitError
 
 
 class _CallablePackage(types.ModuleType):

@@ -37,7 +37,7 @@ from robustvit.errors import RobustvitError
 T = TypeVar("T")
 
 __all__ = ["Eps", "Literal", "NoOptions", "describe", "option", "option_names", "options_dict", "parse_options",
-           "parse_spec", "format_spec"]
+           "parse_spec"]
 
 
 class Eps(float):
@@ -76,16 +76,6 @@ def parse_spec(spec: str, kind: str) -> tuple[str, dict[str, str]]:
             raise RobustvitError(f"{kind} option {key!r} is given twice in {spec!r}")
         options[key] = v.strip()
     return name.strip(), options
-
-
-def format_spec(name: str, options: Mapping[str, Any]) -> str:
-    """The inverse of :func:`parse_spec` for simple values (lists joined by ``+``)."""
-    parts = [name]
-    for k, v in options.items():
-        if isinstance(v, (list, tuple)):
-            v = "+".join(map(str, v))
-        parts.append(f"{k}={v}")
-    return ":".join(parts)
 
 
 def _hints(cls: type) -> dict[str, Any]:

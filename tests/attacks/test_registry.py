@@ -18,11 +18,10 @@ EPS = {"linf": 8 / 255, "l2": 0.5}
 QUICK = {"steps": 3, "n_queries": 30, "restarts": 1, "n_restarts": 1, "n_iter": 3, "n_target_classes": 2,
          "skip_missing": True, "eot_iter": 1}
 ALL = list_attacks()
-VIT_ONLY = {"patch_fool"}   # attacks that need a ViT's attention maps
 
 
 def model_for(name: str, model: torch.nn.Module, request: pytest.FixtureRequest) -> torch.nn.Module:
-    return request.getfixturevalue("tiny_vit16") if name in VIT_ONLY else model
+    return request.getfixturevalue("tiny_vit16") if get_attack_class(name).requires_probe else model
 
 
 def build(name: str, model: torch.nn.Module, **kw) -> object:

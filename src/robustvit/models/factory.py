@@ -7,10 +7,13 @@ registry, re-applies the recorded adaptations, then loads tensors only — no co
 
 :func:`build_named_model` is the one way to build a *second* model from a user-given name (a transfer source, a
 semantics classifier, …): it never hands back random weights unless told to, and then says so.
+:func:`rebuild` builds a model's architecture again with more constructor keywords (drop-path rate, …) and its
+weights: fine-tuning from a checkpoint keeps its settings and adds the run's.
 """
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import hashlib
 import json
@@ -23,7 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-import robustvit
+from robustvit._version import __version__
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.models import cifar as _cifar  # noqa: F401  (registers robustvit's architectures with timm)
 from robustvit.models import fan as _fan  # registers the FAN architectures with timm
@@ -132,6 +135,24 @@ def build_named_model(spec: str | Path, *, pretrained: bool = False, weights: st
     return model
 
 
+def rebuild(model: Normalized, **kwargs) -> Normalized:
+    """``model``'s architecture rebuilt with its constructor keywords updated by ``kwargs`` (e.g.
+    ``drop_path_rate=0.05``), its recorded adaptations replayed and its weights loaded (strict): the same
+    function in eval mode, with the new settings in training and in ``spec.kwargs`` (so checkpoints rebuild)."""
+    spec = copy.deepcopy(model.spec)
+    spec.kwargs.update(kwargs)
+    fresh = create_model(spec.architecture, **spec.kwargs)
+    new = Normalized(fresh.net, spec)
+    checkable = conv_stem_consistent(fresh.net)
+    reapply_adaptations(new, where=f"model {spec.architecture}")
+    check_structure(new, where=f"model {spec.architecture}", conv_stem=checkable)
+    new.net.load_state_dict(model.net.state_dict())
+    new.load_state_dict(model.state_dict())
+    if hasattr(model, "weights"):
+        new.weights = model.weights
+    return new
+
+
 def is_comparable(model: nn.Module) -> bool:
     """False for a model whose recorded weights are random (``RANDOM_LABEL``); True otherwise (incl. unknown)."""
     w = getattr(model, "weights", None)
@@ -211,7 +232,7 @@ def save_checkpoint(model: Normalized, directory: str | Path, extra: dict[str, A
     tmp = d / (WEIGHTS_FILE + ".tmp")
     save_file(state, str(tmp))
     tmp.replace(d / WEIGHTS_FILE)
-    meta = {"format": "robustvit-checkpoint", "version": 1, "robustvit": robustvit.__version__,
+    meta = {"format": "robustvit-checkpoint", "version": 1, "robustvit": __version__,
             "spec": model.spec.to_dict(), **(extra or {})}
     tmp = d / (SPEC_FILE + ".tmp")
     tmp.write_text(json.dumps(meta, indent=2))

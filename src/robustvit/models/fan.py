@@ -49,7 +49,7 @@ from torch import nn
 from robustvit.errors import RobustvitError
 from robustvit.models.cifar import _cfg as _cifar_cfg
 from robustvit.models.cifar import _drop_timm_cfg
-from robustvit.models.probe import masked_softmax
+from robustvit.models.layers import masked_softmax
 
 Grid = tuple[int, int]
 

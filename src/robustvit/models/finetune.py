@@ -6,8 +6,6 @@
   (``F.interpolate(mode="bicubic", align_corners=False)`` without antialiasing, as facebookresearch/deit
   ``main.py`` resamples when fine-tuning at another resolution); ``linear`` is order-1 interpolation with the
   corner samples aligned, as ``scipy.ndimage.zoom(order=1)`` in Google's ViT code.
-* :func:`rebuild` — the same network rebuilt with more constructor keywords (drop-path rate, …) and its
-  weights: fine-tuning from a checkpoint keeps its settings and adds the run's.
 * :func:`adapt_input` — a new input resolution and/or patch size for a timm ViT (linear patch projection:
   the kernel is resampled with timm's ``resample_patch_embed``, PI-resize of FlexiViT) or for an XCiT-style
   convolutional stem (the first stride-2 convolutions get stride 1: patch 16 → 4 on 32×32 CIFAR images, as
@@ -75,26 +73,6 @@ def resample_pos_embed(posemb: torch.Tensor, new_grid: tuple[int, int], old_grid
     g = F.interpolate(g, size=new_grid, mode="bilinear", align_corners=True)
     g = g.permute(0, 2, 3, 1).reshape(1, -1, d).to(posemb.dtype)
     return torch.cat([prefix, g], dim=1)
-
-
-def rebuild(model: Normalized, **kwargs) -> Normalized:
-    """``model``'s architecture rebuilt with its constructor keywords updated by ``kwargs`` (e.g.
-    ``drop_path_rate=0.05``), its recorded adaptations replayed and its weights loaded (strict): the same
-    function in eval mode, with the new settings in training and in ``spec.kwargs`` (so checkpoints rebuild)."""
-    from robustvit.models.factory import create_model   # the factory builds from names; this module edits models
-
-    spec = copy.deepcopy(model.spec)
-    spec.kwargs.update(kwargs)
-    fresh = create_model(spec.architecture, **spec.kwargs)
-    new = Normalized(fresh.net, spec)
-    checkable = conv_stem_consistent(fresh.net)
-    reapply_adaptations(new, where=f"model {spec.architecture}")
-    check_structure(new, where=f"model {spec.architecture}", conv_stem=checkable)
-    new.net.load_state_dict(model.net.state_dict())
-    new.load_state_dict(model.state_dict())
-    if hasattr(model, "weights"):
-        new.weights = model.weights
-    return new
 
 
 def _conv_stem_strides(stem: nn.Module) -> list[nn.Conv2d]:

@@ -71,6 +71,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from robustvit.errors import RobustvitError
+from robustvit.models.layers import masked_softmax
 from robustvit.models.wrapper import Normalized, inference_settings
 
 SUPPORTED = ("timm VisionTransformer models (vit_*, deit_*, deit3_*, vit_cifar_*; pre-norm, post-norm and parallel "
@@ -536,13 +537,6 @@ class ViTProbe:
         self._failure = msg
         raise RobustvitError(msg)
 
-    def patch_positions(self) -> torch.Tensor:
-        """(P, 2) centre of each patch in pixels (row, col), in token order (prefix tokens excluded)."""
-        assert self.grid_size is not None and self.patch_size is not None
-        gh, gw = self.grid_size
-        r, c = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-        return (torch.stack([r.flatten(), c.flatten()], 1).float() + 0.5) * self.patch_size
-
 
 def _map_sources(blk: nn.Module, kind: str) -> list[nn.Module]:
     """The modules whose ``attn_drop`` input is the block's real attention map (in head order)."""
@@ -552,17 +546,6 @@ def _map_sources(blk: nn.Module, kind: str) -> list[nn.Module]:
         return [b.attn for b in blk.attns if hasattr(b.attn, "attn_drop")]
     a = getattr(blk, "attn", None)
     return [a] if a is not None and hasattr(a, "attn_drop") and not hasattr(a, "forward_with_attention") else []
-
-
-def masked_softmax(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """softmax over keys of the attention logits with a bool (True = may attend) or additive mask."""
-    if mask is not None:
-        mask = mask.to(logits.device)
-        if mask.dtype == torch.bool:
-            logits = logits.masked_fill(~mask, float("-inf"))
-        else:
-            logits = logits + mask.to(logits.dtype)
-    return logits.softmax(dim=-1)
 
 
 def _scale(blk: nn.Module, i: int, y: torch.Tensor) -> torch.Tensor:
@@ -579,11 +562,6 @@ def _scale(blk: nn.Module, i: int, y: torch.Tensor) -> torch.Tensor:
 def _drop_path(blk: nn.Module, i: int, y: torch.Tensor) -> torch.Tensor:
     dp = getattr(blk, f"drop_path{i}", None) or getattr(blk, "drop_path", None)
     return dp(y) if dp is not None else y
-
-
-def _branch(blk: nn.Module, i: int, y: torch.Tensor) -> torch.Tensor:
-    """A residual branch's output after its LayerScale and drop-path (kept for callers of the old name)."""
-    return _drop_path(blk, i, _scale(blk, i, y))
 
 
 # ---------------------------------------------------------------------------------------------------------

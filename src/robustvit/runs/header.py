@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-import robustvit
+from robustvit._version import __version__
 from robustvit.runs.store import RANDOM_WEIGHTS, now
 
 
@@ -22,7 +22,7 @@ def run_header(*, device: torch.device | str, seed: int, command: str | None = N
     """The ``run`` record: versions, device, seed, the command, start and end times, processes; ``extra``
     adds the kind's settings (``batch_size``, ``limit``, ``options``, ``shard`` …)."""
     device = torch.device(device)
-    return {"robustvit": robustvit.__version__, "torch": torch.__version__, "python": platform.python_version(),
+    return {"robustvit": __version__, "torch": torch.__version__, "python": platform.python_version(),
             "device": str(device), "device_name": device_name(device), "seed": seed,
             "started": started or now(), "finished": now(), "command": command or " ".join(sys.argv),
             "world_size": world_size, **extra}

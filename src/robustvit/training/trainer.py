@@ -49,7 +49,8 @@ from robustvit.data import UNREADABLE, ImageDataset, create_dataset, dataset_for
 from robustvit.errors import RobustvitError
 from robustvit.metrics.accuracy import correct, robust_correct
 from robustvit.models import Normalized, create_model, is_checkpoint_dir, save_checkpoint
-from robustvit.models.finetune import adapt_input, rebuild, reset_head
+from robustvit.models.factory import rebuild
+from robustvit.models.finetune import adapt_input, reset_head
 from robustvit.progress import progress_bar
 from robustvit.runs import (check_kind, data_record, init_distributed, model_record, write_text,
                             write_train_results)
