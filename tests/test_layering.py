@@ -1,5 +1,17 @@
-"""Imports run downwards only (docs/design.md#layout-and-layering): every ``robustvit`` import in the source,
-including function-level ones, is checked against the layer table below."""
+"""Imports run downwards only and no module imports itself back (docs/design.md#layout-and-layering).
+
+Every module of ``robustvit`` (``robustvit/__init__.py`` included) is read with ``ast``; every ``robustvit``
+import counts, at module level or inside a function. Two rules:
+
+* **layers**: a module imports only from its own package and the packages its layer may use (:data:`ALLOWED`);
+* **no cycles**: the graph of imports between modules (``from robustvit.a import b`` is an edge to the module
+  ``a.b`` when there is one, else to the package ``a``) has no cycle.
+
+A registry's ``package=`` argument names the package to load as a string: it is no import edge (a registry loads
+its components; the components import the registry).
+"""
+
+from __future__ import annotations
 
 import ast
 from pathlib import Path
@@ -7,16 +19,20 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "robustvit"
-BASE = {"registry", "utils", "errors", "options", "plotting", "runs"}
+BASE = {"_version", "registry", "utils", "errors", "options", "plotting", "runs"}
 LIBRARIES = {"models", "metrics", "corruptions", "attacks"}
-#: package → the robustvit packages/modules it may import (besides itself).
-ALLOWED = {
-    "registry": {"errors", "options"},
-    "options": {"errors"},
-    "plotting": set(),
-    "runs": {"registry", "utils", "errors", "options"},
-    "utils": {"errors"},
+MIDDLE = BASE | LIBRARIES | {"data", "progress", "analysis", "training"}
+COMPOSED = MIDDLE | {"evaluate", "report", "leaderboard"}
+#: layer (a top-level package or module; ``robustvit`` is the package's ``__init__``) → what it may import.
+ALLOWED: dict[str, set[str]] = {
+    "robustvit": {"_version", "errors"},
+    "_version": set(),
     "errors": set(),
+    "plotting": set(),
+    "options": {"errors"},
+    "utils": {"errors"},
+    "registry": {"errors", "options"},
+    "runs": {"_version", "registry", "utils", "errors", "options"},
     "progress": BASE,
     "models": BASE,
     "metrics": BASE,
@@ -25,36 +41,116 @@ ALLOWED = {
     "data": BASE | LIBRARIES | {"progress"},
     "analysis": BASE | LIBRARIES | {"data", "progress"},
     "training": BASE | LIBRARIES | {"data", "progress"},
-    "evaluate": BASE | LIBRARIES | {"data", "progress", "analysis", "training"},
-    "report": BASE | LIBRARIES | {"data", "progress", "analysis", "training", "evaluate"},
+    "evaluate": MIDDLE,
+    "report": MIDDLE | {"evaluate"},
+    "dense": MIDDLE | {"evaluate"},
+    "leaderboard": MIDDLE | {"evaluate", "report"},
+    "capabilities": COMPOSED,
+    "facade": COMPOSED,
+    "study": COMPOSED,
+    "demo": COMPOSED | {"capabilities", "facade", "study"},
+    "cli": COMPOSED | {"capabilities", "dense", "facade", "study", "demo"},
+}
+#: Known exceptions, each owned by whoever removes it: (importing module, imported module) → owner and why.
+#: Empty it as they are fixed; a pair that no longer occurs fails the test (so the set stays true).
+KNOWN: dict[tuple[str, str], str] = {
+    ("robustvit", "robustvit.evaluate"): "maintainer: robustvit.evaluate becomes a plain function once the "
+                                         "evaluation package is renamed (after the merge)",
+    ("robustvit", "robustvit.facade"): "maintainer: the same rename (analyze/train forward to facade)",
+    ("robustvit.training.config", "robustvit.training.recipes"): "training helper: config<->recipes cycle",
+    ("robustvit.training.recipes", "robustvit.training.config"): "training helper: config<->recipes cycle",
+    ("robustvit.report.builder", "robustvit.report.scorecard"): "protocols helper: report builder<->sections cycle",
+    ("robustvit.report.scorecard", "robustvit.report.builder"): "protocols helper: report builder<->sections cycle",
+    ("robustvit.report.builder", "robustvit.report.sections.analysis"): "protocols helper: builder<->sections cycle",
+    ("robustvit.report.sections.analysis", "robustvit.report.builder"): "protocols helper: builder<->sections cycle",
+    ("robustvit.report.builder", "robustvit.report.sections.training"): "protocols helper: builder<->sections cycle",
+    ("robustvit.report.sections.training", "robustvit.report.builder"): "protocols helper: builder<->sections cycle",
 }
 
 
-def robustvit_imports(path: Path) -> set[str]:
-    """Top-level robustvit packages imported anywhere in ``path`` (``robustvit.x.y`` → ``x``)."""
-    tree = ast.parse(path.read_text())
-    names: set[str] = set()
-    for node in ast.walk(tree):
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def imports(path: Path) -> set[str]:
+    """The robustvit modules ``path`` imports anywhere (module level and inside functions)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            mods = [a.name for a in node.names]
+            found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            mods = [node.module] + ([f"{node.module}.{a.name}" for a in node.names] if node.module == "robustvit" else [])
-        else:
-            continue
-        names |= {m.split(".")[1] for m in mods if m.startswith("robustvit.")}
-    return names
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                found.add(sub if sub in MODULES else node.module)
+    return {m for m in found if m in MODULES}
 
 
-def layer_of(path: Path) -> str:
-    rel = path.relative_to(SRC)
-    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+GRAPH = {m: imports(p) for m, p in MODULES.items()}
 
 
-FILES = [p for p in sorted(SRC.rglob("*.py")) if layer_of(p) in ALLOWED]
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "robustvit"
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(SRC)))
-def test_imports_run_downwards(path: Path) -> None:
-    layer = layer_of(path)
-    bad = robustvit_imports(path) - ALLOWED[layer] - {layer}
-    assert not bad, f"{path.relative_to(SRC)} ({layer}) imports {sorted(bad)}; see docs/design.md#layout-and-layering"
+def test_every_module_has_a_layer() -> None:
+    assert {layer(m) for m in MODULES} <= set(ALLOWED), "add the new top-level module or package to ALLOWED"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_run_downwards(module: str) -> None:
+    own = layer(module)
+    ok = ALLOWED[own] | {own, "robustvit"}          # the package's __init__ sits at the bottom (errors, _version)
+    bad = sorted(t for t in GRAPH[module] if layer(t) not in ok and (module, t) not in KNOWN)
+    assert not bad, f"{module} ({own}) imports {bad}; see docs/design.md#layout-and-layering"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e", "d"}}
+    assert cycles(g) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle() -> None:
+    graph = {m: {t for t in targets if (m, t) not in KNOWN} for m, targets in GRAPH.items()}
+    assert cycles(graph) == [], "modules that import each other (directly or round a circle)"
+
+
+def test_known_exceptions_still_occur() -> None:
+    gone = sorted(pair for pair in KNOWN if pair[1] not in GRAPH.get(pair[0], set()))
+    assert not gone, f"fixed: remove {gone} from KNOWN"

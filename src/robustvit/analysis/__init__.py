@@ -2,7 +2,7 @@
 
 ``list_analyses(pattern)``, ``get_analysis(name)``, ``analyses_for(family)``, and
 ``run_analyses(model, dataset, names, out_dir, ...)`` (what ``robustvit analyze`` and the demo call).
-An analysis is a class decorated with ``@register_analysis`` (importing this package registers the built-ins);
+An analysis is a class decorated with ``@register_analysis`` (the registry imports every module of this package before its first lookup);
 its options are the class's ``Options`` dataclass. Each analysis also has a plain function returning plain
 data, taking the options as keywords (``correlation(model, dataset, method="cka")``, ``lesion``,
 ``restricted_attention``, ``attention_distance``, ``attention_maps``, ``pos_embed_similarity``, ``grouping``,
@@ -14,36 +14,12 @@ data, taking the options as keywords (``correlation(model, dataset, method="cka"
 
 from __future__ import annotations
 
-from robustvit.analysis.base import (ANALYSES, FAMILIES, Analysis, Context, family_of, make_context,
-                                    register_analysis)
-from robustvit.errors import RobustvitError
+from robustvit.analysis.base import (ANALYSES, FAMILIES, Analysis, Context, analyses_for, check_family, family_of,
+                                    get_analysis, list_analyses, make_context, register_analysis)
 
 #: What ``robustvit demo`` runs per model family, with default options.
 DEMO_ANALYSES = {"vit": ["correlation", "lesion", "restricted_attention", "attention_distance", "attention_stability"],
                  "cnn": ["correlation", "lesion"]}
-
-
-def list_analyses(pattern: str | None = None) -> list[str]:
-    """Registered analysis names, optionally filtered by a shell-style pattern."""
-    return ANALYSES.list(pattern)
-
-
-def get_analysis(name: str) -> Analysis:
-    return ANALYSES.get(name)
-
-
-def analyses_for(family: str) -> list[str]:
-    """The analyses that apply to a model family (vit, deit, xcit, swin, fan, cnn)."""
-    return [n for n, a in ANALYSES.items() if family in a.families]
-
-
-def check_family(name: str, family: str, model_name: str = "") -> None:
-    """A one-line error when analysis ``name`` does not apply to ``family``."""
-    a = get_analysis(name)
-    if family not in a.families:
-        ok = analyses_for(family)
-        raise RobustvitError(f"analysis {name} does not apply to {family} models{f' ({model_name})' if model_name else ''}; "
-                             f"it applies to {', '.join(a.families)}; for {family} use: {', '.join(ok) or 'none'}")
 
 
 from robustvit.analysis.runner import attach_analyses, load_analysis_folder, run_analyses  # noqa: E402

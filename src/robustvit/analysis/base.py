@@ -219,6 +219,29 @@ def register_analysis(cls: A) -> A:
     return cls
 
 
+def list_analyses(pattern: str | None = None) -> list[str]:
+    """Registered analysis names, optionally filtered by a shell-style pattern."""
+    return ANALYSES.list(pattern)
+
+
+def get_analysis(name: str) -> Analysis:
+    return ANALYSES.get(name)
+
+
+def analyses_for(family: str) -> list[str]:
+    """The analyses that apply to a model family (vit, deit, xcit, swin, fan, cnn)."""
+    return [n for n, a in ANALYSES.items() if family in a.families]
+
+
+def check_family(name: str, family: str, model_name: str = "") -> None:
+    """A one-line error when analysis ``name`` does not apply to ``family``."""
+    a = get_analysis(name)
+    if family not in a.families:
+        ok = analyses_for(family)
+        raise RobustvitError(f"analysis {name} does not apply to {family} models{f' ({model_name})' if model_name else ''}; "
+                             f"it applies to {', '.join(a.families)}; for {family} use: {', '.join(ok) or 'none'}")
+
+
 def function_signature(analysis: type[Analysis]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator for an analysis's plain function ``f(model, dataset, **kwargs)``: its signature (``help``,
     ``inspect``) lists the ``Options`` fields with their defaults and the run keywords."""

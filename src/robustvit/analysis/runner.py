@@ -54,7 +54,7 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
     ``seed``) choose the images; ``class_map`` maps a model's classes onto the data's. ``precision`` (fp32, tf32,
     bf16; ``auto``: fp32) is how the model's own forward computes; the probe's self-check stays float32."""
     precision = check_precision("fp32" if precision == "auto" else precision)
-    from robustvit.analysis import check_family, family_of, get_analysis
+    from robustvit.analysis.base import check_family, family_of, get_analysis
     from robustvit.models.factory import RANDOM_LABEL, is_comparable
 
     specs = [s for s in (names.split(",") if isinstance(names, str) else names) if s.strip()]
