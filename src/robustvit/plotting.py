@@ -4,7 +4,7 @@ block / layer / head indices, and legends that do not cover the data.
 >>> import matplotlib.pyplot as plt
 >>> fig, ax = plt.subplots()
 >>> _ = ax.plot([0, 1, 2], [0.9, 0.5, 0.7], label="accuracy")
->>> integer_ticks(ax, "x"); place_legend(ax)
+>>> integer_ticks(ax, "x"); _ = place_legend(ax)
 >>> save_figure(fig, "out/lesion.png")
 'lesion.png'
 """

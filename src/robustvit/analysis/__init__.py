@@ -8,8 +8,10 @@ data, taking the options as keywords (``correlation(model, dataset, method="cka"
 ``restricted_attention``, ``attention_distance``, ``attention_maps``, ``pos_embed_similarity``, ``grouping``,
 ``attention_stability``, ``perturbation_semantics``).
 
->>> run_analyses(create_model("vit_cifar_tiny"), create_dataset("synthshapes:test"), ["lesion"], "out",
-...              limit=256)["lesion"]["clean_accuracy"]
+>>> res = run_analyses(create_model("vit_cifar_micro"), create_dataset("synthshapes:test,count=8"),
+...                    ["pos_embed_similarity"], None)
+>>> res["pos_embed_similarity"]["grid"]
+[8, 8]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the evaluation may be unreliable for the reason in ``message``. The evaluation s
 Example::
 
     >>> report = run_checks(model, x, y)            # doctest: +SKIP
-    >>> {name: r["flag"] for name, r in report.items()}
+    >>> {name: r["flag"] for name, r in report.items()}   # doctest: +SKIP
     {'randomized': False, 'softmax_output': False, 'zero_gradients': False, 'n_classes': False}
 """
 

@@ -15,7 +15,9 @@ The ``_2``/``_3`` suffixes exist only for the noise perturbations (difficulty 2/
 difficulty is applied by the metric (every d-th frame), so the plain file is read.
 
 >>> src = open_perturbation_source("/data/CIFAR-10-P", "rotate")     # doctest: +SKIP
->>> frames, labels = src.get_sequences(torch.arange(8))              # float (8, 31, 3, 32, 32) in [0, 1]
+>>> frames, labels = src.get_sequences(torch.arange(8))              # doctest: +SKIP
+>>> frames.shape                                                      # doctest: +SKIP
+torch.Size([8, 31, 3, 32, 32])
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ would otherwise skip 1-D parameters; ``pos_embed.token_projection`` is decayed t
 lists exact names only); a patch-4 embedding uses widths D/2, D (NVlabs: D/4, D). As in NVlabs, the MLP on v
 has no activation outside its depth-wise conv branch.
 
+>>> import timm
 >>> m = timm.create_model("fan_cifar_tiny")
 >>> m(torch.rand(2, 3, 32, 32)).shape
 torch.Size([2, 10])

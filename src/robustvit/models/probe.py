@@ -53,11 +53,15 @@ Used by the analyses of Bhojanapalli et al. 2021 (arXiv:2103.14586) — layer co
 (Dosovitskiy et al., arXiv:2010.11929) and attention stability (AFAT).
 
 >>> probe = ViTProbe(create_model("vit_cifar_tiny"))
->>> out = probe.run(torch.rand(2, 3, 32, 32), attentions=True)
+>>> x = torch.rand(2, 3, 32, 32)
+>>> out = probe.run(x, attentions=True)
 >>> len(out.tokens), out.attentions[0].shape    # per block: (N, heads, T, T)
 (6, torch.Size([2, 3, 65, 65]))
->>> probe.run(x, remove={0: "attn", 3: "block"}).logits   # lesion
->>> probe.run(x, attn_mask=mask).logits                    # (T, T) bool, True = may attend
+>>> probe.run(x, remove={0: "attn", 3: "block"}).logits.shape   # lesion
+torch.Size([2, 10])
+>>> mask = torch.ones(65, 65, dtype=torch.bool).tril()           # (T, T) bool, True = may attend
+>>> probe.run(x, attn_mask=mask).logits.shape
+torch.Size([2, 10])
 """
 
 from __future__ import annotations

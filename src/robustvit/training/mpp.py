@@ -25,9 +25,13 @@ optimizer with the model (:meth:`optimized_parameters`) and saved with the loss 
 Randomness: the corruption of call ``t`` is drawn from a generator seeded with (``seed``, ``"mpp"``, t, rank);
 ``t`` is part of the loss state, so a resumed run replays it.
 
+>>> from robustvit.training.losses import create_loss
+>>> model, x, y = create_model("vit_cifar_micro", num_classes=10), torch.rand(4, 3, 32, 32), torch.arange(4)
 >>> loss_fn = create_loss("mpp")
 >>> loss_fn.setup(model)                      # a ViT the probe supports (vit_*, deit_*, vit_cifar_*)
 >>> loss, cls_logits, _ = loss_fn(model, x, y, epoch=0)
+>>> loss.ndim, cls_logits.shape
+(0, torch.Size([4, 10]))
 """
 
 from __future__ import annotations

@@ -13,8 +13,11 @@ per-epoch schedule (:mod:`robustvit.training.schedules`); at ε = 0 (the first e
 adversarial losses train on clean images. Attack random starts are seeded from ``seed`` and a call counter
 that is part of the loss's ``state_dict`` (so a resumed run replays them).
 
+>>> model, x, y = create_model("vit_cifar_micro", num_classes=10), torch.rand(4, 3, 32, 32), torch.arange(4)
 >>> loss_fn = create_loss("fgsm_rs", eps="4/255")
 >>> loss, clean_logits, adv_logits = loss_fn(model, x, y, epoch=0)
+>>> loss.ndim, clean_logits.shape, adv_logits.shape
+(0, torch.Size([4, 10]), torch.Size([4, 10]))
 """
 
 from robustvit.training.losses.base import (LOSSES, LossOutput, TrainingLoss, _rank, classification_loss,
