@@ -25,9 +25,9 @@ what the conformance tests and ``docs/models.md`` use on small configurations of
 families and constructs each attack and suite; a named model is built at its default configuration with
 random weights on the CPU (nothing downloaded) — about a second for a ViT-B.
 
->>> cap = capabilities(create_model("vit_cifar_micro", num_classes=10), run=True, analyses=["lesion"],
-...                    attacks=["fgsm"], suites=["clean"])
->>> cap["probe"]["kind"], cap["analyses"]["lesion"]["status"], cap["attacks"]["fgsm"]["status"]
+>>> cap = capabilities(create_model("vit_cifar_micro", num_classes=10), run=True,
+...                    analyses=["pos_embed_similarity"], attacks=["fgsm"], suites=["clean"])
+>>> cap["probe"]["kind"], cap["analyses"]["pos_embed_similarity"]["status"], cap["attacks"]["fgsm"]["status"]
 ('ViTProbe', 'ok', 'ok')
 """
 
