@@ -5,10 +5,10 @@ model, a robustvit architecture, a checkpoint folder) or an ``nn.Module`` object
 is used as it is; any other module is wrapped in ``Normalized`` with its normalisation taken from its timm
 ``pretrained_cfg`` (mean, std, input size, crop_pct, interpolation) or from ``mean=`` / ``std=`` given.
 
->>> import timm, robustvit                                                        # doctest: +SKIP
+>>> import timm, robustvit
 >>> net = timm.create_model("resnet18", pretrained=True)                          # doctest: +SKIP
 >>> res = robustvit.evaluate(net, data="imagenet:/data/val", suites=["clean", "pgd"], limit=500)  # doctest: +SKIP
->>> res["suites"]["pgd"]                                                          # doctest: +SKIP
+>>> res["suites"]["pgd"]["robust_accuracy"]                                       # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -89,13 +89,30 @@ def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suit
              out: str | Path | None = None, limit: int | None = None, *, mean: Sequence[float] | None = None,
              std: Sequence[float] | None = None, name: str | None = None, input_size: int | None = None,
              num_classes: int | None = None, progress: bool = False, **options: Any) -> dict[str, Any]:
-    """Evaluate a model (a name, a checkpoint folder or an ``nn.Module``; or a list of them) with ``suites`` on
-    ``data`` (a data spec such as ``"synthshapes:test"``); returns the results dict (results.json, kind eval; a
-    list of models: {model name: results dict}). ``out``: the run folder (resumable; None: a temporary one).
-    ``mean``/``std``/``name``/``input_size``/``num_classes`` describe a module object (:func:`wrap_module`).
-    ``options``: EvalConfig fields (``batch_size``, ``device``, ``seed``, ``pretrained``, ``weights``,
-    ``class_map``, ``subset_method``, ``subset``, …) and the suites' global options (``eps``, ``norm``,
-    ``steps``)."""
+    """Evaluate a model with evaluation suites, as ``robustvit eval`` does.
+
+    Args:
+        model: a model name (timm or robustvit), a checkpoint folder or an ``nn.Module`` taking images in
+            [0, 1]; or a list of them (evaluated one after the other, ``transfer`` across them).
+        data: a data spec such as ``"synthshapes:test"`` or ``"imagenet:/data/val"``.
+        suites: suite specs ``"name[:key=value…]"`` (``robustvit list suites``), a list or comma-separated.
+        out: the run folder (results.json, resumable); None: a temporary one, removed afterwards.
+        limit: evaluate at most this many images (a seeded class-stratified sample).
+        mean, std, name, input_size, num_classes: describe an ``nn.Module`` (:func:`wrap_module`).
+        progress: show progress bars.
+        options: EvalConfig fields (``batch_size``, ``device``, ``seed``, ``pretrained``, ``weights``,
+            ``class_map``, ``subset_method``, ``subset``, …) and the suites' run-level options (``eps``,
+            ``norm``, ``steps``).
+
+    Returns:
+        The results dict (results.json, kind eval): ``results["suites"][key]`` per suite; for a list of models,
+        {model name: results dict}.
+
+    Example:
+        >>> res = evaluate("vit_cifar_micro", data="synthshapes:test,count=8", suites=["clean"])
+        >>> res["suites"]["clean"]["num_images"], 0 <= res["suites"]["clean"]["top1"] <= 1
+        (8, True)
+    """
     from robustvit.evaluate.runner import EvalConfig, run_eval
 
     many = isinstance(model, (list, tuple))
@@ -117,10 +134,29 @@ def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, ou
             pretrained: bool = False, weights: str | None = None, seed: int = 0,
             batch_size: int = 64, device: str = "auto", precision: str = "fp32", progress: bool = False,
             **options: Any) -> dict[str, Any]:
-    """Run ``analyses`` (``"name[:key=value…]"``) on a model over ``data`` (a data spec or a data set object);
-    returns the results dict (results.json, kind analysis). ``out``: the run folder (figures, resumable; None:
-    a temporary one). ``precision``: fp32, tf32 or bf16 (the model's forward; the probe checks itself in fp32).
-    ``options``: ``class_map``, ``subset_method``, ``subset``, ``subset_seed``."""
+    """Run internals analyses on a model, as ``robustvit analyze`` does.
+
+    Args:
+        model: a model name, a checkpoint folder or an ``nn.Module`` taking images in [0, 1].
+        data: a data spec (``"synthshapes:test"``) or a data set object.
+        analyses: analysis specs ``"name[:key=value…]"`` (``robustvit list analyses``), a list or comma-separated.
+        out: the run folder (results.json, figures; resumable); None: a temporary one.
+        limit: analyse at most this many images.
+        mean, std, name, input_size, num_classes, pretrained, weights: how the model is built or wrapped
+            (:func:`as_model`).
+        seed, batch_size, device: the run's seed, chunk size and device (``auto``: CUDA when available).
+        precision: fp32, tf32 or bf16 (the model's forward; the probe checks itself in fp32).
+        progress: show progress bars.
+        options: ``class_map``, ``subset_method``, ``subset``, ``subset_seed``.
+
+    Returns:
+        The results dict (results.json, kind analysis): ``results["analyses"][name]`` per analysis.
+
+    Example:
+        >>> res = analyze("vit_cifar_micro", data="synthshapes:test,count=8", analyses=["pos_embed_similarity"])
+        >>> res["analyses"]["pos_embed_similarity"]["grid"]
+        [8, 8]
+    """
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
     from robustvit.runs import read_results
@@ -138,9 +174,24 @@ def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, ou
 
 
 def train(config: Any = None, /, *, resume: bool = False, progress: bool = True, **fields: Any) -> Path:
-    """Train as ``robustvit train`` does; ``config`` is a ``TrainConfig``, a dict of its fields or a YAML file,
-    and ``fields`` override it (``train(model="vit_cifar_micro", data="synthshapes:train", epochs=2, out=…)``).
-    Returns the final checkpoint folder; the run folder holds the training's results."""
+    """Train a model, as ``robustvit train`` does (resumable; adversarial training through ``loss``).
+
+    Args:
+        config: a ``TrainConfig``, a dict of its fields, a YAML file or None.
+        resume: continue the run in ``out`` from its last saved state.
+        progress: show progress bars.
+        fields: ``TrainConfig`` fields that override ``config`` (``model``, ``data``, ``epochs``, ``loss``,
+            ``eps``, ``out``, …).
+
+    Returns:
+        The final checkpoint folder (``create_model`` loads it); the run folder holds the training's results.
+
+    Example:
+        >>> ckpt = train(model="vit_cifar_micro", data="synthshapes:train,count=16", epochs=1, batch_size=8,
+        ...              out="run", progress=False)
+        >>> create_model(str(ckpt)).spec.architecture
+        'vit_cifar_micro'
+    """
     from robustvit.training import TrainConfig, train as run_training
 
     if isinstance(config, TrainConfig):
