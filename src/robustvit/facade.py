@@ -8,7 +8,7 @@ is used as it is; any other module is wrapped in ``Normalized`` with its normali
 >>> import timm, robustvit
 >>> net = timm.create_model("resnet18", pretrained=True)                          # doctest: +SKIP
 >>> res = robustvit.evaluate(net, data="imagenet:/data/val", suites=["clean", "pgd"], limit=500)  # doctest: +SKIP
->>> res["suites"]["pgd"]["robust_accuracy"]                                       # doctest: +SKIP
+>>> res["suites"]["pgd"]["accuracy"]                                              # doctest: +SKIP
 """
 
 from __future__ import annotations

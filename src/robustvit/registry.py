@@ -109,7 +109,26 @@ class Registry(Generic[T]):
         return sorted(n for n in self._items if pattern is None or fnmatch.fnmatch(n, pattern))
 
     def get(self, name: str) -> T:
-        """The object registered under ``name``; an unknown name raises a one-line error with close matches."""
+        """The object registered under ``name``.
+
+        Args:
+            name: a registered name or one of its aliases.
+
+        Returns:
+            The registered class, factory or spec object.
+
+        Raises:
+            RobustvitError: one line naming the close matches, for an unknown name.
+
+        Example:
+            >>> reg = Registry("widget")
+            >>> _ = reg.register("blue")(dict)
+            >>> reg.get("blue") is dict
+            True
+            >>> reg.get("bleu")
+            Traceback (most recent call last):
+            robustvit.errors.RobustvitError: unknown widget 'bleu'...
+        """
         name = self.canonical(name)
         if name not in self._items:
             raise unknown_name(self.kind, name, self._items, self.hint)
@@ -153,8 +172,19 @@ class Registry(Generic[T]):
         return accepted_keywords(self.get(name))
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Call the registered class or factory. Unknown keywords give a one-line error naming the accepted
-        ones; a ``TypeError`` raised *inside* the constructor propagates unchanged."""
+        """Call the registered class or factory.
+
+        Args:
+            name: a registered name or alias.
+            args, kwargs: passed on; the keyword names are checked against the constructor first.
+
+        Returns:
+            What the class or factory returns.
+
+        Raises:
+            RobustvitError: one line naming the accepted keywords, for an unknown keyword (a ``TypeError``
+                raised *inside* the constructor propagates unchanged).
+        """
         obj = self.get(name)
         accepted = accepted_keywords(obj)
         if accepted is not None:

@@ -80,6 +80,10 @@ def corrupt(x: torch.Tensor, name: str, severity: int, *, seed: int | None = Non
     Returns:
         the corrupted images: same shape, dtype and device, values in [0, 1].
 
+    Shape:
+        - Input: :math:`(N, 3, H, W)`.
+        - Output: :math:`(N, 3, H, W)`.
+
     Example:
         >>> x = torch.rand(4, 3, 64, 64)
         >>> corrupt(x, "fog", 3, seed=0).shape

@@ -55,14 +55,29 @@ def create_model(name: str | None = None, *, pretrained: bool = False, num_class
                  img_size: int | None = None, checkpoint: str | Path | None = None, **kwargs: Any) -> Normalized:
     """Build a model that takes [0, 1] images and returns logits, with its normalisation inside.
 
-    ``name``: a timm model name (``vit_small_patch16_224``, ``resnet50``, …), one of robustvit's own
-    (``vit_cifar_tiny``, ``resnet_cifar18``, …), or a checkpoint folder. ``checkpoint``: a checkpoint
-    folder, or a ``.safetensors``/``.pth`` state-dict file for the named architecture.
-    ``pretrained=True`` downloads weights through timm / the Hugging Face hub.
+    Args:
+        name: a timm model name (``vit_small_patch16_224``, ``resnet50``, …), one of robustvit's own
+            (``vit_cifar_tiny``, ``resnet_cifar18``, ``fan_cifar_tiny``, …), or a checkpoint folder.
+        pretrained: download the weights through timm / the Hugging Face hub.
+        num_classes: a new classification head with this many classes.
+        img_size: the input side, for architectures that take it.
+        checkpoint: a checkpoint folder, or a ``.safetensors``/``.pth`` state-dict file for ``name``.
+        kwargs: the architecture's constructor keywords (``depth=``, ``drop_path_rate=``, …).
 
-    >>> m = create_model("vit_cifar_tiny", num_classes=10)
-    >>> m(torch.rand(2, 3, 32, 32)).shape
-    torch.Size([2, 10])
+    Returns:
+        A :class:`Normalized` model with its ``spec`` (:class:`ModelSpec`: input size, mean/std, classes, patch
+        size, family).
+
+    Shape:
+        - Input: :math:`(N, 3, H, W)` float in [0, 1], H = W = ``spec.image_size``.
+        - Output: :math:`(N, C)` logits, C = ``spec.num_classes``.
+
+    Example:
+        >>> m = create_model("vit_cifar_tiny", num_classes=10)
+        >>> m(torch.rand(2, 3, 32, 32)).shape
+        torch.Size([2, 10])
+        >>> m.spec.image_size, m.spec.patch_size
+        (32, 4)
     """
     if name is not None and is_checkpoint_dir(name):
         name, checkpoint = None, name
