@@ -47,7 +47,8 @@ class Registry(Generic[T]):
     def __init__(self, kind: str, *, package: str | tuple[str, ...] = (), hint: str = "") -> None:
         self.kind = kind
         self.hint = hint
-        self._packages: tuple[str, ...] = (package,) if isinstance(package, str) else tuple(package)
+        self.packages: tuple[str, ...] = (package,) if isinstance(package, str) else tuple(package)
+        self._loaded = False
         self._items: dict[str, T] = {}
         self._aliases: dict[str, str] = {}
 
@@ -99,9 +100,10 @@ class Registry(Generic[T]):
 
     # -- lookup ---------------------------------------------------------------------------------------
     def _load(self) -> None:
-        packages, self._packages = self._packages, ()
-        for name in packages:
-            import_submodules(name)
+        if not self._loaded:
+            self._loaded = True         # first: a module that looks names up while it registers sees the rest
+            for name in self.packages:
+                import_submodules(name)
 
     def list(self, pattern: str | None = None) -> list[str]:
         """Sorted names, optionally filtered by a shell-style pattern such as ``"apgd*"``."""
