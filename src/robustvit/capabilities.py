@@ -228,62 +228,6 @@ def _check_result(res: Any) -> dict[str, Any]:
     return _entry("ok")
 
 
-def _square_unit(name: str, m: Any, diag: bool = True) -> str | None:
-    """``m`` a square matrix with values in [-1, 1] (and ones on the diagonal: self-similarity)."""
-    t = torch.tensor(m, dtype=torch.float64)
-    if t.ndim != 2 or t.shape[0] != t.shape[1]:
-        return f"{name} is not a square matrix: shape {tuple(t.shape)}"
-    if float(t.abs().max()) > 1 + 1e-4:
-        return f"{name} has values outside [-1, 1]"
-    if diag and not torch.allclose(t.diagonal(), torch.ones(len(t), dtype=t.dtype), atol=1e-3):
-        return f"{name}'s diagonal (self-similarity) is not 1"
-    return None
-
-
-def _in_unit(name: str, values: Any) -> str | None:
-    flat = torch.tensor(_leaves(values), dtype=torch.float64)
-    if len(flat) and (float(flat.min()) < -1e-9 or float(flat.max()) > 1 + 1e-9):
-        return f"{name} has values outside [0, 1]"
-    return None
-
-
-def _leaves(v: Any) -> list[float]:
-    if isinstance(v, dict):
-        return [x for w in v.values() for x in _leaves(w)]
-    if isinstance(v, (list, tuple)):
-        return [x for w in v for x in _leaves(w)]
-    return [float(v)] if isinstance(v, (int, float)) and not isinstance(v, bool) else []
-
-
-def _distance_ok(r: dict[str, Any]) -> str | None:
-    d = torch.tensor(r["distance"], dtype=torch.float64)
-    if tuple(d.shape) != (r["num_layers"], r["num_heads"]):
-        return f"distance has shape {tuple(d.shape)}, expected (layers, heads) = ({r['num_layers']}, {r['num_heads']})"
-    gh, gw = r["grid"]
-    far = math.hypot(gh - 1, gw - 1) * float(r["patch_size"])
-    if float(d.min()) < 0 or float(d.max()) > far + 1e-6:
-        return f"attention distance outside [0, {far:.3g}] px (the image diagonal between patch centres)"
-    return None
-
-
-#: Per-analysis invariants on the JSON result (besides finite numbers and accuracies in [0, 1]):
-#: a function of the result returning a one-line problem or None.
-ANALYSIS_CHECKS: dict[str, Any] = {
-    "attention_distance": _distance_ok,
-    "correlation": lambda r: next((e for k in ("all_tokens", "cls_token") if k in r and r[k] is not None
-                                   for e in [_square_unit(k, r[k])] if e), None),
-    "pos_embed_similarity": lambda r: _square_unit("similarity", r["similarity"]),
-    "attention_stability": lambda r: ("cosine similarity outside [-1, 1]"
-                                      if any(abs(v) > 1 + 1e-4 for v in _leaves(r["cosine"])) else None),
-    "lesion": lambda r: _in_unit("lesion accuracies", [r["single"], r["clean_accuracy"]]),
-    "restricted_attention": lambda r: _in_unit("restricted-attention accuracies",
-                                               [r.get(k, {}) for k in ("clean_accuracy", "local", "random",
-                                                                       "cls_only_first", "cls_only_last")]),
-    "attention_maps": lambda r: ("negative attention (rollout or query maps)" if min(
-        _leaves(r.get("rollout", [])) + _leaves(r.get("query_maps", [])) + [0.0]) < -1e-6 else None),
-}
-
-
 def check_analysis(model: nn.Module, name: str, dataset: Any = None, *, run: bool = True,
                    options: dict[str, Any] | None = None, family: str | None = None,
                    probe: Any = None) -> dict[str, Any]:
@@ -308,7 +252,7 @@ def check_analysis(model: nn.Module, name: str, dataset: Any = None, *, run: boo
         n = len(dataset)
         res = run_analyses(model, dataset, [spec], None, limit=n, batch_size=n, device="cpu", seed=0)[analysis.name]
         entry = _check_result(res)
-        problem = ANALYSIS_CHECKS[name](res) if entry["status"] == "ok" and name in ANALYSIS_CHECKS else None
+        problem = analysis.check(res) if entry["status"] == "ok" else None
         return _entry("failed", problem) if problem else entry
     return _guard(go)
 
@@ -531,6 +475,6 @@ def format_one(cap: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ANALYSIS_CHECKS", "MAX_MODELS", "PROBE_RTOL", "STATUSES", "build_default", "build_meta",
+__all__ = ["MAX_MODELS", "PROBE_RTOL", "STATUSES", "build_default", "build_meta",
            "build_probe", "capabilities", "capability_rows", "check_analysis", "check_attack", "check_suite", "format_one",
            "format_table", "mark", "probe_error", "probe_info", "structure", "tiny_batch"]

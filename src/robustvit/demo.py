@@ -4,7 +4,7 @@
 2. train three small models on it (``DEMO_MODELS``): a ViT, a ResNet and the same ViT trained adversarially;
 3. run them as a study (``robustvit.study``): evaluate each with every registered suite, as planned in
    each suite's ``demo`` class attribute (including the ViT paper's few-shot linear probe of each model's frozen features,
-   ``fewshot``), and explain each with the internals analyses (``DemoModel.analyses``);
+   ``fewshot``), and explain each with the internals analyses whose class lists the model's family in ``demo``;
 4. write ``OUT/<model>/results.json`` (the evaluation), ``OUT/<model>/train/`` (the training run: its
    ``results.json`` of kind train and ``checkpoint/``), ``OUT/<model>/analysis/``, the study's side-by-side
    ``OUT/report.md`` / ``OUT/report.html`` (scorecard first; training curves from each model's training run) and ``OUT/leaderboard.{md,csv,json}``.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from robustvit.analysis import DEMO_ANALYSES
+from robustvit.analysis import ANALYSES
 from robustvit.evaluate.suites import get_suite_class, list_suites
 from robustvit.runs import RESULTS_FILE, read_results
 from robustvit.study import Study, run_study
@@ -47,7 +47,13 @@ class DemoModel:
     analyses: tuple[str, ...]
 
 
-VIT_ANALYSES, CNN_ANALYSES = tuple(DEMO_ANALYSES["vit"]), tuple(DEMO_ANALYSES["cnn"])
+def demo_analyses(family: str) -> tuple[str, ...]:
+    """The analyses the demo runs on a model of ``family`` (``"vit"``, ``"cnn"``): those whose class lists it in
+    ``demo``."""
+    return tuple(name for name, a in ANALYSES.items() if family in a.demo)
+
+
+VIT_ANALYSES, CNN_ANALYSES = demo_analyses("vit"), demo_analyses("cnn")
 
 #: The three demo models (folder name → model): a ViT (on a convolutional stem, docs/training.md#the-demo-vit),
 #: a quarter-width ResNet-18, and the ViT adversarially fine-tuned from its checkpoint (FGSM with random start

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from robustvit.analysis import checks
 from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis, tolist
 from robustvit.errors import RobustvitError
 from robustvit.options import option
@@ -116,6 +117,9 @@ def plot_attention_distance(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class AttentionDistance(Analysis):
     name = "attention_distance"
+    check = staticmethod(checks.attention_distance)
+    demo = ("vit",)
+    paper_images = 128
     requires_probe = True
     families = ("vit", "deit", "fan")
     description = "mean attention distance in pixels per head and layer (ViT Fig. 7 right, Fig. 10)"
@@ -213,6 +217,7 @@ def plot_attention_maps(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class AttentionMaps(Analysis):
     name = "attention_maps"
+    check = staticmethod(checks.attention_maps)
     requires_probe = True
     smoke = {"images": 1}
     families = ("vit", "deit", "fan")
@@ -267,6 +272,7 @@ def plot_pos_embed(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class PosEmbedSimilarity(Analysis):
     name = "pos_embed_similarity"
+    check = staticmethod(checks.pos_embed_similarity)
     requires_probe = True
     families = ("vit", "deit")
     description = "cosine similarity of each position embedding with all others (ViT Fig. 7 centre)"

@@ -26,8 +26,6 @@ from robustvit.progress import progress_bar
 from robustvit.runs import MemoryStore, UnitStore, collect, run_units
 from robustvit.utils import derive_seed, resolve_device
 
-#: The paper's number of images for studies over a data set (Bhojanapalli et al.: 4096; ViT: 128).
-PAPER_IMAGES = {"correlation": 4096, "attention_distance": 128}
 
 UnitFn = Callable[[torch.Tensor, torch.Tensor, list[str], int], Iterator[tuple[str, Any]]]
 
@@ -170,6 +168,16 @@ class Analysis:
     smoke: ClassVar[dict[str, Any]] = {}
     #: Whether it looks inside the model (the probe: tokens, attention); False when it only calls the model.
     requires_probe: ClassVar[bool] = False
+    #: The paper's number of images (a result on fewer says so in its notes); None: no such number.
+    paper_images: ClassVar[int | None] = None
+    #: The model families ``robustvit demo`` runs it on (``"vit"``, ``"cnn"``).
+    demo: ClassVar[tuple[str, ...]] = ()
+
+    @staticmethod
+    def check(result: dict[str, Any]) -> str | None:
+        """A broken invariant of a result (one line) for capabilities and the contract tests; None when it holds.
+        Finite numbers and accuracies in [0, 1] are checked for every analysis; a subclass adds its own."""
+        return None
 
     @property
     def options(self) -> dict[str, Any]:

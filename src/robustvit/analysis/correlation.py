@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import torch
 
+from robustvit.analysis import checks
 from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis, tolist
 from robustvit.errors import RobustvitError
 from robustvit.options import option
@@ -165,6 +166,9 @@ def plot_correlation(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class Correlation(Analysis):
     name = "correlation"
+    check = staticmethod(checks.correlation)
+    demo = ("vit", "cnn")
+    paper_images = 4096
     requires_probe = True
     families = ("vit", "deit", "xcit", "swin", "fan", "cnn")
     description = "|Pearson ρ| (or linear CKA) between block outputs, all tokens and CLS only (Bhojanapalli Fig. 7)"

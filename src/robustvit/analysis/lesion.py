@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import torch
 
+from robustvit.analysis import checks
 from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats, function_signature,
                                      register_analysis)
 from robustvit.errors import RobustvitError
@@ -196,6 +197,8 @@ def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class Lesion(Analysis):
     name = "lesion"
+    check = staticmethod(checks.lesion)
+    demo = ("vit", "cnn")
     requires_probe = True
     smoke = {"samples": 2}
     families = ("vit", "deit", "xcit", "swin", "fan", "cnn")

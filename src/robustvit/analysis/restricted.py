@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from robustvit.analysis import checks
 from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats, function_signature,
                                      register_analysis)
 from robustvit.errors import RobustvitError
@@ -202,6 +203,8 @@ def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
 @register_analysis
 class RestrictedAttention(Analysis):
     name = "restricted_attention"
+    check = staticmethod(checks.restricted_attention)
+    demo = ("vit",)
     requires_probe = True
     families = ("vit", "deit", "fan")
     description = "accuracy with local / random / CLS-only attention masks (Bhojanapalli Fig. 9)"

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from robustvit.analysis.base import PAPER_IMAGES, Context, make_context
+from robustvit.analysis.base import Context, make_context
 from robustvit.data.classmap import match_classes
 from robustvit.data.subset import Subset, SubsetDataset, make_subset
 from robustvit.errors import RobustvitError
@@ -110,7 +110,7 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                 res = a.compute(ctx, **opts)
             n = ctx.num_images if a.needs_data else 0
             notes = list(res.pop("notes", []))
-            paper = PAPER_IMAGES.get(a.name)
+            paper = a.paper_images
             if paper and n < paper:
                 notes.append(f"{n} images (the paper used {paper})")
             if a.needs_data and subset_note:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from robustvit.analysis import checks
 from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis, tolist
 from robustvit.corruptions.occlusion import num_occluded, occlude_patches, occlusion_patch_size
 from robustvit.errors import RobustvitError
@@ -239,6 +240,8 @@ def plot_centre_patch(result: dict[str, Any], out: Path) -> str:
 @register_analysis
 class AttentionStability(Analysis):
     name = "attention_stability"
+    check = staticmethod(checks.attention_stability)
+    demo = ("vit",)
     requires_probe = True
     smoke = {"masks": 2, "images": 1}
     families = ("vit", "deit", "xcit", "swin", "fan")
