@@ -39,9 +39,9 @@ class Registry(Generic[T]):
         hint: appended to the unknown-name error (e.g. what to type instead).
 
     Example:
-        >>> reg = Registry("attack", package="robustvit.attacks")
-        >>> reg.list("pgd*")     # no attack registers into this new registry
-        []
+        >>> from robustvit.attacks.base import ATTACKS     # Registry("attack", package="robustvit.attacks")
+        >>> ATTACKS.packages, ATTACKS.list("apgd*")        # the first lookup imports every attack module
+        (('robustvit.attacks',), ['apgd_ce', 'apgd_dlr', 'apgd_t'])
     """
 
     def __init__(self, kind: str, *, package: str | tuple[str, ...] = (), hint: str = "") -> None:
