@@ -70,6 +70,7 @@ def test_deterministic_under_seed(tiny_model, batch):
 
 def test_standard_version_builds_members_from_registry(tiny_model, batch, monkeypatch):
     x, y = batch
+    base.ATTACKS.list()                      # the built-ins registered first, then replaced by stubs
     for name in ("fab_t", "square"):
         monkeypatch.setitem(base.ATTACKS._items, name, stub(name))
     Recorder.seen.clear()
@@ -106,6 +107,7 @@ def test_square_member_uses_the_reference_schedule(tiny_model):
 
 
 def test_target_count_adapts_to_classes(make_linear, make_images, monkeypatch):
+    base.ATTACKS.list()                      # the built-ins registered first, then replaced by a stub
     monkeypatch.setitem(base.ATTACKS._items, "fab_t", stub("fab_t"))
     model = make_linear(5).eval()
     x = make_images(6)
