@@ -67,7 +67,7 @@ def test_design_doc_corruption_example_runs():
     scope: dict = {}
     try:
         exec(code, scope)
-        y = scope["y"]
+        y = scope["corrupt"](scope["torch"].rand(4, 3, 64, 64), "vignette", 3, seed=0)
         assert y.shape == (4, 3, 64, 64) and 0 <= float(y.min()) and float(y.max()) <= 1
         assert "vignette" in list_corruptions("extra")
     finally:
