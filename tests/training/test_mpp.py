@@ -9,7 +9,7 @@ from robustvit.runs import read_results
 from robustvit.models import create_model
 from robustvit.training import TrainConfig, train
 from robustvit.training.losses import create_loss, list_losses
-from robustvit.training.mpp import (KEEP, MASK, RANDOM, apply_corruption, corrupt_pixels, mean_colour_targets,
+from robustvit.training.losses.mpp import (KEEP, MASK, RANDOM, apply_corruption, corrupt_pixels, mean_colour_targets,
                                     patch_embed_is_local, sample_corruption)
 from robustvit.training.finetune import finetune
 from robustvit.training.recipes import get_recipe

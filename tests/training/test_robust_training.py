@@ -15,7 +15,7 @@ from robustvit.cli import _train_config
 from robustvit.errors import RobustvitError
 from robustvit.models import create_model
 from robustvit.training import TrainConfig, list_recipes, register_loss, train
-from robustvit.training.afat import AFAT
+from robustvit.training.losses.afat import AFAT
 from robustvit.training.losses import FGSMRS
 from robustvit.training.recipes import RECIPES
 

@@ -85,7 +85,6 @@ LOSSES: Registry[type[TrainingLoss]] = Registry("training loss", loader=lambda: 
 
 def _load_builtins() -> None:
     import robustvit.training.losses  # noqa: F401  (the package registers its modules)
-    import robustvit.training.mpp  # noqa: F401  (registers mpp)
 
 
 def register_loss(obj: Any = None, *, aliases: tuple[str, ...] = ()) -> Any:

@@ -41,7 +41,7 @@ from torch import nn
 
 from robustvit.errors import RobustvitError
 from robustvit.models.probe import ViTProbe
-from robustvit.training.losses import LossOutput, TrainingLoss, _rank, register_loss
+from robustvit.training.losses.base import LossOutput, TrainingLoss, _rank, register_loss
 from robustvit.utils import derive_seed
 
 KEEP, MASK, RANDOM = 0, 1, 2
