@@ -55,6 +55,7 @@ from torch.utils.data import DataLoader
 from robustvit.data import (UNREADABLE, ImageDataset, SubsetDataset, TensorImageDataset, create_dataset,
                             dataset_for_model)
 from robustvit.data.subset import make_subset
+from robustvit.data.synthshapes import SynthShapesDataset
 from robustvit.errors import RobustvitError
 from robustvit.metrics.dense import segmentation_scores
 from robustvit.models import Normalized, create_model, is_checkpoint_dir, save_checkpoint
@@ -278,10 +279,11 @@ class Run:
 
 def for_model(spec: str, built: ImageDataset | None, model: Normalized) -> ImageDataset:
     """The data set ``spec`` as the model sees it (:func:`robustvit.data.dataset_for_model`). ``built`` (read
-    before the model existed, for its classes) is kept when it already is that — images held in memory at the
-    model's input size — so that they are generated or read once."""
+    before the model existed, for its classes) is kept when it already is that — images held in memory or
+    generated at the model's input size — so that they are generated or read once (a file data set is listed
+    again, with the model's preprocessing; no image is read before)."""
     size = int(model.spec.image_size)
-    if isinstance(built, TensorImageDataset) and len(built) and \
+    if isinstance(built, (TensorImageDataset, SynthShapesDataset)) and len(built) and \
             tuple(built.get_batch(torch.tensor([0]))[0].shape[-2:]) == (size, size):
         return built
     return dataset_for_model(spec, model.spec)
