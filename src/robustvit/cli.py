@@ -127,8 +127,9 @@ def _add_field_flag(p: argparse.ArgumentParser, f: dataclasses.Field, tp: Any) -
     default = f.default if f.default is not dataclasses.MISSING else None
     tp = _unwrap_optional(tp)
     help_ = f.metadata.get("help", "")
-    if typing.get_origin(tp) is Literal:
-        help_ += f"; one of: {', '.join(map(str, typing.get_args(tp)))}"
+    choices = [str(c) for c in typing.get_args(tp)] if typing.get_origin(tp) is Literal else []
+    if choices:
+        help_ += f"; one of: {', '.join(choices)}"
     if default not in (None, "") and not isinstance(default, (dict, list)):
         help_ += f" (default {default})"
     kw: dict[str, Any] = {"dest": f.name, "default": None, "help": help_}
@@ -140,6 +141,8 @@ def _add_field_flag(p: argparse.ArgumentParser, f: dataclasses.Field, tp: Any) -
     elif typing.get_origin(tp) in (tuple, list):
         kw["help"] += " (YAML value)"
         kw["type"] = _yaml_value
+    elif choices:
+        kw["metavar"] = "{" + ",".join(choices) + "}"
     p.add_argument(flag, **kw)
 
 
@@ -642,7 +645,9 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = _show_warning
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print("robustvit: interrupted; re-run the same command to resume", file=sys.stderr)
+        again = "re-run it with --resume" if getattr(args, "func", None) in (cmd_train, cmd_finetune) else \
+            "re-run the same command"
+        print(f"robustvit: interrupted; {again} to resume", file=sys.stderr)
         return 130
     except RobustvitError as e:
         if debug:

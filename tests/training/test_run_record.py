@@ -59,6 +59,17 @@ def test_a_bad_value_is_a_one_line_error(capsys, tmp_path, flag, value, says):
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1
 
 
+def test_an_interrupted_train_says_to_resume_with_the_flag(capsys, tmp_path, monkeypatch):
+    import robustvit.training
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(robustvit.training, "train", interrupted)
+    code = main(["train", "--model", "m", "--data", "d", "--out", str(tmp_path / "o")])
+    assert code == 130 and "re-run it with --resume to resume" in capsys.readouterr().err
+
+
 def test_a_config_built_in_python_is_checked_against_the_same_declarations():
     with pytest.raises(RobustvitError, match="batch_size must be >= 1"):
         _cfg("o", batch_size=0).validate()
