@@ -116,7 +116,7 @@ def test_patch_embed_locality_is_checked_on_the_module():
         loss.setup(m)
         spaces[name] = (loss.space, loss.mask_embedding.numel())
     assert spaces == {"micro": ("embedding", 128), "demo": ("pixels", 3 * 4 * 4)}
-    with pytest.raises(RobustvitError, match="space must be one of"):
+    with pytest.raises(RobustvitError, match="expected one of auto, embedding, pixels"):
         create_loss("mpp", space="tokens")
 
 
