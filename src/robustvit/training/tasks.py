@@ -59,33 +59,29 @@ class Task:
         """One-line error when ``dataset`` lacks what the task trains on."""
 
     def build_model(self, dataset: Any) -> Normalized:
-        raise NotImplementedError
+        """The model to train on ``dataset`` (a new run)."""
 
     def build_loss(self) -> TrainingLoss:
-        raise NotImplementedError
+        """The training loss."""
 
     def targets(self, dataset: Any, index: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The training targets of the images ``index`` (whose labels are ``labels``)."""
         return labels
 
     def augment(self, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
+        """A training batch and its targets augmented on the device (``gen`` on ``x.device``)."""
 
     def hits(self, logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int | torch.Tensor]:
         """(correct predictions, predictions counted) of a training batch, for ``train_accuracy``."""
-        raise NotImplementedError
 
     def val_counts(self, model: nn.Module, batches: Batches, device: torch.device) -> torch.Tensor:
         """The validation counts of these batches (int64, on ``device``; summed over ranks by the loop)."""
-        raise NotImplementedError
 
     def val_record(self, counts: torch.Tensor) -> dict[str, Any]:
         """The epoch's validation record from the counts summed over every batch."""
-        raise NotImplementedError
 
     def score_key(self) -> str:
         """The record's key that ``select_best`` ranks epochs by."""
-        raise NotImplementedError
 
     def checkpoint_extra(self, model: Normalized) -> dict[str, Any]:
         """What the task adds to a checkpoint's ``spec.json``."""

@@ -29,8 +29,8 @@ derived from ``seed``, the rank and the epoch); the data order is DistributedSam
 epoch, padded to a multiple of the world size with its first indices, rank r taking every world-th index).
 Validation is sharded: rank r evaluates every world-th batch of the validation images and the counts are summed
 over ranks, so every rank gets the same numbers as one process (exactly, given deterministic kernels). Every
-collective reduces a tensor on the process group's device (:func:`collective_device`: the current GPU under
-NCCL, else the CPU).
+collective reduces a tensor on the process group's device (:func:`robustvit.runs.collective_device`: the
+current GPU under NCCL, else the CPU).
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ from robustvit.errors import RobustvitError
 from robustvit.metrics.dense import segmentation_scores
 from robustvit.models import Normalized, create_model, is_checkpoint_dir, save_checkpoint
 from robustvit.progress import progress_bar
-from robustvit.runs import (check_kind, data_record, init_distributed, model_record, now, run_header, write_text,
-                            write_train_results)
+from robustvit.runs import (check_kind, collective_device, data_record, init_distributed, model_record, now,
+                            run_header, write_text, write_train_results)
 from robustvit.training.augment import TimmAugment
 from robustvit.training.config import TrainConfig
 from robustvit.training.losses import TrainingLoss
@@ -137,10 +137,6 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, loss: TrainingLoss | Non
 Targets = Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def _labels(dataset: Any, index: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return labels
-
-
 def _load(dataset: ImageDataset, chunks: list[torch.Tensor], workers: int, targets: Targets | None
           ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
     """The batches of index ``chunks`` as (position in ``chunks``, float images, targets) on the CPU, unreadable
@@ -152,7 +148,7 @@ def _load(dataset: ImageDataset, chunks: list[torch.Tensor], workers: int, targe
     for i, (idx, (x, y)) in enumerate(zip(chunks, loaded)):
         keep = y != UNREADABLE
         if keep.any():
-            yield i, x[keep], (targets or _labels)(dataset, idx[keep], y[keep])
+            yield i, x[keep], y[keep] if targets is None else targets(dataset, idx[keep], y[keep])
 
 
 def batches(dataset: ImageDataset, batch_size: int, seed: int, shuffle: bool, workers: int = 0,
@@ -174,20 +170,6 @@ def batches(dataset: ImageDataset, batch_size: int, seed: int, shuffle: bool, wo
 
 
 # ---- collectives ---------------------------------------------------------------------------------------
-def collective_device() -> torch.device:
-    """The device every collective's tensor must be on: :func:`robustvit.runs.distributed.collective_device`
-    where it exists, else the current GPU when the process group has an NCCL backend and the CPU otherwise."""
-    from robustvit.runs import distributed
-
-    shared = getattr(distributed, "collective_device", None)
-    if shared is not None:
-        return shared()
-    backend = str(dist.get_backend()) if dist.is_available() and dist.is_initialized() else ""
-    if "nccl" in backend and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     """``t`` summed over the ranks, as a tensor on :func:`collective_device` (moved there first: NCCL reduces
     only CUDA tensors, gloo CPU ones)."""

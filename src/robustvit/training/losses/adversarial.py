@@ -24,7 +24,7 @@ from torch import nn
 from robustvit.attacks import create_attack
 from robustvit.options import Eps, option
 from robustvit.training.losses.base import TrainingLoss, _rank
-from robustvit.training.schedules import eps_at
+from robustvit.training.schedules import EpsSchedule, eps_at
 from robustvit.utils import derive_seed, eval_mode
 
 
@@ -34,7 +34,7 @@ class AdversarialOptions:
 
     eps: Eps = option(4 / 255, min=0, help="L∞ budget in pixel units (4/255 accepted)")
     step_size: Eps | None = option(None, min=0, help="attack step at full ε (none: the loss's rule)")
-    eps_schedule: Literal["constant", "linear"] = option("constant", help="ε warm-up schedule")
+    eps_schedule: EpsSchedule = option("constant", help="ε warm-up schedule")
     eps_warmup_epochs: float = option(0.0, min=0, help="epochs of the linear ε warm-up")
     label_smoothing: float = option(0.1, min=0, max=1, help="label smoothing of the classification loss")
     seed: int = option(0, help="seed of the attacks' random starts")
