@@ -11,11 +11,13 @@ import torch
 from PIL import Image
 
 from robustvit.cli import build_parser, main
+from robustvit.data import SubsetDataset, create_dataset
 from robustvit.data.subset import dataset_labels, select_subset
 from robustvit.errors import RobustvitError
 from robustvit.models import create_model
 from robustvit.runs import read_results
 from robustvit.training import TrainConfig, train, trainer
+from robustvit.training.tasks import Segment
 
 TINY = {"embed_dim": 32, "depth": 1, "num_heads": 2, "img_size": 16}
 DATA = "synthshapes:train,count=8,size=16,classes=4"
@@ -175,3 +177,10 @@ def test_segmentation_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
     assert torch.equal(ma(x), mb(x)) and ma(x).shape == (2, 4, 16, 16)       # 3 shapes + background
     meta = json.loads((tmp_path / "a" / "checkpoint" / "spec.json").read_text())
     assert meta["task"] == "segment" and meta["head"]["head_channels"] == 8
+
+
+def test_a_validation_sample_gives_the_masks_of_its_own_images():
+    ds = create_dataset("synthshapes:test,count=12,size=16,classes=3,masks=1")
+    chosen = torch.tensor([1, 5, 10])
+    masks = Segment().targets(SubsetDataset(ds, chosen), torch.tensor([0, 2]), None)
+    assert torch.equal(masks, ds.get_masks(torch.tensor([1, 10]))) and not torch.equal(masks[0], masks[1])

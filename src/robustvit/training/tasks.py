@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robustvit.data import SubsetDataset
 from robustvit.errors import RobustvitError
 from robustvit.metrics.accuracy import correct, robust_correct
 from robustvit.metrics.dense import IGNORE_INDEX, confusion_matrix, segmentation_scores
@@ -163,7 +164,7 @@ class Segment(Task):
 
     name = "segment"
     train_accuracy = "train_pixel_accuracy"
-    unsupported = {"loss": "ce", "mixup": 0.0, "cutmix": 0.0, "random_erasing": 0.0, "rand_augment": None,
+    unsupported = {"mixup": 0.0, "cutmix": 0.0, "random_erasing": 0.0, "rand_augment": None,
                    "eps": None, "img_size": None, "patch_size": None, "crop_scale": None, "rotation": 0.0,
                    "color_jitter": 0.0}
 
@@ -204,6 +205,8 @@ class Segment(Task):
         return PixelCrossEntropy()
 
     def targets(self, dataset: Any, index: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if isinstance(dataset, SubsetDataset):       # the validation sample: masks of the images it holds
+            dataset, index = dataset.ds, dataset.indices[index]
         return dataset.get_masks(index)
 
     def augment(self, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
