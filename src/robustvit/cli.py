@@ -22,10 +22,6 @@ from typing import Any, Literal
 from robustvit.errors import RobustvitError
 
 
-#: What ``robustvit train --task`` trains.
-TRAIN_TASKS = ("classify", "segment")
-
-
 def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
@@ -87,45 +83,12 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
-#: Help lines of TrainConfig fields (a field's own ``metadata["help"]`` wins); fields without one get a generic line.
-_TRAIN_HELP = {
-    "recipe": "start from a recipe (see `robustvit list recipes`); flags override its fields",
-    "model": "timm name, robustvit architecture, or checkpoint folder (fine-tuning)",
-    "data": "data spec, e.g. synthshapes:train or folder:/path/train",
-    "out": "output folder",
-    "batch_size": "images per optimizer step and process",
-    "loss": "training loss (`robustvit list losses`)",
-    "val_attack": "attack of the robust validation (pgd or fgsm)",
-    "eps": "adversarial training budget, e.g. 4/255",
-    "attack_steps": "steps of the inner attack (pgd_at, trades)",
-    "eps_schedule": "ε warm-up schedule",
-    "val_data": "data spec evaluated after every epoch (a held-out split)",
-    "select_best": "keep the epoch with the best validation accuracy (clean or robust)",
-    "model_kwargs": 'JSON dict passed to the architecture, e.g. \'{"depth": 4}\'',
-    "pretrained": "start from the architecture's pretrained timm weights (Hugging Face hub or its cache; a head of "
-                  "another class count is replaced)",
-    "weights": "start from a .safetensors/.pth state dict of the architecture",
-    "img_size": "fine-tuning: new input resolution (position embeddings resampled)",
-    "patch_size": "fine-tuning: new patch size (linear projection resampled; conv-stem strides)",
-    "pos_embed_interp": "fine-tuning: position-embedding resampling",
-}
-#: Choices of TrainConfig fields typed ``str``, from the modules that own them (a ``Literal`` field brings its own).
-_TRAIN_CHOICES: dict[str, tuple[str, str]] = {
-    "eps_schedule": ("robustvit.training.schedules", "EPS_SCHEDULES"),
-    "pos_embed_interp": ("robustvit.models.finetune", "INTERPOLATIONS"),
-    "select_best": ("robustvit.training.config", "SELECT_BEST"),
-}
-#: TrainConfig fields naming a registered component: their help lists the registry.
-_TRAIN_REGISTRIES: dict[str, tuple[str, str]] = {
-    "loss": ("robustvit.training", "list_losses"),
-    "recipe": ("robustvit.training", "list_recipes"),
-}
-
-
 def _module_attr(module: str, attr: str) -> Any:
     import importlib
 
     return getattr(importlib.import_module(module), attr)
+
+
 #: TrainConfig fields set through their own flags (``--loss-option KEY=VALUE``), not a generated one.
 _TRAIN_OWN_FLAGS = ("loss_options",)
 
@@ -158,30 +121,28 @@ def _json_dict(flag: str) -> Callable[[str], dict[str, Any]]:
 
 
 def _add_field_flag(p: argparse.ArgumentParser, f: dataclasses.Field, tp: Any) -> None:
-    """``--field-name`` for one TrainConfig field: its type, choices from a ``Literal`` or the owning module."""
+    """``--field-name`` for one TrainConfig field, with the field's help and choices. Values stay strings here:
+    TrainConfig's parser converts and checks them against the declared types, choices and bounds (one line)."""
     flag = "--" + f.name.replace("_", "-")
     default = f.default if f.default is not dataclasses.MISSING else None
-    help_ = f.metadata.get("help") or _TRAIN_HELP.get(f.name) or f"TrainConfig.{f.name}"
-    if f.name in _TRAIN_REGISTRIES:
-        help_ += f"; one of: {', '.join(_module_attr(*_TRAIN_REGISTRIES[f.name])())}"
+    tp = _unwrap_optional(tp)
+    help_ = f.metadata.get("help", "")
+    choices = [str(c) for c in typing.get_args(tp)] if typing.get_origin(tp) is Literal else []
+    if choices:
+        help_ += f"; one of: {', '.join(choices)}"
     if default not in (None, "") and not isinstance(default, (dict, list)):
         help_ += f" (default {default})"
-    tp = _unwrap_optional(tp)
     kw: dict[str, Any] = {"dest": f.name, "default": None, "help": help_}
     if tp is bool:
         p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
         return
-    if typing.get_origin(tp) is Literal:
-        kw["choices"] = [c for c in typing.get_args(tp)]
-    elif f.name in _TRAIN_CHOICES:
-        kw["choices"] = tuple(_module_attr(*_TRAIN_CHOICES[f.name]))
-    if tp in (int, float):
-        kw["type"] = tp
-    elif tp is dict or typing.get_origin(tp) is dict:
+    if tp is dict or typing.get_origin(tp) is dict:
         kw["type"], kw["metavar"] = _json_dict(flag), "JSON"
-    elif tp is not str and typing.get_origin(tp) is not Literal:
+    elif typing.get_origin(tp) in (tuple, list):
         kw["help"] += " (YAML value)"
         kw["type"] = _yaml_value
+    elif choices:
+        kw["metavar"] = "{" + ",".join(choices) + "}"
     p.add_argument(flag, **kw)
 
 
@@ -254,21 +215,11 @@ def _print_config(a: argparse.Namespace) -> bool:
 def add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a model: robust losses, recipes, checkpoints, --resume, torchrun")
     _train_arguments(p)
-    p.add_argument("--task", choices=TRAIN_TASKS, default="classify",
-                   help="classify (default) or segment: --model is then the backbone of a segmentation model, "
-                        "--data a data set with masks (e.g. synthshapes:train,masks=1); see docs/dense.md")
     p.set_defaults(func=cmd_train)
 
 
 def cmd_train(a: argparse.Namespace) -> int:
     if _print_config(a):
-        return 0
-    if getattr(a, "task", "classify") == "segment":
-        from robustvit.training.segment import train_segmenter
-
-        if a.resume:
-            raise RobustvitError("--resume is not supported with --task segment; start a new run in a new --out")
-        print(f"saved {train_segmenter(_train_config(a))}")
         return 0
     from robustvit.training import train
 
@@ -694,7 +645,9 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = _show_warning
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print("robustvit: interrupted; re-run the same command to resume", file=sys.stderr)
+        again = "re-run it with --resume" if getattr(args, "func", None) in (cmd_train, cmd_finetune) else \
+            "re-run the same command"
+        print(f"robustvit: interrupted; {again} to resume", file=sys.stderr)
         return 130
     except RobustvitError as e:
         if debug:

@@ -91,11 +91,12 @@ def demo_suites(quick: bool) -> tuple[list[str], list[str]]:
 
 
 def training_seconds(out: Path) -> float:
-    """The demo models' training time: the sum of the epochs' ``seconds`` in their training results (so a resumed
-    demo reports the time its models took, not this command's)."""
+    """The demo models' training time: each training run's ``run.training_seconds`` (the wall time of all its
+    sessions, resumed ones included, as the trainer records it), so a resumed demo reports the time its models
+    took, not this command's."""
     runs = [out / name / "train" for name in DEMO_MODELS]
-    return sum(float(e.get("seconds", 0.0)) for run in runs if (run / RESULTS_FILE).is_file()
-               for e in read_results(run)["train"]["epochs"])
+    return sum(float(read_results(run)["run"].get("training_seconds", 0.0)) for run in runs
+               if (run / RESULTS_FILE).is_file())
 
 
 def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "auto", seed: int = 0,

@@ -11,7 +11,7 @@ import torch
 from robustvit.cli import main
 from robustvit.data import create_dataset
 from robustvit.dense import create_segmenter, is_segmenter
-from robustvit.training.segment import crop_flip
+from robustvit.training.tasks import crop_flip
 from robustvit.evaluate.suites.dense import evaluate_dense
 from robustvit.models import create_model
 

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from robustvit.errors import RobustvitError
 from robustvit.training import create_loss
-from robustvit.training.afat import PatchCorruptor, _TopKOcclusion, corrupt, num_occluded, random_occlusion
+from robustvit.training.losses.afat import PatchCorruptor, _TopKOcclusion, corrupt, num_occluded, random_occlusion
 
 
 @pytest.mark.parametrize("rho,n", [(0.1, 16), (0.1, 64), (0.25, 64), (0.5, 9)])

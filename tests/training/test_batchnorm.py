@@ -97,7 +97,7 @@ def test_trades_inner_attack_as_the_reference(data):
     x, _ = data
     model = TinyBN().eval()
     loss = create_loss("trades")
-    got = loss.inner_attack(model, x, loss.eps)
+    got = loss.inner_attack(model, x, float(loss.options.eps))
     gen = torch.Generator().manual_seed(derive_seed(0, "attack", 0, 0) % 2**31)
     with torch.no_grad():
         p = F.softmax(model(x), 1)

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from robustvit.data import create_dataset
 from robustvit.models import create_model
 from robustvit.training import TrainConfig, trainer
+from robustvit.training.tasks import Classify
 
 TINY = {"embed_dim": 32, "depth": 2, "num_heads": 2, "img_size": 16}
 DATA = "synthshapes:train,count=24,size=16,classes=4"
@@ -71,12 +72,16 @@ def test_epoch_sums_are_reduced_on_the_collective_device(tmp_path, spies, monkey
     assert spies == [("all_reduce", FAKE)]
 
 
-@pytest.mark.parametrize("fn", ["evaluate_accuracy", "robust_accuracy"])
-def test_validation_counts_are_reduced_on_the_collective_device(tiny_vit, spies, fn):
+def _classify(**kw):
+    return Classify(TrainConfig(model="m", data="d", out="o", **kw))
+
+
+@pytest.mark.parametrize("select_best", [None, "robust"])
+def test_validation_counts_are_reduced_on_the_collective_device(tiny_vit, spies, select_best):
     val = create_dataset(VAL)
-    kw = {"attack": "fgsm"} if fn == "robust_accuracy" else {}
+    task = _classify(select_best=select_best, val_attack="fgsm")
     with pytest.raises(Reached):
-        getattr(trainer, fn)(tiny_vit, val, torch.device("cpu"), batch_size=4, rank=1, world=2, **kw)
+        trainer.validate_model(task, tiny_vit, val, torch.device("cpu"), batch_size=4, rank=1, world=2)
     assert spies == [("all_reduce", FAKE)]
 
 
@@ -132,18 +137,18 @@ def _bn_model():
 
 
 @pytest.mark.parametrize("world", [2, 3, 8])
-@pytest.mark.parametrize("fn,kw", [("evaluate_accuracy", {}),
-                                   ("robust_accuracy", {"attack": "pgd", "eps": "8/255", "steps": 2, "seed": 3})])
-def test_sharded_validation_counts_sum_to_the_one_process_counts(captured, world, fn, kw):
-    model, val = _bn_model(), create_dataset(VAL)
+@pytest.mark.parametrize("kw", [{}, {"select_best": "robust", "val_attack": "pgd", "val_eps": "8/255",
+                                     "val_attack_steps": 2, "seed": 3}])
+def test_sharded_validation_counts_sum_to_the_one_process_counts(captured, world, kw):
+    model, val, task = _bn_model(), create_dataset(VAL), _classify(**kw)
     cpu = torch.device("cpu")
-    one = getattr(trainer, fn)(model, val, cpu, batch_size=4, limit=21, **kw)
+    one = trainer.validate_model(task, model, val, cpu, batch_size=4, limit=21)
     for r in range(world):
-        getattr(trainer, fn)(model, val, cpu, batch_size=4, limit=21, rank=r, world=world, **kw)
+        trainer.validate_model(task, model, val, cpu, batch_size=4, limit=21, rank=r, world=world)
     counts = torch.stack(captured).sum(0)
-    assert len(captured) == world and int(counts[1]) == 21
-    assert int(counts[0]) / int(counts[1]) == one             # exact: the same batches, the same attack seeds
-    assert 0 < one < 1
+    assert len(captured) == world and int(counts[-1]) == 21
+    assert task.val_record(counts) == one                     # exact: the same batches, the same attack seeds
+    assert all(0 < v < 1 for k, v in one.items() if k != "val_attack")
 
 
 def test_shards_cover_the_one_process_batches_once():
@@ -165,7 +170,6 @@ def test_validate_gives_every_rank_the_same_record(tmp_path, captured, monkeypat
     for rank in (0, 1):
         run.rank = rank
         records.append(trainer.validate(run))
-    c0, r0, c1, r1 = captured          # the fake all_reduce sums nothing: add the ranks' counts as NCCL would
-    assert (int((c0 + c1)[0]) / int((c0 + c1)[1]), int((r0 + r1)[0]) / int((r0 + r1)[1])) == \
-        (one["val_acc"], one["val_robust_acc"])
+    c0, c1 = captured                  # the fake all_reduce sums nothing: add the ranks' counts as NCCL would
+    assert run.task.val_record(c0 + c1) == one
     assert records[0].keys() == records[1].keys() == one.keys()

@@ -13,7 +13,9 @@ import torch
 
 from robustvit.data import dataset_for_model
 from robustvit.models import create_model
-from robustvit.training.trainer import evaluate_accuracy, robust_accuracy
+from robustvit.training import TrainConfig
+from robustvit.training.tasks import Classify
+from robustvit.training.trainer import validate_model
 
 DATA = "synthshapes:train,count=48,size=32,classes=4"
 VAL = "synthshapes:test,count=22,size=32,classes=4"
@@ -79,6 +81,7 @@ def test_two_gloo_processes_validate_sharded_and_agree_with_one_process(tmp_path
     # one process on the weights rank 0 validated (last/ holds the final epoch): the same numbers, exactly
     model = create_model(str(out / "last"))
     val, cpu = dataset_for_model(VAL, model.spec), torch.device("cpu")
-    assert evaluate_accuracy(model, val, cpu, batch_size=VAL_BATCH) == lines[-1]["val_acc"]
-    robust = robust_accuracy(model, val, cpu, "pgd", "2/255", 2, batch_size=VAL_BATCH, seed=0)
-    assert robust == lines[-1]["val_robust_acc"]
+    task = Classify(TrainConfig(model="m", data="d", out="o", select_best="robust", val_attack="pgd",
+                                val_attack_steps=2, val_eps="2/255"))
+    one = validate_model(task, model, val, cpu, batch_size=VAL_BATCH)
+    assert (one["val_acc"], one["val_robust_acc"]) == (lines[-1]["val_acc"], lines[-1]["val_robust_acc"])

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from robustvit.options import NoOptions, describe, parse_options
+from robustvit.options import describe, parse_options
 from robustvit.training import create_loss, list_losses
 from robustvit.training.losses import LOSSES
 
@@ -45,8 +45,6 @@ def test_loss_contract(name, tiny_vit, batch):
 @pytest.mark.parametrize("name", BUILTINS)
 def test_options_are_typed_dataclasses_whose_defaults_parse(name):
     cls = LOSSES.options_class(name)
-    if cls is NoOptions and name == "mpp":
-        pytest.skip("mpp takes keywords (its options are owned with the MPP module)")
     assert dataclasses.is_dataclass(cls)
     defaults = parse_options(cls, {})
     as_strings = {d["name"]: str(d["default"]) for d in describe(cls) if d["default"] is not None}

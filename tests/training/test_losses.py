@@ -31,7 +31,7 @@ def test_one_adversarial_step_increases_the_loss(tiny_vit, batch, name, opts):
     # the loss is CE on x_adv: recompute x_adv with the same seed and compare with the clean loss
     loss_fn2 = create_loss(name, eps="8/255", label_smoothing=0.0, **opts)
     step = loss_fn2.step_for(8 / 255)
-    atk = create_attack("pgd", tiny_vit, eps="8/255", steps=loss_fn2.attack_steps, step_size=step,
+    atk = create_attack("pgd", tiny_vit, eps="8/255", steps=loss_fn2.options.attack_steps, step_size=step,
                         seed=loss_fn2.next_seed())
     x_adv = atk(x, y)
     assert (x_adv - x).abs().max() <= 8 / 255 + 1e-6

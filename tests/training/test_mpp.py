@@ -9,7 +9,7 @@ from robustvit.runs import read_results
 from robustvit.models import create_model
 from robustvit.training import TrainConfig, train
 from robustvit.training.losses import create_loss, list_losses
-from robustvit.training.mpp import (KEEP, MASK, RANDOM, apply_corruption, corrupt_pixels, mean_colour_targets,
+from robustvit.training.losses.mpp import (KEEP, MASK, RANDOM, apply_corruption, corrupt_pixels, mean_colour_targets,
                                     patch_embed_is_local, sample_corruption)
 from robustvit.training.finetune import finetune
 from robustvit.training.recipes import get_recipe
@@ -116,7 +116,7 @@ def test_patch_embed_locality_is_checked_on_the_module():
         loss.setup(m)
         spaces[name] = (loss.space, loss.mask_embedding.numel())
     assert spaces == {"micro": ("embedding", 128), "demo": ("pixels", 3 * 4 * 4)}
-    with pytest.raises(RobustvitError, match="space must be one of"):
+    with pytest.raises(RobustvitError, match="expected one of auto, embedding, pixels"):
         create_loss("mpp", space="tokens")
 
 

@@ -75,7 +75,7 @@ def _resolved(name: str) -> dict:
                                                     "label_smoothing")})
     if "eps" in o:
         out["eps"] = float(o["eps"])
-        out["step_size"] = loss.step_for(loss.eps)
+        out["step_size"] = loss.step_for(float(loss.options.eps))
     if cfg.loss == "afat":
         out.update(corruptor_lr=o["lr"], corruptor_momentum=o["momentum"], corruptor_weight_decay=o["weight_decay"],
                    corruptor_clip=o["grad_clip"])
@@ -131,7 +131,7 @@ def test_config_fields_are_typed_with_one_line_errors():
 
 def test_loss_options_go_through_the_options_parser():
     loss = create_loss("trades", eps="8/255", beta="3", forward="concat")
-    assert loss.eps == pytest.approx(E8) and loss.beta == 3.0 and loss.options.forward == "concat"
+    assert loss.options.eps == pytest.approx(E8) and loss.options.beta == 3.0 and loss.options.forward == "concat"
     with pytest.raises(RobustvitError, match="beta") as e:
         create_loss("trades", beta="many")
     assert "\n" not in str(e.value)

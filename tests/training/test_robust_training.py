@@ -1,6 +1,7 @@
 """Trainer features on tiny models: exact resume (optimizer, EMA, AFAT's corruption model, RNG), gradient
 accumulation, best-epoch selection, recipes and CLI overrides, DDP under torchrun."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ from robustvit.cli import _train_config
 from robustvit.errors import RobustvitError
 from robustvit.models import create_model
 from robustvit.training import TrainConfig, list_recipes, register_loss, train
-from robustvit.training.afat import AFAT
+from robustvit.training.losses.afat import AFAT
 from robustvit.training.losses import FGSMRS
 from robustvit.training.recipes import RECIPES
 
@@ -100,7 +101,7 @@ def test_recipes_are_valid_configs():
     assert list_recipes() == ["afat", "deit", "light_at", "light_at_cifar", "mpp", "trades_finetune"]
     for name, recipe in RECIPES.items():
         TrainConfig.from_dict({"recipe": name, "model": "m", "data": "d", "out": "o"})
-        assert set(recipe.settings) <= TrainConfig.field_names()
+        assert set(recipe.settings) <= {f.name for f in dataclasses.fields(TrainConfig)}
     with pytest.raises(RobustvitError, match="unknown recipe"):
         TrainConfig.from_dict({"recipe": "nope", "model": "m", "data": "d", "out": "o"})
 

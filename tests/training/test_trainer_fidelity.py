@@ -16,7 +16,8 @@ from robustvit.models import create_model
 from robustvit.training import TrainConfig, register_loss, train
 from robustvit.training.augment import augment_batch, color_jitter, random_crop_flip, random_resized_crop, random_rotation
 from robustvit.training.losses import CrossEntropy
-from robustvit.training.trainer import STATE_FILE, batches, build_model, build_optimizer, lr_at
+from robustvit.training.tasks import build_model
+from robustvit.training.trainer import STATE_FILE, batches, build_optimizer, lr_at
 
 TINY = {"embed_dim": 32, "depth": 2, "num_heads": 2, "img_size": 16}
 DATA = "synthshapes:train,count=32,size=16,classes=4"

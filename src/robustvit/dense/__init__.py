@@ -4,16 +4,16 @@ training, mIoU) and object detection (torchvision detectors, COCO box mAP throug
 The pieces live in the layer they belong to and are gathered here: the networks in ``robustvit.models``
 (``segmenter``: ``segmentation_net``, registered with timm so that checkpoint folders load with
 ``create_model``; ``detection``: torchvision detectors), the metrics in ``robustvit.metrics.dense``, the
-readers in ``robustvit.data.dense``, the training loop in ``robustvit.training.segment``
-(``robustvit train --task segment``), the suites ``seg_clean``, ``seg_corruptions``, ``det_clean``,
-``det_corruptions`` in ``robustvit.evaluate.suites.dense``. See docs/dense.md.
+readers in ``robustvit.data.dense``, segmentation training as a task of the one training loop
+(``robustvit.training.tasks``; ``robustvit train --task segment``), the suites ``seg_clean``,
+``seg_corruptions``, ``det_clean``, ``det_corruptions`` in ``robustvit.evaluate.suites.dense``. See docs/dense.md.
 """
 
 from robustvit.data.dense import coco_ground_truth
 from robustvit.metrics.dense import IGNORE_INDEX, coco_box_map, confusion_matrix, segmentation_scores
 from robustvit.models.detection import Detector, create_detector, list_detectors
 from robustvit.models.segmenter import SegmentationNet, create_segmenter, is_segmenter
-from robustvit.training.segment import evaluate_segmentation, train_segmenter
+from robustvit.training.trainer import evaluate_segmentation, train_segmenter
 
 __all__ = ["Detector", "IGNORE_INDEX", "SegmentationNet", "coco_box_map", "coco_ground_truth", "confusion_matrix",
            "create_detector", "create_segmenter", "evaluate_segmentation", "is_segmenter", "list_detectors",

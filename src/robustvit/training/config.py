@@ -6,78 +6,96 @@ YAML file (``--config``) < command-line flags.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
 from robustvit.errors import RobustvitError
-from robustvit.options import options_dict, parse_options
-from robustvit.training.schedules import check_schedule
-
-LR_SCALINGS = ("linear", "sqrt")
-SELECT_BEST = ("clean", "robust")
+from robustvit.options import option, options_dict, parse_options
+from robustvit.training.recipes import get_recipe
+from robustvit.training.schedules import EpsSchedule
 
 
 @dataclass
 class TrainConfig:
-    model: str
-    data: str
-    out: str
-    recipe: str | None = None        # the recipe whose settings this config started from (saved for the record)
-    epochs: int = 10                 # epochs of the learning-rate schedule (warm-up + cosine)
-    cooldown_epochs: int = 0         # further epochs at min_lr after the schedule (timm's cooldown_epochs)
-    batch_size: int = 128            # images per optimizer step and process (global batch = batch_size × processes)
-    lr: float = 1e-3                 # peak learning rate (AdamW), reached after the warm-up
-    lr_batch_ref: int | None = None  # if set, lr is for this global batch and is rescaled to the actual one
-    lr_scaling: str = "linear"       # rescaling rule with lr_batch_ref: linear or sqrt
-    min_lr: float = 1e-5
-    weight_decay: float = 0.05
-    warmup_epochs: float = 1.0
-    warmup_lr: float = 0.0           # learning rate the linear warm-up starts from (timm's warmup_lr)
-    label_smoothing: float | None = None  # None: the loss's default (0.1 for ce/pgd_at/fgsm_rs/afat, 0 for trades)
-    drop_path: float = 0.0           # stochastic depth rate (timm ``drop_path_rate``)
-    normalize: bool = True           # False: the model sees [0, 1] inputs (mean 0, std 1), as in the light recipe
-    mean: tuple[float, float, float] | None = None  # normalisation inside the model (None: the model's own)
-    std: tuple[float, float, float] | None = None
-    crop_padding: int = 4            # random crop after zero padding (0 = off; ignored with crop_scale)
-    crop_scale: tuple[float, float] | None = None    # RandomResizedCrop area range, e.g. (0.08, 1.0) (None = off)
-    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)  # RandomResizedCrop aspect-ratio range
-    flip: bool = True                # random horizontal flip
-    color_jitter: float = 0.0        # ColorJitter brightness = contrast = saturation strength (0 = off)
-    rotation: float = 0.0            # random rotation by U(−r, r) degrees (0 = off)
-    rand_augment: str | None = None  # timm RandAugment config string, e.g. rand-m9-mstd0.5-inc1
-    mixup: float = 0.0               # timm Mixup alpha (0 = off)
-    cutmix: float = 0.0              # timm CutMix alpha (0 = off)
-    random_erasing: float = 0.0      # timm RandomErasing probability (0 = off)
-    loss: str = "ce"
-    loss_options: dict[str, Any] = field(default_factory=dict)
-    eps: str | None = None           # adversarial budget, e.g. "4/255" (None: the loss's default)
-    attack_steps: int | None = None  # inner attack steps K (None: the loss's default)
-    eps_schedule: str | None = None  # constant or linear (ε warm-up)
-    eps_warmup_epochs: float | None = None
-    attack_mode: Literal["eval", "train"] | None = None  # model mode of the inner attack (None: the loss's, eval)
-    model_kwargs: dict[str, Any] = field(default_factory=dict)
-    pretrained: bool = False         # fine-tuning: start from the architecture's pretrained weights
-    weights: str | None = None       # … or from a .safetensors/.pth state dict of the architecture
-    img_size: int | None = None      # fine-tuning: new input resolution (position embeddings resampled)
-    patch_size: int | None = None    # fine-tuning: new patch size (linear projection resampled / conv stem strides)
-    pos_embed_interp: str = "bicubic"  # bicubic (DeiT's, not antialiased) or linear
-    val_data: str | None = None
-    val_limit: int | None = 1000
-    select_best: str | None = None   # keep the best epoch by "robust" or "clean" validation accuracy
-    val_attack: str = "pgd"          # robust validation attack (pgd or fgsm)
-    val_eps: str = "4/255"
-    val_attack_steps: int = 10
-    seed: int = 0
-    device: str = "auto"
-    amp: bool = True                 # bf16 autocast on CUDA (ignored on CPU)
-    channels_last: bool = False
-    accum_steps: int = 1             # gradient accumulation: micro-batches per optimizer step
-    ema_decay: float | None = None   # timm ModelEmaV3; validation and checkpoint/ then use the EMA weights
-    workers: int = 0
-    grad_clip: float | None = None
+    """Every setting of a training run. Each field states its help and allowed values (``option`` bounds,
+    ``Literal`` choices); ``robustvit train`` has one flag per field, generated from them."""
+
+    model: str = option(help="timm name, robustvit architecture, or checkpoint folder (fine-tuning)")
+    data: str = option(help="data spec, e.g. synthshapes:train or folder:/path/train")
+    out: str = option(help="output folder")
+    task: Literal["classify", "segment"] = option(
+        "classify", help="classify, or segment: --model is then the backbone of a segmentation model, --data a "
+        "data set with masks (e.g. synthshapes:train,masks=1); see docs/dense.md")
+    recipe: str | None = option(None, help="start from a recipe (see `robustvit list recipes`); flags override "
+                                "its fields")
+    epochs: int = option(10, min=1, help="epochs of the learning-rate schedule (warm-up + cosine)")
+    cooldown_epochs: int = option(0, min=0, help="further epochs at min_lr after the schedule (timm's cooldown)")
+    batch_size: int = option(128, min=1, help="images per optimizer step and process (× processes: global)")
+    lr: float = option(1e-3, min=0, help="peak learning rate (AdamW), reached after the warm-up; > 0")
+    lr_batch_ref: int | None = option(None, min=1, help="lr is for this global batch; rescaled to the actual one")
+    lr_scaling: Literal["linear", "sqrt"] = option("linear", help="rescaling rule with lr_batch_ref")
+    min_lr: float = option(1e-5, min=0, help="learning rate at the end of the cosine decay")
+    weight_decay: float = option(0.05, min=0, help="AdamW weight decay")
+    warmup_epochs: float = option(1.0, min=0, help="epochs of the linear learning-rate warm-up")
+    warmup_lr: float = option(0.0, min=0, help="learning rate the warm-up starts from (timm's warmup_lr)")
+    label_smoothing: float | None = option(None, min=0, max=1, help="label smoothing (none: the loss's default, "
+                                           "0.1 for ce/pgd_at/fgsm_rs/afat, 0 for trades)")
+    drop_path: float = option(0.0, min=0, max=1, help="stochastic depth rate (timm drop_path_rate)")
+    normalize: bool = option(True, help="normalise inside the model; off: the model sees [0, 1] inputs (mean 0, "
+                             "std 1), as the light recipe")
+    mean: tuple[float, float, float] | None = option(None, help="mean inside the model (none: the model's own)")
+    std: tuple[float, float, float] | None = option(None, help="std inside the model (none: the model's own)")
+    crop_padding: int = option(4, min=0, help="random crop after zero padding (0 = off; ignored with crop_scale)")
+    crop_scale: tuple[float, float] | None = option(None, min=0, max=1, help="RandomResizedCrop area range "
+                                                    "0 < lo <= hi <= 1, e.g. [0.08, 1.0] (none = off)")
+    crop_ratio: tuple[float, float] = option((3 / 4, 4 / 3), min=0, help="RandomResizedCrop aspect-ratio range")
+    flip: bool = option(True, help="random horizontal flip")
+    color_jitter: float = option(0.0, min=0, help="ColorJitter brightness = contrast = saturation (0 = off)")
+    rotation: float = option(0.0, min=0, help="random rotation by U(-r, r) degrees (0 = off)")
+    rand_augment: str | None = option(None, help="timm RandAugment config string, e.g. rand-m9-mstd0.5-inc1")
+    mixup: float = option(0.0, min=0, help="timm Mixup alpha (0 = off)")
+    cutmix: float = option(0.0, min=0, help="timm CutMix alpha (0 = off)")
+    random_erasing: float = option(0.0, min=0, max=1, help="timm RandomErasing probability (0 = off)")
+    loss: str = option("ce", help="training loss (see `robustvit list losses`)")
+    loss_options: dict[str, Any] = option(default_factory=dict, help="the loss's options (--loss-option K=V)")
+    eps: str | None = option(None, help="adversarial training budget, e.g. 4/255 (none: the loss's default)")
+    attack_steps: int | None = option(None, min=1, help="steps of the inner attack (pgd_at, trades; none: the "
+                                      "loss's default)")
+    eps_schedule: EpsSchedule | None = option(None, help="ε warm-up schedule (none: the "
+                                                                "loss's default)")
+    eps_warmup_epochs: float | None = option(None, min=0, help="epochs of the linear ε warm-up")
+    attack_mode: Literal["eval", "train"] | None = option(None, help="model mode of the inner attack (none: "
+                                                          "the loss's, eval)")
+    model_kwargs: dict[str, Any] = option(default_factory=dict, help="JSON dict passed to the architecture, "
+                                          "e.g. '{\"depth\": 4}'")
+    pretrained: bool = option(False, help="start from the architecture's pretrained timm weights (Hugging Face "
+                              "hub or its cache; a head of another class count is replaced)")
+    weights: str | None = option(None, help="start from a .safetensors/.pth state dict of the architecture")
+    img_size: int | None = option(None, min=1, help="fine-tuning: new input resolution (pos. embeddings resampled)")
+    patch_size: int | None = option(None, min=1, help="fine-tuning: new patch size (linear projection resampled; "
+                                    "conv-stem strides)")
+    pos_embed_interp: Literal["bicubic", "linear"] = option("bicubic", help="fine-tuning: position-embedding "
+                                                            "resampling (bicubic as DeiT, not antialiased)")
+    val_data: str | None = option(None, help="data spec evaluated after every epoch (a held-out split)")
+    val_limit: int | None = option(1000, min=1, help="validate on a seeded class-stratified sample of this many "
+                                   "images (none: all)")
+    select_best: Literal["clean", "robust"] | None = option(None, help="keep the epoch with the best validation "
+                                                            "accuracy (clean or robust)")
+    val_attack: Literal["pgd", "fgsm"] = option("pgd", help="attack of the robust validation")
+    val_eps: str = option("4/255", help="ε of the robust validation")
+    val_attack_steps: int = option(10, min=1, help="steps of the robust validation's PGD")
+    seed: int = option(0, help="seed of initialisation, data order, augmentation, attacks and the validation "
+                       "sample")
+    device: str = option("auto", help="auto, cpu, cuda or cuda:N")
+    amp: bool = option(True, help="bf16 autocast on CUDA (ignored on CPU)")
+    channels_last: bool = option(False, help="channels_last memory format")
+    accum_steps: int = option(1, min=1, help="gradient accumulation: micro-batches per optimizer step")
+    ema_decay: float | None = option(None, min=0, max=1, help="timm ModelEmaV3 decay (validated and saved)")
+    workers: int = option(0, min=0, help="data-loading worker processes")
+    grad_clip: float | None = option(None, min=0, help="clip the gradient norm to this value")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain values (tuples as lists): JSON/YAML-ready; ``from_dict`` reads it back equal."""
@@ -85,10 +103,6 @@ class TrainConfig:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
-
-    @classmethod
-    def field_names(cls) -> set[str]:
-        return {f.name for f in fields(cls)}
 
     @classmethod
     def load(cls, path: str | Path, **overrides: Any) -> "TrainConfig":
@@ -101,13 +115,9 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "config",
                   overrides: dict[str, Any] | None = None) -> "TrainConfig":
-        """Defaults < the recipe named in ``values``/``overrides`` < ``values`` < ``overrides`` (None skipped)."""
-        from robustvit.training.recipes import get_recipe
-
+        """Defaults < the recipe named in ``values``/``overrides`` < ``values`` < ``overrides`` (None skipped);
+        an unknown key or a bad value is a one-line error naming ``source``."""
         data = {**values, **{k: v for k, v in (overrides or {}).items() if v is not None}}
-        unknown = set(data) - cls.field_names()
-        if unknown:
-            raise RobustvitError(f"{source} has unknown key {sorted(unknown)[0]!r}")
         recipe = data.get("recipe")
         if recipe:
             r = get_recipe(recipe)
@@ -133,22 +143,17 @@ class TrainConfig:
         return {**opts, **self.loss_options}
 
     def validate(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.accum_steps < 1:
-            raise RobustvitError("epochs, batch size and accum steps must be >= 1")
+        """The declared types, choices and bounds (also for a config built in Python), then what involves
+        several fields; one-line errors before any data is read."""
+        parse_options(type(self), self.to_dict(), what="training config")
+        if self.lr <= 0:
+            raise RobustvitError(f"training config: lr={self.lr!r} is out of range (lr must be > 0)")
         if self.accum_steps > self.batch_size:
             raise RobustvitError(f"accum_steps {self.accum_steps} exceeds the batch size {self.batch_size}")
-        if self.lr <= 0:
-            raise RobustvitError(f"lr must be > 0, got {self.lr}")
-        if self.lr_scaling not in LR_SCALINGS:
-            raise RobustvitError(f"lr_scaling must be one of {', '.join(LR_SCALINGS)}, got {self.lr_scaling!r}")
-        if self.select_best is not None and self.select_best not in SELECT_BEST:
-            raise RobustvitError(f"select_best must be one of {', '.join(SELECT_BEST)}, got {self.select_best!r}")
         if self.select_best and not self.val_data:
             raise RobustvitError("select_best needs validation data; pass --val-data (a held-out split)")
-        if self.val_attack not in ("pgd", "fgsm"):
-            raise RobustvitError(f"val_attack must be pgd or fgsm, got {self.val_attack!r}")
-        if self.eps_schedule is not None:
-            check_schedule(self.eps_schedule)
+        if self.crop_scale is not None and not 0 < self.crop_scale[0] <= self.crop_scale[1]:
+            raise RobustvitError(f"crop_scale must be two numbers 0 < lo <= hi <= 1, got {self.crop_scale}")
         from robustvit.training.losses import LOSSES, parse_loss_options
 
         from robustvit.options import NoOptions
@@ -159,12 +164,6 @@ class TrainConfig:
             takes = ", ".join(n for n, c in LOSSES.items() if getattr(c, "soft_targets", False))
             raise RobustvitError(f"MixUp/CutMix give soft targets, which the {self.loss!r} loss does not take "
                                  f"(losses that do: {takes})")
-        if self.crop_scale is not None and not 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1:
-            raise RobustvitError(f"crop_scale must be two numbers 0 < lo <= hi <= 1, got {self.crop_scale}")
-        if self.cooldown_epochs < 0 or self.color_jitter < 0 or self.rotation < 0:
-            raise RobustvitError("cooldown_epochs, color_jitter and rotation must be >= 0")
-        if self.pos_embed_interp not in ("bicubic", "linear"):
-            raise RobustvitError(f"pos_embed_interp must be bicubic or linear, got {self.pos_embed_interp!r}")
 
     def effective_lr(self, world_size: int = 1) -> float:
         """``lr`` rescaled from ``lr_batch_ref`` to the global batch (linear: × B/ref; sqrt: × √(B/ref))."""

@@ -27,7 +27,7 @@ saved as ``config.yaml`` with the run. Names are snake_case; the hyphenated spel
 * ``deit`` — Touvron et al., DeiT (arXiv:2012.12877): RandAugment rand-m9-mstd0.5-inc1, MixUp 0.8, CutMix 1.0,
   random erasing 0.25, label smoothing 0.1, drop-path 0.1, AdamW lr 5e-4 × batch/512, wd 0.05, 5 warm-up epochs.
 * ``mpp`` — masked patch prediction, the ViT paper's self-supervised pre-training (Dosovitskiy et al.,
-  arXiv:2010.11929, App. B.1.2; :mod:`robustvit.training.mpp`).
+  arXiv:2010.11929, App. B.1.2; :mod:`robustvit.training.losses.mpp`).
 """
 
 from __future__ import annotations
@@ -56,12 +56,8 @@ RECIPES: Registry[Recipe] = Registry("recipe", hint="see `robustvit list recipes
 
 
 def register_recipe(recipe: Recipe) -> Recipe:
-    """Register ``recipe`` under its name and aliases (its settings are checked against TrainConfig's types)."""
-    from robustvit.options import parse_options
-    from robustvit.training.config import TrainConfig
-
-    parse_options(TrainConfig, {"model": "-", "data": "-", "out": "-", **recipe.settings},
-                  what=f"recipe {recipe.name!r}")
+    """Register ``recipe`` under its name and aliases. Its settings are TrainConfig fields, checked against
+    their declared types and bounds when a config starts from it (:meth:`TrainConfig.from_dict`)."""
     RECIPES.add(recipe.name, recipe)
     return recipe
 

@@ -10,19 +10,18 @@
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from robustvit.errors import RobustvitError
 
-EPS_SCHEDULES = ("constant", "linear")
+#: The ε schedules (the type of the ``eps_schedule`` options).
+EpsSchedule = Literal["constant", "linear"]
 
 
-def eps_at(epoch: int, eps: float, schedule: str = "constant", period: float = 0) -> float:
+def eps_at(epoch: int, eps: float, schedule: EpsSchedule = "constant", period: float = 0) -> float:
     """ε for a 0-based ``epoch`` under ``schedule`` with a warm-up of ``period`` epochs."""
-    check_schedule(schedule)
+    if schedule not in get_args(EpsSchedule):
+        raise RobustvitError(f"unknown eps schedule {schedule!r}; use one of {', '.join(get_args(EpsSchedule))}")
     if schedule == "constant" or period <= 0 or epoch >= period:
         return float(eps)
     return float(eps) * epoch / period
-
-
-def check_schedule(schedule: str) -> None:
-    if schedule not in EPS_SCHEDULES:
-        raise RobustvitError(f"unknown eps schedule {schedule!r}; use one of {', '.join(EPS_SCHEDULES)}")

@@ -6,12 +6,19 @@ best-epoch selection on (robust) validation accuracy and an exact ``--resume``.
 Output folder::
 
     OUT/config.yaml        the TrainConfig (with its recipe)
-    OUT/metrics.jsonl      one line per epoch (loss, accuracy, lr, val accuracy, robust val accuracy, best, seconds)
+    OUT/metrics.jsonl      one line per epoch (loss, training accuracy, lr, the task's validation numbers, best,
+                           seconds)
     OUT/last/              checkpoint after the latest epoch + train_state.pt (optimizer, step, EMA, loss state
-                           such as AFAT's corruption model, RNG states, best score), written as one unit: the
-                           folder is built as last.tmp/ and swapped in by renames, so a crash never mixes states
+                           such as AFAT's corruption model, RNG states, best score, the epochs' records, start
+                           time), written as one unit: the folder is built as last.tmp/ and swapped in by
+                           renames, so a crash never mixes states
     OUT/best/              the best epoch so far (with ``select_best``)
     OUT/checkpoint/        the final model: the best epoch with ``select_best``, else the last (EMA weights if on)
+    OUT/results.json       kind ``train``: config, epochs, checkpoints, model, data (with ``val_subset``), run
+
+What is learnt is a :class:`~robustvit.training.tasks.Task` (``classify``, ``segment``): the model, loss,
+targets, augmentation, training accuracy and validation; everything else here is shared by every task.
+Validation uses a seeded class-stratified sample of ``val_limit`` validation images.
 
 A resumed run continues from ``last/`` and gives the same weights as an uninterrupted one. A non-finite loss
 stops the run before the optimizer step with a one-line error naming the epoch and step; ``last/`` keeps the
@@ -22,20 +29,20 @@ derived from ``seed``, the rank and the epoch); the data order is DistributedSam
 epoch, padded to a multiple of the world size with its first indices, rank r taking every world-th index).
 Validation is sharded: rank r evaluates every world-th batch of the validation images and the counts are summed
 over ranks, so every rank gets the same numbers as one process (exactly, given deterministic kernels). Every
-collective reduces a tensor on the process group's device (:func:`collective_device`: the current GPU under
-NCCL, else the CPU).
+collective reduces a tensor on the process group's device (:func:`robustvit.runs.collective_device`: the
+current GPU under NCCL, else the CPU).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
-import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,18 +52,20 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from robustvit.data import UNREADABLE, ImageDataset, create_dataset, dataset_for_model
+from robustvit.data import (UNREADABLE, ImageDataset, SubsetDataset, TensorImageDataset, create_dataset,
+                            dataset_for_model)
+from robustvit.data.subset import make_subset
+from robustvit.data.synthshapes import SynthShapesDataset
 from robustvit.errors import RobustvitError
-from robustvit.metrics.accuracy import correct, robust_correct
+from robustvit.metrics.dense import segmentation_scores
 from robustvit.models import Normalized, create_model, is_checkpoint_dir, save_checkpoint
-from robustvit.models.factory import rebuild
-from robustvit.models.finetune import adapt_input, reset_head
 from robustvit.progress import progress_bar
-from robustvit.runs import (check_kind, data_record, init_distributed, model_record, write_text,
-                            write_train_results)
-from robustvit.training.augment import TimmAugment, augment_batch
+from robustvit.runs import (check_kind, collective_device, data_record, init_distributed, model_record, now,
+                            run_header, write_text, write_train_results)
+from robustvit.training.augment import TimmAugment
 from robustvit.training.config import TrainConfig
-from robustvit.training.losses import TrainingLoss, create_loss, hard_labels
+from robustvit.training.losses import TrainingLoss
+from robustvit.training.tasks import Segment, Task, create_task
 from robustvit.utils import derive_seed, resolve_device
 
 STATE_FILE = "train_state.pt"
@@ -73,46 +82,7 @@ def lr_at(step: int, total: int, warmup: int, peak: float, floor: float, start: 
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, t)))
 
 
-# ---- models --------------------------------------------------------------------------------------------
-def build_model(cfg: TrainConfig, dataset: ImageDataset) -> Normalized:
-    """The model to train. A checkpoint or pretrained model with another class count gets a new zero-initialised
-    head (the ViT fine-tuning recipe, Dosovitskiy et al.); ``img_size``/``patch_size`` adapt its input."""
-    kwargs = dict(cfg.model_kwargs)
-    if cfg.drop_path > 0:
-        kwargs.setdefault("drop_path_rate", cfg.drop_path)
-    if is_checkpoint_dir(cfg.model):
-        model = create_model(cfg.model)
-        if kwargs:                       # fine-tuning keeps the checkpoint's settings and adds drop-path etc.
-            model = rebuild(model, **kwargs)
-    elif cfg.pretrained or cfg.weights:
-        model = create_model(cfg.model, pretrained=cfg.pretrained, checkpoint=cfg.weights, **kwargs)
-    else:
-        kwargs.setdefault("num_classes", dataset.num_classes)
-        model = create_model(cfg.model, **kwargs)
-    if model.spec.num_classes != dataset.num_classes:
-        reset_head(model, dataset.num_classes)
-    if cfg.img_size is not None or cfg.patch_size is not None:
-        adapt_input(model, cfg.img_size, cfg.patch_size, cfg.pos_embed_interp)
-    if not cfg.normalize:
-        set_identity_normalisation(model)
-    elif cfg.mean is not None or cfg.std is not None:
-        set_normalisation(model, cfg.mean or model.spec.mean, cfg.std or model.spec.std)
-    model.spec.class_names = list(dataset.classes)
-    return model
-
-
-def set_identity_normalisation(model: Normalized) -> None:
-    """Mean 0, std 1: the network sees [0, 1] pixels (Debenedetti's light recipe)."""
-    set_normalisation(model, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
-
-
-def set_normalisation(model: Normalized, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-    """The normalisation inside the model (e.g. CIFAR-10's mean/std, as Debenedetti's fine-tuning)."""
-    model.spec.mean, model.spec.std = tuple(float(m) for m in mean), tuple(float(v) for v in std)
-    model.mean.copy_(torch.tensor(model.spec.mean).view_as(model.mean))
-    model.std.copy_(torch.tensor(model.spec.std).view_as(model.std))
-
-
+# ---- models ----------------------------------------------------------------------------------------------
 class TrainStep(nn.Module):
     """The model and its loss as one module, so that DistributedDataParallel sees every forward the loss makes
     (attacks, AFAT's probe and corruption model) and averages every gradient."""
@@ -126,9 +96,9 @@ class TrainStep(nn.Module):
 
 
 def build_loss(cfg: TrainConfig) -> TrainingLoss:
-    """The loss from ``cfg.loss`` with :meth:`TrainConfig.loss_kwargs` (shared settings the loss takes,
-    ``loss_options`` overriding them)."""
-    return create_loss(cfg.loss, **cfg.loss_kwargs())
+    """The loss the task trains with: ``cfg.loss`` with :meth:`TrainConfig.loss_kwargs` for classification
+    (shared settings the loss takes, ``loss_options`` overriding them)."""
+    return create_task(cfg).build_loss()
 
 
 def weight_decay_rule(model: nn.Module):
@@ -163,49 +133,43 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, loss: TrainingLoss | Non
 
 
 # ---- data ----------------------------------------------------------------------------------------------
+#: ``targets(dataset, index, labels)``: a batch's training targets (the labels, or a task's, such as masks).
+Targets = Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _load(dataset: ImageDataset, chunks: list[torch.Tensor], workers: int, targets: Targets | None
+          ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """The batches of index ``chunks`` as (position in ``chunks``, float images, targets) on the CPU, unreadable
+    files (label −1) dropped and a batch left empty skipped; in-memory data skips the DataLoader."""
+    if workers == 0:
+        loaded: Iterator[tuple[torch.Tensor, torch.Tensor]] = (dataset.get_batch(idx) for idx in chunks)
+    else:
+        loaded = iter(DataLoader(dataset, batch_sampler=[idx.tolist() for idx in chunks], num_workers=workers))
+    for i, (idx, (x, y)) in enumerate(zip(chunks, loaded)):
+        keep = y != UNREADABLE
+        if keep.any():
+            yield i, x[keep], y[keep] if targets is None else targets(dataset, idx[keep], y[keep])
+
+
 def batches(dataset: ImageDataset, batch_size: int, seed: int, shuffle: bool, workers: int = 0,
-            limit: int | None = None, rank: int = 0, world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
-    """Yield (float images, labels, global batch size) on the CPU. With ``world`` > 1 the order is
+            limit: int | None = None, rank: int = 0, world: int = 1, targets: Targets | None = None
+            ) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    """Yield (float images, targets, global batch size) on the CPU. With ``world`` > 1 the order is
     DistributedSampler's: padded to a multiple of ``world`` with its first indices, rank r taking indices
     r, r + world, …; step i of every rank together covers the order's i-th global batch of
-    ``batch_size × world``. In-memory data skips the DataLoader; unreadable files (label −1) are dropped."""
+    ``batch_size × world``. ``targets`` (default: the labels) gives a batch's targets."""
     n = len(dataset) if limit is None else min(limit, len(dataset))
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(dataset), generator=gen)[:n] if shuffle else torch.arange(n)
     if world > 1 and len(order) % world:
         pad = world - len(order) % world
         order = torch.cat([order, order.repeat(pad // len(order) + 1)[:pad]])
-    steps = list(order.split(batch_size * world))
-    mine = [(chunk[rank::world], len(chunk)) for chunk in steps]
-    if workers == 0:
-        for idx, total in mine:
-            x, y = dataset.get_batch(idx)
-            keep = y != UNREADABLE
-            if keep.any():
-                yield x[keep], y[keep], total
-        return
-    loader = DataLoader(dataset, batch_sampler=[idx.tolist() for idx, _ in mine], num_workers=workers)
-    for (x, y), (_, total) in zip(loader, mine):
-        keep = y != UNREADABLE
-        if keep.any():
-            yield x[keep], y[keep], total
+    mine = [(chunk[rank::world], len(chunk)) for chunk in order.split(batch_size * world)]
+    for i, x, y in _load(dataset, [idx for idx, _ in mine], workers, targets):
+        yield x, y, mine[i][1]
 
 
 # ---- collectives ---------------------------------------------------------------------------------------
-def collective_device() -> torch.device:
-    """The device every collective's tensor must be on: :func:`robustvit.runs.distributed.collective_device`
-    where it exists, else the current GPU when the process group has an NCCL backend and the CPU otherwise."""
-    from robustvit.runs import distributed
-
-    shared = getattr(distributed, "collective_device", None)
-    if shared is not None:
-        return shared()
-    backend = str(dist.get_backend()) if dist.is_available() and dist.is_initialized() else ""
-    if "nccl" in backend and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     """``t`` summed over the ranks, as a tensor on :func:`collective_device` (moved there first: NCCL reduces
     only CUDA tensors, gloo CPU ones)."""
@@ -229,73 +193,29 @@ def broadcast_buffers(model: nn.Module) -> None:
 
 # ---- evaluation ----------------------------------------------------------------------------------------
 def shard_batches(dataset: ImageDataset, batch_size: int, limit: int | None = None, rank: int = 0, world: int = 1,
-                  workers: int = 0) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+                  workers: int = 0, targets: Targets | None = None
+                  ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
     """The first ``limit`` images in order, in batches of ``batch_size``; rank r of ``world`` takes batches
     r, r + world, …, so the ranks together see every image once, in the batches one process sees. Yields
-    (batch number, float images, labels) on the CPU; unreadable files (label −1) are dropped."""
+    (batch number, float images, targets) on the CPU; unreadable files (label −1) are dropped."""
     n = len(dataset) if limit is None else min(limit, len(dataset))
-    mine = [(b, torch.arange(b * batch_size, min(n, (b + 1) * batch_size)))
-            for b in range(rank, math.ceil(n / batch_size), world)]
-    if workers == 0:
-        loaded: Iterator[tuple[torch.Tensor, torch.Tensor]] = (dataset.get_batch(idx) for _, idx in mine)
-    else:
-        loaded = iter(DataLoader(dataset, batch_sampler=[idx.tolist() for _, idx in mine], num_workers=workers))
-    for (b, _), (x, y) in zip(mine, loaded):
-        keep = y != UNREADABLE
-        if keep.any():
-            yield b, x[keep], y[keep]
+    numbers = list(range(rank, math.ceil(n / batch_size), world))
+    chunks = [torch.arange(b * batch_size, min(n, (b + 1) * batch_size)) for b in numbers]
+    for i, x, y in _load(dataset, chunks, workers, targets):
+        yield numbers[i], x, y
 
 
-def _shared_fraction(hits: torch.Tensor, total: int, world: int) -> float:
-    """hits / total summed over the ``world`` ranks (one collective on the collective device, one sync)."""
-    counts = torch.stack([hits.to(torch.int64), torch.tensor(total, dtype=torch.int64, device=hits.device)])
+def validate_model(task: Task, model: nn.Module, dataset: ImageDataset, device: torch.device,
+                   batch_size: int = VAL_BATCH_SIZE, limit: int | None = None, rank: int = 0, world: int = 1,
+                   workers: int = 0) -> dict[str, Any]:
+    """The task's validation record of ``model`` on ``dataset`` (its first ``limit`` images). Under ``torchrun``
+    (``world`` > 1) every rank calls it: rank r counts every world-th batch (:func:`shard_batches`) and the
+    counts are summed (one collective), so each rank returns the one-process record."""
+    data = shard_batches(dataset, batch_size, limit, rank, world, workers, task.targets)
+    counts = task.val_counts(model, data, device)
     if world > 1:
         counts = all_reduce_sum(counts)
-    h, n = counts.tolist()
-    return h / max(n, 1)
-
-
-@torch.no_grad()
-def evaluate_accuracy(model: nn.Module, dataset: ImageDataset, device: torch.device, batch_size: int = 256,
-                      limit: int | None = None, rank: int = 0, world: int = 1, workers: int = 0) -> float:
-    """Clean top-1 accuracy on the first ``limit`` images (:func:`robustvit.metrics.accuracy.correct`: rows with
-    non-finite logits count as wrong, as in the evaluation suites). Under ``torchrun`` (``world`` > 1) every rank
-    calls it: rank r evaluates every world-th batch (:func:`shard_batches`) and the counts are summed, so each
-    rank returns the one-process value."""
-    was = model.training
-    model.eval()
-    hits = torch.zeros((), dtype=torch.int64, device=device)
-    total = 0
-    for _, x, y in shard_batches(dataset, batch_size, limit, rank, world, workers):
-        hits += correct(model(x.to(device)), y.to(device)).sum()
-        total += len(y)
-    model.train(was)
-    return _shared_fraction(hits, total, world)
-
-
-def robust_accuracy(model: nn.Module, dataset: ImageDataset, device: torch.device, attack: str = "pgd",
-                    eps: str | float = "4/255", steps: int = 10, batch_size: int = 256, limit: int | None = None,
-                    seed: int = 0, rank: int = 0, world: int = 1, workers: int = 0) -> float:
-    """Robust accuracy under ``attack`` (pgd or fgsm from robustvit.attacks) on the first ``limit`` images, as the
-    attack suites define it (:func:`robustvit.metrics.accuracy.robust_correct`: correct before and after the
-    attack). Batch b is attacked with the seed (``seed``, b), whichever rank runs it; sharded over ranks as
-    :func:`evaluate_accuracy`."""
-    from robustvit.attacks import create_attack
-
-    was = model.training
-    model.eval()
-    kw = {"steps": steps} if attack == "pgd" else {}
-    hits = torch.zeros((), dtype=torch.int64, device=device)
-    total = 0
-    for b, x, y in shard_batches(dataset, batch_size, limit, rank, world, workers):
-        x, y = x.to(device), y.to(device)
-        atk = create_attack(attack, model, eps=eps, seed=derive_seed(seed, "val-attack", b) % (2**31 - 1), **kw)
-        adv = atk(x, y)
-        with torch.no_grad():
-            hits += robust_correct(model(x), model(adv), y).sum()
-        total += len(y)
-    model.train(was)
-    return _shared_fraction(hits, total, world)
+    return task.val_record(counts)
 
 
 # ---- the run -------------------------------------------------------------------------------------------
@@ -304,6 +224,7 @@ class Run:
     """Everything a training run holds between epochs."""
 
     cfg: TrainConfig
+    task: Task
     out: Path
     device: torch.device
     rank: int
@@ -316,27 +237,55 @@ class Run:
     opt: torch.optim.Optimizer
     ema: Any = None
     augment: TimmAugment | None = None
+    val_subset: dict[str, Any] | None = None   # data.val_subset of results.json
     start_epoch: int = 0
     best: float = -1.0
     steps_per_epoch: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)   # the records of the epochs done
+    started: str = ""                             # when the run's first session started (results.json's run.started)
+    seconds_before: float = 0.0                   # wall time of earlier sessions (up to their last saved epoch)
+    session_start: float = field(default_factory=time.time)
 
     @property
     def main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def seconds(self) -> float:
+        """Wall time of the whole training so far, earlier sessions included."""
+        return self.seconds_before + time.time() - self.session_start
+
     def eval_model(self) -> Normalized:
         return self.ema.module if self.ema is not None else self.model
 
 
-def load_data(cfg: TrainConfig) -> tuple[ImageDataset, ImageDataset | None]:
-    dataset = create_dataset(cfg.data)
-    if len(dataset) == 0:
-        raise RobustvitError(f"data set {cfg.data} is empty")
-    val = create_dataset(cfg.val_data) if cfg.val_data else None
-    if val is not None and val.num_classes != dataset.num_classes:
-        raise RobustvitError(f"validation data has {val.num_classes} classes but training data {dataset.num_classes}")
-    return dataset, val
+def for_model(spec: str, built: ImageDataset | None, model: Normalized) -> ImageDataset:
+    """The data set ``spec`` as the model sees it (:func:`robustvit.data.dataset_for_model`). ``built`` (read
+    before the model existed, for its classes) is kept when it already is that — images held in memory or
+    generated at the model's input size — so that they are generated or read once (a file data set is listed
+    again, with the model's preprocessing; no image is read before)."""
+    size = int(model.spec.image_size)
+    if isinstance(built, (TensorImageDataset, SynthShapesDataset)) and len(built) and \
+            tuple(built.get_batch(torch.tensor([0]))[0].shape[-2:]) == (size, size):
+        return built
+    return dataset_for_model(spec, model.spec)
+
+
+def validation_data(cfg: TrainConfig, model: Normalized, classes: int) -> tuple[ImageDataset | None, dict | None]:
+    """The validation images as the model sees them: a seeded class-stratified sample of ``val_limit`` images
+    (:func:`robustvit.data.subset.make_subset`, as ``eval --limit``), and its ``data.val_subset`` record
+    (None: every image)."""
+    if not cfg.val_data:
+        return None, None
+    val = dataset_for_model(cfg.val_data, model.spec)
+    if val.num_classes != classes:
+        raise RobustvitError(f"validation data has {val.num_classes} classes but training data {classes}")
+    limit = None if cfg.val_limit is None or cfg.val_limit >= len(val) else cfg.val_limit
+    subset = make_subset(val, limit=limit, method="stratified", seed=cfg.seed)
+    if subset.whole:
+        return val, None
+    record = subset.record()
+    return SubsetDataset(val, subset.indices), record
 
 
 def recover_last(out: Path) -> None:
@@ -366,33 +315,45 @@ def check_out_dir(out: Path, resume: bool) -> bool:
 
 def setup_run(cfg: TrainConfig, resume: bool) -> Run:
     cfg.validate()
+    task = create_task(cfg)
+    task.check()
     out = Path(cfg.out)
+    started = now()
     rank, world, device = init_distributed(resolve_device(cfg.device))
     torch.manual_seed(cfg.seed)    # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    dataset, val = load_data(cfg)
     if rank == 0:
         recover_last(out)
     if world > 1:
         dist.barrier()
     resuming = check_out_dir(out, resume)
-    model = create_model(checkpoint=out / "last") if resuming else build_model(cfg, dataset)
+    built = None if resuming else create_dataset(cfg.data)
+    if built is not None:
+        if len(built) == 0:
+            raise RobustvitError(f"data set {cfg.data} is empty")
+        task.check_data(built)
+    model = create_model(checkpoint=out / "last") if resuming else task.build_model(built)
     # the images as the model takes them: files with its preprocessing, in-memory images of another size resized
-    dataset = dataset_for_model(cfg.data, model.spec)
-    val = dataset_for_model(cfg.val_data, model.spec) if cfg.val_data else None
+    dataset = for_model(cfg.data, built, model)
+    if len(dataset) == 0:
+        raise RobustvitError(f"data set {cfg.data} is empty")
+    task.check_data(dataset)
     if model.spec.num_classes != dataset.num_classes:
         raise RobustvitError(f"model has {model.spec.num_classes} classes but {cfg.data} has {dataset.num_classes}")
+    val, val_subset = validation_data(cfg, model, dataset.num_classes)
+    if val is not None:
+        task.check_data(val)
     model.to(device).train()
     if cfg.channels_last:
         model.to(memory_format=torch.channels_last)
-    loss = build_loss(cfg).to(device)
+    loss = task.build_loss().to(device)
     loss.setup(model)
     loss.to(device)
     step: nn.Module = TrainStep(model, loss)
     if world > 1:
         step = nn.parallel.DistributedDataParallel(step, device_ids=[device.index] if device.type == "cuda" else None)
-    run = Run(cfg=cfg, out=out, device=device, rank=rank, world=world, dataset=dataset, val=val, model=model,
-              loss=loss, step=step, opt=build_optimizer(model, cfg, loss), ema=_build_ema(model, cfg),
-              augment=_build_augment(cfg, model, dataset, loss))
+    run = Run(cfg=cfg, task=task, out=out, device=device, rank=rank, world=world, dataset=dataset, val=val,
+              model=model, loss=loss, step=step, opt=build_optimizer(model, cfg, loss), ema=_build_ema(model, cfg),
+              augment=_build_augment(cfg, model, dataset, loss), val_subset=val_subset, started=started)
     run.steps_per_epoch = max(1, math.ceil(len(dataset) / (cfg.batch_size * world)))
     if resuming:
         load_state(run)
@@ -420,19 +381,20 @@ def _build_augment(cfg: TrainConfig, model: Normalized, dataset: ImageDataset,
 
 
 # ---- state ---------------------------------------------------------------------------------------------
-def save_state(run: Run, epoch: int, record: dict[str, Any] | None = None) -> None:
-    """``last/``: the weights and everything else a resumed run needs to continue bit-for-bit, as one unit:
-    written to ``last.tmp/``, then ``last/`` → ``last.old/``, ``last.tmp/`` → ``last/``, ``last.old/`` removed
-    (:func:`recover_last` completes an interrupted swap)."""
+def save_state(run: Run, epoch: int) -> None:
+    """``last/``: the weights and everything else a resumed run needs to continue bit-for-bit (with the epochs'
+    records and the run's start and time so far), as one unit: written to ``last.tmp/``, then ``last/`` →
+    ``last.old/``, ``last.tmp/`` → ``last/``, ``last.old/`` removed (:func:`recover_last` completes an
+    interrupted swap)."""
     tmp, last, old = run.out / "last.tmp", run.out / "last", run.out / "last.old"
     if tmp.exists():
         shutil.rmtree(tmp)
-    save_checkpoint(run.model, tmp, extra={"epoch": epoch + 1})
+    save_checkpoint(run.model, tmp, extra={"epoch": epoch + 1, **run.task.checkpoint_extra(run.model)})
     state = {"epoch": epoch, "optimizer": run.opt.state_dict(), "loss": run.loss.state_dict(), "best": run.best,
              "rng": torch.get_rng_state(),
              "cuda_rng": torch.cuda.get_rng_state(run.device) if run.device.type == "cuda" else None,
              "ema": run.ema.state_dict() if run.ema is not None else None,
-             "metrics": json.dumps(record) if record is not None else None}   # the epoch's metrics.jsonl line
+             "history": json.dumps(run.history), "started": run.started, "seconds": run.seconds}
     torch.save(state, tmp / STATE_FILE)
     if old.exists():
         shutil.rmtree(old)
@@ -443,30 +405,22 @@ def save_state(run: Run, epoch: int, record: dict[str, Any] | None = None) -> No
         shutil.rmtree(old)
 
 
-def restore_metrics(out: Path, epochs_done: int, last_line: str | None) -> None:
-    """Make ``metrics.jsonl`` hold exactly the lines of the ``epochs_done`` epochs ``last/`` holds: a run killed
-    between saving ``last/`` and appending the epoch's line gets the line back from the state; lines of an epoch
-    the state does not hold (none are written before it) are dropped."""
+def write_metrics(out: Path, history: list[dict[str, Any]]) -> None:
+    """``metrics.jsonl``: one line per epoch of ``history``, rewritten when it holds other lines (a run killed
+    between saving ``last/`` and appending the epoch's line, or after appending a line ``last/`` lacks)."""
     f = out / "metrics.jsonl"
-    lines = [ln for ln in (f.read_text().splitlines() if f.is_file() else []) if ln.strip()]
-    rows = []
-    for ln in lines:
-        try:
-            rows.append((json.loads(ln)["epoch"], ln))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            break                                         # a torn last line: everything after it is redone
-    kept = [ln for e, ln in rows if e <= epochs_done]
-    if last_line and not any(e == epochs_done for e, _ in rows):
-        kept.append(last_line)
-    if kept != lines:
-        write_text(f, "".join(ln + "\n" for ln in kept))
+    text = "".join(json.dumps(r) + "\n" for r in history)
+    if not f.is_file() or f.read_text() != text:
+        write_text(f, text)
 
 
 def load_state(run: Run) -> None:
     state = torch.load(run.out / "last" / STATE_FILE, map_location="cpu", weights_only=True)
     run.start_epoch, run.best = int(state["epoch"]) + 1, float(state.get("best", -1.0))
+    run.history = json.loads(state["history"])
+    run.started, run.seconds_before = state["started"], float(state["seconds"])
     if run.main:
-        restore_metrics(run.out, run.start_epoch, state.get("metrics"))
+        write_metrics(run.out, run.history)
     run.opt.load_state_dict(state["optimizer"])
     if state.get("loss"):
         run.loss.load_state_dict(state["loss"])
@@ -479,7 +433,8 @@ def load_state(run: Run) -> None:
 
 # ---- one epoch -----------------------------------------------------------------------------------------
 def train_epoch(run: Run, epoch: int, progress: bool) -> dict[str, float]:
-    """One pass over the training data; returns summed loss, correct predictions and count (all processes)."""
+    """One pass over the training data; returns the summed loss, correct predictions, images and predictions
+    counted (pixels for segmentation), over all processes."""
     cfg, device = run.cfg, run.device
     aug_gen = torch.Generator(device=device)
     aug_gen.manual_seed(derive_seed(cfg.seed, "augment", epoch, *((run.rank,) if run.world > 1 else ())))
@@ -490,9 +445,9 @@ def train_epoch(run: Run, epoch: int, progress: bool) -> dict[str, float]:
     total = cfg.epochs * run.steps_per_epoch
     warmup = int(cfg.warmup_epochs * run.steps_per_epoch)
     peak = cfg.effective_lr(run.world)
-    sums = torch.zeros(3, dtype=torch.float64)
+    sums = torch.zeros(4, dtype=torch.float64)
     data = batches(run.dataset, cfg.batch_size, derive_seed(cfg.seed, "shuffle", epoch), shuffle=True,
-                   workers=cfg.workers, rank=run.rank, world=run.world)
+                   workers=cfg.workers, rank=run.rank, world=run.world, targets=run.task.targets)
     epochs = cfg.epochs + cfg.cooldown_epochs
     with progress_bar(progress and run.main, f"epoch {epoch + 1}/{epochs}", run.steps_per_epoch) as tick:
         for i, (x, y, n_global) in enumerate(data):
@@ -503,8 +458,8 @@ def train_epoch(run: Run, epoch: int, progress: bool) -> dict[str, float]:
             tick(f"loss {sums[0] / max(sums[2], 1):.3f}")
     if run.world > 1:
         sums = all_reduce_sum(sums)
-    loss_sum, hits, n = sums.tolist()
-    return {"loss": loss_sum, "correct": hits, "n": n, "lr": lr}
+    loss_sum, hits, n, counted = sums.tolist()
+    return {"loss": loss_sum, "correct": hits, "n": n, "counted": counted, "lr": lr}
 
 
 def check_finite(run: Run, loss: torch.Tensor, epoch: int, step: int) -> None:
@@ -528,13 +483,12 @@ def optimizer_step(run: Run, x: torch.Tensor, y: torch.Tensor, n_global: int, ep
     if run.augment is not None:
         x, y = run.augment(x, y)
     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-    x = augment_batch(x, aug_gen, padding=cfg.crop_padding, flip=cfg.flip, crop_scale=cfg.crop_scale,
-                      crop_ratio=cfg.crop_ratio, rotation=cfg.rotation, jitter=cfg.color_jitter)
+    x, y = run.task.augment(x, y, aug_gen)
     if cfg.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     autocast = device.type == "cuda" and cfg.amp
     run.opt.zero_grad(set_to_none=True)
-    sums = torch.zeros(3, dtype=torch.float64)
+    sums = torch.zeros(4, dtype=torch.float64)
     micro = list(zip(x.tensor_split(cfg.accum_steps), y.tensor_split(cfg.accum_steps)))
     micro = [(a, b) for a, b in micro if len(a)]
     for j, (xm, ym) in enumerate(micro):
@@ -545,8 +499,9 @@ def optimizer_step(run: Run, x: torch.Tensor, y: torch.Tensor, n_global: int, ep
                 loss, logits, _ = run.step(xm, ym, epoch)
             check_finite(run, loss, epoch, step)
             (loss * (len(xm) * run.world / n_global)).backward()
-        sums += torch.tensor([float(loss.detach()) * len(xm),
-                              float((logits.detach().argmax(1) == hard_labels(ym)).sum()), len(xm)], dtype=torch.float64)
+        hits, counted = run.task.hits(logits.detach(), ym)
+        sums += torch.tensor([float(loss.detach()) * len(xm), float(hits), len(xm), float(counted)],
+                             dtype=torch.float64)
     if cfg.grad_clip:
         nn.utils.clip_grad_norm_(list(run.model.parameters()) + [p for _, p in run.loss.optimized_parameters()],
                                  cfg.grad_clip)
@@ -558,23 +513,16 @@ def optimizer_step(run: Run, x: torch.Tensor, y: torch.Tensor, n_global: int, ep
 
 
 def validate(run: Run) -> dict[str, Any]:
-    """Clean (and robust, with ``select_best="robust"``) validation accuracy of the evaluated (EMA) model. Every
-    rank calls it: the batches are sharded over the ranks and the counts summed, so every rank returns the same
-    record, equal to one process's."""
-    cfg, record = run.cfg, {}
+    """The task's validation record of the evaluated (EMA) model on the validation sample. Every rank calls it:
+    the batches are sharded over the ranks and the counts summed, so every rank returns the same record, equal
+    to one process's."""
     if run.val is None:
-        return record
+        return {}
     model = run.eval_model()
     if run.world > 1:
         broadcast_buffers(model)
-    shard = {"batch_size": VAL_BATCH_SIZE, "rank": run.rank, "world": run.world, "workers": cfg.workers}
-    record["val_acc"] = evaluate_accuracy(model, run.val, run.device, limit=cfg.val_limit, **shard)
-    if cfg.select_best == "robust":
-        record["val_robust_acc"] = robust_accuracy(model, run.val, run.device, cfg.val_attack, cfg.val_eps,
-                                                   cfg.val_attack_steps, limit=cfg.val_limit, seed=cfg.seed, **shard)
-        record["val_attack"] = f"{cfg.val_attack} eps={cfg.val_eps}" + (f" steps={cfg.val_attack_steps}"
-                                                                        if cfg.val_attack == "pgd" else "")
-    return record
+    return validate_model(run.task, model, run.val, run.device, batch_size=VAL_BATCH_SIZE, rank=run.rank,
+                          world=run.world, workers=run.cfg.workers)
 
 
 def finish_epoch(run: Run, epoch: int, sums: dict[str, float], t0: float, progress: bool) -> dict[str, Any]:
@@ -583,17 +531,20 @@ def finish_epoch(run: Run, epoch: int, sums: dict[str, float], t0: float, progre
     if not math.isfinite(sums["loss"]):
         raise RobustvitError(f"training diverged at epoch {epoch + 1} (loss is not finite); lower --lr")
     record: dict[str, Any] = {"epoch": epoch + 1, "lr": sums["lr"], "train_loss": sums["loss"] / sums["n"],
-                              "train_acc": sums["correct"] / sums["n"], **run.loss.metrics(), **validate(run)}
+                              run.task.train_accuracy: sums["correct"] / max(sums["counted"], 1),
+                              **run.loss.metrics(), **validate(run)}
     if run.cfg.select_best:
-        score = record["val_robust_acc" if run.cfg.select_best == "robust" else "val_acc"]
-        record["best"] = score > run.best
+        score = record[run.task.score_key()]
+        record["best"] = score is not None and score > run.best
         if record["best"]:
             run.best = score
             if run.main:
-                save_checkpoint(run.eval_model(), run.out / "best", extra={"epoch": epoch + 1, "score": score})
+                save_checkpoint(run.eval_model(), run.out / "best",
+                                extra={"epoch": epoch + 1, "score": score, **run.task.checkpoint_extra(run.model)})
     record["seconds"] = round(time.time() - t0, 2)
+    run.history.append(record)
     if run.main:
-        save_state(run, epoch, record)
+        save_state(run, epoch)
         with open(run.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if progress:
@@ -611,14 +562,15 @@ def final_checkpoint(run: Run) -> Path:
         model = create_model(checkpoint=run.out / "best")
     path = run.out / "checkpoint"
     if run.main:
-        save_checkpoint(model, path, extra={"train_config": run.cfg.to_dict()})
+        save_checkpoint(model, path, extra={**run.task.checkpoint_extra(model), "train_config": run.cfg.to_dict()})
     if run.world > 1:
         dist.barrier()
     return path
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> Path:
-    """Train ``cfg.model`` on ``cfg.data``; returns the path of the final checkpoint folder."""
+    """Train ``cfg.model`` on ``cfg.data`` (``cfg.task``: classification or segmentation); returns the path of
+    the final checkpoint folder."""
     check_kind(cfg.out, "train")
     run = setup_run(cfg, resume)
     if run.main:
@@ -634,20 +586,37 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> Path
     return path
 
 
+def train_segmenter(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> Path:
+    """:func:`train` with ``task="segment"`` (``robustvit train --task segment``)."""
+    return train(dataclasses.replace(cfg, task="segment"), resume=resume, progress=progress)
+
+
+def evaluate_segmentation(model: Normalized, dataset: ImageDataset, device: torch.device, batch_size: int = 100,
+                          limit: int | None = None) -> dict[str, Any]:
+    """:func:`robustvit.metrics.dense.segmentation_scores` of ``model`` on the first ``limit`` images of a data set
+    with masks."""
+    task, k = Segment(), int(model.spec.num_classes)
+    counts = task.val_counts(model, shard_batches(dataset, batch_size, limit, targets=task.targets), device)
+    return segmentation_scores(counts.cpu().view(k, k))
+
+
 def write_results(run: Run) -> Path:
-    """``OUT/results.json`` of kind ``train`` (the results schema of :mod:`robustvit.runs`): the config, the
-    per-epoch metrics of ``metrics.jsonl`` and the checkpoints kept."""
-    metrics = run.out / "metrics.jsonl"
-    epochs = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []
+    """``OUT/results.json`` of kind ``train`` (the results schema of :mod:`robustvit.runs`) from what the run
+    holds: the config, the epochs' records, the checkpoints kept, the validation sample, when the run started
+    (its first session) and finished, and ``training_seconds``, the wall time of every session."""
     kept = [d for d in ("checkpoint", "best", "last") if (run.out / d).is_dir()]
-    data = data_record(spec=run.cfg.data, num_images=len(run.dataset), num_classes=run.dataset.num_classes,
-                       val_spec=run.cfg.val_data)
-    record = model_record(run.eval_model(), run.cfg.model, run.cfg.model)
+    cfg = run.cfg
+    data = data_record(spec=cfg.data, num_images=len(run.dataset), num_classes=run.dataset.num_classes,
+                       val_spec=cfg.val_data, val_subset=run.val_subset)
+    record = model_record(run.eval_model(), cfg.model, cfg.model)
     weights = run.out / "checkpoint" / "model.safetensors"
-    start = "pretrained" if run.cfg.pretrained else run.cfg.weights or ("checkpoint" if is_checkpoint_dir(run.cfg.model)
-                                                                        else "random initialisation")
+    start = "pretrained" if cfg.pretrained else cfg.weights or ("checkpoint" if is_checkpoint_dir(cfg.model)
+                                                                else "random initialisation")
     record["weights"] = {"source": "trained", "checkpoint": "checkpoint", "started_from": start,
                          "sha256": hashlib.sha256(weights.read_bytes()).hexdigest() if weights.is_file() else None}
-    record["pretrained"] = True     # trained weights: the numbers describe a trained network
-    return write_train_results(run.out, run.cfg.to_dict(), epochs, kept, record, data,
-                               loss={"name": run.cfg.loss, **run.loss.resolved()})
+    record["pretrained"] = start != "random initialisation"   # true only when training started from given weights
+    header = run_header(device=run.device, seed=cfg.seed, started=run.started, world_size=run.world,
+                        batch_size=cfg.batch_size, task=cfg.task, training_seconds=round(run.seconds, 2))
+    return write_train_results(run.out, cfg.to_dict(), run.history, kept, record, data, run=header,
+                               loss={"name": cfg.loss if cfg.task == "classify" else run.loss.name,
+                                     **run.loss.resolved()})

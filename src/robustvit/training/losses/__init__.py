@@ -5,7 +5,7 @@
 * ``fgsm_rs``: Wong et al., "Fast is better than free" (arXiv:2001.03994).
 * ``trades``: Zhang et al. (arXiv:1901.08573), as yaodongyu/TRADES.
 * ``afat`` (and ``afat_random``, ``afat_patchdrop``): Guo et al., CVPR 2023, as guoyongcs/RSPC.
-* ``mpp``: masked patch prediction, the ViT paper's self-supervised pre-training (:mod:`robustvit.training.mpp`).
+* ``mpp``: masked patch prediction, the ViT paper's self-supervised pre-training (:mod:`robustvit.training.losses.mpp`).
 
 The registry imports every module of this package (and ``robustvit.training.mpp``) before its first lookup, so
 a new loss module is picked up with no list to edit; hyphenated spellings (``pgd-at``, ``fgsm-rs``) are aliases.
@@ -30,8 +30,9 @@ from robustvit.training.losses.pgd_at import PGDAT
 from robustvit.training.losses.fgsm_rs import FGSMRS
 from robustvit.training.losses.trades import TRADES
 from robustvit.training.losses.afat import AFAT, AFATOptions, AFATPatchDrop, AFATRandom
+from robustvit.training.losses.mpp import MaskedPatchPrediction
 
 __all__ = ["AFAT", "AFATOptions", "AFATPatchDrop", "AFATRandom", "AdversarialLoss", "AdversarialOptions",
-           "CrossEntropy", "FGSMRS", "LOSSES", "LossOutput", "PGDAT", "TRADES", "TrainingLoss", "_rank",
-           "classification_loss", "create_loss", "hard_labels", "list_losses", "loss_keywords",
+           "CrossEntropy", "FGSMRS", "LOSSES", "LossOutput", "MaskedPatchPrediction", "PGDAT", "TRADES",
+           "TrainingLoss", "_rank", "classification_loss", "create_loss", "hard_labels", "list_losses", "loss_keywords",
            "parse_loss_options", "register_loss"]

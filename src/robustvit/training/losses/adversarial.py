@@ -14,6 +14,7 @@ for the ``train_acc`` log are obtained without touching BatchNorm statistics.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,8 +24,8 @@ from torch import nn
 from robustvit.attacks import create_attack
 from robustvit.options import Eps, option
 from robustvit.training.losses.base import TrainingLoss, _rank
-from robustvit.training.schedules import eps_at
-from robustvit.utils import derive_seed
+from robustvit.training.schedules import EpsSchedule, eps_at
+from robustvit.utils import derive_seed, eval_mode
 
 
 @dataclass
@@ -33,7 +34,7 @@ class AdversarialOptions:
 
     eps: Eps = option(4 / 255, min=0, help="L∞ budget in pixel units (4/255 accepted)")
     step_size: Eps | None = option(None, min=0, help="attack step at full ε (none: the loss's rule)")
-    eps_schedule: Literal["constant", "linear"] = option("constant", help="ε warm-up schedule")
+    eps_schedule: EpsSchedule = option("constant", help="ε warm-up schedule")
     eps_warmup_epochs: float = option(0.0, min=0, help="epochs of the linear ε warm-up")
     label_smoothing: float = option(0.1, min=0, max=1, help="label smoothing of the classification loss")
     seed: int = option(0, help="seed of the attacks' random starts")
@@ -67,23 +68,6 @@ class AdversarialLoss(TrainingLoss):
         super().__init__(options, **kwargs)
         self.register_buffer("calls", torch.zeros((), dtype=torch.long))   # attack seeds; saved with the run
 
-    # the options as attributes (read by the trainer, the benchmarks and older code)
-    @property
-    def eps(self) -> float:
-        return float(self.options.eps)
-
-    @property
-    def attack_steps(self) -> int:
-        return int(getattr(self.options, "attack_steps", 1))
-
-    @property
-    def label_smoothing(self) -> float:
-        return float(self.options.label_smoothing)
-
-    @property
-    def seed(self) -> int:
-        return int(self.options.seed)
-
     def eps_for(self, epoch: int) -> float:
         o = self.options
         return eps_at(epoch, float(o.eps), o.eps_schedule, float(o.eps_warmup_epochs))
@@ -92,12 +76,13 @@ class AdversarialLoss(TrainingLoss):
         """The attack's step at ``eps``: the explicit ``step_size`` scaled with the ε schedule, else the loss's
         rule (``step_rule``·ε/K; PGD-AT 1.5·ε/K as the light recipe, FGSM-RS 1.25·ε)."""
         if self.options.step_size is None:
-            return self.step_rule * eps / self.attack_steps
-        return float(self.options.step_size) * (eps / self.eps if self.eps > 0 else 0.0)
+            return self.step_rule * eps / self.options.attack_steps
+        full = float(self.options.eps)
+        return float(self.options.step_size) * (eps / full if full > 0 else 0.0)
 
     def next_seed(self) -> int:
         """A fresh attack seed per call (and per data-parallel rank)."""
-        s = derive_seed(self.seed, "attack", int(self.calls), _rank()) % 2**31   # the attack scales it
+        s = derive_seed(self.options.seed, "attack", int(self.calls), _rank()) % 2**31   # the attack scales it
         self.calls += 1
         return s
 
@@ -107,7 +92,7 @@ class AdversarialLoss(TrainingLoss):
 
     def attack(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, **kw: Any) -> torch.Tensor:
         """PGD (``attack_steps`` steps, uniform random start) from ``robustvit.attacks``."""
-        atk = create_attack("pgd", self.attack_model(model), eps=eps, steps=self.attack_steps,
+        atk = create_attack("pgd", self.attack_model(model), eps=eps, steps=self.options.attack_steps,
                             step_size=self.step_for(eps), random_start=True, seed=self.next_seed(), **kw)
         return atk(x, y)
 
@@ -116,11 +101,5 @@ class AdversarialLoss(TrainingLoss):
         mode = self.options.clean_forward
         if mode == "none":
             return adv_logits.detach()
-        was = model.training
-        if mode == "eval":
-            model.eval()
-        try:
-            with torch.no_grad():
-                return model(x)
-        finally:
-            model.train(was)
+        with torch.no_grad(), (eval_mode(model) if mode == "eval" else contextlib.nullcontext()):
+            return model(x)

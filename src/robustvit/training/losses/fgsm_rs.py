@@ -6,6 +6,7 @@ locuslab/fast_adversarial): x + U(−ε, ε), one signed-gradient step of 1.25·
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from robustvit.training.losses.adversarial import AdversarialOptions
 from robustvit.training.losses.base import register_loss
@@ -21,8 +22,4 @@ class FGSMRS(PGDAT):
 
     @dataclass
     class Options(AdversarialOptions):
-        pass
-
-    @property
-    def attack_steps(self) -> int:
-        return 1
+        attack_steps: ClassVar[int] = 1     # one step: not an option

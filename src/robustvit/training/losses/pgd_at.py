@@ -28,4 +28,4 @@ class PGDAT(AdversarialLoss):
         x_adv = self.attack(model, x, labels, eps) if eps > 0 else x
         adv_logits = model(x_adv)
         clean = self.clean_logits(model, x, adv_logits) if eps > 0 else adv_logits.detach()
-        return classification_loss(adv_logits, y, self.label_smoothing), clean, adv_logits
+        return classification_loss(adv_logits, y, self.options.label_smoothing), clean, adv_logits

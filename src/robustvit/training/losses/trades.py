@@ -44,10 +44,6 @@ class TRADES(AdversarialLoss):
         beta: float = option(6.0, min=0, help="weight of the KL term")
         forward: Literal["separate", "concat"] = option("separate", help="clean/adversarial forwards")
 
-    @property
-    def beta(self) -> float:
-        return float(self.options.beta)
-
     def step_for(self, eps: float) -> float:
         if self.options.step_size is None:
             return 0.007 / 0.031 * eps
@@ -63,7 +59,7 @@ class TRADES(AdversarialLoss):
             with torch.no_grad():
                 p_clean = F.softmax(model(x).float(), dim=1)
             x_adv = (x + START_STD * torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)).clamp_(0, 1)
-            for _ in range(self.attack_steps):
+            for _ in range(self.options.attack_steps):
                 x_adv.requires_grad_(True)
                 with torch.enable_grad():
                     kl = F.kl_div(F.log_softmax(model(x_adv).float(), dim=1), p_clean, reduction="sum")
@@ -78,7 +74,7 @@ class TRADES(AdversarialLoss):
         eps = self.eps_for(epoch)
         if eps <= 0:                     # ε warm-up epoch 0: x_adv = x, the KL term vanishes
             clean = model(x)
-            return classification_loss(clean, y, self.label_smoothing), clean, clean
+            return classification_loss(clean, y, self.options.label_smoothing), clean, clean
         x_adv = self.inner_attack(model, x, eps)
         if self.options.forward == "concat":
             logits = model(torch.cat([x, x_adv]))
@@ -87,4 +83,4 @@ class TRADES(AdversarialLoss):
             clean = model(x)
             adv = model(x_adv)
         kl = F.kl_div(F.log_softmax(adv, dim=1), F.softmax(clean, dim=1), reduction="batchmean")
-        return classification_loss(clean, y, self.label_smoothing) + self.beta * kl, clean, adv
+        return classification_loss(clean, y, self.options.label_smoothing) + self.options.beta * kl, clean, adv

@@ -37,7 +37,7 @@ Randomness: the corruption of call ``t`` is drawn from a generator seeded with (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -45,11 +45,11 @@ from torch import nn
 
 from robustvit.errors import RobustvitError
 from robustvit.models.probe import ViTProbe
-from robustvit.training.losses import LossOutput, TrainingLoss, _rank, register_loss
+from robustvit.options import option
+from robustvit.training.losses.base import LossOutput, TrainingLoss, _rank, register_loss
 from robustvit.utils import derive_seed
 
 KEEP, MASK, RANDOM = 0, 1, 2
-SPACES = ("auto", "embedding", "pixels")
 
 
 @dataclass
@@ -146,17 +146,22 @@ class MaskedPatchPrediction(TrainingLoss):
 
     name = "mpp"
 
-    def __init__(self, mask_ratio: float = 0.5, p_mask: float = 0.8, p_random: float = 0.1, bits: int = 3,
-                 space: str = "auto", seed: int = 0) -> None:
-        super().__init__()
-        self.mask_ratio, self.p_mask, self.p_random = float(mask_ratio), float(p_mask), float(p_random)
-        self.bits, self.seed, self.space = int(bits), int(seed), str(space)
-        if self.space not in SPACES:
-            raise RobustvitError(f"mpp: space must be one of {', '.join(SPACES)}, got {space!r}")
-        if not (0 < self.mask_ratio <= 1 and self.p_mask >= 0 and self.p_random >= 0
-                and self.p_mask + self.p_random <= 1 and 1 <= self.bits <= 4):
-            raise RobustvitError("mpp: need 0 < mask_ratio <= 1, p_mask, p_random >= 0 with p_mask + p_random <= 1, "
-                                 "and 1 <= bits <= 4")
+    @dataclass
+    class Options:
+        mask_ratio: float = option(0.5, min=0, max=1, help="fraction of the patches corrupted (> 0)")
+        p_mask: float = option(0.8, min=0, max=1, help="share of the corrupted patches given the [mask] embedding")
+        p_random: float = option(0.1, min=0, max=1, help="share given another patch (p_mask + p_random <= 1)")
+        bits: int = option(3, min=1, max=4, help="bits per colour channel of the target (3: 512 classes)")
+        space: Literal["auto", "embedding", "pixels"] = option("auto", help="where patches are corrupted")
+        seed: int = option(0, help="seed of the corruptions")
+
+    def __init__(self, options: Any = None, **kwargs: Any) -> None:
+        super().__init__(options, **kwargs)
+        o = self.options
+        if o.mask_ratio <= 0 or o.p_mask + o.p_random > 1:
+            raise RobustvitError(f"training loss 'mpp': need mask_ratio > 0 and p_mask + p_random <= 1, got "
+                                 f"mask_ratio={o.mask_ratio}, p_mask={o.p_mask}, p_random={o.p_random}")
+        self.space = o.space             # "auto" is resolved by setup()
         self.register_buffer("calls", torch.zeros((), dtype=torch.long))
         self.mask_embedding: nn.Parameter | None = None
         self.head: nn.Linear | None = None
@@ -180,7 +185,7 @@ class MaskedPatchPrediction(TrainingLoss):
             width = dim if self.space == "embedding" else model.spec.input_size[0] * self.patch ** 2
             self.mask_embedding = nn.Parameter(torch.zeros(width, device=device))
             nn.init.trunc_normal_(self.mask_embedding, std=0.02)   # timm's init of the cls token
-            self.head = nn.Linear(dim, 2 ** (3 * self.bits), device=device)
+            self.head = nn.Linear(dim, 2 ** (3 * self.options.bits), device=device)
 
     def optimized_parameters(self) -> list[tuple[str, nn.Parameter]]:
         assert self.mask_embedding is not None and self.head is not None, "call setup(model) first"
@@ -223,12 +228,13 @@ class MaskedPatchPrediction(TrainingLoss):
             raise RobustvitError(f"mpp: {tuple(x.shape[-2:])} images, but the model was set up for "
                                  f"{tuple(model.spec.input_size[-2:])}: train at the model's input size")
         gen = torch.Generator(device=x.device)
-        gen.manual_seed(derive_seed(self.seed, "mpp", int(self.calls), _rank()))
+        gen.manual_seed(derive_seed(self.options.seed, "mpp", int(self.calls), _rank()))
         self.calls += 1
-        c = sample_corruption(len(x), gh * gw, gen, self.mask_ratio, self.p_mask, self.p_random, x.device)
+        o = self.options
+        c = sample_corruption(len(x), gh * gw, gen, o.mask_ratio, o.p_mask, o.p_random, x.device)
         feats = self.corrupt_and_encode(model, x, c)
         patches = feats[:, self.num_prefix:]
-        target = mean_colour_targets(x, x.shape[-2] // gh, self.bits)
+        target = mean_colour_targets(x, x.shape[-2] // gh, self.options.bits)
         logits = self.head(patches[c.corrupted])
         loss = F.cross_entropy(logits.float(), target[c.corrupted])
         cls_logits = model.net.forward_head(feats)
@@ -247,8 +253,8 @@ class MaskedPatchPrediction(TrainingLoss):
         return {"space": self.space}
 
     def extra_repr(self) -> str:
-        return (f"mask_ratio={self.mask_ratio}, p_mask={self.p_mask}, p_random={self.p_random}, bits={self.bits}, "
-                f"space={self.space}")
+        o = self.options
+        return f"mask_ratio={o.mask_ratio}, p_mask={o.p_mask}, p_random={o.p_random}, bits={o.bits}, space={self.space}"
 
 
 __all__ = ["Corruption", "MaskedPatchPrediction", "apply_corruption", "corrupt_pixels", "mean_colour_targets",
