@@ -7,7 +7,7 @@
 * ``afat`` (and ``afat_random``, ``afat_patchdrop``): Guo et al., CVPR 2023, as guoyongcs/RSPC.
 * ``mpp``: masked patch prediction, the ViT paper's self-supervised pre-training (:mod:`robustvit.training.losses.mpp`).
 
-The registry imports every module of this package (and ``robustvit.training.mpp``) before its first lookup, so
+The registry imports every module of this package before its first lookup, so
 a new loss module is picked up with no list to edit; hyphenated spellings (``pgd-at``, ``fgsm-rs``) are aliases.
 Options are typed dataclasses (``Options`` of each class) parsed by :mod:`robustvit.options`. ε follows a
 per-epoch schedule (:mod:`robustvit.training.schedules`); at ε = 0 (the first epoch of a linear warm-up) the

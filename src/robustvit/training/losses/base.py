@@ -79,7 +79,7 @@ class TrainingLoss(nn.Module):
         return []
 
 
-LOSSES: Registry[type[TrainingLoss]] = Registry("training loss", package=("robustvit.training.losses", "robustvit.training.mpp"),
+LOSSES: Registry[type[TrainingLoss]] = Registry("training loss", package="robustvit.training.losses",
                                                  hint="see `robustvit list losses`")
 
 
