@@ -57,8 +57,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("robustvit", "robustvit.evaluate"): "maintainer: robustvit.evaluate becomes a plain function once the "
                                          "evaluation package is renamed (after the merge)",
     ("robustvit", "robustvit.facade"): "maintainer: the same rename (analyze/train forward to facade)",
-    ("robustvit.training.config", "robustvit.training.recipes"): "training helper: config<->recipes cycle",
-    ("robustvit.training.recipes", "robustvit.training.config"): "training helper: config<->recipes cycle",
     ("robustvit.report.builder", "robustvit.report.scorecard"): "protocols helper: report builder<->sections cycle",
     ("robustvit.report.scorecard", "robustvit.report.builder"): "protocols helper: report builder<->sections cycle",
     ("robustvit.report.builder", "robustvit.report.sections.analysis"): "protocols helper: builder<->sections cycle",
