@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -40,6 +40,7 @@ from torch import nn
 from robustvit.attacks import checks
 from robustvit.attacks.base import ATTACKS, Attack, attack_keywords, create_attack, list_attacks, register_attack
 from robustvit.errors import RobustvitError
+from robustvit.options import option
 
 MemberSpec = tuple[str, dict[str, Any]]
 
@@ -64,35 +65,44 @@ ALIASES = {"restarts": ("n_restarts",), "steps": ("n_iter", "iterations"), "n_ta
 
 @register_attack
 class AutoAttack(Attack):
-    """AutoAttack. Keywords: ``eps`` (8/255), ``norm`` ("linf"/"l2"), ``version`` ("standard"),
-    ``attacks`` (for "custom"), ``n_target_classes`` (9, capped at classes − 1), ``steps`` / ``n_queries``
-    (override every member's iterations / queries, e.g. for quick runs), ``member_kwargs``
-    ({name: {kw: value}}), ``batch_size`` (None = whole batch per member call), ``skip_missing`` (False:
-    raise if a member is not registered), ``run_checks`` (True), ``verbose`` (False), ``seed`` (0)."""
+    """AutoAttack (Croce & Hein 2020, arXiv:2003.01690): apgd_ce, apgd_t, fab_t and square in cascade, each on the
+    points still robust; per-member robust accuracy in ``last_report``."""
 
     name = "autoattack"
+    masking_checks = ("model",)   # the ensemble holds its own black-box member
 
-    def __init__(self, model: nn.Module, *, version: str = "standard",
-                 attacks: Sequence[str | tuple[str, dict[str, Any]] | Attack] | None = None,
-                 n_target_classes: int = 9, steps: int | None = None, n_queries: int | None = None,
-                 member_kwargs: dict[str, dict[str, Any]] | None = None, batch_size: int | None = None,
-                 skip_missing: bool = False, run_checks: bool = True, verbose: bool = False, **kwargs) -> None:
-        super().__init__(model, **kwargs)
+    @dataclass
+    class Options(Attack.Options):
+        version: Literal[VERSION_NAMES] = option("standard", help="standard, plus, rand or custom (attacks=)")
+        attacks: list[Any] | None = option(None, help="custom: the members, joined by + (names; in Python also "
+                                                      "(name, kwargs) pairs or Attack objects)")
+        n_target_classes: int = option(9, min=1, help="target classes of apgd_t / fab_t (capped at classes − 1)")
+        steps: int | None = option(None, min=1, help="iterations of every member (a reduced AutoAttack)")
+        n_queries: int | None = option(None, min=1, help="Square's queries (a reduced AutoAttack)")
+        member_kwargs: dict | None = option(None, help="keywords per member, {name: {key: value}} (Python / YAML)")
+        batch_size: int | None = option(None, min=1, help="images per member call (default: the whole batch)")
+        skip_missing: bool = option(False, help="skip members that are not registered instead of refusing")
+        run_checks: bool = option(True, help="AutoAttack's own checks of the model (randomness, softmax output, …)")
+        verbose: bool = option(False, help="print each member's progress")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
         if self.targeted:
             raise RobustvitError("autoattack is untargeted (apgd_t/fab_t pick their own targets); drop targeted=True")
-        self.version = str(version)
-        self.members = self._resolve(self.version, attacks)
-        self.n_target_classes = int(n_target_classes)
-        self.overrides = {k: v for k, v in (("steps", steps), ("n_queries", n_queries)) if v is not None}
-        self.member_kwargs = {ATTACKS.canonical(k): v for k, v in (member_kwargs or {}).items()}
-        self.batch_size = batch_size
-        self.skip_missing, self.run_checks, self.verbose = bool(skip_missing), bool(run_checks), bool(verbose)
+        o = self.opts
+        self.version = o.version
+        self.members = self._resolve(self.version, o.attacks)
+        self.n_target_classes = o.n_target_classes
+        self.overrides = {k: v for k, v in (("steps", o.steps), ("n_queries", o.n_queries)) if v is not None}
+        self.member_kwargs = {ATTACKS.canonical(k): v for k, v in (o.member_kwargs or {}).items()}
+        self.batch_size = o.batch_size
+        self.skip_missing, self.run_checks, self.verbose = o.skip_missing, o.run_checks, o.verbose
         self.missing = self._check_registered()
         self.last_report: dict[str, Any] = {}
 
     # ---- configuration ------------------------------------------------------------------------
     @staticmethod
-    def _resolve(version: str, attacks: Sequence[Any] | None) -> list[MemberSpec | Attack]:
+    def _resolve(version: str, attacks: list[Any] | None) -> list[MemberSpec | Attack]:
         if version == "custom":
             if not attacks:
                 raise RobustvitError("autoattack version 'custom' needs attacks=[...], e.g. ['apgd_ce', 'square']")
