@@ -61,6 +61,12 @@ NORMS = ("linf", "l2")
 MASKING_CHECKS = ("model", "more_steps", "blackbox")
 
 
+def canonical_norm(norm: str) -> str:
+    """``linf`` / ``l2`` for the spellings people write (``Linf``, ``inf``, ``l_inf``, ``2``)."""
+    text = str(norm).lower()
+    return {"l_inf": "linf", "inf": "linf", "2": "l2"}.get(text, text)
+
+
 class Attack:
     """Base class: the options every attack takes, the call protocol and the shared helpers."""
 
@@ -86,8 +92,7 @@ class Attack:
         self.model = model
         self.opts: Any = parse_options(type(self).Options, options, what=f"attack {self.name!r}")
         self.eps = float(self.opts.eps) if self.opts.eps is not None else None
-        norm = str(self.opts.norm).lower()
-        norm = {"l_inf": "linf", "inf": "linf", "2": "l2"}.get(norm, norm)
+        norm = canonical_norm(self.opts.norm)
         if norm not in self.norms:
             raise RobustvitError(f"attack {self.name!r} does not support norm {norm!r}; use one of {', '.join(self.norms)}")
         self.norm = norm
