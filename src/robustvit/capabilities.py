@@ -69,6 +69,10 @@ ATTACK_OPTIONS: dict[str, dict[str, Any]] = {
 #: Tiny suite specs; unknown suites run with their defaults.
 SUITE_SPECS: dict[str, str] = {
     "apgd": "apgd:steps=2:checks=0", "autoattack": "autoattack:steps=2:n_queries=3:checks=0",
+    "apgd_ce": "apgd_ce:steps=2:checks=0", "apgd_dlr": "apgd_dlr:steps=2:checks=0",
+    "apgd_t": "apgd_t:steps=2:n_target_classes=1:checks=0", "fab": "fab:steps=2:restarts=1:checks=0",
+    "fab_t": "fab_t:steps=2:n_target_classes=1:checks=0", "square": "square:n_queries=3:checks=0",
+    "targeted_pgd": "targeted_pgd:steps=2:checks=0",
     "fgsm": "fgsm:checks=0", "pgd": "pgd:steps=2:checks=0", "transfer": "transfer:steps=1:checks=0",
     "patch_fool": "patch_fool:steps=2:checks=0", "spatial": "spatial:translations=2:rotations=2:checks=0",
     "corruptions": "corruptions:corruptions=gaussian_noise+contrast:severities=1",

@@ -256,6 +256,9 @@ class AttackSuite(Suite):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._convention: dict[tuple[str, int, int | None], tuple[str, str]] = {}
+        norm, norms = self.options.get("norm"), ATTACKS.get(self.attack_name).norms
+        if norm is not None and canonical_norm(norm) not in norms:
+            raise RobustvitError(f"suite {self.name!r}: norm={norm!r} is not valid (expected one of {', '.join(norms)})")
 
     @property
     def attack_cls(self) -> type[Attack]:
