@@ -101,6 +101,21 @@ def test_attack_example():
             ce = torch.nn.functional.cross_entropy
             assert float(ce(model(adv), y)) > float(ce(model(x), y))                # it ascends the loss
         assert all(p.grad is None for p in model.parameters()) and not model.training
+        # …and it runs from eval by its name, with its own options (a file in robustvit/attacks/ is imported with
+        # the package; a class registered later, as here, is picked up by register_attack_suites)
+        from robustvit.evaluate.suites import Batch, EvalContext, create_suite
+        from robustvit.evaluate.suites.base import SUITES
+        from robustvit.evaluate.suites.adversarial import register_attack_suites
+
+        with restored(SUITES):
+            register_attack_suites()
+            assert "my_ifgsm" in SUITES.list() and "my-ifgsm" in SUITES
+            suite = create_suite("my-ifgsm:steps=3:checks=0")
+            ctx = EvalContext(model=model, model_name="m", models={"m": model}, data_spec="synthshapes:test",
+                              dataset=None, num_classes=5, device=torch.device("cpu"), seed=0, options={"eps": "8/255"})
+            res = suite.finalize(ctx, {"all": suite.run(ctx, "all", Batch(x, y, torch.arange(8), torch.Generator()))})
+            assert res["attack"] == "my_ifgsm" and res["steps"] == 3 and res["eps"] == 8 / 255
+            assert res["eps_source"] == "run" and 0 <= res["accuracy"] <= res["clean_accuracy"]
     assert "my_ifgsm" not in list_attacks()
 
 

@@ -85,6 +85,7 @@ DEMO_SUITES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "spatial": (("spatial:limit=200:translations=5:rotations=7:save=8",), ("spatial:limit=100:translations=3:rotations=5",)),
     "patch_fool": (("patch_fool:limit=100:steps=50:save=8",), ("patch_fool:limit=50:steps=20",)),
     "transfer": ((), ()),
+    **{name: ((), ()) for name in ("apgd_ce", "apgd_dlr", "apgd_t", "fab", "fab_t", "square", "targeted_pgd")},
     "fewshot": (("fewshot:shots=1+5+10+25:draws=5:limit=500",), ("fewshot:shots=1+5+10:draws=3:limit=200",)),
     **{name: ((), ()) for name in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
     **{name: ((), ()) for name in ("seg_clean", "seg_corruptions", "det_clean", "det_corruptions")},
@@ -93,6 +94,8 @@ DEMO_SUITES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 DEMO_SKIPPED = {
     "apgd": "the demo's autoattack run includes APGD-CE and APGD-T",
     "transfer": "the demo evaluates its models one at a time; run `robustvit eval --model A,B --suite transfer`",
+    **{name: f"one attack on its own; the demo runs pgd and autoattack (run `robustvit eval --suite {name}`)"
+       for name in ("apgd_ce", "apgd_dlr", "apgd_t", "fab", "fab_t", "square", "targeted_pgd")},
     **{name: "needs the data set on disk and a 1000-class ImageNet model (pass root=DIR)"
        for name in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
     **{name: "needs a segmentation model and per-pixel masks (docs/dense.md: train --task segment)"
