@@ -85,7 +85,9 @@ def test_the_convention_example_prints_what_the_doc_shows():
 def test_attack_example():
     from robustvit.attacks import create_attack, list_attacks
     from robustvit.attacks.base import ATTACKS
+    from robustvit.evaluate.suites.base import SUITES
 
+    SUITES.list()                                   # the built-in suites first: the example's is removed after
     with restored(ATTACKS):
         run_block("How to add an attack")
         assert "my_ifgsm" in list_attacks("my*")
@@ -104,7 +106,6 @@ def test_attack_example():
         # …and it runs from eval by its name, with its own options (a file in robustvit/attacks/ is imported with
         # the package; a class registered later, as here, is picked up by register_attack_suites)
         from robustvit.evaluate.suites import Batch, EvalContext, create_suite
-        from robustvit.evaluate.suites.base import SUITES
         from robustvit.evaluate.suites.adversarial import register_attack_suites
 
         with restored(SUITES):
@@ -116,7 +117,7 @@ def test_attack_example():
             res = suite.finalize(ctx, {"all": suite.run(ctx, "all", Batch(x, y, torch.arange(8), torch.Generator()))})
             assert res["attack"] == "my_ifgsm" and res["steps"] == 3 and res["eps"] == 8 / 255
             assert res["eps_source"] == "run" and 0 <= res["accuracy"] <= res["clean_accuracy"]
-    assert "my_ifgsm" not in list_attacks()
+    assert "my_ifgsm" not in list_attacks() and "my_ifgsm" not in SUITES.list()
 
 
 def test_corruption_example():
