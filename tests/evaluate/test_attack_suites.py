@@ -277,3 +277,20 @@ def test_transfer_random_target_is_labelled_and_source_size_checked(tmp_path):
     with pytest.raises(RobustvitError, match="one source"):
         create_suite("transfer:sources=a+b:source_weights=w.safetensors").parts(
             make_ctx(target, tmp_path, models={"m": target}))
+
+
+def test_autoattack_individual_mode_beside_the_cascade(tmp_path):
+    """#36: individual=1 runs every member alone on all clean-correct points (as the original's
+    run_standard_evaluation_individual): each is at least the cascade's accuracy, the first equals its cascade
+    value (same seed, same points), and the cascade is unchanged by it."""
+    model = SmallNet()
+    batches = [make_batch(model, seed=s) for s in (0, 1)]
+    spec = "autoattack:version=custom:attacks=apgd_ce+fab_t+square:steps=3:n_queries=20:n_target_classes=2:checks=0"
+    cascade = evaluate(spec, make_ctx(model, tmp_path), batches)
+    both = evaluate(spec + ":individual=1", make_ctx(model, tmp_path), batches)
+    ind, per = both["individual"], both["per_attack"]
+    assert list(ind) == ["apgd_ce", "fab_t", "square"] and per == cascade["per_attack"]
+    assert both["accuracy"] == cascade["accuracy"] < both["clean_accuracy"]
+    assert ind["apgd_ce"] == per["apgd_ce"]
+    assert all(both["accuracy"] <= a <= both["clean_accuracy"] for a in ind.values())
+    assert ind["square"] > both["accuracy"]          # alone, the weak black-box member breaks fewer points

@@ -18,7 +18,9 @@ T = min(``n_target_classes`` (default 9), number of classes − 1), adapted to t
 DLR needs ≥ 4 classes and DLR ≥ 3 (members that cannot run are skipped and flagged). APGD and FAB run
 100 iterations. After a call, ``last_report`` holds the clean accuracy, the robust accuracy after each
 member, the final robust accuracy, time per member and the self-check flags (randomised output,
-softmax output, too few classes, black-box attack stronger than white-box).
+softmax output, too few classes, black-box attack stronger than white-box); with ``individual=True`` also
+``individual``: each member's robust accuracy when it alone attacks every clean-correct point (the original's
+``run_standard_evaluation_individual``; the first member's equals its cascade value, same seed, same points).
 
 Example::
 
@@ -83,6 +85,8 @@ class AutoAttack(Attack):
         batch_size: int | None = option(None, min=1, help="images per member call (default: the whole batch)")
         skip_missing: bool = option(False, help="skip members that are not registered instead of refusing")
         run_checks: bool = option(True, help="AutoAttack's own checks of the model (randomness, softmax output, …)")
+        individual: bool = option(False, help="also run every member alone on all clean-correct points (the "
+                                              "original's run_standard_evaluation_individual)")
         verbose: bool = option(False, help="print each member's progress")
 
     def __init__(self, model: nn.Module, **options: Any) -> None:
@@ -97,6 +101,7 @@ class AutoAttack(Attack):
         self.member_kwargs = {ATTACKS.canonical(k): v for k, v in (o.member_kwargs or {}).items()}
         self.batch_size = o.batch_size
         self.skip_missing, self.run_checks, self.verbose = o.skip_missing, o.run_checks, o.verbose
+        self.individual = o.individual
         self.missing = self._check_registered()
         self.last_report: dict[str, Any] = {}
 
@@ -156,6 +161,7 @@ class AutoAttack(Attack):
         logits = self._logits(x)
         n_classes = logits.shape[1]
         robust = logits.argmax(1) == y
+        clean_ok = robust.clone()
         per_attack: dict[str, float] = {}
         times: dict[str, float] = {}
         skipped: dict[str, str] = {m: "not registered" for m in self.missing}
@@ -176,6 +182,9 @@ class AutoAttack(Attack):
             per_attack[name] = robust.float().mean().item()
             times[name] = time.perf_counter() - t0
             self._log(f"robust accuracy after {name}: {per_attack[name]:.2%} ({times[name]:.1f} s)")
+        individual = {name: self._run_member(atk or self.build_member(name, kw, n_classes), x, y, clean_ok,
+                                             x.clone()).float().mean().item()
+                      for name, kw, atk in self._runnable(skipped)} if self.individual else None
         flags["blackbox_stronger"] = checks.check_blackbox_stronger({"clean": clean, **per_attack})
         if skipped:
             flags["skipped_members"] = checks._result(True, "members skipped: " + ", ".join(
@@ -191,7 +200,14 @@ class AutoAttack(Attack):
             "robust_accuracy": robust.float().mean().item(), "time_s": {**times, "total": time.perf_counter() - t_start},
             "flags": flags,
         }
+        if individual is not None:
+            self.last_report["individual"] = individual
         return x_adv
+
+    def _runnable(self, skipped: dict[str, str]) -> list[tuple[str, dict[str, Any], Any]]:
+        """(name, keywords, Attack object or None) of each member that ran."""
+        return [(m.name, {}, m) if isinstance(m, Attack) else (m[0], m[1], None) for m in self.members
+                if (m.name if isinstance(m, Attack) else m[0]) not in skipped]
 
     def _run_member(self, atk: Attack, x: torch.Tensor, y: torch.Tensor, robust: torch.Tensor,
                     x_adv: torch.Tensor) -> torch.Tensor:

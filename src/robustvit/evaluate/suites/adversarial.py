@@ -476,8 +476,9 @@ class AutoAttackSuite(AttackSuite):
         return create_attack("autoattack", model, seed=seed, **kw, **self.fixed)
 
     def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
-        per = atk.last_report.get("per_attack", {})   # type: ignore[attr-defined]
-        return {"per_attack": {k: int(round(v * n_attacked)) for k, v in per.items()}}
+        report = atk.last_report   # type: ignore[attr-defined]
+        return {key: {k: int(round(v * n_attacked)) for k, v in report[key].items()}
+                for key in ("per_attack", "individual") if key in report}
 
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
         out = super().settings(ctx)
@@ -493,7 +494,10 @@ class AutoAttackSuite(AttackSuite):
         n = max(s.get("n", 0), 1)
         counts = s.get("per_attack", {})
         misclassified = s.get("n", 0) - s.get("clean", 0)
-        return {"per_attack": {k: v / n for k, v in counts.items()}, "clean_misclassified": misclassified}
+        out = {"per_attack": {k: v / n for k, v in counts.items()}, "clean_misclassified": misclassified}
+        if "individual" in s:   # each member alone on every clean-correct point, beside the cascade
+            out["individual"] = {k: v / n for k, v in s["individual"].items()}
+        return out
 
     def extra_flags(self, ctx: EvalContext, res: dict[str, Any]) -> dict[str, checks.CheckResult]:
         return {"blackbox_stronger": checks.check_blackbox_stronger(res["per_attack"]),
