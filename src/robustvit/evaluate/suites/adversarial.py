@@ -59,6 +59,7 @@ from robustvit.models.factory import build_named_model, is_comparable
 from robustvit.models.wrapper import inference_settings
 from robustvit.models.probe import is_probeable
 from robustvit.options import Eps, option, option_names, parse_options
+from robustvit.runs import write_bytes
 from robustvit.utils import parse_eps
 
 #: Default budgets by data convention (RobustBench: CIFAR-10/100 L∞ 8/255, L2 0.5; ImageNet L∞ 4/255, L2 3.0).
@@ -75,7 +76,9 @@ APGD_ATTACKS = ("apgd_ce", "apgd_dlr", "apgd_t")
 class ExampleOptions(SuiteOptions):
     """Options of every attack suite: saved examples and gradient-masking checks."""
 
-    save: int = option(0, min=0, help="write the first N clean / adversarial / perturbation images as PNGs")
+    save: int | Literal["all"] = option(0, min=0, help="write the first N clean / adversarial / perturbation images "
+                                                       "as PNGs; all: every adversarial example (float32) and its "
+                                                       "image index into one safetensors file")
     checks: int = option(32, min=0, help="gradient-masking checks on the first N images (0: none)")
 
 
@@ -310,6 +313,7 @@ class AttackSuite(Suite):
         stats["robust"] = int(robust.sum())
         stats["nonfinite"] = int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())
         stats["saved"] = self.maybe_save(ctx, batch, x, x_adv, clean_ok, aim)
+        self.save_chunk(ctx, batch, x_adv)
         return stats
 
     def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
@@ -321,7 +325,7 @@ class AttackSuite(Suite):
         """Save the suite's first ``save`` images (files named by their data-set index); those misclassified
         before the attack (not attacked for the statistics) are attacked separately, for the picture only.
         ``aim``: the labels the attack was given (targets for a targeted attack; default the true labels)."""
-        n_save = self.opts.save
+        n_save = self.opts.save if isinstance(self.opts.save, int) else 0
         sel = (batch.index < n_save).to(x.device)
         if n_save <= 0 or ctx.out_dir is None or not bool(sel.any()):
             return 0
@@ -338,6 +342,33 @@ class AttackSuite(Suite):
     def save_dir(self, ctx: EvalContext) -> Path:
         assert ctx.out_dir is not None
         return Path(ctx.out_dir) / "adversarial" / re.sub(r"[^A-Za-z0-9_.=+-]+", "_", self.key)
+
+    def save_chunk(self, ctx: EvalContext, batch: Batch, x_adv: torch.Tensor) -> None:
+        """``save=all``: the chunk's adversarial examples (the clean image where none was attacked) and their
+        data-set indices, written atomically as the unit's own file, so that a resumed run keeps them."""
+        if self.opts.save != "all" or ctx.out_dir is None:
+            return
+        from safetensors.torch import save
+
+        tensors = {"x_adv": x_adv.detach().float().cpu().contiguous(), "indices": batch.ids.long().cpu().contiguous()}
+        write_bytes(self.save_dir(ctx) / "chunks" / f"{int(batch.index.min()):09d}.safetensors", save(tensors))
+
+    def merge_chunks(self, ctx: EvalContext) -> dict[str, Any] | None:
+        """``save=all``: every chunk's file merged, in data-set order, into ``x_adv.safetensors`` (tensors ``x_adv``
+        (N, 3, H, W) float32 and ``indices`` (N,)); what results.json records of it (None when nothing saved)."""
+        if self.opts.save != "all" or ctx.out_dir is None:
+            return None
+        from safetensors.torch import load_file, save
+
+        parts = [load_file(str(p)) for p in sorted((self.save_dir(ctx) / "chunks").glob("*.safetensors"))]
+        if not parts:
+            return None
+        idx = torch.cat([p["indices"] for p in parts])
+        order = idx.argsort()
+        x_adv = torch.cat([p["x_adv"] for p in parts])[order].contiguous()
+        path = self.save_dir(ctx) / "x_adv.safetensors"
+        write_bytes(path, save({"x_adv": x_adv, "indices": idx[order].contiguous()}))
+        return {"file": str(path.relative_to(ctx.out_dir)), "count": int(idx.numel())}
 
     # ---- gradient-masking checks (first chunk only) -------------------------------------------
     def run_checks(self, ctx: EvalContext, batch: Batch) -> dict[str, Any]:
@@ -400,6 +431,9 @@ class AttackSuite(Suite):
         res["flags"].update(self.extra_flags(ctx, res))
         if s.get("saved"):
             res["saved"] = {"dir": str(self.save_dir(ctx).relative_to(ctx.out_dir)), "count": int(s["saved"])}
+        merged = self.merge_chunks(ctx)
+        if merged:
+            res["saved"] = merged
         return res
 
     def extra_results(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, Any]:
@@ -553,6 +587,7 @@ class PatchFoolSuite(AttackSuite):
         with torch.no_grad():
             adv_logits = ctx.model(x_adv)
         robust = recheck_fp32(ctx.model, correct(adv_logits, y), None, x_adv, y)
+        self.save_chunk(ctx, batch, x_adv)
         return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum()),
                 "nonfinite": int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum()),
                 "saved": self.maybe_save(ctx, batch, x, x_adv, torch.ones_like(clean_ok))}
