@@ -454,7 +454,7 @@ def attack_suite(name: str) -> type[AttackSuite]:
     line as the description."""
     cls = ATTACKS.get(name)
     doc = (cls.__doc__ or cls.name).strip().splitlines()[0]
-    return type(f"{cls.__name__}Suite", (AttackSuite,), {
+    return type(f"{cls.__name__}AttackSuite", (AttackSuite,), {
         "name": cls.name, "attack_name": cls.name, "aliases": tuple(cls.aliases), "description": doc,
         "Options": attack_suite_options(cls), "__module__": __name__, "__doc__": f"Robust accuracy under {doc}"})
 
