@@ -270,9 +270,11 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--decode", choices=DECODERS, default="cpu", help="JPEG decoding of folder data: cpu "
                    "(libjpeg-turbo in the workers, as timm; default) or gpu (nvjpeg on the CUDA device)")
     p.add_argument("--strict", action="store_true", help="fail on unreadable image files instead of counting them")
-    p.add_argument("--eps", help="attack budget for attack suites, e.g. 4/255")
-    p.add_argument("--norm", choices=NORMS, help="attack norm")
-    p.add_argument("--steps", type=int, help="attack iterations")
+    p.add_argument("--eps", help="attack budget of every attack suite (a suite's eps= wins), e.g. 4/255; default: "
+                   "the data's, 8/255 on CIFAR-sized images, 4/255 on ImageNet-sized ones (L2: 0.5 / 3.0)")
+    p.add_argument("--norm", choices=NORMS, help="attack norm of every attack suite (a suite's norm= wins)")
+    p.add_argument("--steps", type=int, help="iterations of every attack suite whose attack has steps (a suite's "
+                   "steps= wins)")
     p.add_argument("--no-progress", action="store_true")
     add_weights_args(p)
     p.add_argument("--class-map", metavar="FILE", help="JSON: the model class index (or indices) of each data class, "

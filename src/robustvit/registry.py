@@ -51,6 +51,7 @@ class Registry(Generic[T]):
         self._loaded = False
         self._items: dict[str, T] = {}
         self._aliases: dict[str, str] = {}
+        self._on_miss: list[Callable[[], object]] = []
 
     # -- registration ---------------------------------------------------------------------------------
     @overload
@@ -132,9 +133,18 @@ class Registry(Generic[T]):
             robustvit.errors.RobustvitError: unknown widget 'bleu'...
         """
         name = self.canonical(name)
+        if name not in self._items and self._on_miss:
+            for fill in self._on_miss:
+                fill()
+            name = self.canonical(name)
         if name not in self._items:
             raise unknown_name(self.kind, name, self._items, self.hint)
         return self._items[name]
+
+    def on_miss(self, fill: Callable[[], object]) -> None:
+        """Call ``fill`` (which may register more) when a lookup misses, before the unknown-name error: items
+        derived from another registry (an attack's evaluation suite) that was extended after this one loaded."""
+        self._on_miss.append(fill)
 
     def __contains__(self, name: object) -> bool:
         self._load()

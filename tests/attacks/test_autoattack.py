@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import pytest
 import torch
 
@@ -23,14 +26,21 @@ def run(model, x, y, **kw):
 
 
 class Recorder(base.Attack):
-    """A stand-in member that records its keywords and perturbs nothing."""
+    """A stand-in member that records its options and perturbs nothing."""
 
     seen: list[dict] = []
 
-    def __init__(self, model, *, restarts=1, n_target_classes=9, n_queries=10, p_init=0.8, steps=100, **kw):
+    @dataclass
+    class Options(base.Attack.Options):
+        restarts: int = 1
+        n_target_classes: int = 9
+        n_queries: int = 10
+        p_init: float = 0.8
+        steps: int = 100
+
+    def __init__(self, model, **kw):
         super().__init__(model, **kw)
-        Recorder.seen.append(dict(restarts=restarts, n_target_classes=n_target_classes, n_queries=n_queries,
-                                  steps=steps, eps=self.eps, seed=self.seed, name=self.name))
+        Recorder.seen.append({**dataclasses.asdict(self.opts), "name": self.name})
 
     def perturb(self, x, y):
         return x

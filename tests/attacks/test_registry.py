@@ -139,13 +139,29 @@ def test_bad_option_is_one_line(tiny_model, kwargs, words):
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_options_dataclass_matches_constructor(name):
-    """Every keyword the constructor accepts is an option, with the constructor's default."""
+def test_options_are_stated_once_on_the_class(name, tiny_model, request):
+    """The constructor takes exactly the Options fields; what it is not given is the field's default."""
     import dataclasses
 
     cls = get_attack_class(name)
-    names = {f.name for f in dataclasses.fields(cls.Options)}
-    assert names == attack_keywords(name)
+    model = model_for(name, tiny_model, request)
+    atk = build(name, model)
+    given = {k for k in QUICK if k in attack_keywords(name)}
+    for f in dataclasses.fields(cls.Options):
+        if f.name not in given:
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            assert getattr(atk.opts, f.name) == default, (name, f.name)
+    with pytest.raises(RobustvitError, match="no option 'not_an_option'"):
+        cls(model, not_an_option=1)
+
+
+def test_python_constructor_takes_the_options(tiny_model):
+    from robustvit.attacks.pgd import PGD, TargetedPGD
+
+    atk = PGD(tiny_model, eps="4/255", steps=20)
+    assert (atk.eps, atk.steps, atk.step_size, atk.restarts) == (4 / 255, 20, 2.5 * (4 / 255) / 20, 1)
+    tp = TargetedPGD(tiny_model)           # the subclass restates only the defaults it changes
+    assert (tp.eps, tp.norm, tp.steps, tp.targeted, tp.use_random_start) == (15.0, "l2", 100, True, False)
 
 
 def test_every_attack_option_has_a_help_line():
@@ -155,4 +171,4 @@ def test_every_attack_option_has_a_help_line():
 
     missing = [f"{name}.{o['name']}" for name in list_attacks() for o in describe(get_attack_class(name).Options)
                if not o["help"]]
-    assert not missing, f"add these keywords to robustvit.attacks.base.OPTION_HELP: {missing}"
+    assert not missing, f"give these options a help line (option(..., help=...)): {missing}"

@@ -277,3 +277,58 @@ def test_transfer_random_target_is_labelled_and_source_size_checked(tmp_path):
     with pytest.raises(RobustvitError, match="one source"):
         create_suite("transfer:sources=a+b:source_weights=w.safetensors").parts(
             make_ctx(target, tmp_path, models={"m": target}))
+
+
+def test_autoattack_individual_mode_beside_the_cascade(tmp_path):
+    """#36: individual=1 runs every member alone on all clean-correct points (as the original's
+    run_standard_evaluation_individual): each is at least the cascade's accuracy, the first equals its cascade
+    value (same seed, same points), and the cascade is unchanged by it."""
+    model = SmallNet()
+    batches = [make_batch(model, seed=s) for s in (0, 1)]
+    spec = "autoattack:version=custom:attacks=apgd_ce+fab_t+square:steps=3:n_queries=20:n_target_classes=2:checks=0"
+    cascade = evaluate(spec, make_ctx(model, tmp_path), batches)
+    both = evaluate(spec + ":individual=1", make_ctx(model, tmp_path), batches)
+    ind, per = both["individual"], both["per_attack"]
+    assert list(ind) == ["apgd_ce", "fab_t", "square"] and per == cascade["per_attack"]
+    assert both["accuracy"] == cascade["accuracy"] < both["clean_accuracy"]
+    assert ind["apgd_ce"] == per["apgd_ce"]
+    assert all(both["accuracy"] <= a <= both["clean_accuracy"] for a in ind.values())
+    assert ind["square"] > both["accuracy"]          # alone, the weak black-box member breaks fewer points
+
+
+def test_save_all_writes_every_example_with_its_index_and_resumes(tmp_path):
+    """#36: save=all puts every adversarial example (the clean image where none was attacked) and its image index
+    into one safetensors file; it reloads bit-exact against the attack run by hand, and its recount is the suite's
+    accuracy. Each unit writes its own file, so finalising again (a resumed run) rebuilds the same file."""
+    from safetensors.torch import load_file
+
+    model = SmallNet()
+    batches = [make_batch(model, n=8, seed=s) for s in (0, 1)]
+    batches[1].index += 8
+    suite = create_suite("pgd:eps=8/255:steps=3:save=all:checks=0")
+    ctx = make_ctx(model, tmp_path)
+    stats = []
+    for b in reversed(batches):                                   # units finish in any order
+        b.generator.manual_seed(int(b.index[0]) + 7)
+        stats.append(suite.run(ctx, "all", b))
+    res = suite.finalize(ctx, {"all": sum_stats(stats)})
+    path = tmp_path / res["saved"]["file"]
+    saved = load_file(str(path))
+    assert res["saved"]["count"] == 16 and saved["x_adv"].shape == (16, 3, 16, 16) and saved["x_adv"].dtype == torch.float32
+    assert saved["indices"].tolist() == list(range(16))
+    for b in batches:
+        b.generator.manual_seed(int(b.index[0]) + 7)
+        atk = create_attack("pgd", model, eps=8 / 255, steps=3, seed=chunk_seed(b))
+        with torch.no_grad():
+            ok = model(b.x).argmax(1) == b.y
+        expected = b.x.clone()
+        expected[ok] = atk(b.x[ok], b.y[ok])
+        assert torch.equal(saved["x_adv"][b.index], expected)
+    with torch.no_grad():
+        x = torch.cat([b.x for b in batches])
+        y = torch.cat([b.y for b in batches])
+        robust = (model(x).argmax(1) == y) & (model(saved["x_adv"]).argmax(1) == y)
+    assert res["accuracy"] == pytest.approx(robust.float().mean().item())
+    first = path.read_bytes()
+    path.unlink()
+    assert suite.finalize(ctx, {"all": sum_stats(stats)})["saved"]["count"] == 16 and path.read_bytes() == first

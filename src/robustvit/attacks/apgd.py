@@ -20,8 +20,8 @@ The loop never synchronises with the device (masks, not index lists). Attacks:
 * ``apgd_t``: targeted DLR towards each of the ``n_target_classes`` (default 9, capped at
   number of classes − 1) most likely wrong classes in turn, on the points still robust; ≥ 4 classes.
 
-Defaults: ε = 8/255, 100 steps, 1 restart, ``rho=0.75``, ``momentum=0.75``, ``eot_iter=1`` (set e.g. 20
-for randomised models: gradients averaged over that many forward passes, "EoT").
+Defaults as the reference (:class:`APGD.Options`); ``eot_iter`` (e.g. 20 for randomised models) averages the
+gradients over that many forward passes ("EoT").
 
 Example::
 
@@ -31,6 +31,9 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -38,6 +41,7 @@ from robustvit.attacks.base import Attack, register_attack
 from robustvit.attacks.fgsm import ascent_direction
 from robustvit.attacks.losses import ce_loss, ce_targeted_loss, dlr_loss, dlr_targeted_loss
 from robustvit.errors import RobustvitError
+from robustvit.options import option
 
 
 def checkpoint_intervals(steps: int) -> tuple[int, int, int]:
@@ -51,25 +55,33 @@ def _bcast(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 @register_attack
 class APGD(Attack):
-    """APGD on the cross-entropy (``apgd_ce``). Keywords: ``eps`` (8/255), ``norm``, ``steps`` (100),
-    ``restarts`` (1), ``rho`` (0.75), ``momentum`` (0.75), ``eot_iter`` (1), ``targeted`` (False),
-    ``seed`` (0)."""
+    """APGD on the cross-entropy (Croce & Hein 2020, arXiv:2003.01690); ``targeted=True`` descends the
+    cross-entropy of the target ``y``."""
 
     name = "apgd_ce"
     smoke = {"steps": 2}
     aliases = ("apgd-ce",)
     loss_name = "ce"
+    masking_checks = ("model", "more_steps", "blackbox")
 
-    def __init__(self, model: nn.Module, *, steps: int = 100, restarts: int = 1, rho: float = 0.75,
-                 momentum: float = 0.75, eot_iter: int = 1, **kwargs) -> None:
-        super().__init__(model, **kwargs)
-        if int(steps) < 1 or int(restarts) < 1 or int(eot_iter) < 1:
-            raise RobustvitError(f"{self.name}: steps, restarts and eot_iter must be >= 1")
+    @dataclass
+    class Options(Attack.Options):
+        steps: int = option(100, min=1, help="iterations")
+        restarts: int = option(1, min=1, help="restarts on the points still robust")
+        rho: float = option(0.75, min=0, max=1, help="fraction of successful steps below which the step size "
+                                                    "halves at a checkpoint (ρ)")
+        momentum: float = option(0.75, min=0, max=1, help="momentum α of the update")
+        eot_iter: int = option(1, min=1, help="gradients averaged per step (expectation over transformation, "
+                                              "for randomised models)")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
         if self.targeted and self.loss_name != "ce":
             raise RobustvitError(f"{self.name} does not take targeted=True; use apgd_t (it picks its targets) "
                                  "or apgd_ce with targeted=True")
-        self.steps, self.restarts, self.eot_iter = int(steps), int(restarts), int(eot_iter)
-        self.rho, self.momentum = float(rho), float(momentum)
+        o = self.opts
+        self.steps, self.restarts, self.eot_iter = o.steps, o.restarts, o.eot_iter
+        self.rho, self.momentum = float(o.rho), float(o.momentum)
 
     # ---- driver: restarts on the points still robust ------------------------------------------
     def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -178,7 +190,7 @@ class APGD(Attack):
 
 @register_attack
 class APGDDLR(APGD):
-    """APGD on the DLR loss (``apgd_dlr``); same keywords as ``apgd_ce`` except ``targeted``."""
+    """APGD on the DLR loss (Croce & Hein 2020); untargeted, ≥ 3 classes."""
 
     name = "apgd_dlr"
     smoke = {"steps": 2}
@@ -188,20 +200,22 @@ class APGDDLR(APGD):
 
 @register_attack
 class APGDT(APGD):
-    """APGD on the targeted DLR loss (``apgd_t``): for each of the ``n_target_classes`` (default 9) highest
-    wrong classes of the clean logits in turn, ``restarts`` runs on the points still robust. ``y`` are the
-    true labels. The number of targets is capped at number of classes − 1."""
+    """APGD on the targeted DLR loss (Croce & Hein 2020), towards each of the most likely wrong classes of the
+    clean logits in turn, ``restarts`` runs on the points still robust; ``y`` are the true labels, ≥ 4 classes."""
 
     name = "apgd_t"
     smoke = {"steps": 2, "n_target_classes": 1}
     aliases = ("apgd-t",)
     loss_name = "dlr-targeted"
 
-    def __init__(self, model: nn.Module, *, n_target_classes: int = 9, **kwargs) -> None:
-        super().__init__(model, **kwargs)
-        if int(n_target_classes) < 1:
-            raise RobustvitError(f"apgd_t: n_target_classes must be >= 1, got {n_target_classes}")
-        self.n_target_classes = int(n_target_classes)
+    @dataclass
+    class Options(APGD.Options):
+        n_target_classes: int = option(9, min=1, help="target classes tried, the most likely wrong ones first "
+                                                      "(capped at classes − 1)")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
+        self.n_target_classes = self.opts.n_target_classes
 
     def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         gen = self.generator(x.device)

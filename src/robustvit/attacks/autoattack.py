@@ -18,7 +18,9 @@ T = min(``n_target_classes`` (default 9), number of classes − 1), adapted to t
 DLR needs ≥ 4 classes and DLR ≥ 3 (members that cannot run are skipped and flagged). APGD and FAB run
 100 iterations. After a call, ``last_report`` holds the clean accuracy, the robust accuracy after each
 member, the final robust accuracy, time per member and the self-check flags (randomised output,
-softmax output, too few classes, black-box attack stronger than white-box).
+softmax output, too few classes, black-box attack stronger than white-box); with ``individual=True`` also
+``individual``: each member's robust accuracy when it alone attacks every clean-correct point (the original's
+``run_standard_evaluation_individual``; the first member's equals its cascade value, same seed, same points).
 
 Example::
 
@@ -31,8 +33,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -40,6 +42,7 @@ from torch import nn
 from robustvit.attacks import checks
 from robustvit.attacks.base import ATTACKS, Attack, attack_keywords, create_attack, list_attacks, register_attack
 from robustvit.errors import RobustvitError
+from robustvit.options import option
 
 MemberSpec = tuple[str, dict[str, Any]]
 
@@ -64,36 +67,48 @@ ALIASES = {"restarts": ("n_restarts",), "steps": ("n_iter", "iterations"), "n_ta
 
 @register_attack
 class AutoAttack(Attack):
-    """AutoAttack. Keywords: ``eps`` (8/255), ``norm`` ("linf"/"l2"), ``version`` ("standard"),
-    ``attacks`` (for "custom"), ``n_target_classes`` (9, capped at classes − 1), ``steps`` / ``n_queries``
-    (override every member's iterations / queries, e.g. for quick runs), ``member_kwargs``
-    ({name: {kw: value}}), ``batch_size`` (None = whole batch per member call), ``skip_missing`` (False:
-    raise if a member is not registered), ``run_checks`` (True), ``verbose`` (False), ``seed`` (0)."""
+    """AutoAttack (Croce & Hein 2020, arXiv:2003.01690): apgd_ce, apgd_t, fab_t and square in cascade, each on the
+    points still robust; per-member robust accuracy in ``last_report``."""
 
     name = "autoattack"
     smoke = {"version": "custom", "attacks": ["apgd_ce", "square"], "steps": 2, "n_queries": 3}
+    masking_checks = ("model",)   # the ensemble holds its own black-box member
 
-    def __init__(self, model: nn.Module, *, version: str = "standard",
-                 attacks: Sequence[str | tuple[str, dict[str, Any]] | Attack] | None = None,
-                 n_target_classes: int = 9, steps: int | None = None, n_queries: int | None = None,
-                 member_kwargs: dict[str, dict[str, Any]] | None = None, batch_size: int | None = None,
-                 skip_missing: bool = False, run_checks: bool = True, verbose: bool = False, **kwargs) -> None:
-        super().__init__(model, **kwargs)
+    @dataclass
+    class Options(Attack.Options):
+        version: Literal[VERSION_NAMES] = option("standard", help="standard, plus, rand or custom (attacks=)")
+        attacks: list[Any] | None = option(None, help="custom: the members, joined by + (names; in Python also "
+                                                      "(name, kwargs) pairs or Attack objects)")
+        n_target_classes: int = option(9, min=1, help="target classes of apgd_t / fab_t (capped at classes − 1)")
+        steps: int | None = option(None, min=1, help="iterations of every member (a reduced AutoAttack)")
+        n_queries: int | None = option(None, min=1, help="Square's queries (a reduced AutoAttack)")
+        member_kwargs: dict | None = option(None, help="keywords per member, {name: {key: value}} (Python / YAML)")
+        batch_size: int | None = option(None, min=1, help="images per member call (default: the whole batch)")
+        skip_missing: bool = option(False, help="skip members that are not registered instead of refusing")
+        run_checks: bool = option(True, help="AutoAttack's own checks of the model (randomness, softmax output, …)")
+        individual: bool = option(False, help="also run every member alone on all clean-correct points (the "
+                                              "original's run_standard_evaluation_individual)")
+        verbose: bool = option(False, help="print each member's progress")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
         if self.targeted:
             raise RobustvitError("autoattack is untargeted (apgd_t/fab_t pick their own targets); drop targeted=True")
-        self.version = str(version)
-        self.members = self._resolve(self.version, attacks)
-        self.n_target_classes = int(n_target_classes)
-        self.overrides = {k: v for k, v in (("steps", steps), ("n_queries", n_queries)) if v is not None}
-        self.member_kwargs = {ATTACKS.canonical(k): v for k, v in (member_kwargs or {}).items()}
-        self.batch_size = batch_size
-        self.skip_missing, self.run_checks, self.verbose = bool(skip_missing), bool(run_checks), bool(verbose)
+        o = self.opts
+        self.version = o.version
+        self.members = self._resolve(self.version, o.attacks)
+        self.n_target_classes = o.n_target_classes
+        self.overrides = {k: v for k, v in (("steps", o.steps), ("n_queries", o.n_queries)) if v is not None}
+        self.member_kwargs = {ATTACKS.canonical(k): v for k, v in (o.member_kwargs or {}).items()}
+        self.batch_size = o.batch_size
+        self.skip_missing, self.run_checks, self.verbose = o.skip_missing, o.run_checks, o.verbose
+        self.individual = o.individual
         self.missing = self._check_registered()
         self.last_report: dict[str, Any] = {}
 
     # ---- configuration ------------------------------------------------------------------------
     @staticmethod
-    def _resolve(version: str, attacks: Sequence[Any] | None) -> list[MemberSpec | Attack]:
+    def _resolve(version: str, attacks: list[Any] | None) -> list[MemberSpec | Attack]:
         if version == "custom":
             if not attacks:
                 raise RobustvitError("autoattack version 'custom' needs attacks=[...], e.g. ['apgd_ce', 'square']")
@@ -147,6 +162,7 @@ class AutoAttack(Attack):
         logits = self._logits(x)
         n_classes = logits.shape[1]
         robust = logits.argmax(1) == y
+        clean_ok = robust.clone()
         per_attack: dict[str, float] = {}
         times: dict[str, float] = {}
         skipped: dict[str, str] = {m: "not registered" for m in self.missing}
@@ -167,6 +183,9 @@ class AutoAttack(Attack):
             per_attack[name] = robust.float().mean().item()
             times[name] = time.perf_counter() - t0
             self._log(f"robust accuracy after {name}: {per_attack[name]:.2%} ({times[name]:.1f} s)")
+        individual = {name: self._run_member(atk or self.build_member(name, kw, n_classes), x, y, clean_ok,
+                                             x.clone()).float().mean().item()
+                      for name, kw, atk in self._runnable(skipped)} if self.individual else None
         flags["blackbox_stronger"] = checks.check_blackbox_stronger({"clean": clean, **per_attack})
         if skipped:
             flags["skipped_members"] = checks._result(True, "members skipped: " + ", ".join(
@@ -182,7 +201,14 @@ class AutoAttack(Attack):
             "robust_accuracy": robust.float().mean().item(), "time_s": {**times, "total": time.perf_counter() - t_start},
             "flags": flags,
         }
+        if individual is not None:
+            self.last_report["individual"] = individual
         return x_adv
+
+    def _runnable(self, skipped: dict[str, str]) -> list[tuple[str, dict[str, Any], Any]]:
+        """(name, keywords, Attack object or None) of each member that ran."""
+        return [(m.name, {}, m) if isinstance(m, Attack) else (m[0], m[1], None) for m in self.members
+                if (m.name if isinstance(m, Attack) else m[0]) not in skipped]
 
     def _run_member(self, atk: Attack, x: torch.Tensor, y: torch.Tensor, robust: torch.Tensor,
                     x_adv: torch.Tensor) -> torch.Tensor:

@@ -4,152 +4,71 @@ Every attack maps a batch of images ``x`` (float (N, 3, H, W) in [0, 1]) and lab
 target classes when ``targeted=True`` — to adversarial images of the same shape, dtype and device.
 The base class does everything that is not the algorithm:
 
-* puts the model in eval mode for the attack and restores its mode afterwards;
-* checks inputs, parses ε (``4/255`` as float or string), seeds a generator per call;
+* puts the model in eval mode for the attack and restores every submodule's mode afterwards;
+* checks inputs, parses its options, seeds a generator per call;
 * clips the result to [0, 1] and projects it onto the ε-ball (``bounded`` attacks), so
   ``‖x_adv − x‖ ≤ ε`` holds for every output;
 * never leaves gradients on the model's parameters.
 
-A subclass sets ``name`` (snake_case; older spellings in ``aliases``) and writes ``perturb(x, y)``.
+A subclass sets ``name`` (snake_case; older spellings in ``aliases``), declares its ``Options`` and writes
+``perturb(x, y)``.
 
-**Options, one way:** an attack's options are its constructor's keyword arguments (following ``**kwargs`` up
-the class hierarchy), so every default is stated once, in the signature. ``Attack.Options`` is the
-``robustvit.options`` dataclass derived from that signature on first use (``int``/``float``/``bool``/``str``
-annotations keep their type, ``eps``/``step_size`` and ``float | str`` read fractions such as ``4/255``, other
-annotations pass values through); :func:`create_attack` parses its keywords with it, so ``steps="20"`` from a
-spec string becomes 20 and an unknown key or bad value is a one-line error naming it and the valid options.
-Only the keywords given reach the constructor: its own defaults and checks apply. Example::
+**Options, stated once:** an attack's options are its ``Options`` dataclass (``robustvit.options``: default,
+bounds and help line per field), extending its parent's (``Attack.Options``: ``eps``, ``norm``, ``targeted``,
+``seed``). The constructor takes them as keywords, ``PGD(model, eps="4/255", steps=10)``, and parses them into
+``self.opts``: strings from a spec are typed (``steps="20"`` → 20, ``eps="4/255"``), an unknown key or a bad value
+is a one-line error naming it and the valid options. ``robustvit list attacks --options`` prints them, and
+``robustvit eval --suite <attack>:<options>`` runs any registered attack with them. Example::
 
     atk = create_attack("pgd", model, eps="4/255", steps=10)
     x_adv = atk(x, y)
     create_attack("patch-fool", vit)     # the hyphenated spellings are aliases of patch_fool, apgd_ce, …
+
+A new attack is one file in this package::
+
+    @register_attack
+    class Noise(Attack):
+        name = "noise"          # a baseline: uniform noise in the ε-ball
+
+        @dataclass
+        class Options(Attack.Options):
+            draws: int = option(1, min=1, help="noise draws per image")
+
+        def perturb(self, x, y):
+            return self.random_start(x, self.generator(x.device))
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import inspect
-import types
-import typing
 from collections.abc import Callable
-from typing import Any, ClassVar, Union
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from robustvit.errors import RobustvitError
-from robustvit.options import Eps, describe, parse_options
-from robustvit.registry import Registry, accepted_keywords
-from robustvit.utils import check_images, make_generator, parse_eps
+from robustvit.options import Eps, describe, option, option_names, parse_options
+from robustvit.registry import Registry
+from robustvit.utils import check_images, eval_mode, make_generator
 
 NORMS = ("linf", "l2")
-#: Keywords read as budgets (floats that also take fractions such as ``4/255``).
-EPS_KEYWORDS = ("eps", "step_size")
+#: Gradient-masking checks an evaluation suite runs for an attack (``robustvit.attacks.checks``): ``model``
+#: (randomised / softmax output, zero gradients), ``more_steps`` (robust accuracy rising with 2× steps) and
+#: ``blackbox`` (Square stronger than the attack).
+MASKING_CHECKS = ("model", "more_steps", "blackbox")
 
 
-def _option_type(name: str, hint: Any) -> Any:
-    """The options-dataclass type of a constructor keyword annotated ``hint`` (``Any`` when not a plain value)."""
-    union = typing.get_origin(hint) in (Union, types.UnionType)
-    args = typing.get_args(hint) if union else (hint,)
-    core = [a for a in args if a is not type(None)]
-    if float in core and (str in core or name in EPS_KEYWORDS):
-        tp: Any = Eps
-    elif len(core) == 1 and core[0] in (int, float, bool, str):
-        tp = core[0]
-    else:
-        return Any
-    return tp | None if type(None) in args else tp
-
-
-#: The help line of each attack keyword for ``robustvit list attacks --options`` (a keyword's meaning is the same
-#: in every attack that takes it; the papers' names in brackets).
-OPTION_HELP: dict[str, str] = {
-    "eps": "perturbation budget ε, a number or a fraction such as 8/255",
-    "norm": "threat model: linf or l2",
-    "targeted": "move towards a target class instead of away from the true one",
-    "seed": "seed of the attack's random starts and draws",
-    "steps": "iterations",
-    "restarts": "random restarts; an image counts as robust only if it survives all",
-    "step_size": "step per iteration (a number or a fraction; default: the attack's rule)",
-    "random_start": "start from a random point of the ε-ball",
-    "rho": "APGD: fraction of successful steps below which the step size halves at a checkpoint (ρ)",
-    "momentum": "APGD: momentum α of the update",
-    "eot_iter": "gradients averaged per step (expectation over transformation, for randomised models)",
-    "n_target_classes": "target classes tried, the most likely wrong ones first",
-    "loss": "the loss the attack ascends (ce, dlr, …)",
-    "n_queries": "black-box queries per image",
-    "p_init": "Square: initial fraction of the image a square covers",
-    "rescale_schedule": "Square: rescale the p schedule to n_queries (as AutoAttack does)",
-    "alpha_max": "FAB: largest step towards the original image (α_max)",
-    "eta": "FAB: overshoot factor of the projection (η)",
-    "beta": "FAB: backward step weight (β)",
-    "batch_restarts": "run the restarts as one batch (faster; the same result)",
-    "batch_size": "images per forward pass",
-    "version": "AutoAttack version: standard, plus, rand or custom (attacks=)",
-    "attacks": "the members to run, joined by + (default: the version's)",
-    "member_kwargs": "keywords passed to the members",
-    "skip_missing": "skip members that do not apply instead of refusing",
-    "run_checks": "AutoAttack's own checks of the model (randomness, softmax output, …)",
-    "verbose": "print each member's progress",
-    "translations": "spatial: translations tried per axis",
-    "rotations": "spatial: rotations tried",
-    "max_translation": "spatial: largest shift in pixels (default: the papers' range scaled to the image, ±3 px at 32 px)",
-    "max_rotation": "spatial: largest rotation in degrees",
-    "num_patches": "Patch-Fool: patches attacked",
-    "attn_weight": "Patch-Fool: weight of the attention-aware loss (0: cross-entropy only)",
-    "attn_block": "Patch-Fool: block whose attention chooses the patch",
-    "selection": "Patch-Fool: how the patch is chosen (attn, saliency or random)",
-    "scoring": "Patch-Fool: return the final iterate (the reference's) or the best one",
-}
-
-
-def options_from_signature(cls: type) -> type:
-    """The options dataclass of ``cls``: one field per keyword of its constructor and its parents' (through
-    ``**kwargs``), with the constructor's defaults; the first class in the MRO that names a keyword wins."""
-    specs: dict[str, tuple[Any, Any]] = {}
-    for klass in cls.__mro__:
-        fn = klass.__dict__.get("__init__")
-        if klass is object:
-            break
-        if fn is None:
-            continue
-        try:
-            hints = typing.get_type_hints(fn)
-        except Exception:   # an annotation that does not resolve: pass that constructor's values through
-            hints = {}
-        params = list(inspect.signature(fn).parameters.values())
-        for p in params:
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in ("self", "model") \
-                    and p.name not in specs:
-                specs[p.name] = (_option_type(p.name, hints.get(p.name, Any)), p.default)
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    fields = []
-    for name, (tp, default) in specs.items():
-        meta = {"help": OPTION_HELP.get(name, "")}
-        if default is inspect.Parameter.empty:
-            fields.append((name, tp, dataclasses.field(metadata=meta)))
-        elif isinstance(default, (list, dict, set)):
-            fields.append((name, tp, dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d),
-                                                       metadata=meta)))
-        else:
-            fields.append((name, tp, dataclasses.field(default=default, metadata=meta)))
-    return dataclasses.make_dataclass(f"{cls.__name__}Options", fields)
-
-
-class _DerivedOptions:
-    """``SomeAttack.Options``: the dataclass :func:`options_from_signature` derives, built once per class."""
-
-    def __get__(self, obj: Any, owner: type) -> type:
-        if "_options" not in owner.__dict__:
-            owner._options = options_from_signature(owner)   # type: ignore[attr-defined]
-        return owner.__dict__["_options"]
+def canonical_norm(norm: str) -> str:
+    """``linf`` / ``l2`` for the spellings people write (``Linf``, ``inf``, ``l_inf``, ``2``)."""
+    text = str(norm).lower()
+    return {"l_inf": "linf", "inf": "linf", "2": "l2"}.get(text, text)
 
 
 class Attack:
-    """Base class. Common keywords: ``eps``, ``norm`` ("linf"/"l2"), ``targeted``, ``seed``."""
+    """Base class: the options every attack takes, the call protocol and the shared helpers."""
 
     name: ClassVar[str] = ""
     #: Whether the output is projected onto the ε-ball around x (False for e.g. spatial attacks).
@@ -162,21 +81,36 @@ class Attack:
     smoke: ClassVar[dict[str, Any]] = {}
     #: Whether the attack looks inside the model (the ViT probe), so it applies to ViTs only.
     requires_probe: ClassVar[bool] = False
-    #: The options dataclass, derived from the constructor's keywords (see the module docstring).
-    Options: ClassVar[type] = _DerivedOptions()   # type: ignore[assignment]
+    #: How ``robustvit demo`` runs the attack's evaluation suite: (default plan specs, quick plan specs); None
+    #: leaves it out of the demo.
+    demo: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
+    #: The gradient-masking checks that apply to it (a subset of :data:`MASKING_CHECKS`).
+    masking_checks: ClassVar[tuple[str, ...]] = ("model", "blackbox")
 
-    def __init__(self, model: nn.Module, *, eps: float | str = 8 / 255, norm: str = "linf",
-                 targeted: bool = False, seed: int = 0) -> None:
+    @dataclass
+    class Options:
+        eps: Eps = option(8 / 255, min=0, help="perturbation budget ε, a number or a fraction such as 8/255")
+        norm: str = option("linf", help="threat model: linf or l2")
+        targeted: bool = option(False, help="move towards a target class (y holds the targets) instead of away "
+                                            "from the true one")
+        seed: int = option(0, help="seed of the attack's random starts and draws")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
         self.model = model
-        self.eps = parse_eps(eps)
-        norm = str(norm).lower()
-        norm = {"l_inf": "linf", "inf": "linf", "2": "l2"}.get(norm, norm)
+        self.opts: Any = parse_options(type(self).Options, options, what=f"attack {self.name!r}")
+        self.eps = float(self.opts.eps) if self.opts.eps is not None else None
+        norm = canonical_norm(self.opts.norm)
         if norm not in self.norms:
             raise RobustvitError(f"attack {self.name!r} does not support norm {norm!r}; use one of {', '.join(self.norms)}")
         self.norm = norm
-        self.targeted = bool(targeted)
-        self.seed = int(seed)
+        self.targeted = bool(self.opts.targeted)
+        self.seed = int(self.opts.seed)
         self._calls = 0
+
+    def settings(self) -> dict[str, Any]:
+        """Each option as it applies (defaults resolved, e.g. PGD's step size 2.5·ε/steps): the attribute of the
+        same name where the attack sets one, else the option's value."""
+        return {f.name: self.__dict__.get(f.name, getattr(self.opts, f.name)) for f in dataclasses.fields(self.opts)}
 
     # ---- public API -------------------------------------------------------------------------
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -185,13 +119,8 @@ class Attack:
             raise RobustvitError(f"labels must have shape ({x.shape[0]},), got {tuple(y.shape)}")
         x = x.detach()
         y = y.detach().to(x.device).long()
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.enable_grad():
-                x_adv = self.perturb(x, y)
-        finally:
-            self.model.train(was_training)
+        with eval_mode(self.model), torch.enable_grad():
+            x_adv = self.perturb(x, y)
         self._calls += 1
         return self.project(x, x_adv.detach()) if self.bounded else x_adv.detach().clamp(0, 1)
 
@@ -280,11 +209,9 @@ def list_attacks(pattern: str | None = None) -> list[str]:
 
 def create_attack(name: str, model: nn.Module, **kwargs: Any) -> Attack:
     """Build a registered attack: ``create_attack("pgd", model, eps="4/255", steps=10)``; ``name`` may be an
-    alias (``"patch-fool"``). The keywords are parsed with the attack's ``Options`` (strings from a spec are
-    typed; an unknown key or a bad value is a one-line error) and only those given reach the constructor."""
-    cls = ATTACKS.get(name)
-    opts = parse_options(cls.Options, kwargs, what=f"attack {ATTACKS.canonical(name)!r}")
-    return cls(model, **{k: getattr(opts, k) for k in (str(k).replace("-", "_") for k in kwargs)})
+    alias (``"patch-fool"``). The keywords are the attack's ``Options`` (strings from a spec are typed; an
+    unknown key or a bad value is a one-line error)."""
+    return ATTACKS.get(name)(model, **kwargs)
 
 
 def attack_options(name: str) -> list[dict[str, Any]]:
@@ -298,6 +225,6 @@ def get_attack_class(name: str) -> type[Attack]:
 
 
 def attack_keywords(name_or_cls: str | type[Attack]) -> set[str]:
-    """The keyword arguments an attack's constructor accepts (following ``**kwargs`` up the MRO)."""
+    """The keywords an attack takes: its option names."""
     cls = get_attack_class(name_or_cls) if isinstance(name_or_cls, str) else name_or_cls
-    return (accepted_keywords(cls) or set()) - {"model"}
+    return set(option_names(cls.Options))

@@ -27,7 +27,7 @@ Registered attacks:
   K − 1) highest-scoring wrong classes of the clean logits in turn, linearise ``f_t − f_y`` only (one
   backward pass per step), on the points still robust; success = any misclassification. 1 restart.
 
-Defaults: ε = 8/255, ``steps=100``, ``alpha_max=0.1``, ``eta=1.05``, ``beta=0.9``, ``seed=0``.
+Defaults as the reference (:class:`FAB.Options`).
 
 Example::
 
@@ -42,11 +42,15 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch import nn
 
 from robustvit.attacks.base import Attack, register_attack
 from robustvit.errors import RobustvitError
+from robustvit.options import option
 
 #: Floor on the norms of the two projections in α (as in the paper's implementation).
 MIN_NORM = 1e-8
@@ -136,27 +140,28 @@ def _project_sorted(t: torch.Tensor, w: torch.Tensor, c: torch.Tensor, norm: str
 
 @register_attack
 class FAB(Attack):
-    """FAB, untargeted (``fab``). Keywords: ``eps`` (8/255), ``norm`` ("linf"/"l2"), ``steps`` (100),
-    ``restarts`` (5), ``alpha_max`` (0.1), ``eta`` (1.05), ``beta`` (0.9), ``targeted`` (False), ``seed`` (0)."""
+    """FAB, untargeted (Croce & Hein 2020, arXiv:1907.02044): minimal-norm steps towards the decision boundary,
+    kept inside the ε-ball."""
 
     name = "fab"
-    smoke = {"steps": 2}
-    default_restarts = 5
+    smoke = {"steps": 2, "restarts": 1}
+    masking_checks = ("model", "more_steps", "blackbox")
 
-    def __init__(self, model: nn.Module, *, steps: int = 100, restarts: int | None = None, alpha_max: float = 0.1,
-                 eta: float = 1.05, beta: float = 0.9, **kwargs) -> None:
-        super().__init__(model, **kwargs)
-        restarts = self.default_restarts if restarts is None else restarts
-        if int(steps) < 1 or int(restarts) < 1:
-            raise RobustvitError(f"{self.name}: steps and restarts must be >= 1, got steps={steps}, restarts={restarts}")
-        if not 0.0 <= float(alpha_max) <= 1.0:
-            raise RobustvitError(f"{self.name}: alpha_max must lie in [0, 1], got {alpha_max}")
-        if float(eta) < 1.0:
-            raise RobustvitError(f"{self.name}: eta (overshoot) must be >= 1, got {eta}")
-        if not 0.0 < float(beta) <= 1.0:
-            raise RobustvitError(f"{self.name}: beta (backward step) must lie in (0, 1], got {beta}")
-        self.steps, self.restarts = int(steps), int(restarts)
-        self.alpha_max, self.eta, self.beta = float(alpha_max), float(eta), float(beta)
+    @dataclass
+    class Options(Attack.Options):
+        steps: int = option(100, min=1, help="iterations")
+        restarts: int = option(5, min=1, help="random restarts on the points still robust (AutoAttack plus: 5)")
+        alpha_max: float = option(0.1, min=0, max=1, help="largest step towards the original image (α_max)")
+        eta: float = option(1.05, min=1, help="overshoot factor of the projection (η)")
+        beta: float = option(0.9, min=0, max=1, help="backward step weight (β), in (0, 1]")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
+        o = self.opts
+        if not 0.0 < o.beta:
+            raise RobustvitError(f"{self.name}: beta (backward step) must lie in (0, 1], got {o.beta}")
+        self.steps, self.restarts = o.steps, o.restarts
+        self.alpha_max, self.eta, self.beta = float(o.alpha_max), float(o.eta), float(o.beta)
         self.last_distance: torch.Tensor | None = None
 
     def memory_factor(self, num_classes: int) -> int:
@@ -279,21 +284,23 @@ class FAB(Attack):
 
 @register_attack
 class FABTargeted(FAB):
-    """AutoAttack's targeted FAB (``fab_t``). Keywords as ``fab`` (but ``restarts`` defaults to 1 and
-    ``targeted`` is not accepted) plus ``n_target_classes`` (9, capped at K − 1). ``y`` are the true labels."""
+    """AutoAttack's targeted FAB: the most likely wrong classes as targets in turn; ``y`` are the true labels."""
 
     name = "fab_t"
     smoke = {"steps": 2, "n_target_classes": 1}
     aliases = ("fab-t",)
-    default_restarts = 1
 
-    def __init__(self, model: nn.Module, *, n_target_classes: int = 9, **kwargs) -> None:
-        super().__init__(model, **kwargs)
+    @dataclass
+    class Options(FAB.Options):
+        restarts: int = option(1, min=1, help="random restarts per target on the points still robust")
+        n_target_classes: int = option(9, min=1, help="target classes tried, the most likely wrong ones first "
+                                                      "(capped at classes − 1)")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
         if self.targeted:
             raise RobustvitError("fab_t picks its own target classes; drop targeted=True (or use fab with targeted=True)")
-        if int(n_target_classes) < 1:
-            raise RobustvitError(f"fab_t: n_target_classes must be >= 1, got {n_target_classes}")
-        self.n_target_classes = int(n_target_classes)
+        self.n_target_classes = self.opts.n_target_classes
 
     def memory_factor(self, num_classes: int) -> int:
         """One target at a time: the gradient of one logit difference."""

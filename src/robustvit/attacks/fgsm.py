@@ -16,11 +16,14 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch import nn
 
 from robustvit.attacks.base import Attack, register_attack
-from robustvit.utils import parse_eps
+from robustvit.options import Eps, option
 
 
 def ascent_direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
@@ -33,16 +36,21 @@ def ascent_direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
 
 @register_attack
 class FGSM(Attack):
-    """FGSM (L∞) / FGM (L2). Keywords: ``eps`` (default 8/255), ``norm``, ``step_size`` (default ε),
-    ``random_start`` (default False), ``targeted``, ``seed`` (used only with ``random_start``)."""
+    """FGSM (Goodfellow et al. 2015, arXiv:1412.6572): one signed-gradient step (L∞), or FGM (L2)."""
 
     name = "fgsm"
+    demo = (("fgsm:eps=1/255:limit=500", "fgsm:eps=4/255:limit=500"), ("fgsm:eps=1/255:limit=100", "fgsm:eps=4/255:limit=100"))
+    masking_checks = ("model",)   # one step: a black-box attack beating it is expected, not a sign of masking
 
-    def __init__(self, model: nn.Module, *, step_size: float | str | None = None, random_start: bool = False,
-                 **kwargs) -> None:
-        super().__init__(model, **kwargs)
-        self.step_size = self.eps if step_size is None else parse_eps(step_size)
-        self.use_random_start = bool(random_start)
+    @dataclass
+    class Options(Attack.Options):
+        step_size: Eps | None = option(None, min=0, help="step (default ε)")
+        random_start: bool = option(False, help="start from a random point of the ε-ball (FGSM-RS; the seed draws it)")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
+        self.step_size = self.eps if self.opts.step_size is None else float(self.opts.step_size)
+        self.use_random_start = self.opts.random_start
 
     def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         x0 = self.random_start(x, self.generator(x.device)) if self.use_random_start else x

@@ -39,11 +39,15 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Literal
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from robustvit.attacks.base import Attack, register_attack
+from robustvit.options import Eps, option
 from robustvit.errors import RobustvitError
 from robustvit.models.probe import ViTProbe
 
@@ -70,38 +74,46 @@ def pcgrad(g_aux: torch.Tensor, g_main: torch.Tensor) -> torch.Tensor:
 
 @register_attack
 class PatchFool(Attack):
-    """Patch-Fool on ViTs. Keywords: ``num_patches`` (1), ``steps`` (250), ``step_size`` (Adam learning rate;
-    None = 0.22 × mean normalisation std), ``attn_weight`` (0.002; 0 = CE only), ``attn_block`` (4),
-    ``selection`` ("attn"), ``eps`` (None = unconstrained patch), ``scoring`` ("final", the reference's, or
-    "best"), ``targeted``, ``seed``."""
+    """Patch-Fool on ViTs (Fu et al. 2022, arXiv:2203.08392): one attention-chosen patch replaced and optimised
+    with Adam; unconstrained by default (``eps`` gives the mild L∞ variant)."""
 
     name = "patch_fool"
     smoke = {"steps": 2, "eps": "8/255"}
     requires_probe = True
     aliases = ("patch-fool",)
     norms = ("linf",)
+    masking_checks = ("model",)
 
-    def __init__(self, model: nn.Module, *, num_patches: int = 1, steps: int = 250, step_size: float | None = None,
-                 attn_weight: float = 0.002, attn_block: int = 4, selection: str = "attn",
-                 eps: float | str | None = None, scoring: str = "final", **kwargs) -> None:
-        super().__init__(model, eps=1.0 if eps is None else eps, **kwargs)
-        if scoring not in SCORINGS:
-            raise RobustvitError(f"patch_fool: scoring must be final (the reference's) or best, got {scoring!r}")
-        self.scoring = scoring
-        self.bounded = eps is not None
+    @dataclass
+    class Options(Attack.Options):
+        eps: Eps | None = option(None, min=0, help="L∞ bound of the patch (the mild variant; default: none, the "
+                                                   "patch's values are free in [0, 1])")
+        num_patches: int = option(1, min=1, help="patches attacked")
+        steps: int = option(250, min=1, help="iterations")
+        step_size: Eps | None = option(None, min=0, help="Adam learning rate (default 0.22 × the model's mean "
+                                                         "normalisation std)")
+        attn_weight: float = option(0.002, min=0, help="weight of the attention-aware loss (0: cross-entropy only)")
+        attn_block: int = option(4, min=0, help="block whose attention chooses the patch (capped at the last)")
+        selection: Literal[SELECTIONS] = option("attn", help="how the patch is chosen: attn, saliency or random")
+        scoring: Literal[SCORINGS] = option("final", help="return the final iterate (the reference's) or the best one")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
+        o = self.opts
+        self.bounded = o.eps is not None
+        self.eps = 1.0 if o.eps is None else self.eps
+        self.scoring = o.scoring
         self.probe = ViTProbe(model)   # raises a clear error for non-ViT models
         if self.probe.grid_size is None or self.probe.patch_size is None:
             raise RobustvitError("patch_fool needs a ViT with a fixed patch grid (patch_embed.grid_size)")
-        if selection not in SELECTIONS:
-            raise RobustvitError(f"patch_fool: selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
         P = self.probe.grid_size[0] * self.probe.grid_size[1]
-        if not 1 <= int(num_patches) <= P or int(steps) < 1:
-            raise RobustvitError(f"patch_fool: num_patches must be in 1..{P} and steps >= 1")
-        self.num_patches, self.steps = int(num_patches), int(steps)
+        if o.num_patches > P:
+            raise RobustvitError(f"patch_fool: num_patches must be in 1..{P}")
+        self.num_patches, self.steps = o.num_patches, o.steps
         std = getattr(getattr(model, "spec", None), "std", (0.229, 0.224, 0.225))
-        self.step_size = float(step_size) if step_size is not None else 0.22 * sum(std) / len(std)
-        self.attn_weight, self.selection = float(attn_weight), selection
-        self.attn_block = min(int(attn_block), self.probe.num_blocks - 1)
+        self.step_size = float(o.step_size) if o.step_size is not None else 0.22 * sum(std) / len(std)
+        self.attn_weight, self.selection = float(o.attn_weight), o.selection
+        self.attn_block = min(o.attn_block, self.probe.num_blocks - 1)
         self.last_patches: torch.Tensor | None = None
 
     # ---- the two stages ------------------------------------------------------------------------

@@ -8,8 +8,8 @@ one forward/backward pass; ``batch_restarts=False`` loops instead, using less me
 sample, a restart that fools the model, else the one with the highest loss. Restart ``r`` draws the
 same start whatever the number of restarts, so more restarts never give higher robust accuracy.
 
-Defaults: ε = 8/255, 10 steps, step size 2.5·ε/steps (Madry et al.'s rule; = ε/4 at 10 steps, i.e.
-torchattacks' 2/255 for 8/255), random start, 1 restart.
+The step size defaults to 2.5·ε/steps (Madry et al.'s rule; = ε/4 at 10 steps, i.e. torchattacks' 2/255 for
+8/255); the other defaults are in :class:`PGD.Options`.
 
 ``targeted_pgd`` is the same attack with ``targeted=True`` (``y`` = target classes) and the settings of
 Debenedetti's class-targeted visualisation (L2, ε = 15, 100 steps, start at the given image);
@@ -24,39 +24,53 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from robustvit.attacks.base import Attack, register_attack
 from robustvit.attacks.fgsm import ascent_direction
-from robustvit.attacks.losses import LossFn, ce_loss
+from robustvit.attacks.losses import ce_loss
 from robustvit.errors import RobustvitError
-from robustvit.utils import make_generator, parse_eps
+from robustvit.options import Eps, option
+from robustvit.utils import eval_mode, make_generator
 
 
 @register_attack
 class PGD(Attack):
-    """PGD. Keywords: ``eps`` (8/255), ``norm`` ("linf"/"l2"), ``steps`` (10), ``step_size``
-    (2.5·ε/steps), ``random_start`` (True), ``restarts`` (1), ``batch_restarts`` (True),
-    ``targeted`` (False; then ``y`` holds target classes), ``seed`` (0), ``loss`` (None = per-sample
-    cross-entropy; any callable ``(logits, y) -> (N,)`` to maximise, e.g. TRADES's KL to the clean output)."""
+    """PGD (Madry et al. 2018, arXiv:1706.06083): L∞ / L2, random start, batched restarts.
+
+    ``targeted=True``: ``y`` holds target classes. ``loss``: any callable ``(logits, y) -> (N,)`` to maximise
+    instead of the per-sample cross-entropy (e.g. TRADES's KL to the clean output; Python only)."""
 
     name = "pgd"
     smoke = {"steps": 2}
+    demo = (("pgd:eps=1/255:limit=500:save=8:checks=0", "pgd:eps=2/255:limit=500:checks=0", "pgd:eps=4/255:limit=500:save=8"),
+            ("pgd:eps=1/255:limit=100:save=8:checks=0", "pgd:eps=4/255:limit=100:save=8"))
+    masking_checks = ("model", "more_steps", "blackbox")
 
-    def __init__(self, model: nn.Module, *, steps: int = 10, step_size: float | str | None = None,
-                 random_start: bool = True, restarts: int = 1, batch_restarts: bool = True,
-                 loss: LossFn | None = None, **kwargs) -> None:
-        super().__init__(model, **kwargs)
-        if int(steps) < 1 or int(restarts) < 1:
-            raise RobustvitError(f"{self.name}: steps and restarts must be >= 1, got {steps} and {restarts}")
-        self.steps = int(steps)
-        self.restarts = int(restarts)
-        self.step_size = 2.5 * self.eps / self.steps if step_size is None else parse_eps(step_size)
-        self.use_random_start = bool(random_start)
-        self.batch_restarts = bool(batch_restarts)
-        self.loss_fn = loss
+    @dataclass
+    class Options(Attack.Options):
+        steps: int = option(10, min=1, help="iterations")
+        step_size: Eps | None = option(None, min=0, help="step per iteration (default 2.5·ε/steps)")
+        random_start: bool = option(True, help="start from a random point of the ε-ball")
+        restarts: int = option(1, min=1, help="random restarts; an image counts as robust only if it survives all")
+        batch_restarts: bool = option(True, help="run the restarts as one batch (faster; the same result)")
+        loss: Any = option(None, help="a callable (logits, y) -> per-sample loss to maximise (Python only; "
+                                      "default cross-entropy)")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
+        o = self.opts
+        if o.loss is not None and not callable(o.loss):
+            raise RobustvitError(f"{self.name}: loss must be a callable (logits, y) -> per-sample loss, got {o.loss!r}")
+        self.steps, self.restarts = o.steps, o.restarts
+        self.step_size = 2.5 * self.eps / self.steps if o.step_size is None else float(o.step_size)
+        self.use_random_start = o.random_start
+        self.batch_restarts = o.batch_restarts
+        self.loss_fn = o.loss
 
     def memory_factor(self, num_classes: int) -> int:
         """Batched restarts stack ``restarts`` copies of the batch."""
@@ -119,17 +133,21 @@ class PGD(Attack):
 
 @register_attack
 class TargetedPGD(PGD):
-    """Targeted PGD towards ``y`` with the defaults of Debenedetti's class visualisation: L2, ε = 15,
-    100 steps, step size 2.5·ε/steps, no random start, ``targeted=True``."""
+    """Targeted PGD towards ``y`` with the settings of Debenedetti's class-targeted visualisation (L2, ε = 15,
+    100 steps, no random start)."""
 
     name = "targeted_pgd"
     smoke = {"steps": 2, "eps": 1.0}
     aliases = ("targeted-pgd",)
+    masking_checks = ("model",)   # the checks attack the true labels; a targeted attack takes targets
 
-    def __init__(self, model: nn.Module, *, eps: float | str = 15.0, norm: str = "l2", steps: int = 100,
-                 random_start: bool = False, targeted: bool = True, **kwargs) -> None:
-        super().__init__(model, eps=eps, norm=norm, steps=steps, random_start=random_start, targeted=targeted,
-                         **kwargs)
+    @dataclass
+    class Options(PGD.Options):
+        eps: Eps = option(15.0, min=0, help="perturbation budget ε, a number or a fraction such as 8/255")
+        norm: str = option("l2", help="threat model: linf or l2")
+        targeted: bool = option(True, help="move towards the target class y (false: away from the true class y)")
+        steps: int = option(100, min=1, help="iterations")
+        random_start: bool = option(False, help="start from a random point of the ε-ball")
 
 
 def class_visualisation(model: nn.Module, classes: Sequence[int] | torch.Tensor | None = None, *,
@@ -156,11 +174,8 @@ def class_visualisation(model: nn.Module, classes: Sequence[int] | torch.Tensor 
         if n is None:
             raise RobustvitError("class_visualisation: give classes or n")
         if num_classes is None:
-            with torch.no_grad():
-                was = model.training
-                model.eval()
+            with torch.no_grad(), eval_mode(model):
                 num_classes = model(torch.zeros(1, *image_size, device=device)).shape[1]
-                model.train(was)
         classes = torch.randint(num_classes, (n,), generator=gen, device=device)
     classes = torch.as_tensor(classes, device=device).long()
     noise = torch.rand((len(classes), *image_size), generator=gen, device=device)

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +35,7 @@ from torch import nn
 
 from robustvit.attacks.base import Attack, register_attack
 from robustvit.errors import RobustvitError
+from robustvit.options import option
 
 #: (name, pixels, at image side): the translation ranges of the papers.
 CONVENTIONS = {"cifar": ("Engstrom et al. 2019, CIFAR-10: ±3 px at 32 px", 3.0, 32),
@@ -94,28 +97,32 @@ def apply_transforms(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
 
 @register_attack
 class Spatial(Attack):
-    """Worst case over a grid of rotations × translations. Keywords: ``translations`` (9 per axis),
-    ``rotations`` (31), ``max_translation`` (pixels; default :func:`translation_convention`), ``max_rotation`` (30°),
-    ``batch_size`` (image × transform pairs per forward pass, 256)."""
+    """Worst case over a grid of translations × rotations (Engstrom et al. 2019, arXiv:1712.02779; the grid of
+    Bhojanapalli et al. 2021); untargeted, unbounded."""
 
     name = "spatial"
     smoke = {"translations": 2, "rotations": 2}
     bounded = False
+    masking_checks = ()
 
-    def __init__(self, model: nn.Module, *, translations: int = 9, rotations: int = 31,
-                 max_translation: float | None = None, max_rotation: float = 30.0, batch_size: int = 256,
-                 **kwargs) -> None:
-        super().__init__(model, **kwargs)
+    @dataclass
+    class Options(Attack.Options):
+        translations: int = option(9, min=1, help="translations tried per axis")
+        rotations: int = option(31, min=1, help="rotations tried")
+        max_translation: float | None = option(None, min=0, help="largest shift in pixels (default: the papers' "
+                                                                 "range scaled to the image, ±3 px at 32 px)")
+        max_rotation: float = option(30.0, min=0, help="largest rotation in degrees")
+        batch_size: int = option(256, min=1, help="image × transform pairs per forward pass")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
         if self.targeted:
             raise RobustvitError("spatial is untargeted (it searches for any misclassifying transform); drop targeted=True")
-        if int(batch_size) < 1:
-            raise RobustvitError(f"spatial: batch_size must be >= 1, got {batch_size}")
-        if max_translation is not None and float(max_translation) < 0 or float(max_rotation) < 0:
-            raise RobustvitError("spatial: max_translation and max_rotation must be >= 0")
-        self.translations, self.rotations = int(translations), int(rotations)
-        self.max_translation = None if max_translation is None else float(max_translation)
-        self.max_rotation = float(max_rotation)
-        self.batch_size = int(batch_size)
+        o = self.opts
+        self.translations, self.rotations = o.translations, o.rotations
+        self.max_translation = None if o.max_translation is None else float(o.max_translation)
+        self.max_rotation = float(o.max_rotation)
+        self.batch_size = o.batch_size
         spatial_grid(self.translations, self.rotations)  # validates the sizes
         self.last_transforms: torch.Tensor | None = None
         self.last_stats: dict[str, float] = {}

@@ -27,7 +27,7 @@ After a call, ``last_queries`` (N,) holds the number of model queries spent on e
 point counts as one; 0 for images misclassified from the start). Where no adversarial example was
 found, the clean image is returned.
 
-Defaults: ε = 8/255, ``n_queries=5000``, ``p_init=0.8``, ``restarts=1``, ``seed=0``.
+Defaults as the reference (:class:`Square.Options`).
 
 Example::
 
@@ -43,7 +43,9 @@ Example::
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +53,7 @@ from torch import nn
 
 from robustvit.attacks.base import Attack, register_attack
 from robustvit.errors import RobustvitError
+from robustvit.options import option
 
 #: (iteration threshold on the 10 000 scale, divisor of p_init) — AutoAttack's schedule.
 P_SCHEDULE = ((10, 1), (50, 2), (200, 4), (500, 8), (1000, 16), (2000, 32), (4000, 64), (6000, 128), (8000, 256))
@@ -105,26 +108,28 @@ def window_index(pos_h: torch.Tensor, pos_w: torch.Tensor, s: int) -> tuple[torc
 
 @register_attack
 class Square(Attack):
-    """Square Attack (``square``). Keywords: ``eps`` (8/255), ``norm`` ("linf"/"l2"), ``n_queries`` (5000),
-    ``p_init`` (0.8), ``restarts`` (1), ``loss`` (None: "margin" untargeted, "ce" targeted),
-    ``rescale_schedule`` (True), ``targeted`` (False), ``seed`` (0)."""
+    """Square Attack (Andriushchenko et al. 2020, arXiv:1912.00049): score-based black-box random search."""
 
     name = "square"
     smoke = {"n_queries": 3}
+    masking_checks = ("model",)   # the black-box check itself
 
-    def __init__(self, model: nn.Module, *, n_queries: int = 5000, p_init: float = 0.8, restarts: int = 1,
-                 loss: str | None = None, rescale_schedule: bool = True, **kwargs) -> None:
-        super().__init__(model, **kwargs)
-        if int(n_queries) < 1 or int(restarts) < 1:
-            raise RobustvitError(f"square: n_queries and restarts must be >= 1, got n_queries={n_queries}, "
-                                 f"restarts={restarts}")
-        if not 0.0 < float(p_init) <= 1.0:
-            raise RobustvitError(f"square: p_init (fraction of the image a window covers) must lie in (0, 1], got {p_init}")
-        loss = loss or ("ce" if self.targeted else "margin")
-        if loss not in LOSSES:
-            raise RobustvitError(f"square: unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
-        self.n_queries, self.restarts, self.p_init = int(n_queries), int(restarts), float(p_init)
-        self.loss, self.rescale_schedule = loss, bool(rescale_schedule)
+    @dataclass
+    class Options(Attack.Options):
+        n_queries: int = option(5000, min=1, help="black-box queries per image")
+        p_init: float = option(0.8, min=0, max=1, help="initial fraction of the image a square covers, in (0, 1]")
+        restarts: int = option(1, min=1, help="restarts on the points still robust")
+        loss: Literal[LOSSES] | None = option(None, help="margin or ce (default: margin untargeted, ce targeted)")
+        rescale_schedule: bool = option(True, help="rescale the p schedule to n_queries (AutoAttack's Square: "
+                                                   "false)")
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
+        o = self.opts
+        if not 0.0 < o.p_init:
+            raise RobustvitError(f"square: p_init (fraction of the image a window covers) must lie in (0, 1], got {o.p_init}")
+        self.n_queries, self.restarts, self.p_init = o.n_queries, o.restarts, float(o.p_init)
+        self.loss, self.rescale_schedule = o.loss or ("ce" if self.targeted else "margin"), o.rescale_schedule
         self.last_queries: torch.Tensor | None = None
 
     # ---- driver -----------------------------------------------------------------------------------

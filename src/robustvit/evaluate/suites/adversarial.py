@@ -1,63 +1,74 @@
-"""Adversarial evaluation suites: ``fgsm``, ``pgd``, ``apgd``, ``autoattack``, ``spatial``, ``patch_fool``
-and ``transfer`` (the settings of Bhojanapalli et al. 2021, arXiv:2103.14586, and Croce & Hein 2020,
+"""Adversarial evaluation suites: every registered attack by its name with its own options (``pgd``,
+``pgd:eps=1/255:steps=20``, ``fab_t:steps=50``, ``square:n_queries=1000``, …) and the suites whose protocol
+differs: ``apgd`` (``attack=apgd_ce|apgd_dlr|apgd_t``), ``autoattack``, ``spatial``, ``patch_fool`` and
+``transfer`` (the settings of Bhojanapalli et al. 2021, arXiv:2103.14586, and Croce & Hein 2020,
 arXiv:2003.01690).
 
-Defaults: L∞, ε by the data set's convention (RobustBench): 8/255 on CIFAR-10/100, 4/255 otherwise (ImageNet);
-in L2 0.5 and 3.0. PGD 10 steps of ε/4. ``robustvit eval --eps/--norm/--steps`` set them for every attack suite
-of the run; a suite option (``pgd:eps=1/255:steps=20``) overrides them; ``eps_source`` in the result says which
-applied (``option``, ``run``, ``default:cifar``, ``default:imagenet``). Robust accuracy is the
-RobustBench convention (:func:`robustvit.metrics.accuracy.robust_correct`): an image counts as robust when it is
-classified correctly before *and* after the attack, so ``accuracy <= clean_accuracy`` always; only correctly
-classified images are attacked; an image with NaN or infinite logits is never correct nor robust
-(``num_nonfinite`` in the result when there were such images). Each chunk's
-attack is seeded from (run seed, suite key, chunk), so results replay exactly and every model of a run sees
-the same random starts.
+**Options.** A suite's options are the attack's own (its ``Options``; ``robustvit list suites --options``) and
+``save``, ``checks`` (and ``check_queries``). Each attack option is resolved once, by :func:`attack_kwargs`:
+the suite's option > the run's ``robustvit eval --eps/--norm/--steps`` (for an attack that takes it) > the data's
+default ε > the attack's own default. The default budget follows the data (RobustBench): L∞ 8/255 (L2 0.5) on
+CIFAR-10/100 and on CIFAR-sized data (images of at most 32×32 px), 4/255 (L2 3.0) otherwise (ImageNet);
+``eps_source`` in the result says which applied (``option``, ``run``, ``default:cifar``, ``default:cifar-sized``,
+``default:imagenet``). Attacks unbounded by default (``spatial``, ``patch_fool``) take no run or data budget.
+
+**Robust accuracy** is the RobustBench convention (:func:`robustvit.metrics.accuracy.robust_correct`): an image
+counts as robust when it is classified correctly before *and* after the attack, so ``accuracy <= clean_accuracy``
+always; only correctly classified images are attacked; an image with NaN or infinite logits is never correct nor
+robust (``num_nonfinite`` in the result when there were such images). A targeted attack (``targeted_pgd``, or
+``targeted=1``) is aimed at a random wrong class per image (``targets: random``). Each chunk's attack is seeded
+from (run seed, suite key, chunk), so results replay exactly and every model of a run sees the same random starts.
 
 Every result holds ``eps``, ``norm``, ``accuracy`` (robust), ``clean_accuracy``, ``attack_success_rate``, the
-attack's settings (``steps``, ``step_size``, ``restarts``, ``version``, …), ``num_images`` and ``flags``: the
-gradient-masking checks of :mod:`robustvit.attacks.checks`, run once on the first ``checks`` (32) images —
-randomised output, softmax output, zero gradients, robust accuracy rising with more steps (``pgd``/``apgd``:
-steps vs 2 × steps, same seed) and a black-box attack (Square, ``check_queries`` = 100 queries) beating the white-box
-one (``pgd``/``apgd``). ``save=N`` writes the first N clean images, adversarial examples and perturbations (δ rescaled to [0, 1]
-by (δ + ε) / 2ε) as PNGs under ``OUT/adversarial/<suite key>/``. Each suite's options are its ``Options``
-dataclass (``robustvit list suites --options``).
+attack's settings as they applied (``steps``, ``step_size``, ``restarts``, ``version``, …), ``num_images`` and
+``flags``: the gradient-masking checks of :mod:`robustvit.attacks.checks` that apply to the attack (its
+``masking_checks``), run once on the first ``checks`` (32) images — randomised output, softmax output, zero
+gradients, robust accuracy rising with more steps (steps vs 2 × steps, same seed) and a black-box attack (Square,
+``check_queries`` = 100 queries) beating the white-box one. ``save=N`` writes the first N clean images, adversarial
+examples and perturbations (δ rescaled to [0, 1] by (δ + ε) / 2ε) as PNGs under ``OUT/adversarial/<suite key>/``.
+
+A new attack (one registered file in ``robustvit/attacks/``) is a suite of the same name with no other edit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterator
+import types
+import typing
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Union
 
 import torch
 from torch import nn
 
 from robustvit.attacks import checks, create_attack
-from robustvit.attacks.autoattack import VERSION_NAMES
-from robustvit.attacks.base import ATTACKS, NORMS, Attack
-from robustvit.attacks.spatial import translation_convention
+from robustvit.attacks.autoattack import AutoAttack
+from robustvit.attacks.base import ATTACKS, NORMS, Attack, canonical_norm, list_attacks
+from robustvit.attacks.apgd import APGDT
+from robustvit.attacks.patch_fool import PatchFool
+from robustvit.attacks.spatial import Spatial, translation_convention
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import (Batch, EvalContext, Suite, SuiteOptions, nonfinite_result,
-                                            register_suite)
+from robustvit.evaluate.suites.base import (CIFAR_SOURCES, SUITES, Batch, EvalContext, Suite, SuiteOptions,
+                                            nonfinite_result, register_suite)
 from robustvit.metrics.accuracy import correct, nonfinite_rows, robust_accuracy
 from robustvit.models.factory import build_named_model, is_comparable
 from robustvit.models.wrapper import inference_settings
 from robustvit.models.probe import is_probeable
-from robustvit.options import Eps, option
+from robustvit.options import Eps, option, option_names, parse_options
+from robustvit.runs import write_bytes
 from robustvit.utils import parse_eps
 
-#: Default budgets by data-set convention (RobustBench: CIFAR-10/100 L∞ 8/255, L2 0.5; ImageNet L∞ 4/255).
+#: Default budgets by data convention (RobustBench: CIFAR-10/100 L∞ 8/255, L2 0.5; ImageNet L∞ 4/255, L2 3.0).
 DEFAULT_EPS = {("cifar", "linf"): "8/255", ("cifar", "l2"): "0.5", ("imagenet", "linf"): "4/255", ("imagenet", "l2"): "3.0"}
-#: Attack attributes reported as settings (attribute → result key).
-SETTINGS = {"steps": "steps", "step_size": "step_size", "restarts": "restarts", "use_random_start": "random_start",
-            "version": "version", "n_queries": "n_queries", "n_target_classes": "n_target_classes",
-            "translations": "translations", "rotations": "rotations", "max_translation": "max_translation",
-            "max_rotation": "max_rotation", "num_patches": "num_patches", "attn_weight": "attn_weight",
-            "attn_block": "attn_block", "selection": "selection", "p_init": "p_init", "scoring": "scoring"}
-#: The attacks the ``apgd`` suite runs.
+#: Data whose images are at most this many pixels on a side follow the CIFAR convention.
+CIFAR_SIDE = 32
+#: The run-level options (``robustvit eval --eps/--norm/--steps``) an attack suite takes when its attack does.
+RUN_OPTIONS = ("eps", "norm", "steps")
+#: The APGD attacks the ``apgd`` suite chooses among (``attack=``).
 APGD_ATTACKS = ("apgd_ce", "apgd_dlr", "apgd_t")
 
 
@@ -65,18 +76,123 @@ APGD_ATTACKS = ("apgd_ce", "apgd_dlr", "apgd_t")
 class ExampleOptions(SuiteOptions):
     """Options of every attack suite: saved examples and gradient-masking checks."""
 
-    save: int = option(0, min=0, help="write the first N clean / adversarial / perturbation images as PNGs")
+    save: int | Literal["all"] = option(0, min=0, help="write the first N clean / adversarial / perturbation images "
+                                                       "as PNGs; all: every adversarial example (float32) and its "
+                                                       "image index into one safetensors file")
     checks: int = option(32, min=0, help="gradient-masking checks on the first N images (0: none)")
 
 
 @dataclass
-class BudgetOptions(ExampleOptions):
-    """Options of the ε-bounded attack suites (``eps``/``norm`` default to the run's ``--eps``/``--norm``)."""
+class BlackboxCheckOptions(ExampleOptions):
+    """Options of the attack suites that run the black-box check."""
 
-    eps: Eps | None = option(None, min=0, help="budget (default: --eps, else 8/255 on CIFAR, 4/255 on ImageNet; "
-                                               "L2: 0.5 / 3.0)")
-    norm: Literal[NORMS] | None = option(None, help="threat model (default: --norm, else linf)")
     check_queries: int = option(100, min=1, help="queries of the black-box (Square) check")
+
+
+# ---- the data's default budget and the one resolution of an attack's options ------------------------------
+def data_side(ctx: EvalContext) -> int | None:
+    """The larger side of the data's own images (the first file's header for file data, else the first image),
+    else the model's input side; None when neither is known."""
+    ds = ctx.dataset
+    try:
+        samples = getattr(ds, "samples", None)
+        if samples:
+            from PIL import Image
+
+            with Image.open(samples[0][0]) as im:
+                return max(im.size)
+        if ds is not None and len(ds):
+            return int(max(ds[0][0].shape[-2:]))
+    except Exception:   # noqa: BLE001  an unreadable first image: fall back to the model's input side
+        pass
+    return ctx.image_size
+
+
+def data_convention(ctx: EvalContext) -> tuple[str, str]:
+    """(budget convention, why): ``cifar`` for CIFAR-10/100 (``cifar``) and for images of at most 32 px
+    (``cifar-sized``), else ``imagenet``."""
+    if ctx.data_source in CIFAR_SOURCES:
+        return "cifar", "cifar"
+    side = data_side(ctx)
+    if side is not None and side <= CIFAR_SIDE:
+        return "cifar", "cifar-sized"
+    return "imagenet", "imagenet"
+
+
+def _default(cls: type, name: str) -> Any:
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    return f.default if f.default is not dataclasses.MISSING else None
+
+
+def budgeted(attack: type[Attack]) -> bool:
+    """Whether the attack is bounded by ε by default (so the run's ``--eps/--norm`` and the data's ε apply)."""
+    return attack.bounded and "eps" in option_names(attack.Options) and _default(attack.Options, "eps") is not None
+
+
+def attack_kwargs(attack: type[Attack], given: Mapping[str, Any], run: Mapping[str, Any],
+                  convention: tuple[str, str]) -> tuple[dict[str, Any], str | None]:
+    """The keywords an attack suite passes to ``attack``, and where its ε came from (``option``, ``run``,
+    ``default:<why>``; None when the attack is unbounded by default and no ε was given).
+
+    Per option: the suite's (``given``, typed) > the run's (``run``: ``--eps/--norm/--steps``, raw) for an attack
+    that takes it > for ε, the data's default (:data:`DEFAULT_EPS` by norm and ``convention`` = (convention,
+    why), budgeted attacks only) > the attack's own default (not passed)."""
+    names = set(option_names(attack.Options))
+    kw = {k: v for k, v in given.items() if k in names}
+    has_budget = budgeted(attack)
+    for k in RUN_OPTIONS:
+        if k in kw or k not in names or run.get(k) is None or (k != "steps" and not has_budget):
+            continue
+        kw[k] = getattr(parse_options(attack.Options, {k: run[k]}, what=f"--{k} (attack {attack.name!r})"), k)
+    if "eps" in given:
+        return kw, "option" if given["eps"] is not None else None
+    if not has_budget:
+        return kw, None
+    if "eps" in kw:
+        return kw, "run"
+    norm = canonical_norm(kw.get("norm", _default(attack.Options, "norm")))
+    if (convention[0], norm) not in DEFAULT_EPS:
+        raise RobustvitError(f"attack {attack.name!r}: no default ε for norm {norm!r}; give eps=… or use "
+                             f"{' or '.join(NORMS)}")
+    kw["eps"] = parse_eps(DEFAULT_EPS[(convention[0], norm)])
+    return kw, f"default:{convention[1]}"
+
+
+def _spec_type(tp: Any) -> Any:
+    """``tp | None`` for an option a spec can give; None for Python-only ones (callables, mappings)."""
+    if tp is Any or tp is dict or typing.get_origin(tp) is dict:
+        return None
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        core = [a for a in typing.get_args(tp) if a is not type(None)]
+        if any(_spec_type(a) is None for a in core):
+            return None
+        return tp if type(None) in typing.get_args(tp) else tp | None
+    return tp | None
+
+
+def attack_suite_options(attack: type[Attack], base: type | None = None, drop: Iterable[str] = ()) -> type:
+    """The options dataclass of the suite running ``attack``: ``base``'s (``save``, ``checks``, and
+    ``check_queries`` when the black-box check applies) and each of the attack's options that a spec can give,
+    as ``X | None`` = None — None meaning the run's option, the data's default or the attack's own; the help
+    line is the attack's, with where its default comes from. ``seed`` is the suite's (per chunk)."""
+    base = base or (BlackboxCheckOptions if "blackbox" in attack.masking_checks else ExampleOptions)
+    hints = typing.get_type_hints(attack.Options)
+    has_budget = budgeted(attack)
+    skip = {"seed", *drop, *(() if attack.bounded else ("eps", "norm"))}
+    fields = []
+    for f in dataclasses.fields(attack.Options):
+        tp = _spec_type(hints[f.name])
+        if f.name in skip or tp is None:
+            continue
+        default = _default(attack.Options, f.name)
+        run = f"--{f.name}, else " if f.name in RUN_OPTIONS and (has_budget or f.name == "steps") else ""
+        if f.name == "eps" and has_budget:
+            where = f"{run}the data's: 8/255 CIFAR-sized, 4/255 ImageNet; L2 0.5 / 3.0"
+        else:
+            where = run + ("" if default is None else str(default))
+        text = f.metadata.get("help", "") + (f" (default: {where.removesuffix(', else ')})" if where else "")
+        fields.append((f.name, tp, option(None, min=f.metadata.get("min"), max=f.metadata.get("max"), help=text)))
+    return dataclasses.make_dataclass(f"{attack.__name__}SuiteOptions", fields, bases=(base,))
 
 
 def chunk_seed(batch: Batch) -> int:
@@ -132,39 +248,47 @@ def save_examples(folder: Path, index: torch.Tensor, x: torch.Tensor, x_adv: tor
 
 
 class AttackSuite(Suite):
-    """Shared machinery: option handling, the attack per chunk, robust accuracy, checks and saving."""
+    """Runs the registered attack ``attack_name`` with its own options on the images it classifies correctly;
+    a generated subclass per attack (:func:`attack_suite`), explicit ones where the protocol differs."""
 
     attack_name: ClassVar[str] = ""
-    attack_options: ClassVar[tuple[str, ...]] = ()
-    #: Which gradient-masking checks the suite runs (subset of model/more_steps/blackbox).
-    check_kinds: ClassVar[tuple[str, ...]] = ("model", "blackbox")
-    bounded: ClassVar[bool] = True
+    Options: ClassVar[type] = ExampleOptions
+    #: Attack keywords the suite sets itself (not options).
+    fixed: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._convention: dict[tuple[str, int, int | None], tuple[str, str]] = {}
+        norm, norms = self.options.get("norm"), ATTACKS.get(self.attack_name).norms
+        if norm is not None and canonical_norm(norm) not in norms:
+            raise RobustvitError(f"suite {self.name!r}: norm={norm!r} is not valid (expected one of {', '.join(norms)})")
+
+    @property
+    def attack_cls(self) -> type[Attack]:
+        return ATTACKS.get(self.attack_name)
+
+    @property
+    def check_kinds(self) -> tuple[str, ...]:
+        """The gradient-masking checks the suite runs: the attack's ``masking_checks``."""
+        return self.attack_cls.masking_checks
 
     # ---- configuration ------------------------------------------------------------------------
-    def eps_and_source(self, ctx: EvalContext, norm: str) -> tuple[Any, str]:
-        """The budget and where it comes from: the suite option, the run's ``--eps``, or the data set's default."""
-        if self.options.get("eps") is not None:
-            return self.options["eps"], "option"
-        if ctx.options.get("eps") is not None:
-            return self.option(ctx, "eps"), "run"
-        return parse_eps(DEFAULT_EPS[(ctx.convention, norm)]), f"default:{ctx.convention}"
-
-    def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
-        kw: dict[str, Any] = {}
-        if self.bounded:
-            kw["norm"] = str(self.option(ctx, "norm", "linf"))
-            kw["eps"] = self.eps_and_source(ctx, kw["norm"])[0]
-        for k in self.attack_options:
-            v = self.option(ctx, k)
-            if v is not None:
-                kw[k] = v
-        return kw
+    def resolved(self, ctx: EvalContext) -> tuple[dict[str, Any], str | None]:
+        """The attack's keywords and the source of its ε (:func:`attack_kwargs`; the data's convention read once)."""
+        key = (ctx.data_spec, id(ctx.dataset), ctx.image_size)
+        if key not in self._convention:
+            self._convention[key] = data_convention(ctx)
+        return attack_kwargs(self.attack_cls, self.options, ctx.options, self._convention[key])
 
     def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
-        return create_attack(self.attack_name, model, seed=seed, **self.attack_kwargs(ctx))
+        kw = self.resolved(ctx)[0]
+        if "n_target_classes" in option_names(self.attack_cls.Options):   # the targets the attack can use
+            n = kw.get("n_target_classes", _default(self.attack_cls.Options, "n_target_classes"))
+            kw["n_target_classes"] = max(1, min(int(n), ctx.num_classes - 1))
+        return create_attack(self.attack_name, model, seed=seed, **kw, **self.fixed)
 
     def parts(self, ctx: EvalContext) -> list[str]:
-        return ["all", "checks"] if self.opts.checks > 0 else ["all"]
+        return ["all", "checks"] if self.opts.checks > 0 and self.check_kinds else ["all"]
 
     # ---- one chunk ----------------------------------------------------------------------------
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
@@ -175,19 +299,21 @@ class AttackSuite(Suite):
             clean_logits = ctx.model(x)
         clean_ok = correct(clean_logits, y)
         atk = self.attack_for(ctx, ctx.model, chunk_seed(batch))
+        aim = random_targets(y, ctx.num_classes, batch.generator) if atk.targeted else y
         stats: dict[str, Any] = {"n": int(y.numel()), "clean": int(clean_ok.sum())}
         x_adv = x.clone()
         idx = clean_ok.nonzero().squeeze(1)
         if idx.numel():
             with attack_memory(ctx.model, atk, ctx.num_classes):
-                x_adv[idx] = atk(x[idx], y[idx])
+                x_adv[idx] = atk(x[idx], aim[idx])
             stats.update(self.attack_stats(atk, int(idx.numel())))
         with torch.no_grad():
             adv_logits = ctx.model(x_adv)
         robust = recheck_fp32(ctx.model, clean_ok & correct(adv_logits, y), x, x_adv, y)
         stats["robust"] = int(robust.sum())
         stats["nonfinite"] = int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())
-        stats["saved"] = self.maybe_save(ctx, batch, x, x_adv, clean_ok)
+        stats["saved"] = self.maybe_save(ctx, batch, x, x_adv, clean_ok, aim)
+        self.save_chunk(ctx, batch, x_adv)
         return stats
 
     def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
@@ -195,18 +321,20 @@ class AttackSuite(Suite):
         return {}
 
     def maybe_save(self, ctx: EvalContext, batch: Batch, x: torch.Tensor, x_adv: torch.Tensor,
-                   clean_ok: torch.Tensor) -> int:
+                   clean_ok: torch.Tensor, aim: torch.Tensor | None = None) -> int:
         """Save the suite's first ``save`` images (files named by their data-set index); those misclassified
-        before the attack (not attacked for the statistics) are attacked separately, for the picture only."""
-        n_save = self.opts.save
+        before the attack (not attacked for the statistics) are attacked separately, for the picture only.
+        ``aim``: the labels the attack was given (targets for a targeted attack; default the true labels)."""
+        n_save = self.opts.save if isinstance(self.opts.save, int) else 0
         sel = (batch.index < n_save).to(x.device)
         if n_save <= 0 or ctx.out_dir is None or not bool(sel.any()):
             return 0
         atk = self.attack_for(ctx, ctx.model, chunk_seed(batch) + 1)
+        aim = batch.y if aim is None else aim
         extra = (sel & ~clean_ok).nonzero().squeeze(1)
         x_adv = x_adv.clone()
         if extra.numel():
-            x_adv[extra] = atk(x[extra], batch.y[extra])
+            x_adv[extra] = atk(x[extra], aim[extra])
         linf = getattr(atk, "bounded", False) and atk.norm == "linf" and atk.eps > 0
         scale = atk.eps if linf else max(float((x_adv[sel] - x[sel]).abs().max()), 1e-12)
         return save_examples(self.save_dir(ctx), batch.ids[sel.cpu()], x[sel], x_adv[sel], scale)
@@ -214,6 +342,33 @@ class AttackSuite(Suite):
     def save_dir(self, ctx: EvalContext) -> Path:
         assert ctx.out_dir is not None
         return Path(ctx.out_dir) / "adversarial" / re.sub(r"[^A-Za-z0-9_.=+-]+", "_", self.key)
+
+    def save_chunk(self, ctx: EvalContext, batch: Batch, x_adv: torch.Tensor) -> None:
+        """``save=all``: the chunk's adversarial examples (the clean image where none was attacked) and their
+        data-set indices, written atomically as the unit's own file, so that a resumed run keeps them."""
+        if self.opts.save != "all" or ctx.out_dir is None:
+            return
+        from safetensors.torch import save
+
+        tensors = {"x_adv": x_adv.detach().float().cpu().contiguous(), "indices": batch.ids.long().cpu().contiguous()}
+        write_bytes(self.save_dir(ctx) / "chunks" / f"{int(batch.index.min()):09d}.safetensors", save(tensors))
+
+    def merge_chunks(self, ctx: EvalContext) -> dict[str, Any] | None:
+        """``save=all``: every chunk's file merged, in data-set order, into ``x_adv.safetensors`` (tensors ``x_adv``
+        (N, 3, H, W) float32 and ``indices`` (N,)); what results.json records of it (None when nothing saved)."""
+        if self.opts.save != "all" or ctx.out_dir is None:
+            return None
+        from safetensors.torch import load_file, save
+
+        parts = [load_file(str(p)) for p in sorted((self.save_dir(ctx) / "chunks").glob("*.safetensors"))]
+        if not parts:
+            return None
+        idx = torch.cat([p["indices"] for p in parts])
+        order = idx.argsort()
+        x_adv = torch.cat([p["x_adv"] for p in parts])[order].contiguous()
+        path = self.save_dir(ctx) / "x_adv.safetensors"
+        write_bytes(path, save({"x_adv": x_adv, "indices": idx[order].contiguous()}))
+        return {"file": str(path.relative_to(ctx.out_dir)), "count": int(idx.numel())}
 
     # ---- gradient-masking checks (first chunk only) -------------------------------------------
     def run_checks(self, ctx: EvalContext, batch: Batch) -> dict[str, Any]:
@@ -224,18 +379,21 @@ class AttackSuite(Suite):
             flags["randomized"] = checks.check_randomized(ctx.model, xs)
             flags["softmax_output"] = checks.check_softmax_output(ctx.model, xs)
             flags["zero_gradients"] = checks.check_zero_gradients(ctx.model, xs, ys)
-        kw = self.attack_kwargs(ctx)
+        white = self.attack_for(ctx, ctx.model, 0)
+        if white.targeted:      # the checks attack the true labels
+            return {"flags": flags}
+        kw = self.resolved(ctx)[0]
         if "more_steps" in self.check_kinds:
-            steps = int(self.attack_for(ctx, ctx.model, 0).steps)
+            steps = int(white.steps)   # type: ignore[attr-defined]
             kw_steps = {k: v for k, v in kw.items() if k != "steps"}
             flags["more_steps"] = checks.check_more_steps(ctx.model, xs, ys, attack=self.attack_name,
                                                           steps=(steps, 2 * steps), seed=0, **kw_steps)
-        if "blackbox" in self.check_kinds and kw.get("eps", 0) > 0:
-            white = self._robust_accuracy(ctx.model, self.attack_for(ctx, ctx.model, 0), xs, ys)
-            square = create_attack("square", ctx.model, eps=kw["eps"], norm=kw["norm"], seed=0,
+        if "blackbox" in self.check_kinds and white.bounded and white.eps > 0:
+            square = create_attack("square", ctx.model, eps=white.eps, norm=white.norm, seed=0,
                                    n_queries=self.opts.check_queries)
-            black = self._robust_accuracy(ctx.model, square, xs, ys)
-            flags["blackbox_stronger"] = checks.check_blackbox_stronger({self.attack_name: white, "square": black})
+            flags["blackbox_stronger"] = checks.check_blackbox_stronger(
+                {self.attack_name: self._robust_accuracy(ctx.model, white, xs, ys),
+                 "square": self._robust_accuracy(ctx.model, square, xs, ys)})
         return {"flags": flags}
 
     @staticmethod
@@ -248,14 +406,17 @@ class AttackSuite(Suite):
 
     # ---- result ---------------------------------------------------------------------------------
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
+        """The attack's name, budget (``eps``, ``norm``, ``eps_source``, for budgeted attacks) and every other
+        option as it applied (``atk.settings()``: defaults resolved)."""
         atk = self.attack_for(ctx, ctx.model, 0)
         out: dict[str, Any] = {"attack": atk.name}
-        if self.bounded:
-            out.update(eps=atk.eps, norm=atk.norm, eps_source=self.eps_and_source(ctx, atk.norm)[1])
-        for attr, key in SETTINGS.items():
-            v = getattr(atk, attr, None)
-            if isinstance(v, (bool, int, float, str)):
-                out[key] = v
+        if budgeted(type(atk)):
+            out.update(eps=atk.eps, norm=atk.norm, eps_source=self.resolved(ctx)[1])
+        for k, v in atk.settings().items():
+            if k not in ("eps", "norm", "seed", *self.fixed) and isinstance(v, (bool, int, float, str)):
+                out[k] = v
+        if atk.targeted:
+            out["targets"] = "random"
         return out
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -270,6 +431,9 @@ class AttackSuite(Suite):
         res["flags"].update(self.extra_flags(ctx, res))
         if s.get("saved"):
             res["saved"] = {"dir": str(self.save_dir(ctx).relative_to(ctx.out_dir)), "count": int(s["saved"])}
+        merged = self.merge_chunks(ctx)
+        if merged:
+            res["saved"] = merged
         return res
 
     def extra_results(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, Any]:
@@ -279,43 +443,33 @@ class AttackSuite(Suite):
         return {}
 
 
-@register_suite
-class FGSMSuite(AttackSuite):
-    name = "fgsm"
-    smoke = {"checks": 0}
-    demo = ("fgsm:eps=1/255:limit=500", "fgsm:eps=4/255:limit=500"), ("fgsm:eps=1/255:limit=100", "fgsm:eps=4/255:limit=100")
-    description = "FGSM robust accuracy (Goodfellow et al. 2015; Bhojanapalli et al. 2021)"
-    attack_name = "fgsm"
-    attack_options = ("step_size", "random_start")
-
-    @dataclass
-    class Options(BudgetOptions):
-        step_size: Eps | None = option(None, min=0, help="step (default ε; with random_start the attack's rule)")
-        random_start: bool | None = option(None, help="start from a random point of the ε-ball (FGSM-RS)")
-    check_kinds = ("model",)
+def random_targets(y: torch.Tensor, num_classes: int, gen: torch.Generator) -> torch.Tensor:
+    """A uniformly drawn wrong class per image (the targets of a targeted attack), from the unit's generator."""
+    shift = torch.randint(1, max(num_classes, 2), y.shape, generator=gen, device=gen.device).to(y.device)
+    return (y + shift) % max(num_classes, 2)
 
 
-@register_suite
-class PGDSuite(AttackSuite):
-    name = "pgd"
-    smoke = {"steps": 2, "checks": 0}
-    demo = (("pgd:eps=1/255:limit=500:save=8:checks=0", "pgd:eps=2/255:limit=500:checks=0", "pgd:eps=4/255:limit=500:save=8"), ("pgd:eps=1/255:limit=100:save=8:checks=0", "pgd:eps=4/255:limit=100:save=8"))
-    description = "PGD robust accuracy (Madry et al. 2018); default 10 steps of ε/4"
-    attack_name = "pgd"
-    attack_options = ("steps", "step_size", "restarts", "random_start")
+def attack_suite(name: str) -> type[AttackSuite]:
+    """The generic suite of the registered attack ``name``: its name, aliases and options, its docstring's first
+    line as the description."""
+    cls = ATTACKS.get(name)
+    doc = (cls.__doc__ or cls.name).strip().splitlines()[0]
+    demo = vars(cls).get("demo")           # the attack's own plan for the demo (not inherited)
+    skip = "" if demo else (f"one attack on its own; the demo runs pgd, fgsm and autoattack "
+                            f"(run `robustvit eval --suite {cls.name}`)")
+    return type(f"{cls.__name__}AttackSuite", (AttackSuite,), {
+        "name": cls.name, "attack_name": cls.name, "aliases": tuple(cls.aliases), "description": doc,
+        "Options": attack_suite_options(cls), "smoke": {**cls.smoke, "checks": 0}, "demo": demo,
+        "demo_skip": skip, "__module__": __name__, "__doc__": f"Robust accuracy under {doc}"})
 
-    @dataclass
-    class Options(BudgetOptions):
-        steps: int | None = option(None, min=1, help="iterations (default: --steps, else 10)")
-        step_size: Eps | None = option(None, min=0, help="step (default 2.5·ε/steps)")
-        restarts: int | None = option(None, min=1, help="random restarts (default 1)")
-        random_start: bool | None = option(None, help="start from a random point of the ε-ball (default true)")
-    check_kinds = ("model", "more_steps", "blackbox")
 
-    def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
-        kw = super().attack_kwargs(ctx)
-        kw.setdefault("steps", 10)   # the attack's step rule applies: 2.5·ε/steps (ε/4 for 10 steps)
-        return kw
+def register_attack_suites() -> list[str]:
+    """Register the generic suite of every registered attack that has no suite of that name yet (called when
+    this module is imported; call it again after registering an attack later). Returns the names added."""
+    added = [n for n in list_attacks() if n not in SUITES]
+    for n in added:
+        register_suite(attack_suite(n))
+    return added
 
 
 @register_suite
@@ -324,16 +478,10 @@ class APGDSuite(AttackSuite):
     smoke = {"steps": 2, "checks": 0}
     demo_skip = "the demo's autoattack run includes APGD-CE and APGD-T"
     description = "APGD robust accuracy (Croce & Hein 2020); option attack=apgd_ce|apgd_dlr|apgd_t"
-    attack_options = ("steps", "restarts", "n_target_classes")
-    check_kinds = ("model", "more_steps", "blackbox")
 
     @dataclass
-    class Options(BudgetOptions):
+    class Options(attack_suite_options(APGDT)):   # type: ignore[misc]
         attack: str = option("apgd_ce", help=f"{' | '.join(APGD_ATTACKS)} (hyphenated spellings accepted)")
-        steps: int | None = option(None, min=1, help="iterations (default: --steps, else 100)")
-        restarts: int | None = option(None, min=1, help="restarts (default 1)")
-        n_target_classes: int | None = option(None, min=1, help="apgd_t: target classes (default 9, capped at "
-                                                                "classes − 1)")
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -347,45 +495,33 @@ class APGDSuite(AttackSuite):
     def attack_name(self) -> str:  # type: ignore[override]
         return str(self.opts.attack)
 
-    def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
-        kw = self.attack_kwargs(ctx)
-        if self.attack_name != "apgd_t":
-            kw.pop("n_target_classes", None)
-        else:
-            kw["n_target_classes"] = max(1, min(kw.get("n_target_classes", 9), ctx.num_classes - 1))
-        return create_attack(self.attack_name, model, seed=seed, **kw)
-
 
 @register_suite
 class AutoAttackSuite(AttackSuite):
     name = "autoattack"
     smoke = {"steps": 2, "n_queries": 3, "checks": 0}
-    demo = ("autoattack:limit=50:steps=20:n_queries=200:n_target_classes=3",), ("autoattack:limit=20:steps=10:n_queries=100:n_target_classes=3",)
+    demo = (("autoattack:eps=4/255:limit=50:steps=20:n_queries=200:n_target_classes=3",),
+            ("autoattack:eps=4/255:limit=20:steps=10:n_queries=100:n_target_classes=3",))
     description = "AutoAttack (Croce & Hein 2020): apgd_ce, apgd_t, fab_t, square; per-attack accuracy"
     attack_name = "autoattack"
-    attack_options = ("version", "steps", "n_queries", "n_target_classes")
-    check_kinds = ("model",)
+    fixed = {"run_checks": False}   # the suite runs the checks itself
 
     @dataclass
-    class Options(BudgetOptions):
-        version: Literal[VERSION_NAMES] | None = option(None, help="standard (default), plus, rand or custom")
+    class Options(attack_suite_options(AutoAttack, drop=("run_checks",))):   # type: ignore[misc]
         attacks: list[str] | None = option(None, help="members joined by + (sets version=custom), e.g. "
                                                       "apgd_ce+square")
-        steps: int | None = option(None, min=1, help="iterations of every member (a reduced AutoAttack)")
-        n_queries: int | None = option(None, min=1, help="Square queries (a reduced AutoAttack)")
-        n_target_classes: int | None = option(None, min=1, help="target classes of apgd_t / fab_t (default 9)")
     # A reduced AutoAttack on a subset (the report says so): the full budget costs ~10 s per image on 2 CPU cores.
 
     def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
-        kw = self.attack_kwargs(ctx)
-        attacks = self.opts.attacks
-        if attacks:
-            kw["version"], kw["attacks"] = "custom", list(attacks)
-        return create_attack("autoattack", model, seed=seed, run_checks=False, **kw)
+        kw = self.resolved(ctx)[0]
+        if self.opts.attacks:
+            kw["version"] = "custom"
+        return create_attack("autoattack", model, seed=seed, **kw, **self.fixed)
 
     def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
-        per = atk.last_report.get("per_attack", {})   # type: ignore[attr-defined]
-        return {"per_attack": {k: int(round(v * n_attacked)) for k, v in per.items()}}
+        report = atk.last_report   # type: ignore[attr-defined]
+        return {key: {k: int(round(v * n_attacked)) for k, v in report[key].items()}
+                for key in ("per_attack", "individual") if key in report}
 
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
         out = super().settings(ctx)
@@ -401,7 +537,10 @@ class AutoAttackSuite(AttackSuite):
         n = max(s.get("n", 0), 1)
         counts = s.get("per_attack", {})
         misclassified = s.get("n", 0) - s.get("clean", 0)
-        return {"per_attack": {k: v / n for k, v in counts.items()}, "clean_misclassified": misclassified}
+        out = {"per_attack": {k: v / n for k, v in counts.items()}, "clean_misclassified": misclassified}
+        if "individual" in s:   # each member alone on every clean-correct point, beside the cascade
+            out["individual"] = {k: v / n for k, v in s["individual"].items()}
+        return out
 
     def extra_flags(self, ctx: EvalContext, res: dict[str, Any]) -> dict[str, checks.CheckResult]:
         return {"blackbox_stronger": checks.check_blackbox_stronger(res["per_attack"]),
@@ -415,21 +554,7 @@ class SpatialSuite(AttackSuite):
     demo = ("spatial:limit=200:translations=5:rotations=7:save=8",), ("spatial:limit=100:translations=3:rotations=5",)
     description = "worst case over 9 × 9 translations (the papers' range at the image size) × 31 rotations (±30°)"
     attack_name = "spatial"
-    attack_options = ("translations", "rotations", "max_translation", "max_rotation", "batch_size")
-
-    @dataclass
-    class Options(ExampleOptions):
-        translations: int | None = option(None, min=1, help="translations per axis (default 9)")
-        rotations: int | None = option(None, min=1, help="rotation angles (default 31)")
-        max_translation: float | None = option(None, min=0, help="largest shift in pixels (default: the papers' "
-                                                                 "range at the image size)")
-        max_rotation: float | None = option(None, min=0, help="largest angle in degrees (default 30)")
-        batch_size: int | None = option(None, min=1, help="transformed images per forward pass (default 256)")
-    check_kinds = ()
-    bounded = False
-
-    def parts(self, ctx: EvalContext) -> list[str]:
-        return ["all"]
+    Options = attack_suite_options(Spatial)
 
     def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
         st = atk.last_stats   # type: ignore[attr-defined]
@@ -460,26 +585,12 @@ class PatchFoolSuite(AttackSuite):
     demo = ("patch_fool:limit=100:steps=50:save=8",), ("patch_fool:limit=50:steps=20",)
     description = "Patch-Fool (Fu et al. 2022): one attention-chosen patch replaced and optimised; ViTs only"
     attack_name = "patch_fool"
-    attack_options = ("num_patches", "steps", "step_size", "attn_weight", "attn_block", "selection", "scoring")
-
-    @dataclass
-    class Options(ExampleOptions):
-        eps: Eps | None = option(None, min=0, help="L∞ bound of the patch (the mild variant; default none)")
-        num_patches: int | None = option(None, min=1, help="patches attacked (default 1)")
-        steps: int | None = option(None, min=1, help="iterations (default: --steps, else 250)")
-        step_size: Eps | None = option(None, min=0, help="Adam step (default the attack's)")
-        attn_weight: float | None = option(None, min=0, help="weight of the attention loss (default 0.002)")
-        attn_block: int | None = option(None, min=0, help="blocks whose attention is used (default 4)")
-        selection: str | None = option(None, help="how the patch is chosen (default attn)")
-        scoring: Literal["final", "best"] | None = option(None, help="final (default: the final iterate, as the "
-                                                                     "reference) or best (any fooling iterate)")
-    check_kinds = ("model",)
-    bounded = False
+    Options = attack_suite_options(PatchFool)
 
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         """``scoring=final`` (default) scores the final iterate on every image, as the reference; ``best``
         keeps any fooling iterate and counts misclassified images as broken (RobustBench's convention)."""
-        if part == "checks" or self.options.get("scoring", "final") == "best":
+        if part == "checks" or self.options.get("scoring") == "best":
             return super().run(ctx, part, batch)
         x, y = batch.x, batch.y
         with torch.no_grad():
@@ -490,15 +601,10 @@ class PatchFoolSuite(AttackSuite):
         with torch.no_grad():
             adv_logits = ctx.model(x_adv)
         robust = recheck_fp32(ctx.model, correct(adv_logits, y), None, x_adv, y)
+        self.save_chunk(ctx, batch, x_adv)
         return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum()),
                 "nonfinite": int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum()),
                 "saved": self.maybe_save(ctx, batch, x, x_adv, torch.ones_like(clean_ok))}
-
-    def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
-        kw = super().attack_kwargs(ctx)
-        if self.options.get("eps") is not None:   # the "mild" L∞ variant; unconstrained by default
-            kw["eps"] = self.options["eps"]
-        return kw
 
     def parts(self, ctx: EvalContext) -> list[str]:
         return super().parts(ctx) if is_probeable(ctx.model) else []
@@ -532,13 +638,16 @@ class TransferSuite(AttackSuite):
     smoke = {"steps": 1, "checks": 0}
     demo_skip = "the demo evaluates its models one at a time; run `robustvit eval --model A,B --suite transfer`"
     description = "transfer matrix: adversarial examples crafted on each model of the run, evaluated on this one"
-    attack_options = ("steps", "step_size", "restarts", "random_start")
-    check_kinds = ()
+    #: The options passed to the crafting attack (when given; the others are the suite's).
+    attack_keys: ClassVar[tuple[str, ...]] = ("eps", "norm", "steps", "step_size", "restarts", "random_start")
 
     @dataclass
-    class Options(BudgetOptions):
+    class Options(SuiteOptions):
+        eps: Eps | None = option(None, min=0, help="budget (default: --eps, else the data's: 8/255 CIFAR-sized, "
+                                                   "4/255 ImageNet; L2 0.5 / 3.0)")
+        norm: Literal[NORMS] | None = option(None, help="threat model (default: --norm, else the attack's)")
         attack: str = option("pgd", help="the attack crafting the examples on each source (`robustvit list attacks`)")
-        steps: int | None = option(None, min=1, help="iterations (default: --steps, else 10 for pgd)")
+        steps: int | None = option(None, min=1, help="iterations (default: --steps, else the attack's)")
         step_size: Eps | None = option(None, min=0, help="step (default the attack's rule)")
         restarts: int | None = option(None, min=1, help="restarts (default 1)")
         random_start: bool | None = option(None, help="random start (default the attack's)")
@@ -553,6 +662,11 @@ class TransferSuite(AttackSuite):
         super().__init__(**options)
         ATTACKS.get(self.opts.attack)      # an unknown attack fails now, with close matches
         self.opts.attack = ATTACKS.canonical(self.opts.attack)
+        taken = set(option_names(self.attack_cls.Options))
+        extra = [k for k in self.options if k in self.attack_keys and k not in taken]
+        if extra:
+            raise RobustvitError(f"suite transfer: attack {self.opts.attack!r} takes no option {extra[0]!r}; "
+                                 f"its options: {', '.join(sorted(taken - {'seed'}))}")
         self._cache: dict[tuple[str, int, int], torch.Tensor] = {}
         self._cache_bytes = 0
         self._extra: dict[str, nn.Module] | None = None
@@ -561,11 +675,9 @@ class TransferSuite(AttackSuite):
     def attack_name(self) -> str:  # type: ignore[override]
         return str(self.opts.attack)
 
-    def attack_kwargs(self, ctx: EvalContext) -> dict[str, Any]:
-        kw = super().attack_kwargs(ctx)
-        if self.attack_name == "pgd":
-            kw.setdefault("steps", 10)   # step 2.5·ε/steps, the attack's own rule
-        return kw
+    @property
+    def check_kinds(self) -> tuple[str, ...]:
+        return ()
 
     def extra_sources(self, ctx: EvalContext) -> dict[str, nn.Module]:
         """The models named by ``sources=``, built once (on the run's device) with ``build_named_model``."""
@@ -616,7 +728,7 @@ class TransferSuite(AttackSuite):
                 "nonfinite": int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())}
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        kw = self.attack_kwargs(ctx)
+        kw = self.resolved(ctx)[0]
         column = {src: s.get("robust", 0) / max(s.get("n", 0), 1) for src, s in stats.items()}
         first = next(iter(stats.values()), {})
         clean = first.get("clean", 0) / max(first.get("n", 0), 1)
@@ -633,3 +745,7 @@ class TransferSuite(AttackSuite):
                 "clean_accuracy": clean, "num_images": first.get("n", 0), "sources": provenance,
                 "comparable": not random, "notes": notes, "flags": {},
                 **nonfinite_result(self.key, max((s.get("nonfinite", 0) for s in stats.values()), default=0))}
+
+
+register_attack_suites()
+SUITES.on_miss(register_attack_suites)
