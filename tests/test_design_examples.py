@@ -71,6 +71,18 @@ def installed(title: str, registry, tmp_path: Path):
         registry._loaded = True
 
 
+@contextlib.contextmanager
+def restored(registry):
+    """Put ``registry`` back as it was (names and aliases) after the block."""
+    registry.list()                                  # load the built-ins first
+    items, aliases = dict(registry._items), dict(registry._aliases)
+    try:
+        yield registry
+    finally:
+        registry._items.clear(), registry._items.update(items)
+        registry._aliases.clear(), registry._aliases.update(aliases)
+
+
 def cli(*argv: str) -> None:
     from robustvit.cli import main
 

@@ -384,7 +384,7 @@ class AttackSuite(Suite):
             return {"flags": flags}
         kw = self.resolved(ctx)[0]
         if "more_steps" in self.check_kinds:
-            steps = int(white.steps)   # type: ignore[attr-defined]
+            steps = int(white.opts.steps)
             kw_steps = {k: v for k, v in kw.items() if k != "steps"}
             flags["more_steps"] = checks.check_more_steps(ctx.model, xs, ys, attack=self.attack_name,
                                                           steps=(steps, 2 * steps), seed=0, **kw_steps)
