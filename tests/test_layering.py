@@ -7,14 +7,15 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "robustvit"
-BASE = {"registry", "utils", "errors", "options", "plotting", "runs"}
+BASE = {"registry", "utils", "errors", "options", "plotting", "runs", "protocols"}
 LIBRARIES = {"models", "metrics", "corruptions", "attacks"}
 #: package → the robustvit packages/modules it may import (besides itself).
 ALLOWED = {
     "registry": {"errors", "options"},
     "options": {"errors"},
     "plotting": set(),
-    "runs": {"registry", "utils", "errors", "options"},
+    "runs": {"registry", "utils", "errors", "options", "protocols"},
+    "protocols": set(),
     "utils": {"errors"},
     "errors": set(),
     "progress": BASE,

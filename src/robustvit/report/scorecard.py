@@ -9,43 +9,54 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.ticker import NullFormatter
 
-from robustvit.report.builder import Figure, Section, md_table
-from robustvit.report.headline import COLUMNS, eps_text, labels, scorecard_row
+from robustvit.report.section import Figure, Section, md_table
+from robustvit.report.headline import ATTACK_COLUMNS, COLUMNS, PERCENT_COLUMNS, eps_text, labels, scorecard_row
 
 SIZE_SERIES = (("clean", "clean"), ("corruption_mean", "corruptions (mean)"), ("pgd", "PGD"),
                ("autoattack", "AutoAttack"), ("imagenet_r", "ImageNet-R"), ("imagenet_a", "ImageNet-A"))
 
 
-def _pct(v: Any, key: str) -> str | None:
+def _cell(r: dict[str, Any], key: str) -> str | None:
+    """A cell: the number, its 95 % Wilson interval and the images it was measured on."""
+    v = r.get(key)
     if v is None:
         return None
-    return f"{v:.1f}" if key in ("mce", "mfr") else f"{100 * v:.1f}"
+    if key in PERCENT_COLUMNS:
+        return f"{v:.1f}"
+    text = f"{100 * v:.1f}"
+    ci, n = r.get(f"{key}_ci95"), r.get(f"{key}_n")
+    if ci:
+        text += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+    return text + (f" (n={n})" if n else "")
 
 
 def scorecard_section(results: list[dict[str, Any]]) -> Section:
     rows = [scorecard_row(r) for r in results]
     cols = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
-    eps = {eps_text(r["eps"]) for r in rows if r["eps"] is not None and (r["pgd"] is not None or r["autoattack"] is not None)}
+    eps = {eps_text(r["eps"], r["threat_model"]) for r in rows
+           if r["eps"] is not None and any(r[c] is not None for c in ATTACK_COLUMNS)}
     one_eps = next(iter(eps)) if len(eps) == 1 else None
     header = ["model"]
     for c in cols:
         h = COLUMNS[c][0]
-        if c in ("pgd", "autoattack") and one_eps:
+        if c in ATTACK_COLUMNS and one_eps:
             h += f" ε={one_eps}"
-        header.append(h if c in ("mce", "mfr") else f"{h} (%)")
+        header.append(h if c in PERCENT_COLUMNS else f"{h} (%)")
     table = []
     for r in rows:
         cells: list[Any] = [r["model"]]
         for c in cols:
-            v = _pct(r.get(c), c)
-            if v is not None and c in ("pgd", "autoattack") and not one_eps and r["eps"] is not None:
-                v += f" (ε={eps_text(r['eps'])})"
+            v = _cell(r, c)
+            if v is not None and c in ATTACK_COLUMNS and not one_eps and r["eps"] is not None:
+                v += f" (ε={eps_text(r['eps'], r['threat_model'])})"
             cells.append(v)
         table.append(cells + [r["labels"]])
     md = md_table(header + ["labels"], table)
-    md += ("\n\nTop-1 accuracy in % (mCE and mFR: lower is better). PGD and AutoAttack: robust accuracy at the "
-           "strongest L∞ budget measured. Labels say why a number is not the published protocol's; the notes of "
-           "each run are listed under \"Models\".")
+    md += ("\n\nTop-1 accuracy in % with its 95 % Wilson score interval and the number of images it was measured "
+           "on (mCE and mFR: lower is better; corruption and occlusion means: the interval of one accuracy on that "
+           "many images, wider than the mean's). PGD, APGD and AutoAttack: robust accuracy at the strongest L∞ "
+           "budget measured. Labels name each cell's deviations from its published protocol; the notes of each "
+           "run are listed under \"Models\".")
     return Section("Scorecard", md)
 
 
