@@ -84,7 +84,7 @@ def test_json_entries_per_threat_model_and_one_for_corruptions(runs):
     vit = next(e for e in entries if e["name"] == "vit_s" and e.get("eps") == "4/255")
     assert vit["clean_acc"] == "80.00" and vit["autoattack_acc"] == "25.00" and "corruptions_acc" not in vit
     assert vit["dataset"] == "cifar10" and vit["threat_model"] == "Linf" and vit["clean_acc_n"] == 100
-    assert vit["clean_acc_ci95"] == [71.11, 86.66]                          # Wilson, 80 of 100
+    assert vit["clean_acc_ci95"] == [71.12, 86.66]                          # Wilson, 80 of 100
     corr = [e for e in entries if e["threat_model"] == "corruptions"]
     assert [(e["name"], e["corruptions_acc"]) for e in corr] == [("vit_s", "55.00")]   # once, not per Linf entry
     assert corr[0]["comparable"] is False and any("subset" in d for d in corr[0]["labels"])

@@ -319,16 +319,17 @@ def analysis_protocol(name: str, result: dict[str, Any], run: dict[str, Any]) ->
     return {"name": f"{name} (paper setting)", "comparable": not dev, "deviations": dev}
 
 
-def attach(doc: dict[str, Any], *, force: bool = False) -> dict[str, Any]:
-    """Give every suite result (and analysis) of ``doc`` its ``protocol`` entry (kept when already recorded,
-    unless ``force``) and set the run-level ``comparable``: every entry comparable and no run note. In place."""
+def attach(doc: dict[str, Any], *, force: bool = False, analyses: bool = True) -> dict[str, Any]:
+    """Give every suite result (and, with ``analyses``, every analysis) of ``doc`` its ``protocol`` entry (kept
+    when already recorded, unless ``force``) and set the run-level ``comparable``: every entry comparable and no
+    run note. In place."""
     entries = []
     for key, res in (doc.get("suites") or {}).items():
         if isinstance(res, dict):
             if force or not isinstance(res.get("protocol"), dict):
                 res["protocol"] = assess(key, res, doc)
             entries.append(res["protocol"])
-    for name, res in (doc.get("analyses") or {}).items() if isinstance(doc.get("analyses"), dict) else ():
+    for name, res in (doc.get("analyses") or {}).items() if analyses and isinstance(doc.get("analyses"), dict) else ():
         if isinstance(res, dict):
             if force or not isinstance(res.get("protocol"), dict):
                 res["protocol"] = analysis_protocol(name, res, doc)

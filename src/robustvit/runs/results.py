@@ -43,7 +43,7 @@ def results_document(kind: str, *, run: dict[str, Any], model: dict[str, Any], d
     notes = list(notes or [])
     doc = {"schema": SCHEMA_VERSION, "kind": kind, "run": run, "model": model, "data": data_record(**data),
            "comparable": not notes, "notes": notes, PAYLOAD[kind]: payload}
-    return attach_protocols(doc, force=True)      # each headline number's protocol; the run's ``comparable``
+    return attach_protocols(doc, force=True, analyses=False)   # each suite's protocol; the run's ``comparable``
 
 
 def data_record(spec: str = "", num_images: int = 0, num_unreadable: int = 0, num_classes: int | None = None,
