@@ -203,3 +203,18 @@ def test_robustbench_export_renders_in_robustbench(monkeypatch, tmp_path, capsys
     assert "80.00%" in template.generate_leaderboard("cifar10", "corruptions", str(out))
     assert "55.00%" in template.generate_leaderboard("cifar10", "L2", str(out))
     assert "40.00%" in template.generate_leaderboard("imagenet", "corruptions", str(out))
+
+
+def test_size_plot_joins_points_within_a_family_only():
+    from robustvit.report.scorecard import size_section
+
+    docs = []
+    for name, family, params, clean in (("vit_t", "vit", 5e6, 0.7), ("vit_s", "vit", 2e7, 0.8),
+                                        ("resnet18", "resnet", 1e7, 0.6)):
+        d = run(name, {})
+        d["model"].update(params=params, spec={"family": family})
+        d["suites"]["clean"]["top1"] = clean
+        docs.append(normalise(d))
+    fig = size_section(docs).figures[0].fig
+    lines = [ln for ln in fig.axes[0].lines if len(ln.get_xdata())]
+    assert sorted((list(ln.get_xdata()), ln.get_linestyle()) for ln in lines) == [([5e6, 2e7], "-"), ([1e7], "None")]

@@ -21,9 +21,9 @@ from typing import Any, Literal
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 from robustvit.errors import RobustvitError  # noqa: E402
+from robustvit.plotting import save_figure  # noqa: E402
 from robustvit.report import html as H  # noqa: E402
 from robustvit.report.load import load_runs, merge_by_model, normalise  # noqa: E402
 from robustvit.report.section import (EXTRA_SECTIONS, GROUPS, SECTIONS, Figure, Section, md_table,  # noqa: E402,F401
@@ -165,8 +165,7 @@ def write_report(results: list[dict[str, Any]], out: Path, title: str = "robustv
             if isinstance(fig.fig, Path):
                 shutil.copyfile(fig.fig, png)
             else:
-                fig.fig.savefig(png, dpi=110, bbox_inches="tight")
-                plt.close(fig.fig)
+                save_figure(fig.fig, png)
             md += [f"![{fig.caption or fig.name}](figures/{png.name})", ""]
             body.append(_figure_html(fig, png, sec))
     if len(sections) == 1 and notes:

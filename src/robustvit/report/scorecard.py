@@ -9,6 +9,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.ticker import NullFormatter
 
+from robustvit.plotting import place_legend
 from robustvit.report.section import Figure, Section, md_table
 from robustvit.report.headline import ATTACK_COLUMNS, COLUMNS, PERCENT_COLUMNS, eps_text, labels, scorecard_row
 
@@ -106,6 +107,11 @@ def _human(v: float) -> str:
     return f"{v:.3g}"
 
 
+def _family(run: dict[str, Any]) -> str:
+    model = run.get("model") or {}
+    return str((model.get("spec") or {}).get("family") or model.get("name"))
+
+
 def size_section(results: list[dict[str, Any]]) -> Section | None:
     """Accuracy against parameters (and FLOPs where recorded), log x axes; two or more models."""
     rows = [(r, scorecard_row(r)) for r in results if (r.get("model") or {}).get("params")]
@@ -116,9 +122,13 @@ def size_section(results: list[dict[str, Any]]) -> Section | None:
     fig, axes = plt.subplots(1, len(axes_for), figsize=(5.2 * len(axes_for) + 1.6, 3.4), squeeze=False)
     for ax, (field, label) in zip(axes[0], axes_for):
         for i, (col, name) in enumerate(SIZE_SERIES):
-            pts = sorted((r["model"][field], row[col]) for r, row in rows if row.get(col) is not None)
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}", label=name)
+            by_family: dict[str, list[tuple[float, float]]] = {}
+            for r, row in rows:           # points; a line joins the models of one family only
+                if row.get(col) is not None:
+                    by_family.setdefault(_family(r), []).append((r["model"][field], row[col]))
+            for j, pts in enumerate(sorted(p) for p in by_family.values()):
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}",
+                        label=name if j == 0 else None, linestyle="-" if len(pts) > 1 else "none")
         at: dict[float, list[tuple[str, float]]] = {}
         for r, row in rows:
             top = max((row[c] for c, _ in SIZE_SERIES if row.get(c) is not None), default=0.0)
@@ -136,13 +146,13 @@ def size_section(results: list[dict[str, Any]]) -> Section | None:
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"{label} (log scale)"), ax.set_ylabel("top-1 accuracy"), ax.set_ylim(0, 1.15)
         ax.grid(alpha=0.3, which="both")
-    axes[0][-1].legend(*axes[0][0].get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                       frameon=False, fontsize=8)
+    place_legend(axes[0][-1], outside=True, frameon=False, handles=axes[0][0].get_legend_handles_labels()[0],
+                 labels=axes[0][0].get_legend_handles_labels()[1])
     fig.suptitle("Robustness against model size", fontsize=10)
     fig.tight_layout()
     md = ("Accuracy against the number of parameters" + (" and FLOPs per image" if len(axes_for) > 1 else "")
-          + ", one point per model (Bhojanapalli et al. 2021, Figs. 4–5); PGD and AutoAttack at each model's "
-          "strongest L∞ budget.")
+          + ", one point per model (Bhojanapalli et al. 2021, Figs. 4–5), lines joining the models of one family "
+          "only; PGD and AutoAttack at each model's strongest L∞ budget.")
     return Section("Robustness against model size", md,
                    [Figure("robustness_vs_size", fig, "Clean, corruption and adversarial accuracy against model size, log x axis")],
                    group="clean")
