@@ -229,7 +229,7 @@ def _corruptions(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple
     return name, dev
 
 
-def _shift(name: str) -> Checker:
+def _named(name: str) -> Checker:
     def check(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
         return name, []
     return check
@@ -284,9 +284,9 @@ def _certify(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str
 
 CHECKERS: dict[str, Checker] = {
     "autoattack": _autoattack, "spatial": _spatial, "corruptions": _corruptions, "perturbations": _perturbations,
-    "patch_occlusion": _occlusion, "shape_bias": _shift("cue-conflict"), "certify": _certify,
+    "patch_occlusion": _occlusion, "shape_bias": _named("cue-conflict"), "certify": _certify,
     **{n: _attack for n in ("pgd", "apgd", "fgsm", "patch_fool", "transfer")},
-    **{n: _shift(n.replace("_", "-")) for n in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
+    **{n: _named(n.replace("_", "-")) for n in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
 }
 
 

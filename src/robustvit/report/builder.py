@@ -12,11 +12,8 @@ import base64
 import fnmatch
 import html
 import shutil
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import matplotlib
 
@@ -26,8 +23,9 @@ from robustvit.errors import RobustvitError  # noqa: E402
 from robustvit.plotting import save_figure  # noqa: E402
 from robustvit.report import html as H  # noqa: E402
 from robustvit.report.load import load_runs, merge_by_model, normalise  # noqa: E402
-from robustvit.report.section import (EXTRA_SECTIONS, GROUPS, SECTIONS, Figure, Section, md_table,  # noqa: E402,F401
-                                      register_extra_section, register_section)
+from robustvit.report.section import (EXTRA_SECTIONS, GROUPS, SECTIONS, Figure, Renderer,  # noqa: E402,F401
+                                      Section, md_table, register_extra_section, register_section)
+
 
 def renderer_for(key: str) -> Renderer:
     """The section renderer whose pattern matches the suite key (the most specific, i.e. longest, pattern
