@@ -99,6 +99,12 @@ def test_text_formats(runs, fmt, marker):
         assert "| vit_s | cifar10:test | Linf | 4/255 | 80.0 [71.1, 86.7] (n=100) |" in text
 
 
+def test_robustbench_format_needs_a_folder(runs, capsys):
+    assert main(["leaderboard", str(runs[1]), "--format", "robustbench"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out DIR" in err
+
+
 def test_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["leaderboard", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err

@@ -32,6 +32,7 @@ Protocols (conditions in :data:`PROTOCOLS`):
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -98,6 +99,13 @@ def dataset_of(run: dict[str, Any]) -> str | None:
     spec = str((run.get("data") or {}).get("spec") or "")
     name = spec.split(":", 1)[0].strip().lower().replace("-", "_")
     return name if name in TEST_IMAGES else None
+
+
+def _split(run: dict[str, Any]) -> list[str]:
+    """A deviation when ``--data`` names a training split (RobustBench evaluates on the test / validation set)."""
+    spec = str((run.get("data") or {}).get("spec") or "")
+    parts = re.split(r"[:,/=]", spec.split(":", 1)[1].lower()) if ":" in spec else []
+    return [f"data {spec!r} is a training split, not the test set"] if "train" in parts else []
 
 
 def _num(v: Any) -> float | None:
@@ -174,6 +182,7 @@ def _autoattack(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[
     if targets is not None and int(targets) != 9:
         dev.append(f"{int(targets)} target classes (standard: 9)")
     if proto is not None:
+        dev += _split(run)
         eps = _num(result.get("eps"))
         if eps is None:
             dev.append("unknown ε (eps not recorded)")
@@ -210,6 +219,7 @@ def _corruptions(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple
         dev.append(f"data {(run.get('data') or {}).get('spec')!r} has no released -C files (CIFAR-10/100, ImageNet)")
     else:
         name = f"robustbench:{dataset}:corruptions"
+        dev += _split(run)
     if "corruptions" not in result or "severities" not in result:
         dev.append("unknown corruptions or severities (not recorded)")
     else:

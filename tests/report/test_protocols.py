@@ -128,6 +128,8 @@ def test_certification_reduced_and_unknown_facts():
     q = assess("patch_occlusion", {"per_rho": {}}, {"data": {}})
     assert q["comparable"] is False and q["deviations"][0].startswith("unknown occlusion-noise space")
     assert attach({"suites": {}, "notes": []})["comparable"] is True
+    train = assess("autoattack", attack("autoattack", 0.4), {"data": {"spec": "cifar10:train"}})
+    assert train["deviations"] == ["data 'cifar10:train' is a training split, not the test set"]
 
 
 def test_comparability_is_decided_only_in_protocols():
