@@ -277,7 +277,7 @@ def _dense(name: str) -> Checker:
 
 def _dense_name(run: dict[str, Any]) -> str:
     spec = str((run.get("data") or {}).get("spec") or "").split(":", 1)[0]
-    return "coco-c" if spec == "coco" else "cityscapes-c"
+    return {"coco": "coco-c", "cityscapes": "cityscapes-c"}.get(spec, NO_PROTOCOL)
 
 
 def _certify(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
@@ -309,7 +309,9 @@ def assess(key: str, result: dict[str, Any], run: dict[str, Any]) -> dict[str, A
     """The ``protocol`` entry of one suite result (key as in ``suites``) of ``run`` (a results.json dict)."""
     base = base_name(key)
     if base.startswith(("seg_", "det_")) and base.endswith("corruptions"):
-        name, dev = _dense("coco-c" if base.startswith("det_") else _dense_name(run))(key, result, run)
+        name, dev = _dense(_dense_name(run))(key, result, run)
+        if name == NO_PROTOCOL:
+            dev = [f"no published corruption benchmark for data {(run.get('data') or {}).get('spec')!r}"]
     elif base in CHECKERS:
         name, dev = CHECKERS[base](key, result, run)
     else:

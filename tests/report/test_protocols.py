@@ -128,6 +128,12 @@ def test_certification_reduced_and_unknown_facts():
     q = assess("patch_occlusion", {"per_rho": {}}, {"data": {}})
     assert q["comparable"] is False and q["deviations"][0].startswith("unknown occlusion-noise space")
     assert attach({"suites": {}, "notes": []})["comparable"] is True
+    fan = {"corruptions": [f"c{i}" for i in range(16)], "severities": [1, 2, 3, 4, 5], "size_scaling": False}
+    assert assess("seg_corruptions", fan, {"data": {"spec": "cityscapes:/d"}})["name"] == "cityscapes-c"
+    coco = assess("det_corruptions", {**fan, "corruptions": fan["corruptions"][:15], "size_scaling": True},
+                  {"data": {"spec": "coco:/d"}})
+    assert coco["name"] == "coco-c" and coco["deviations"] == [
+        "corruption strength scaled with image size (protocol: imagecorruptions unscaled)", "15 corruptions (FAN: 16)"]
     train = assess("autoattack", attack("autoattack", 0.4), {"data": {"spec": "cifar10:train"}})
     assert train["deviations"] == ["data 'cifar10:train' is a training split, not the test set"]
 
