@@ -172,6 +172,13 @@ def _pct(v: float | None) -> str | None:
     return None if v is None else f"{100 * v:.2f}"
 
 
+def _verdict(entry: dict[str, Any], row: dict[str, Any], columns: tuple[str, ...]) -> None:
+    """An entry's ``labels`` and ``comparable``: those of the protocol entries of its own numbers."""
+    cells = [row.get(f"{c}_protocol") or {} for c in columns if row.get(c) is not None]
+    entry["labels"] = list(dict.fromkeys(d for p in cells for d in p.get("deviations") or []))
+    entry["comparable"] = bool(cells) and all(p.get("comparable") for p in cells)
+
+
 def json_entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """robustvit's own JSON: one entry per model × data × threat model (``Linf``/``L2``), and one ``corruptions``
     entry per model × data with corruption numbers. Accuracies as RobustBench writes them (two-decimal percent
@@ -197,7 +204,7 @@ def json_entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for field, col in (("clean_acc", "clean"), ("autoattack_acc", "autoattack"), ("apgd_acc", "apgd"),
                                ("pgd_acc", "pgd")):
                 put(e, field, r, col)
-            e.update(labels=r["labels_list"], comparable=r["comparable"])
+            _verdict(e, r, ("clean", "autoattack", "apgd", "pgd"))
             out.append(e)
         if (r["model"], data) in done or (r.get("corruption_mean") is None and r.get("mce") is None):
             continue
@@ -205,9 +212,7 @@ def json_entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         e = {**ident, "threat_model": "corruptions"}
         for field, col in (("clean_acc", "clean"), ("corruptions_acc", "corruption_mean"), ("corruptions_mce", "mce")):
             put(e, field, r, col)
-        cells = [r.get(f"{c}_protocol") or {} for c in ("clean", "corruption_mean", "mce") if r.get(c) is not None]
-        e.update(labels=list(dict.fromkeys(d for p in cells for d in p.get("deviations") or [])),
-                 comparable=all(p.get("comparable") for p in cells))
+        _verdict(e, r, ("clean", "corruption_mean", "mce"))
         out.append(e)
     return out
 
@@ -226,8 +231,8 @@ def robustbench_entries(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
             why.append(f"no {'AutoAttack' if acc == 'autoattack_acc' else '15 × 5 corruptions'} number")
         elif not str(proto.get("name", "")).startswith(f"robustbench:{ds}:{threat}"):
             why.append(f"{proto.get('name') or 'no'} protocol, not RobustBench {ds} {threat}")
-        if not e.get("comparable"):
-            why += e["labels"] or ["not comparable"]
+        cells = [e.get(f"{f}_protocol") or {} for f in ("clean_acc", acc) if e.get(f) is not None]
+        why = list(dict.fromkeys(why + [d for p in cells for d in p.get("deviations") or []]))
         if e.get("clean_acc") is None:
             why.append("no clean accuracy")
         if why:
