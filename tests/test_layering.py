@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "robustvit"
-BASE = {"_version", "registry", "utils", "errors", "options", "plotting", "runs"}
+BASE = {"_version", "registry", "utils", "errors", "options", "plotting", "protocols", "runs"}
 LIBRARIES = {"models", "metrics", "corruptions", "attacks"}
 MIDDLE = BASE | LIBRARIES | {"data", "progress", "analysis", "training"}
 COMPOSED = MIDDLE | {"evaluate", "report", "leaderboard"}
@@ -27,12 +27,13 @@ COMPOSED = MIDDLE | {"evaluate", "report", "leaderboard"}
 ALLOWED: dict[str, set[str]] = {
     "robustvit": {"_version", "errors"},
     "_version": set(),
+    "protocols": set(),
     "errors": set(),
     "plotting": set(),
     "options": {"errors"},
     "utils": {"errors"},
     "registry": {"errors", "options"},
-    "runs": {"_version", "registry", "utils", "errors", "options"},
+    "runs": {"_version", "registry", "utils", "errors", "options", "protocols"},
     "progress": BASE,
     "models": BASE,
     "metrics": BASE,

@@ -35,7 +35,8 @@ def test_rows_per_model_and_threat_model(runs):
     assert got[("vit_s", 1)]["clean"] == got[("vit_s", 4)]["clean"] == 0.8         # repeated on each row
     assert got[("vit_s", 4)]["corruption_mean"] == 0.55 and got[("vit_s", 4)]["mce"] == 55.5
     assert got[("resnet", 4)]["corruption_mean"] is None and got[("resnet", 4)]["threat_model"] == "Linf"
-    assert "subset" not in got[("resnet", 4)]["labels"] and got[("vit_s", 4)]["labels"] == "not comparable"
+    assert "subset" not in got[("resnet", 4)]["labels"] and got[("vit_s", 4)]["labels"].startswith("subset 100/10000")
+    assert got[("vit_s", 4)]["comparable"] is False
 
 
 def test_csv_has_model_and_clean_columns(runs, tmp_path):
@@ -78,12 +79,15 @@ def test_db_collects_runs_over_time_and_readds_idempotently(runs, tmp_path):
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2
 
 
-def test_json_is_robustbench_model_info(runs):
+def test_json_entries_per_threat_model_and_one_for_corruptions(runs):
     entries = json.loads(format_rows(leaderboard(list(runs)), "json"))
-    vit = next(e for e in entries if e["name"] == "vit_s" and e["eps"] == "4/255")
-    assert vit["clean_acc"] == "80.00" and vit["autoattack_acc"] == "25.00" and vit["corruptions_acc"] == "55.00"
-    assert vit["dataset"] == "cifar10" and vit["threat_model"] == "Linf"
-    assert {"clean_acc", "autoattack_acc", "corruptions_acc", "dataset", "threat_model", "eps"} <= set(vit)
+    vit = next(e for e in entries if e["name"] == "vit_s" and e.get("eps") == "4/255")
+    assert vit["clean_acc"] == "80.00" and vit["autoattack_acc"] == "25.00" and "corruptions_acc" not in vit
+    assert vit["dataset"] == "cifar10" and vit["threat_model"] == "Linf" and vit["clean_acc_n"] == 100
+    assert vit["clean_acc_ci95"] == [71.12, 86.66]                          # Wilson, 80 of 100
+    corr = [e for e in entries if e["threat_model"] == "corruptions"]
+    assert [(e["name"], e["corruptions_acc"]) for e in corr] == [("vit_s", "55.00")]   # once, not per Linf entry
+    assert corr[0]["comparable"] is False and any("subset" in d for d in corr[0]["labels"])
 
 
 @pytest.mark.parametrize("fmt, marker", [("md", "| model |"), ("latex", "\\toprule"), ("html", "<table id='leaderboard'>")])
@@ -92,7 +96,13 @@ def test_text_formats(runs, fmt, marker):
     assert marker in text
     assert ("vit\\_s" if fmt == "latex" else "vit_s") in text
     if fmt == "md":
-        assert "| vit_s | cifar10:test | Linf | 4/255 | 80.0 |" in text
+        assert "| vit_s | cifar10:test | Linf | 4/255 | 80.0 [71.1, 86.7] (n=100) |" in text
+
+
+def test_robustbench_format_needs_a_folder(runs, capsys):
+    assert main(["leaderboard", str(runs[1]), "--format", "robustbench"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out DIR" in err
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

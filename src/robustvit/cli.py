@@ -512,8 +512,9 @@ def add_leaderboard(sub: argparse._SubParsersAction) -> None:
     p.add_argument("runs", nargs="*", help="run folders (results.json); with --db they are added to the database")
     p.add_argument("--db", metavar="FILE", help="SQLite database: add the runs, then show every run it holds")
     p.add_argument("--format", dest="fmt", choices=list(FORMATS), default="md",
-                   help="md (default), csv (raw fractions), latex, html, or json (RobustBench model-info entries)")
-    p.add_argument("--out", metavar="FILE", help="write the table here (default: print it)")
+                   help="md (default), csv (raw fractions), latex, html, json (robustvit's entries, RobustBench's "
+                   "field names) or robustbench (RobustBench's model_info files in --out DIR, comparable numbers only)")
+    p.add_argument("--out", metavar="FILE", help="write the table here (default: print it); a folder for robustbench")
     p.add_argument("--sort", metavar="COL", help=f"sort by a column, best first: {', '.join(TABLE_COLUMNS)}")
     p.set_defaults(func=cmd_leaderboard)
 

@@ -3,9 +3,11 @@
 Columns are the headline numbers of ``robustvit.report.headline`` (clean, corruption mean / mCE, PGD,
 AutoAttack, occlusion, shape bias, spatial, ImageNet-R/-A/-Sketch/-V2, mFR) with the comparability labels.
 ``--db FILE`` keeps runs in an SQLite database, so runs made months apart sit in one table (re-adding a run
-replaces its row). ``--format json`` writes RobustBench-style model-info entries (Croce et al. 2021,
-arXiv:2010.09670: ``clean_acc``, ``autoattack_acc``, ``corruptions_acc`` as percentages, ``dataset``,
-``threat_model``, ``eps``).
+replaces its row). Every number shows its image count and 95 % Wilson interval; the labels name the deviations
+of each cell from its published protocol (:mod:`robustvit.protocols`). ``--format json`` writes robustvit's own
+entries (RobustBench's field names, one ``corruptions`` entry per model, each number with its count, interval and
+protocol); ``--format robustbench --out DIR`` writes ``DIR/<dataset>/<threat_model>/<model>.json`` as RobustBench's
+``model_info`` files (Croce et al. 2021, arXiv:2010.09670) for the comparable numbers only.
 
 Example::
 
@@ -19,22 +21,27 @@ import hashlib
 import html
 import io
 import json
+import re
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import Any, NoReturn
 
 from robustvit.errors import RobustvitError
-from robustvit.report.headline import COLUMNS, eps_text, rows as headline_rows
+from robustvit.protocols import dataset_of
+from robustvit.report.headline import COLUMNS, PERCENT_COLUMNS, eps_text, rows as headline_rows
 from robustvit.report.load import load_runs, merge_by_model, model_name
 from robustvit.runs.atomic import write_text
 
-FORMATS = ("md", "csv", "latex", "html", "json")
+FORMATS = ("md", "csv", "latex", "html", "json", "robustbench")
+#: What a cell shows, under every table.
+NOTE = ("Cells: accuracy in % [95 % Wilson score interval] (n = images measured); mCE and mFR in %, lower is "
+        "better. Labels name each cell's deviations from its published protocol (robustvit.protocols).")
 #: Every column of a row, in table order.
 TABLE_COLUMNS = ("model", "data", "threat_model", "eps", *COLUMNS, "params", "labels")
 HEADERS = {"model": "model", "data": "data", "threat_model": "threat model", "eps": "ε", "params": "params",
            "labels": "labels", **{k: h for k, (h, _) in COLUMNS.items()}}
-PERCENT_COLUMNS = ("mce", "mfr")    # already in %
 
 
 def run_id(run: dict[str, Any]) -> str:
@@ -126,15 +133,19 @@ def sort_rows(rows: list[dict[str, Any]], column: str) -> list[dict[str, Any]]:
     return (sorted(num, key=lambda r: r[key], reverse=not lower) + sorted(text, key=lambda r: r[key]) + missing)
 
 
-def _cell(key: str, v: Any) -> str:
+def _cell(key: str, v: Any, row: dict[str, Any] | None = None) -> str:
     if v is None:
         return "–"
     if key == "eps":
-        return eps_text(v)
+        return eps_text(v, str((row or {}).get("threat_model") or "Linf"))
     if key == "params":
         return f"{v / 1e6:.2f} M"
     if isinstance(v, float):
-        return f"{v:.1f}" if key in PERCENT_COLUMNS else f"{100 * v:.1f}"
+        text = f"{v:.1f}" if key in PERCENT_COLUMNS else f"{100 * v:.1f}"
+        n, ci = (row or {}).get(f"{key}_n"), (row or {}).get(f"{key}_ci95")
+        if ci:
+            text += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+        return text + (f" (n={n})" if n else "")
     return str(v)
 
 
@@ -149,41 +160,136 @@ def _header(c: str) -> str:
     return h if c in PERCENT_COLUMNS or c not in COLUMNS else f"{h} (%)"
 
 
-def robustbench_entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """RobustBench model-info entries (its ``model_info/*.json`` fields; accuracies as percentage strings)."""
-    pct = lambda v: None if v is None else f"{100 * v:.2f}"  # noqa: E731
-    out = []
+def _csv_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The table's columns, each number followed by ``<column>_n`` and ``<column>_ci95``."""
+    out: list[str] = []
+    for c in _columns(rows):
+        out += [c, f"{c}_n", f"{c}_ci95"] if c in COLUMNS else [c]
+    return out + ["comparable"]
+
+
+def _pct(v: float | None) -> str | None:
+    return None if v is None else f"{100 * v:.2f}"
+
+
+def _verdict(entry: dict[str, Any], row: dict[str, Any], columns: tuple[str, ...]) -> None:
+    """An entry's ``labels`` and ``comparable``: those of the protocol entries of its own numbers."""
+    cells = [row.get(f"{c}_protocol") or {} for c in columns if row.get(c) is not None]
+    entry["labels"] = list(dict.fromkeys(d for p in cells for d in p.get("deviations") or []))
+    entry["comparable"] = bool(cells) and all(p.get("comparable") for p in cells)
+
+
+def json_entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """robustvit's own JSON: one entry per model × data × threat model (``Linf``/``L2``), and one ``corruptions``
+    entry per model × data with corruption numbers. Accuracies as RobustBench writes them (two-decimal percent
+    strings), each with ``<field>_n``, ``<field>_ci95`` (percent) and ``<field>_protocol``."""
+    out: list[dict[str, Any]] = []
+    done: set[tuple[Any, Any]] = set()
+
+    def put(entry: dict[str, Any], field: str, row: dict[str, Any], col: str) -> None:
+        if row.get(col) is None:
+            return
+        entry[field] = f"{row[col]:.2f}" if col in PERCENT_COLUMNS else _pct(row[col])
+        entry[f"{field}_n"] = row.get(f"{col}_n")
+        ci = row.get(f"{col}_ci95")
+        entry[f"{field}_ci95"] = None if ci is None else [round(100 * ci[0], 2), round(100 * ci[1], 2)]
+        entry[f"{field}_protocol"] = row.get(f"{col}_protocol")
+
     for r in rows:
         data = str(r.get("data") or "")
-        out.append({"name": r["model"], "link": None, "authors": None, "additional_data": None,
-                    "number_forward_passes": 1, "dataset": data.split(":", 1)[0] or None, "data": data,
-                    "venue": None, "architecture": r["model"], "threat_model": r["threat_model"],
-                    "eps": None if r["eps"] is None else eps_text(r["eps"]), "clean_acc": pct(r.get("clean")),
-                    "reported": None, "autoattack_acc": pct(r.get("autoattack")), "pgd_acc": pct(r.get("pgd")),
-                    "corruptions_acc": pct(r.get("corruption_mean")), "footnote": r.get("labels"),
-                    "comparable": r.get("comparable"), "params": r.get("params")})
+        ident = {"name": r["model"], "architecture": r["model"], "dataset": dataset_of({"data": {"spec": data}}) or
+                 data.split(":", 1)[0] or None, "data": data, "params": r.get("params")}
+        if r["threat_model"] in ("Linf", "L2"):
+            e = {**ident, "threat_model": r["threat_model"], "eps": eps_text(r["eps"], r["threat_model"])}
+            for field, col in (("clean_acc", "clean"), ("autoattack_acc", "autoattack"), ("apgd_acc", "apgd"),
+                               ("pgd_acc", "pgd")):
+                put(e, field, r, col)
+            _verdict(e, r, ("clean", "autoattack", "apgd", "pgd"))
+            out.append(e)
+        if (r["model"], data) in done or (r.get("corruption_mean") is None and r.get("mce") is None):
+            continue
+        done.add((r["model"], data))
+        e = {**ident, "threat_model": "corruptions"}
+        for field, col in (("clean_acc", "clean"), ("corruptions_acc", "corruption_mean"), ("corruptions_mce", "mce")):
+            put(e, field, r, col)
+        _verdict(e, r, ("clean", "corruption_mean", "mce"))
+        out.append(e)
     return out
 
 
+def robustbench_entries(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """RobustBench ``model_info`` entries of the comparable numbers (fields of RobustBench's ``ModelInfo``;
+    accuracies as two-decimal percent strings; ``eps`` as RobustBench writes it) and, for each entry left out,
+    one line saying why."""
+    written, skipped = [], []
+    for e in json_entries(rows):
+        threat, ds = e["threat_model"], e["dataset"]
+        acc = "autoattack_acc" if threat in ("Linf", "L2") else "corruptions_acc"
+        proto = e.get(f"{acc}_protocol") or {}
+        why = []
+        if e.get(acc) is None:
+            why.append(f"no {'AutoAttack' if acc == 'autoattack_acc' else '15 × 5 corruptions'} number")
+        elif not str(proto.get("name", "")).startswith(f"robustbench:{ds}:{threat}"):
+            why.append(f"{proto.get('name') or 'no'} protocol, not RobustBench {ds} {threat}")
+        cells = [e.get(f"{f}_protocol") or {} for f in ("clean_acc", acc) if e.get(f) is not None]
+        why = list(dict.fromkeys(why + [d for p in cells for d in p.get("deviations") or []]))
+        if e.get("clean_acc") is None:
+            why.append("no clean accuracy")
+        if why:
+            skipped.append(f"not written to RobustBench: {e['name']} {e['data']} {threat}: {'; '.join(why)}")
+            continue
+        entry: dict[str, Any] = {"name": e["name"], "number_forward_passes": 1, "dataset": ds,
+                                 "architecture": e["architecture"], "clean_acc": e["clean_acc"]}
+        if threat in ("Linf", "L2"):
+            entry.update(eps=e["eps"], autoattack_acc=e["autoattack_acc"])
+        else:
+            entry["corruptions_acc"] = e["corruptions_acc"]
+            if ds == "imagenet" and e.get("corruptions_mce") is not None:
+                entry["corruptions_mce"] = e["corruptions_mce"]
+        written.append({"threat_model": threat, "entry": entry})
+    return written, skipped
+
+
+def write_robustbench(rows: list[dict[str, Any]], out: str | Path) -> list[Path]:
+    """Write ``out/<dataset>/<threat_model>/<model>.json`` for each comparable entry (RobustBench's
+    ``model_info`` layout); one line on stderr for each entry left out. Returns the files written."""
+    written, skipped = robustbench_entries(rows)
+    for line in skipped:
+        print(f"robustvit: {line}", file=sys.stderr)
+    files = []
+    for w in written:
+        e = w["entry"]
+        path = Path(out) / e["dataset"] / w["threat_model"] / (re.sub(r"[^A-Za-z0-9_.+-]+", "_", e["name"]) + ".json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps(e, indent=2) + "\n")
+        files.append(path)
+    return files
+
+
 def format_rows(rows: list[dict[str, Any]], fmt: str = "md") -> str:
-    """The rows as Markdown, CSV (raw fractions), LaTeX (booktabs), an HTML table or RobustBench JSON."""
-    if fmt not in FORMATS:
-        raise RobustvitError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")
+    """The rows as Markdown, CSV (raw fractions, with ``_n`` and ``_ci95`` columns), LaTeX (booktabs), an HTML
+    table or robustvit's JSON entries (:func:`json_entries`)."""
+    if fmt not in FORMATS or fmt == "robustbench":
+        raise RobustvitError(f"unknown --format {fmt!r}; use one of {', '.join(f for f in FORMATS if f != 'robustbench')}"
+                             + (" (robustbench writes a folder: give --out DIR)" if fmt == "robustbench" else ""))
     if fmt == "json":
-        return json.dumps(robustbench_entries(rows), indent=2) + "\n"
+        return json.dumps(json_entries(rows), indent=2) + "\n"
     cols = _columns(rows)
     if fmt == "csv":
+        ccols = _csv_columns(rows)
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(cols)
-        w.writerows([["" if r.get(c) is None else r.get(c) for c in cols] for r in rows])
+        w.writerow(ccols)
+        w.writerows([["" if r.get(c) is None else json.dumps(r[c]) if isinstance(r.get(c), list) else r.get(c)
+                      for c in ccols] for r in rows])
         return buf.getvalue()
-    cells = [[_cell(c, r.get(c)) for c in cols] for r in rows]
+    cells = [[_cell(c, r.get(c), r) for c in cols] for r in rows]
     heads = [_header(c) for c in cols]
     if fmt == "md":
         esc = lambda s: s.replace("|", "\\|")  # noqa: E731
         lines = ["| " + " | ".join(heads) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-        return "\n".join(lines + ["| " + " | ".join(esc(v) for v in row) + " |" for row in cells]) + "\n"
+        body = "\n".join(lines + ["| " + " | ".join(esc(v) for v in row) + " |" for row in cells]) + "\n"
+        return body + f"\n{NOTE}\n"
     if fmt == "latex":
         tex = lambda s: s.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&").replace("ε", "$\\epsilon$").replace("–", "--")  # noqa: E731
         lines = ["\\begin{tabular}{" + "l" * 4 + "r" * (len(cols) - 5) + "l}", "\\toprule",
@@ -192,7 +298,7 @@ def format_rows(rows: list[dict[str, Any]], fmt: str = "md") -> str:
         return "\n".join(lines + ["\\bottomrule", "\\end{tabular}"]) + "\n"
     head = "".join(f"<th>{html.escape(h)}</th>" for h in heads)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in cells)
-    return f"<table id='leaderboard'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n"
+    return f"<table id='leaderboard'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n<p>{html.escape(NOTE)}</p>\n"
 
 
 def leaderboard(paths: list[str | Path], db: str | Path | None = None, fmt: str = "md", out: str | Path | None = None,
@@ -209,10 +315,15 @@ def leaderboard(paths: list[str | Path], db: str | Path | None = None, fmt: str 
     elif not runs:
         raise RobustvitError("give at least one run folder (or --db FILE)")
     rows = table_rows(runs, sort)
-    if out is not None:
+    if fmt == "robustbench":
+        if out is None:
+            raise RobustvitError("--format robustbench writes OUT/<dataset>/<threat_model>/<model>.json; give --out DIR")
+        write_robustbench(rows, out)
+    elif out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         write_text(out, format_rows(rows, fmt))          # atomic: a killed run leaves the old table or none
     return rows
 
 
-__all__ = ["FORMATS", "add_runs", "format_rows", "leaderboard", "read_runs", "robustbench_entries", "table_rows"]
+__all__ = ["FORMATS", "add_runs", "format_rows", "json_entries", "leaderboard", "read_runs", "robustbench_entries",
+           "table_rows", "write_robustbench"]

@@ -1,4 +1,4 @@
-"""Figure helpers shared by the analyses and the report: one way to save a figure, integer ticks for
+"""The figure helpers of robustvit (analyses and report alike): one way to save a figure, integer ticks for
 block / layer / head indices, and legends that do not cover the data.
 
 >>> import matplotlib.pyplot as plt
@@ -42,7 +42,10 @@ def integer_ticks(ax: Any, axis: Literal["x", "y", "both"] = "x") -> None:
 
 def place_legend(ax: Any, *, outside: bool = False, **kwargs: Any) -> Any:
     """A legend that does not cover the data: matplotlib's least-covering corner (``loc="best"``), or to the
-    right of the axes (``outside=True``, for long legends such as one entry per head)."""
+    right of the axes (``outside=True``, for long legends such as one entry per head). Nothing when no artist
+    has a label."""
+    if not ax.get_legend_handles_labels()[0]:
+        return None
     kwargs.setdefault("fontsize", 8)
     if outside:
         return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)

@@ -24,7 +24,9 @@ def eval_result(name: str, clean: float, pgd: dict[float, float], aa: float | No
     res = {"schema": schema, "run": {"device": "cpu", "seed": 0, "finished": extra.pop("finished", "2026-01-01T00:00:00")},
            "model": {"name": name, "params": params, "spec": {"family": "vit", "input_size": [3, 32, 32]},
                      "weights": {"source": "checkpoint:x", "sha256": name}},
-           "data": {"spec": "cifar10:test", "num_images": 100}, "comparable": comparable,
+           "data": {"spec": "cifar10:test", "num_images": 100, "subset": None if comparable else
+                    {"method": "stratified", "seed": 0, "num_images": 100, "num_classes": 10, "of": 10000}},
+           "comparable": comparable,
            "notes": [] if comparable else ["100 of 10000 images (a class-stratified sample)"], "suites": suites}
     if schema == 2:
         res["kind"] = "eval"

@@ -1,4 +1,4 @@
-"""The report: schema-1 and schema-2 run folders, the scorecard first, the fixed group order, no Markdown in the
+"""The report: run folders (eval, analysis, train), the scorecard first, the fixed group order, no Markdown in the
 HTML, alt text on every figure, generic analysis and training sections, no analysis import; headless Chromium."""
 
 import json
@@ -28,22 +28,24 @@ def _png(path: Path) -> Path:
 
 @pytest.fixture
 def folders(tmp_path):
-    """vit: eval (schema 1) + analysis folder (schema 1) + training metrics; cnn: schema-2 eval, analysis, train."""
+    """vit: an eval with its analysis and training runs beside it; cnn: eval, analysis and train in three folders."""
     transfer = {"attack": "pgd", "eps": 4 / 255, "accuracy": {"vit": 0.1, "cnn": 0.6}, "clean_accuracy": 0.8}
     vit = write_run(tmp_path / "vit", eval_result("vit", 0.8, {1 / 255: 0.5, 4 / 255: 0.2}, aa=0.15, corr=0.6,
                                                   comparable=False, suites={"transfer": transfer}))
-    (vit / "metrics.jsonl").write_text("\n".join(json.dumps({"epoch": e, "train_loss": 2.0 / e, "train_acc": 0.2 * e,
-                                                             "val_acc": 0.18 * e}) for e in (1, 2, 3)))
+    write_run(vit / "train", {"schema": 2, "kind": "train", "model": {"name": "vit"}, "data": {}, "comparable": True,
+                              "notes": [], "run": {}, "train": {"config": {}, "checkpoints": [], "epochs": [
+                                  {"epoch": e, "train_loss": 2.0 / e, "train_acc": 0.2 * e, "val_acc": 0.18 * e}
+                                  for e in (1, 2, 3)]}})
     an = vit / "analysis"
     an.mkdir()
-    (an / "analyses.json").write_text(json.dumps({"schema": 1, "kind": "analysis", "model": {"name": "vit"},
-                                                  "analyses": ["lesion", "made_up_analysis"]}))
     _png(an / "lesion.png")
-    (an / "lesion.json").write_text(json.dumps({"analysis": "lesion", "clean_accuracy": 0.8, "num_images": 10,
-                                                "single": {"block": [0.1, 0.7]}, "figures": ["lesion.png"],
-                                                "notes": ["10 of 100 images"]}))
     _png(an / "made_up.png")
-    (an / "made_up_analysis.json").write_text(json.dumps({"score": 0.25, "figures": ["made_up.png"], "seed": 0}))
+    write_run(an, {"schema": 2, "kind": "analysis", "model": {"name": "vit"}, "data": {}, "run": {},
+                   "comparable": False, "notes": ["10 of 100 images"], "analyses": {
+                       "lesion": {"analysis": "lesion", "clean_accuracy": 0.8, "num_images": 10,
+                                  "single": {"block": [0.1, 0.7]}, "figures": ["lesion.png"],
+                                  "comparable": False, "notes": ["10 of 100 images"]},
+                       "made_up_analysis": {"score": 0.25, "figures": ["made_up.png"], "seed": 0}}})
     cnn = write_run(tmp_path / "cnn", eval_result("cnn", 0.9, {4 / 255: 0.05}, aa=0.01, corr=0.7, params=5_000_000,
                                                   schema=2, suites={"transfer": {**transfer, "accuracy": {"vit": 0.7, "cnn": 0.02}}}))
     _png(tmp_path / "cnn_an.png")
@@ -58,11 +60,11 @@ def folders(tmp_path):
     return [vit, cnn, tmp_path / "cnn_an", tmp_path / "cnn_train"]
 
 
-def test_reader_accepts_both_schemas(folders):
+def test_reader_joins_runs_beside_an_eval(folders):
     vit = load_run(folders[0])
     assert vit["kind"] == "eval" and set(vit["analyses"]) == {"lesion", "made_up_analysis"}
     assert Path(vit["analyses"]["lesion"]["figures"][0]).is_file()               # resolved against the folder
-    assert [e["epoch"] for e in vit["train"]["epochs"]] == [1, 2, 3]              # metrics.jsonl beside it
+    assert [e["epoch"] for e in vit["train"]["epochs"]] == [1, 2, 3]              # train/ beside it
     an, tr = load_run(folders[2]), load_run(folders[3])
     assert an["kind"] == "analysis" and an["analyses"]["made_up_analysis"]["score"] == 0.75
     assert tr["kind"] == "train" and tr["train"]["checkpoints"] == ["last"]
@@ -78,7 +80,7 @@ def test_scorecard_first_fixed_order_no_markdown(folders, tmp_path):
     assert html.index("<table") == html.index("<table id='scorecard'>")
     first = html[html.index("<table id='scorecard'>"):html.index("</table>")]
     assert "80.0" in first and "20.0" in first and "15.0" in first and "60.0" in first   # clean, PGD, AA, corruptions of vit
-    assert "not comparable" in first                                                     # the label column
+    assert "subset 100/10000 (stratified)" in first                                      # the label column
     ids = re.findall(r"<h2 id='(\w+)'>", html)
     assert ids == [g for g in GROUPS if g in ids] and ids[0] == "clean" and ids[-1] == "training"
     assert set(ids) == set(GROUPS)

@@ -1,15 +1,20 @@
-"""The headline numbers of a run: what the scorecard and the leaderboard show.
+"""The headline numbers of a run: what the scorecard, the leaderboard and the exports show.
 
 One row per model × data × threat model. A threat model is an attack norm and budget (``linf``, ε = 4/255)
 found in the run's attack suites; the clean and natural-shift columns repeat on each of a model's rows. A
 run without attack suites has one row with threat model ``none``.
 
 Columns (top-1 accuracy in [0, 1] unless stated): ``clean``, ``corruption_mean`` (mean over the benchmark
-corruptions and severities, Hendrycks & Dietterich, arXiv:1903.12261), ``mce`` (AlexNet-normalised, %, lower is
-better), ``pgd``, ``autoattack`` (robust accuracy at the row's threat model), ``occlusion`` (mean over the ρ
-values measured, AFAT), ``shape_bias`` (Geirhos et al., arXiv:1811.12231), ``spatial`` (worst-of-grid,
-Engstrom et al.), ``imagenet_r``/``imagenet_a``/``imagenet_sketch``/``imagenet_v2``, ``mfr`` (mean flip rate,
-%, lower is better), and ``labels``: why a number is not comparable with published tables.
+corruptions and severities evaluated, Hendrycks & Dietterich, arXiv:1903.12261), ``mce`` (AlexNet-normalised,
+%, lower is better), ``pgd``, ``apgd``, ``autoattack`` (robust accuracy at the row's threat model; the
+``autoattack`` column only from the ``autoattack`` suite), ``occlusion`` (mean over the ρ values measured,
+AFAT), ``shape_bias`` (Geirhos et al., arXiv:1811.12231), ``spatial`` (worst-of-grid, Engstrom et al.),
+``imagenet_r``/``imagenet_a``/``imagenet_sketch``/``imagenet_v2``, ``mfr`` (mean flip rate, %, lower is better).
+
+Each number comes with its cell facts: ``<column>_n`` (images it was measured on), ``<column>_ci95`` (95 %
+Wilson score interval, for accuracies) and ``<column>_protocol`` (the suite's ``protocol`` entry,
+:mod:`robustvit.protocols`). ``labels`` joins the deviations of the row's own cells (``autoattack: partial
+AutoAttack …``); ``comparable`` holds when every cell of the row is comparable.
 """
 
 from __future__ import annotations
@@ -17,12 +22,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from robustvit.protocols import attach, base_name, eps_text as _eps_text, wilson_interval
+
 #: Column name → (header text, True when lower is better).
 COLUMNS: dict[str, tuple[str, bool]] = {
     "clean": ("clean", False),
     "corruption_mean": ("corruption mean", False),
     "mce": ("mCE (%)", True),
     "pgd": ("PGD", False),
+    "apgd": ("APGD", False),
     "autoattack": ("AutoAttack", False),
     "occlusion": ("occlusion", False),
     "shape_bias": ("shape bias", False),
@@ -34,41 +42,52 @@ COLUMNS: dict[str, tuple[str, bool]] = {
     "mfr": ("mFR (%)", True),
 }
 ID_COLUMNS = ("model", "data", "threat_model", "eps")
+ATTACK_COLUMNS = ("pgd", "apgd", "autoattack")
 THREAT_SUITES = ("pgd", "autoattack", "apgd", "fgsm")
+#: Columns in percent already (no interval: not a proportion of images).
+PERCENT_COLUMNS = ("mce", "mfr")
+#: Column → (suite, field) of the number, for the columns read from one suite field.
+SOURCES: dict[str, tuple[str, str]] = {
+    "clean": ("clean", "top1"), "corruption_mean": ("corruptions", "mean_accuracy"), "mce": ("corruptions", "mce"),
+    "shape_bias": ("shape_bias", "shape_bias"), "spatial": ("spatial", "accuracy"), "mfr": ("perturbations", "mfr"),
+    **{n: (n, "top1") for n in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
+}
+#: Columns without a binomial interval (not a fraction of images classified correctly).
+NO_INTERVAL = ("mce", "mfr", "shape_bias")
 
 
-def base_name(key: str) -> str:
-    """The suite name of a results key (``pgd:eps=4/255`` → ``pgd``; old hyphenated names → snake_case)."""
-    return key.split(":", 1)[0].replace("-", "_")
-
-
-def eps_text(eps: float | None) -> str:
-    """4/255-style text for a budget in pixel units ([0, 1]); plain decimals when not a whole grey level."""
-    if eps is None:
-        return "–"
-    grey = eps * 255
-    return f"{round(grey)}/255" if abs(grey - round(grey)) < 1e-4 else f"{eps:.4g}"
+def eps_text(eps: float | None, threat: str = "Linf") -> str:
+    """ε as text: 4/255 for L∞ budgets that are whole grey levels, a decimal for L2 (``0.5``)."""
+    return _eps_text(eps, "L2" if threat.lower() == "l2" else "Linf")
 
 
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def _first(suites: dict[str, Any], name: str, field: str) -> float | None:
+def _count(s: dict[str, Any]) -> int | None:
+    n = _num(s.get("num_images", s.get("n")))
+    return int(n) if n else None
+
+
+Cell = tuple[float | None, int | None, dict[str, Any] | None]
+
+
+def _first(suites: dict[str, Any], name: str, field: str) -> Cell:
     for key, s in suites.items():
         if base_name(key) == name and isinstance(s, dict) and _num(s.get(field)) is not None:
-            return _num(s[field])
-    return None
+            return _num(s[field]), _count(s), s.get("protocol")
+    return None, None, None
 
 
-def _occlusion(suites: dict[str, Any]) -> float | None:
+def _occlusion(suites: dict[str, Any]) -> Cell:
     for key, s in suites.items():
         if base_name(key) == "patch_occlusion" and isinstance(s, dict) and s.get("per_rho"):
             vals = [_num(e.get("mean")) for e in s["per_rho"].values() if isinstance(e, dict)]
             vals = [v for v in vals if v is not None]
             if vals:
-                return sum(vals) / len(vals)
-    return None
+                return sum(vals) / len(vals), _count(s), s.get("protocol")
+    return None, None, None
 
 
 def threat_models(suites: dict[str, Any]) -> list[tuple[str, float]]:
@@ -80,75 +99,90 @@ def threat_models(suites: dict[str, Any]) -> list[tuple[str, float]]:
     return sorted(found, key=lambda t: (t[0] != "linf", -t[1]))
 
 
-def _attack_accuracy(suites: dict[str, Any], names: tuple[str, ...], norm: str, eps: float) -> float | None:
-    """Robust accuracy of the strongest matching suite (lowest accuracy; most steps break ties)."""
-    vals = [_num(s.get("accuracy")) for key, s in suites.items()
-            if base_name(key) in names and isinstance(s, dict) and _num(s.get("eps")) is not None
-            and str(s.get("norm") or "linf") == norm and abs(float(s["eps"]) - eps) < 1e-6]
-    vals = [v for v in vals if v is not None]
-    return min(vals) if vals else None
+def _attack(suites: dict[str, Any], name: str, norm: str, eps: float) -> Cell:
+    """The strongest matching suite of ``name`` (lowest robust accuracy)."""
+    found = [(_num(s.get("accuracy")), _count(s), s.get("protocol")) for key, s in suites.items()
+             if base_name(key) == name and isinstance(s, dict) and _num(s.get("eps")) is not None
+             and str(s.get("norm") or "linf") == norm and abs(float(s["eps"]) - eps) < 1e-6]
+    found = [c for c in found if c[0] is not None]
+    return min(found, key=lambda c: c[0]) if found else (None, None, None)   # type: ignore[arg-type,return-value]
 
 
-def labels(run: dict[str, Any]) -> list[str]:
-    """Short comparability labels: why the run's numbers are not the published protocol's, and the precision of
-    suites not computed in fp32 (``bf16``, ``tf32``)."""
-    out: list[str] = []
-    model = run.get("model") or {}
-    if (model.get("weights") or {}).get("source") == "random":
-        out.append("random weights")
-    data = run.get("data") or {}
-    sub = data.get("subset") or {}
-    if isinstance(sub, dict) and sub.get("of") and sub.get("num_images") and sub["num_images"] < sub["of"]:
-        out.append(f"subset {sub['num_images']}/{sub['of']}")
-    suites = run.get("suites") or {}
-    if any(isinstance(s, dict) and s.get("subset") for s in suites.values()) and not any(o.startswith("subset") for o in out):
-        out.append("suite subsets")
-    if any(isinstance(s, dict) and (s.get("reduced") or s.get("reduced_grid")) for s in suites.values()):
-        out.append("reduced attack")
-    if any(isinstance(s, dict) and (s.get("mce_protocol") == "approximate" or s.get("protocol") == "approximate")
-           for s in suites.values()):
-        out.append("approximate protocol")
-    if any(isinstance(s, dict) and any(f.get("flag") for f in (s.get("flags") or {}).values() if isinstance(f, dict))
-           for s in suites.values()):
-        out.append("gradient-masking flag")
-    if not out and run.get("comparable") is False:
-        out.append("not comparable")
-    low = sorted({str(s["precision"]) for s in suites.values()
+def _put(row: dict[str, Any], col: str, cell: Cell) -> None:
+    v, n, proto = cell
+    row[col], row[f"{col}_n"], row[f"{col}_protocol"] = v, n, proto
+    ci = None if col in NO_INTERVAL else wilson_interval(v, n)
+    row[f"{col}_ci95"] = None if ci is None else [round(ci[0], 6), round(ci[1], 6)]
+
+
+def _labels(row: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    """The deviations of the row's own cells: those every cell shares once, the others as ``column: …``;
+    the precision of suites not computed in fp32; attacks measured on different image counts."""
+    per = {c: list((row.get(f"{c}_protocol") or {}).get("deviations") or []) for c in COLUMNS if row.get(c) is not None}
+    where: dict[str, list[str]] = {}
+    for c, devs in per.items():
+        for d in devs:
+            where.setdefault(d, []).append(COLUMNS[c][0])
+    out = [d if len(cols) == len(per) else f"{', '.join(cols)}: {d}" for d, cols in where.items()]
+    counts = {c: row.get(f"{c}_n") for c in ATTACK_COLUMNS if row.get(c) is not None and row.get(f"{c}_n")}
+    if len(set(counts.values())) > 1:
+        out.append("attacks on different images: " + ", ".join(f"{COLUMNS[c][0]} n={n}" for c, n in counts.items()))
+    low = sorted({str(s["precision"]) for s in (run.get("suites") or {}).values()
                   if isinstance(s, dict) and s.get("precision") not in (None, "fp32")})
     if low:             # how the numbers were computed (``--precision``); attacks re-check robust points in fp32
         out.append(" + ".join(low))
     return out
 
 
+def protocol_notes(key: str, results: list[dict[str, Any]]) -> list[str]:
+    """One line per model for a suite section: the protocol its ``key`` result is measured against, and its
+    deviations (the suite's ``protocol`` entry)."""
+    out = []
+    for r in results:
+        p = ((r.get("suites") or {}).get(key) or {}).get("protocol")
+        if isinstance(p, dict):
+            what = "comparable" if p.get("comparable") else "not comparable: " + "; ".join(p.get("deviations") or [])
+            out.append(f"{(r.get('model') or {}).get('name')}: protocol {p.get('name')}, {what}.")
+    return out
+
+
+def labels(run: dict[str, Any]) -> list[str]:
+    """The comparability labels of a run's scorecard row."""
+    return scorecard_row(run)["labels_list"]
+
+
 def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The leaderboard rows of one run (or model entry): identity columns, ``COLUMNS`` and ``labels``."""
+    """The leaderboard rows of one run (or model entry): identity columns, ``COLUMNS`` with their cell facts,
+    ``labels`` and ``comparable``."""
+    attach(run)                                      # files written before protocols were recorded
     suites = run.get("suites") or {}
     model = run.get("model") or {}
-    base: dict[str, Any] = {
-        "model": model.get("name"), "data": (run.get("data") or {}).get("spec"),
-        "params": model.get("params"), "flops": model.get("flops"),
-        "clean": _first(suites, "clean", "top1"),
-        "corruption_mean": _first(suites, "corruptions", "mean_accuracy"),
-        "mce": _first(suites, "corruptions", "mce"),
-        "occlusion": _occlusion(suites),
-        "shape_bias": _first(suites, "shape_bias", "shape_bias"),
-        "spatial": _first(suites, "spatial", "accuracy"),
-        **{n: _first(suites, n, "top1") for n in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
-        "mfr": _first(suites, "perturbations", "mfr"),
-        "labels": "; ".join(labels(run)) or "comparable",
-        "comparable": bool(run.get("comparable")),
-    }
+    base: dict[str, Any] = {"model": model.get("name"), "data": (run.get("data") or {}).get("spec"),
+                            "params": model.get("params"), "flops": model.get("flops")}
+    for col, (suite, fld) in SOURCES.items():
+        _put(base, col, _first(suites, suite, fld))
+    _put(base, "occlusion", _occlusion(suites))
     if base["clean"] is None:   # an attack suite's clean accuracy on its own images
-        base["clean"] = _first(suites, "pgd", "clean_accuracy") or _first(suites, "autoattack", "clean_accuracy")
-    threats = threat_models(suites)
-    if not threats:
-        return [{**base, "threat_model": "none", "eps": None, "pgd": None, "autoattack": None}]
-    return [{**base, "threat_model": norm.capitalize() if norm == "l2" else "Linf", "eps": eps,
-             "pgd": _attack_accuracy(suites, ("pgd",), norm, eps),
-             "autoattack": _attack_accuracy(suites, ("autoattack", "apgd"), norm, eps)} for norm, eps in threats]
+        for name in ("pgd", "autoattack", "apgd"):
+            v, n, proto = _first(suites, name, "clean_accuracy")
+            if v is not None:
+                _put(base, "clean", (v, n, proto))
+                break
+    out = []
+    for norm, eps in threat_models(suites) or [("none", None)]:
+        row = {**base, "threat_model": "none" if eps is None else ("L2" if norm == "l2" else "Linf"), "eps": eps}
+        for col in ATTACK_COLUMNS:
+            _put(row, col, (None, None, None) if eps is None else _attack(suites, col, norm, eps))
+        lab = _labels(row, run)
+        shown = [row.get(f"{c}_protocol") for c in COLUMNS if row.get(c) is not None]
+        row["comparable"] = all(p is not None and p.get("comparable") for p in shown) if shown else bool(run.get("comparable"))
+        row["labels_list"] = lab
+        row["labels"] = "; ".join(lab) or "comparable"
+        out.append(row)
+    return out
 
 
 def scorecard_row(run: dict[str, Any]) -> dict[str, Any]:
-    """One row per model: the strongest threat model that has an AutoAttack or PGD number (else the first)."""
+    """One row per model: the strongest threat model that has an attack number (else the first)."""
     rs = rows(run)
-    return next((r for r in rs if r["autoattack"] is not None or r["pgd"] is not None), rs[0])
+    return next((r for r in rs if any(r[c] is not None for c in ATTACK_COLUMNS)), rs[0])

@@ -1,10 +1,9 @@
 """Read run folders into one in-memory form, whatever wrote them.
 
-A run folder holds ``results.json``. Schema 2 names its ``kind`` (``eval`` | ``analysis`` | ``train``) and
-carries the kind's payload (``suites``, ``analyses`` or ``train``) beside ``run``, ``model``, ``data``,
-``comparable`` and ``notes``. Schema 1 folders are read too: an eval ``results.json`` (with analyses in
-``analysis/`` beside it), an analysis folder (``analyses.json`` + ``<name>.json``) and a training folder
-(``metrics.jsonl`` + ``config.yaml``).
+A run folder holds ``results.json`` (schema 2): its ``kind`` (``eval`` | ``analysis`` | ``train``) and the
+kind's payload (``suites``, ``analyses`` or ``train``) beside ``run``, ``model``, ``data``, ``comparable`` and
+``notes``. A file without ``kind`` is an eval run. Every suite result gets its ``protocol`` entry
+(:func:`robustvit.protocols.attach`) when the file does not record one.
 
 Every run becomes a dict with ``schema``, ``kind``, ``run``, ``model``, ``data``, ``comparable``, ``notes``,
 ``suites`` ({key: result}), ``analyses`` ({name: result}; each result's ``figures`` resolved to absolute
@@ -20,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from robustvit.errors import RobustvitError
+from robustvit.protocols import attach
 
 RESULTS_FILE = "results.json"
-ANALYSIS_MANIFEST = "analyses.json"
-METRICS_FILE = "metrics.jsonl"
 KINDS = ("eval", "analysis", "train")
 
 
@@ -46,49 +44,6 @@ def _resolve_figures(result: dict[str, Any], folder: Path) -> dict[str, Any]:
     return {**result, "figures": figs}
 
 
-def _analysis_folder(folder: Path) -> dict[str, Any] | None:
-    """Schema-1 analysis folder: ``analyses.json`` (the run header) and ``<name>.json`` per analysis."""
-    man_path = folder / ANALYSIS_MANIFEST
-    if not man_path.is_file():
-        return None
-    man = _read_json(man_path)
-    if not isinstance(man, dict) or not isinstance(man.get("analyses"), list):
-        raise RobustvitError(f"{man_path} is not an analysis manifest (no 'analyses' list); re-run `robustvit analyze`")
-    run = _empty("analysis", folder)
-    run.update({k: man[k] for k in ("run", "model", "data") if isinstance(man.get(k), dict)})
-    for name in man["analyses"]:
-        f = folder / f"{name}.json"
-        if f.is_file():
-            run["analyses"][name] = _resolve_figures(_read_json(f), folder)
-    notes = [n for r in run["analyses"].values() for n in r.get("notes") or []]
-    run["notes"] = list(dict.fromkeys(notes))
-    run["comparable"] = all(r.get("comparable", True) for r in run["analyses"].values())
-    return run
-
-
-def _train_payload(folder: Path) -> dict[str, Any] | None:
-    """Schema-1 training folder: ``metrics.jsonl`` rows (one per epoch) and ``config.yaml``."""
-    metrics = folder / METRICS_FILE
-    if not metrics.is_file():
-        return None
-    epochs = []
-    for i, line in enumerate(metrics.read_text().splitlines()):
-        if line.strip():
-            try:
-                epochs.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise RobustvitError(f"{metrics} line {i + 1} is not JSON; delete the line or re-run training") from None
-    config: dict[str, Any] = {}
-    cfg_file = folder / "config.yaml"
-    if cfg_file.is_file():
-        import yaml
-
-        loaded = yaml.safe_load(cfg_file.read_text())
-        config = loaded if isinstance(loaded, dict) else {}
-    ckpts = sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / "spec.json").is_file())
-    return {"config": config, "epochs": epochs, "checkpoints": ckpts}
-
-
 def _normalise(res: dict[str, Any], folder: Path) -> dict[str, Any]:
     if not isinstance(res, dict):
         raise RobustvitError(f"{folder / RESULTS_FILE} is not a results object; re-run the command that wrote it")
@@ -99,57 +54,31 @@ def _normalise(res: dict[str, Any], folder: Path) -> dict[str, Any]:
     for k in ("schema", "run", "model", "data", "comparable", "notes"):
         if k in res:
             run[k] = res[k]
-    run["schema"] = res.get("schema", 1)
-    suites = dict(res.get("suites") or {})
-    legacy = suites.pop("analysis", None)          # schema 1: analyses attached as a pseudo-suite
-    run["suites"] = suites
+    run["suites"] = {k: dict(v) if isinstance(v, dict) else v for k, v in (res.get("suites") or {}).items()}
     analyses = res.get("analyses") or {}
-    if isinstance(analyses, list):                 # a manifest's list of names
-        analyses = {}
-    run["analyses"] = {k: _resolve_figures(v, folder) for k, v in analyses.items()
-                       if isinstance(v, dict)}
-    if isinstance(legacy, dict) and isinstance(legacy.get("results"), dict):
-        adir = Path(legacy.get("dir") or folder / "analysis")
-        run["analyses"].update({k: _resolve_figures(v, adir) for k, v in legacy["results"].items()})
+    run["analyses"] = {k: _resolve_figures(v, folder) for k, v in analyses.items() if isinstance(v, dict)} \
+        if isinstance(analyses, dict) else {}
     if isinstance(res.get("train"), dict):
         run["train"] = res["train"]
-    elif isinstance(res.get("training"), list):    # rows injected by older demos
-        run["train"] = {"config": {}, "epochs": res["training"], "checkpoints": []}
     run["_dir"] = str(res.get("_dir") or folder)
-    return run
+    return attach(run)           # every number's protocol entry (recorded, or computed for older files)
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    """One run folder (or its ``results.json``) in the in-memory form described in the module docstring."""
+    """One run folder (or its ``results.json``) in the in-memory form described in the module docstring; an
+    eval folder's ``analysis/`` and ``train/`` runs beside it are joined to it."""
     p = Path(path)
     folder = p.parent if p.is_file() else p
     f = folder / RESULTS_FILE if p.is_dir() else p
-    if f.is_file():
-        run = _normalise(_read_json(f), folder)
-        if run["kind"] == "eval" and not run["analyses"]:      # analyses written beside the evaluation
-            sub_dir = folder / "analysis"
-            sub = load_run(sub_dir) if (sub_dir / RESULTS_FILE).is_file() else _analysis_folder(sub_dir)
-            if sub is not None:
-                run["analyses"] = sub["analyses"]
-        if run["train"] is None and run["kind"] == "eval":     # the model's training run beside the evaluation
-            sub_dir = folder / "train"
-            sub = load_run(sub_dir) if (sub_dir / RESULTS_FILE).is_file() else None
-            run["train"] = sub["train"] if sub is not None else _train_payload(folder)
-        elif run["train"] is None:
-            run["train"] = _train_payload(folder)
-        return run
-    if p.is_dir():
-        analysis = _analysis_folder(folder)
-        if analysis is not None:
-            return analysis
-        train = _train_payload(folder)
-        if train is not None:
-            run = _empty("train", folder)
-            run["train"] = train
-            run["model"] = {"name": str(train["config"].get("model") or folder.name)}
-            run["data"] = {"spec": train["config"].get("data")}
-            return run
-    raise RobustvitError(f"{p} holds no results.json; pass folders written by `robustvit eval`, `analyze` or `train`")
+    if not f.is_file():
+        raise RobustvitError(f"{p} holds no results.json; pass folders written by `robustvit eval`, `analyze` or "
+                             "`train`")
+    run = _normalise(_read_json(f), folder)
+    if run["kind"] == "eval":
+        for sub, field in (("analysis", "analyses"), ("train", "train")):
+            if not run[field] and (folder / sub / RESULTS_FILE).is_file():
+                run[field] = load_run(folder / sub)[field]
+    return run
 
 
 def load_runs(paths: list[str | Path]) -> list[dict[str, Any]]:

@@ -9,43 +9,55 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.ticker import NullFormatter
 
-from robustvit.report.builder import Figure, Section, md_table
-from robustvit.report.headline import COLUMNS, eps_text, labels, scorecard_row
+from robustvit.plotting import place_legend
+from robustvit.report.section import Figure, Section, md_table
+from robustvit.report.headline import ATTACK_COLUMNS, COLUMNS, PERCENT_COLUMNS, eps_text, labels, scorecard_row
 
 SIZE_SERIES = (("clean", "clean"), ("corruption_mean", "corruptions (mean)"), ("pgd", "PGD"),
                ("autoattack", "AutoAttack"), ("imagenet_r", "ImageNet-R"), ("imagenet_a", "ImageNet-A"))
 
 
-def _pct(v: Any, key: str) -> str | None:
+def _cell(r: dict[str, Any], key: str) -> str | None:
+    """A cell: the number, its 95 % Wilson interval and the images it was measured on."""
+    v = r.get(key)
     if v is None:
         return None
-    return f"{v:.1f}" if key in ("mce", "mfr") else f"{100 * v:.1f}"
+    if key in PERCENT_COLUMNS:
+        return f"{v:.1f}"
+    text = f"{100 * v:.1f}"
+    ci, n = r.get(f"{key}_ci95"), r.get(f"{key}_n")
+    if ci:
+        text += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+    return text + (f" (n={n})" if n else "")
 
 
 def scorecard_section(results: list[dict[str, Any]]) -> Section:
     rows = [scorecard_row(r) for r in results]
     cols = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
-    eps = {eps_text(r["eps"]) for r in rows if r["eps"] is not None and (r["pgd"] is not None or r["autoattack"] is not None)}
+    eps = {eps_text(r["eps"], r["threat_model"]) for r in rows
+           if r["eps"] is not None and any(r[c] is not None for c in ATTACK_COLUMNS)}
     one_eps = next(iter(eps)) if len(eps) == 1 else None
     header = ["model"]
     for c in cols:
         h = COLUMNS[c][0]
-        if c in ("pgd", "autoattack") and one_eps:
+        if c in ATTACK_COLUMNS and one_eps:
             h += f" ε={one_eps}"
-        header.append(h if c in ("mce", "mfr") else f"{h} (%)")
+        header.append(h if c in PERCENT_COLUMNS else f"{h} (%)")
     table = []
     for r in rows:
         cells: list[Any] = [r["model"]]
         for c in cols:
-            v = _pct(r.get(c), c)
-            if v is not None and c in ("pgd", "autoattack") and not one_eps and r["eps"] is not None:
-                v += f" (ε={eps_text(r['eps'])})"
+            v = _cell(r, c)
+            if v is not None and c in ATTACK_COLUMNS and not one_eps and r["eps"] is not None:
+                v += f" (ε={eps_text(r['eps'], r['threat_model'])})"
             cells.append(v)
         table.append(cells + [r["labels"]])
     md = md_table(header + ["labels"], table)
-    md += ("\n\nTop-1 accuracy in % (mCE and mFR: lower is better). PGD and AutoAttack: robust accuracy at the "
-           "strongest L∞ budget measured. Labels say why a number is not the published protocol's; the notes of "
-           "each run are listed under \"Models\".")
+    md += ("\n\nTop-1 accuracy in % with its 95 % Wilson score interval and the number of images it was measured "
+           "on (mCE and mFR: lower is better; corruption and occlusion means: the interval of one accuracy on that "
+           "many images, wider than the mean's). PGD, APGD and AutoAttack: robust accuracy at the strongest L∞ "
+           "budget measured. Labels name each cell's deviations from its published protocol; the notes of each "
+           "run are listed under \"Models\".")
     return Section("Scorecard", md)
 
 
@@ -95,6 +107,11 @@ def _human(v: float) -> str:
     return f"{v:.3g}"
 
 
+def _family(run: dict[str, Any]) -> str:
+    model = run.get("model") or {}
+    return str((model.get("spec") or {}).get("family") or model.get("name"))
+
+
 def size_section(results: list[dict[str, Any]]) -> Section | None:
     """Accuracy against parameters (and FLOPs where recorded), log x axes; two or more models."""
     rows = [(r, scorecard_row(r)) for r in results if (r.get("model") or {}).get("params")]
@@ -105,9 +122,13 @@ def size_section(results: list[dict[str, Any]]) -> Section | None:
     fig, axes = plt.subplots(1, len(axes_for), figsize=(5.2 * len(axes_for) + 1.6, 3.4), squeeze=False)
     for ax, (field, label) in zip(axes[0], axes_for):
         for i, (col, name) in enumerate(SIZE_SERIES):
-            pts = sorted((r["model"][field], row[col]) for r, row in rows if row.get(col) is not None)
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}", label=name)
+            by_family: dict[str, list[tuple[float, float]]] = {}
+            for r, row in rows:           # points; a line joins the models of one family only
+                if row.get(col) is not None:
+                    by_family.setdefault(_family(r), []).append((r["model"][field], row[col]))
+            for j, pts in enumerate(sorted(p) for p in by_family.values()):
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}",
+                        label=name if j == 0 else None, linestyle="-" if len(pts) > 1 else "none")
         at: dict[float, list[tuple[str, float]]] = {}
         for r, row in rows:
             top = max((row[c] for c, _ in SIZE_SERIES if row.get(c) is not None), default=0.0)
@@ -125,13 +146,13 @@ def size_section(results: list[dict[str, Any]]) -> Section | None:
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"{label} (log scale)"), ax.set_ylabel("top-1 accuracy"), ax.set_ylim(0, 1.15)
         ax.grid(alpha=0.3, which="both")
-    axes[0][-1].legend(*axes[0][0].get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                       frameon=False, fontsize=8)
+    place_legend(axes[0][-1], outside=True, frameon=False, handles=axes[0][0].get_legend_handles_labels()[0],
+                 labels=axes[0][0].get_legend_handles_labels()[1])
     fig.suptitle("Robustness against model size", fontsize=10)
     fig.tight_layout()
     md = ("Accuracy against the number of parameters" + (" and FLOPs per image" if len(axes_for) > 1 else "")
-          + ", one point per model (Bhojanapalli et al. 2021, Figs. 4–5); PGD and AutoAttack at each model's "
-          "strongest L∞ budget.")
+          + ", one point per model (Bhojanapalli et al. 2021, Figs. 4–5), lines joining the models of one family "
+          "only; PGD and AutoAttack at each model's strongest L∞ budget.")
     return Section("Robustness against model size", md,
                    [Figure("robustness_vs_size", fig, "Clean, corruption and adversarial accuracy against model size, log x axis")],
                    group="clean")

@@ -2,8 +2,9 @@
 
 Every run folder holds ``results.json`` with ``schema`` (2), ``kind`` (``eval`` | ``analysis`` | ``train``),
 ``run`` (:func:`robustvit.runs.header.run_header`), ``model`` (:func:`robustvit.runs.header.model_record`),
-``data`` (spec, num_images, num_unreadable, num_classes, subset), ``comparable`` and ``notes`` (why the numbers
-are not comparable with published ones), and the kind's payload: ``suites`` (eval: one result per suite key),
+``data`` (spec, num_images, num_unreadable, num_classes, subset), ``comparable`` (every suite's ``protocol``
+entry comparable and no note; :mod:`robustvit.protocols`) and ``notes`` (why the numbers are not comparable with
+published ones), and the kind's payload: ``suites`` (eval: one result per suite key),
 ``analyses`` (analysis: one result per analysis, without figure data, and ``figures``: the PNG files), ``train``
 (``config``, ``epochs``: the per-epoch metrics as ``metrics.jsonl`` has them, ``checkpoints``). The JSON Schema
 ships in the package (``results.schema.json``, :func:`schema`); :func:`validate_results` checks a document
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from robustvit.errors import RobustvitError
+from robustvit.protocols import attach as attach_protocols
 from robustvit.runs.atomic import write_json
 
 SCHEMA_VERSION = 2
@@ -39,8 +41,9 @@ def results_document(kind: str, *, run: dict[str, Any], model: dict[str, Any], d
     if kind not in KINDS:
         raise RobustvitError(f"unknown kind of run {kind!r}; use {', '.join(KINDS)}")
     notes = list(notes or [])
-    return {"schema": SCHEMA_VERSION, "kind": kind, "run": run, "model": model, "data": data_record(**data),
-            "comparable": not notes, "notes": notes, PAYLOAD[kind]: payload}
+    doc = {"schema": SCHEMA_VERSION, "kind": kind, "run": run, "model": model, "data": data_record(**data),
+           "comparable": not notes, "notes": notes, PAYLOAD[kind]: payload}
+    return attach_protocols(doc, force=True, analyses=False)   # each suite's protocol; the run's ``comparable``
 
 
 def data_record(spec: str = "", num_images: int = 0, num_unreadable: int = 0, num_classes: int | None = None,

@@ -12,7 +12,9 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from robustvit.attacks.base import ATTACKS
-from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
+from robustvit.plotting import place_legend
+from robustvit.report.headline import protocol_notes
+from robustvit.report.section import Figure, Section, md_table, register_section
 
 GROUP = "adversarial"
 
@@ -82,7 +84,7 @@ def _curve(keys: list[str], results: list[dict[str, Any]]) -> Figure:
             ax.plot(xs, ys, style, marker="o", color=colour, label=f"{r['model']['name']} · {fam}")
     ax.set_xlabel("L∞ ε (grey levels, /255)"), ax.set_ylabel("robust accuracy"), ax.set_ylim(0, 1)
     ax.set_title("Accuracy under attack vs ε")
-    legend_outside(ax, fontsize=7)
+    place_legend(ax, outside=True, frameon=False, fontsize=7)
     fig.tight_layout()
     return Figure("adversarial_accuracy_vs_eps", fig, "robust accuracy against the L∞ budget (0 = clean)")
 
@@ -147,10 +149,9 @@ def attack_table_section(key: str, results: list[dict[str, Any]]) -> Section | N
                                                          "translation_convention", "max_rotation", "num_patches",
                                                          "scoring", "overrides")}
     md += "\n\nSettings: " + ", ".join(f"{k} = {_eps_label(v) if k == 'eps' else v}" for k, v in settings.items())
-    if first.get("reduced_grid") or first.get("reduced"):
-        md += "\n\nReduced settings (not the paper's full attack): " + (
-            f"grid {first.get('grid')} instead of 9x9x31" if first.get("reduced_grid") else
-            f"overrides {first.get('overrides')}")
+    lines = protocol_notes(key, present)
+    if lines:
+        md += "\n\n" + " ".join(lines)
     for r in present:
         if r["suites"][key].get("skipped"):
             md += f"\n\n{r['model']['name']}: skipped — {r['suites'][key]['skipped']}"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from robustvit.registry import Registry
-from robustvit.report.builder import Figure, GROUPS, Section, md_table
+from robustvit.report.section import Figure, GROUPS, Section, md_table
 
 GROUP = "inside"
 #: Result fields that describe the run, not the model.

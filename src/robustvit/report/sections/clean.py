@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from robustvit.report.builder import Section, md_table, register_section
+from robustvit.report.section import Section, md_table, register_section
 
 GROUP = "clean"
 

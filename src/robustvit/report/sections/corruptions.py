@@ -12,7 +12,9 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import (Figure, Section, legend_outside, md_table, register_extra_section,
+from robustvit.plotting import place_legend
+from robustvit.report.headline import protocol_notes
+from robustvit.report.section import (Figure, Section, md_table, register_extra_section,
                                       register_section)
 
 GROUP = "natural"
@@ -38,7 +40,7 @@ def corruptions_section(key: str, results: list[dict[str, Any]]) -> Section | No
     rows.append(["**mean w/o noise**"] + [s.get("mean_accuracy_without_noise") for _, s in runs])
     rows.append(["**retention**"] + [s.get("retention") for _, s in runs])
     if any(s.get("mce") is not None for _, s in runs):
-        approx = [" (approximate)" if s.get("mce_protocol") == "approximate" else "" for _, s in runs]
+        approx = ["" if (s.get("protocol") or {}).get("comparable", True) else " (not comparable)" for _, s in runs]
         rows.append(["**mCE (%)**"] + [_pct(s.get("mce"), a) for (_, s), a in zip(runs, approx)])
         rows.append(["**relative mCE (%)**"] + [_pct(s.get("relative_mce"), a) for (_, s), a in zip(runs, approx)])
     groups: list[str] = []
@@ -55,10 +57,7 @@ def corruptions_section(key: str, results: list[dict[str, Any]]) -> Section | No
              "accuracy (FAN). mCE: AlexNet-normalised corruption error (lower is better)."]
     reasons = {s.get("mce_reason") for _, s in runs if s.get("mce_reason")}
     notes += [f"mCE: {r}" for r in sorted(reasons)]
-    approximations = sorted({a for _, s in runs for a in s.get("mce_approximations") or []})
-    if approximations:
-        notes.append("mCE marked approximate is not comparable with the published ImageNet-C tables: "
-                     + "; ".join(approximations) + ".")
+    notes += protocol_notes(key, results)
     frost = sorted({s["frost_source"] for _, s in runs if s.get("frost_source")})
     if frost:
         notes.append("frost layer: " + ", ".join(frost) + ".")
@@ -80,7 +79,7 @@ def corruptions_section(key: str, results: list[dict[str, Any]]) -> Section | No
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.set_title("Common corruptions: accuracy vs severity")
-    legend_outside(ax)
+    place_legend(ax, outside=True, frameon=False)
     fig.tight_layout()
     stem = "corruptions" if key == "corruptions" else "corruptions_" + "".join(
         c if c.isalnum() else "_" for c in key[len("corruptions"):]).strip("_")
@@ -111,7 +110,7 @@ def per_corruption_section(key: str, results: list[dict[str, Any]]) -> Section |
     ax.set_xticks(range(len(names)), [n.replace("_", " ") for n in names], rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("top-1 accuracy"), ax.set_ylim(0, 1), ax.grid(alpha=0.3, axis="y")
     ax.set_title("Accuracy per corruption (mean over severities)")
-    legend_outside(ax)
+    place_legend(ax, outside=True, frameon=False)
     fig.tight_layout()
     return Section(f"Accuracy per corruption (`{key}`)", "", [Figure(
         stem + "_per_corruption", fig, "accuracy per corruption, mean over severities, models side by side")])

@@ -8,7 +8,8 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
+from robustvit.plotting import place_legend
+from robustvit.report.section import Figure, Section, md_table, register_section
 
 GROUP = "natural"
 
@@ -45,6 +46,6 @@ def occlusion_section(key: str, results: list[dict[str, Any]]) -> Section | None
         (line,) = ax.plot(xs, mean, marker="o", label=name)
         ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2)
     ax.set_xlabel("occluded fraction ρ"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1)
-    ax.set_title("Patch occlusion"), legend_outside(ax)
+    ax.set_title("Patch occlusion"), place_legend(ax, outside=True, frameon=False)
     fig.tight_layout()
     return Section(f"Patch occlusion (`{key}`)", md, [Figure(_stem(key), fig, "accuracy vs ρ, band = min–max over masks")])

@@ -11,7 +11,9 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
+from robustvit.plotting import place_legend
+from robustvit.report.headline import protocol_notes
+from robustvit.report.section import Figure, Section, md_table, register_section
 
 GROUP = "natural"
 
@@ -44,9 +46,7 @@ def perturbations_section(key: str, results: list[dict[str, Any]]) -> Section | 
     if bench:
         notes.append(f"Means over the {'CIFAR-10-P' if bench == 'cifar-p' else 'ImageNet-P'} test perturbations"
                      + (f"; frames stored as {first['encoding']}" if first.get("encoding") else "") + ".")
-    approximations = sorted({a for _, s in runs for a in s.get("approximations") or []})
-    if approximations:
-        notes.append("Approximate — not comparable with published tables: " + "; ".join(approximations) + ".")
+    notes += protocol_notes(key, results)
     md = md_table(header, rows) + "\n\n" + "\n\n".join(notes)
 
     fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(names) * max(1, len(runs)) + 2), 3.4))
@@ -59,7 +59,7 @@ def perturbations_section(key: str, results: list[dict[str, Any]]) -> Section | 
     ax.set_xticklabels(names, rotation=35, ha="right")
     ax.set_ylabel("flip probability")
     ax.set_title("Perturbation sequences: flip probability (lower is more stable)")
-    legend_outside(ax)
+    place_legend(ax, outside=True, frameon=False)
     fig.tight_layout()
     stem = "perturbations" if key == "perturbations" else "perturbations_" + "".join(
         c if c.isalnum() else "_" for c in key[len("perturbations"):]).strip("_")

@@ -8,7 +8,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
+from robustvit.report.section import Figure, Section, md_table, register_section
 
 GROUP = "natural"
 

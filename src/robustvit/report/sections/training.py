@@ -7,7 +7,8 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, integer_axis, legend_outside, md_table
+from robustvit.plotting import integer_ticks, place_legend
+from robustvit.report.section import Figure, Section, md_table
 
 GROUP = "training"
 CURVES = (("train_loss", "training loss"), ("train_acc", "training accuracy"), ("val_acc", "validation accuracy"))
@@ -38,12 +39,12 @@ def training_section(results: list[dict[str, Any]]) -> Section | None:
                     if any(c in row for row in e):
                         ax.plot(ep, [row.get(c) for row in e], style, marker="o", color=f"C{i}",
                                 label=f"{n} · {'validation' if c == 'val_acc' else 'training'}")
-        integer_axis(ax.xaxis)
+        integer_ticks(ax, "x")
         ax.set_xlabel("epoch"), ax.grid(alpha=0.3)
         ax.set_ylabel("loss" if panel == "train_loss" else "accuracy")
         if panel != "train_loss":
             ax.set_ylim(0, 1)
-    legend_outside(axes[0][-1])
+    place_legend(axes[0][-1], outside=True, frameon=False)
     fig.suptitle("Training curves", fontsize=10)
     fig.tight_layout()
     return Section("Training curves", md, [Figure("training", fig, "Training loss and accuracy per epoch, per model")],

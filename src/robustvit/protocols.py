@@ -1,0 +1,383 @@
+"""Published evaluation protocols as data, and the one place that decides whether a number is comparable.
+
+Every headline number of an eval run carries ``protocol: {"name", "comparable", "deviations"}`` in its suite's
+result (:func:`attach`, called when ``results.json`` is written and when an older file is read). ``name`` is the
+published protocol the number is measured against (``robustbench:cifar10:Linf``, ``imagenet-c``, …; ``none`` for a
+suite no benchmark defines), ``deviations`` are one-line reasons, computed only from what the run recorded (suite
+settings, image counts, data spec and source, weights), why the number is not that protocol's, and
+``comparable`` is true when there are none. A fact the run did not record is a deviation (``unknown …``), never
+assumed. Report, leaderboard and exports read these entries; nothing else decides comparability.
+
+Protocols (conditions in :data:`PROTOCOLS`):
+
+* RobustBench (Croce et al. 2021, arXiv:2010.09670): standard AutoAttack (Croce & Hein 2020, arXiv:2003.01690:
+  APGD-CE, APGD-T, FAB-T, Square; 9 target classes, 5,000 Square queries) at ε = 8/255 (L∞) or 0.5 (L2) on the
+  10,000 CIFAR-10/100 test images, ε = 4/255 on ImageNet's validation set or its published 5,000-image list;
+  ``corruptions``: the mean over 15 corruptions × 5 severities of the released CIFAR-10-C / CIFAR-100-C /
+  ImageNet-C files (Hendrycks & Dietterich 2019, arXiv:1903.12261), mCE normalised by AlexNet's errors.
+* ImageNet-P (mFR, Hendrycks & Dietterich), ImageNet-R/-A/-Sketch/-V2 (whole sets), cue-conflict shape bias
+  (Geirhos et al. 2019, arXiv:1811.12231), Cityscapes-C / COCO-C as FAN builds them (Zhou et al. 2022,
+  arXiv:2204.12451: imagecorruptions at native resolution, 16 corruptions × 5 severities), AFAT's patch occlusion
+  (noise drawn in the model's normalised input space, as RSPC's code), the spatial grid of Engstrom et al. 2019
+  (arXiv:1712.02779), randomized-smoothing certification (Cohen et al. 2019, arXiv:1902.02918: n = 100,000,
+  n0 = 100, α = 0.001), and the analyses' paper settings (their own recorded ``comparable``/``notes``).
+
+>>> p = assess("autoattack", {"attack": "autoattack", "norm": "linf", "eps": 8 / 255, "version": "custom",
+...            "attacks": ["apgd_ce"], "num_images": 10000, "n_target_classes": 9},
+...            {"data": {"spec": "cifar10:test", "num_images": 10000}, "model": {}})
+>>> p["name"], p["comparable"], p["deviations"][0]
+('robustbench:cifar10:Linf', False, 'partial AutoAttack: attacks=apgd_ce (standard: apgd_ce+apgd_t+fab_t+square)')
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+#: AutoAttack's standard members, in order (Croce & Hein 2020).
+STANDARD_AUTOATTACK = ("apgd_ce", "apgd_t", "fab_t", "square")
+#: The 15 benchmark corruptions of ImageNet-C / CIFAR-10-C (Hendrycks & Dietterich 2019).
+BENCHMARK_CORRUPTIONS = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur",
+                         "motion_blur", "zoom_blur", "snow", "frost", "fog", "brightness", "contrast",
+                         "elastic_transform", "pixelate", "jpeg_compression")
+SEVERITIES = (1, 2, 3, 4, 5)
+#: Cityscapes-C / COCO-C as FAN (its Table 14, ``coco_c_test_all.sh``): the 15 plus speckle noise, unscaled.
+DENSE_CORRUPTIONS = 16
+#: Test-set sizes RobustBench evaluates on (ImageNet: the whole validation set or its published 5,000 list).
+TEST_IMAGES = {"cifar10": (10_000,), "cifar100": (10_000,), "imagenet": (50_000, 5_000)}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A published protocol: its name, where it is defined, and the conditions a result must meet."""
+
+    name: str
+    paper: str
+    conditions: dict[str, Any] = field(default_factory=dict)
+
+
+def _rb(dataset: str, threat: str, eps: float | None, eps_text: str | None) -> Protocol:
+    cond: dict[str, Any] = {"dataset": dataset, "threat_model": threat, "images": TEST_IMAGES[dataset]}
+    if threat == "corruptions":
+        cond.update(corruptions=15, severities=5, source="released files", mce_baseline="AlexNet"
+                    if dataset == "imagenet" else None)
+    else:
+        cond.update(attack="autoattack", version="standard", members=STANDARD_AUTOATTACK, eps=eps,
+                    eps_text=eps_text, n_target_classes=9, square_queries=5000)
+    return Protocol(f"robustbench:{dataset}:{threat}", "Croce et al. 2021, arXiv:2010.09670", cond)
+
+
+#: Every published protocol robustvit measures against, by name.
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
+    _rb("cifar10", "Linf", 8 / 255, "8/255"), _rb("cifar10", "L2", 0.5, "0.5"),
+    _rb("cifar100", "Linf", 8 / 255, "8/255"), _rb("imagenet", "Linf", 4 / 255, "4/255"),
+    _rb("cifar10", "corruptions", None, None), _rb("cifar100", "corruptions", None, None),
+    _rb("imagenet", "corruptions", None, None),
+    *(Protocol(n, "Hendrycks & Dietterich 2019, arXiv:1903.12261", {"metric": "mFR", "source": "released files"})
+      for n in ("imagenet-p", "cifar-10-p")),
+    *(Protocol(n, p, {"images": "whole set"}) for n, p in (
+        ("imagenet-r", "Hendrycks et al. 2021, arXiv:2006.16241"), ("imagenet-a", "Hendrycks et al. 2021, arXiv:1907.07174"),
+        ("imagenet-sketch", "Wang et al. 2019, arXiv:1905.13549"), ("imagenet-v2", "Recht et al. 2019, arXiv:1902.10811"))),
+    Protocol("cue-conflict", "Geirhos et al. 2019, arXiv:1811.12231", {"images": "the 1,280 stimuli"}),
+    Protocol("cityscapes-c", "Zhou et al. 2022 (FAN), arXiv:2204.12451",
+             {"corruptions": DENSE_CORRUPTIONS, "severities": 5, "size_scaling": False}),
+    Protocol("coco-c", "Zhou et al. 2022 (FAN), arXiv:2204.12451",
+             {"corruptions": DENSE_CORRUPTIONS, "severities": 5, "size_scaling": False}),
+    Protocol("afat-occlusion", "AFAT; RSPC (Guo et al. 2023, arXiv:2301.13096) code", {"noise_space": "normalized"}),
+    Protocol("spatial-grid", "Engstrom et al. 2019, arXiv:1712.02779", {"transforms": 5 * 5 * 31}),
+    Protocol("randomized-smoothing", "Cohen et al. 2019, arXiv:1902.02918", {"n": 100_000, "n0": 100, "alpha": 0.001}),
+)}
+#: Suites whose number has no published benchmark: measured as recorded, comparable with runs of the same settings.
+NO_PROTOCOL = "none"
+
+
+# ---- facts of the run ----------------------------------------------------------------------------------------
+def dataset_of(run: dict[str, Any]) -> str | None:
+    """RobustBench's data-set name of the run's ``--data`` (cifar10, cifar100, imagenet), else None."""
+    spec = str((run.get("data") or {}).get("spec") or "")
+    name = spec.split(":", 1)[0].strip().lower().replace("-", "_")
+    return name if name in TEST_IMAGES else None
+
+
+def _split(run: dict[str, Any]) -> list[str]:
+    """A deviation when ``--data`` names a training split (RobustBench evaluates on the test / validation set)."""
+    spec = str((run.get("data") or {}).get("spec") or "")
+    parts = re.split(r"[:,/=]", spec.split(":", 1)[1].lower()) if ":" in spec else []
+    return [f"data {spec!r} is a training split, not the test set"] if "train" in parts else []
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _common(result: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    """Deviations of any suite: untrained weights, a sample instead of the data set, unreadable images."""
+    out: list[str] = []
+    weights = (run.get("model") or {}).get("weights") or {}
+    if weights.get("source") == "random" or weights.get("comparable") is False:
+        out.append("random weights")
+    sub = (run.get("data") or {}).get("subset")
+    if isinstance(sub, dict) and sub.get("method") not in ("all", "file", None):
+        out.append(f"subset {sub.get('num_images')}/{sub.get('of')} ({sub.get('method')})")
+    own = result.get("subset")
+    if isinstance(own, dict) and own.get("method") not in ("all", "file"):
+        out.append(f"suite subset {own.get('num_images')}/{own.get('of')} ({own.get('method')})")
+    bad = _num(result.get("num_unreadable")) or _num((run.get("data") or {}).get("num_unreadable"))
+    if bad:
+        out.append(f"{int(bad)} unreadable images")
+    return out
+
+
+def _flags(result: dict[str, Any]) -> list[str]:
+    flags = result.get("flags") or {}
+    raised = sorted(k for k, f in flags.items() if isinstance(f, dict) and f.get("flag"))
+    return [f"gradient-masking flag: {', '.join(raised)}"] if raised else []
+
+
+def _images(dataset: str, result: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    n = _num(result.get("num_images"))
+    if n is None:
+        return ["unknown number of images (num_images not recorded)"]
+    sub = (run.get("data") or {}).get("subset")
+    if isinstance(sub, dict) and sub.get("method") == "file" and dataset == "imagenet" and int(n) == 5000:
+        return []
+    if int(n) not in TEST_IMAGES[dataset]:
+        want = " or ".join(f"{k:,}" for k in TEST_IMAGES[dataset])
+        return [f"{int(n):,} images (protocol: {want})"]
+    return []
+
+
+# ---- one checker per kind of suite ---------------------------------------------------------------------------
+Checker = Callable[[str, dict[str, Any], dict[str, Any]], tuple[str, list[str]]]
+
+
+def threat_model(result: dict[str, Any]) -> str:
+    """RobustBench's threat-model name of an attack result (``Linf`` / ``L2``)."""
+    return "L2" if str(result.get("norm") or "linf").lower() == "l2" else "Linf"
+
+
+def _autoattack(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    dataset, threat = dataset_of(run), threat_model(result)
+    name = f"robustbench:{dataset}:{threat}"
+    dev: list[str] = []
+    proto = PROTOCOLS.get(name)
+    if proto is None:
+        name = "autoattack"
+        dev.append(f"no RobustBench {threat} leaderboard for data {(run.get('data') or {}).get('spec')!r}")
+    members = [str(m).replace("-", "_") for m in result.get("attacks") or []]
+    version = result.get("version")
+    if not members and version is None:
+        dev.append("unknown AutoAttack members (attacks/version not recorded)")
+    elif version not in (None, "standard") or (members and tuple(members) != STANDARD_AUTOATTACK):
+        what = f"attacks={'+'.join(members)}" if members else f"version={version}"
+        dev.append(f"partial AutoAttack: {what} (standard: {'+'.join(STANDARD_AUTOATTACK)})")
+    overrides = result.get("overrides") or {}
+    if overrides:
+        dev.append("reduced AutoAttack: " + ", ".join(f"{k}={v}" for k, v in sorted(overrides.items())))
+    elif result.get("reduced"):
+        dev.append("reduced AutoAttack")
+    targets = _num(result.get("n_target_classes"))
+    if targets is not None and int(targets) != 9:
+        dev.append(f"{int(targets)} target classes (standard: 9)")
+    if proto is not None:
+        dev += _split(run)
+        eps = _num(result.get("eps"))
+        if eps is None:
+            dev.append("unknown ε (eps not recorded)")
+        elif abs(eps - proto.conditions["eps"]) > 1e-6:
+            dev.append(f"ε = {eps_text(eps, threat)} (protocol: {proto.conditions['eps_text']})")
+        if not _common(result, run):                        # a sample is named there already
+            dev += _images(dataset, result, run)           # type: ignore[arg-type]
+    return name, dev + _flags(result)
+
+
+def _attack(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    """PGD, APGD, FGSM, Patch-Fool, transfer: attacks, not benchmarks; only the common conditions apply."""
+    return NO_PROTOCOL, _flags(result)
+
+
+def _spatial(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    if "reduced_grid" not in result:
+        return "spatial-grid", ["unknown grid (reduced_grid not recorded)"]
+    return "spatial-grid", [f"reduced grid: {result.get('transforms')} transforms"] if result["reduced_grid"] else []
+
+
+def corruption_counts(result: dict[str, Any]) -> tuple[int, int]:
+    """How many of the 15 benchmark corruptions and of the 5 severities a corruptions result covers."""
+    names = set(result.get("corruptions") or [])
+    sev = {int(s) for s in result.get("severities") or [] if str(s).isdigit()}
+    return len(names & set(BENCHMARK_CORRUPTIONS)), len(sev & set(SEVERITIES))
+
+
+def _corruptions(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    dataset = dataset_of(run)
+    dev: list[str] = []
+    if dataset is None:
+        name = "common-corruptions"
+        dev.append(f"data {(run.get('data') or {}).get('spec')!r} has no released -C files (CIFAR-10/100, ImageNet)")
+    else:
+        name = f"robustbench:{dataset}:corruptions"
+        dev += _split(run)
+    if "corruptions" not in result or "severities" not in result:
+        dev.append("unknown corruptions or severities (not recorded)")
+    else:
+        nc, ns = corruption_counts(result)
+        if (nc, ns) != (15, 5):
+            dev.append(f"{nc} of 15 corruptions × {ns} of 5 severities")
+    if not result.get("source"):
+        dev.append("corrupted on the fly, not the released files (approximate)")
+    if dataset is not None and not _common(result, run):
+        n = _num(result.get("num_images"))
+        if dataset != "imagenet" and n is not None and int(n) != 10_000:
+            dev.append(f"{int(n):,} images (protocol: 10,000)")
+        elif dataset == "imagenet" and n is not None and int(n) not in (5_000, 50_000):
+            dev.append(f"{int(n):,} images (protocol: 5,000 or 50,000)")
+    if result.get("mce") is not None and result.get("mce_protocol") == "approximate":
+        dev.append("mCE approximate: " + ", ".join(map(str, result.get("mce_approximations") or ["not the released pipeline"])))
+    return name, dev
+
+
+def _named(name: str) -> Checker:
+    def check(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+        return name, []
+    return check
+
+
+def _perturbations(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    name = "cifar-10-p" if result.get("benchmark") == "cifar-p" else "imagenet-p"
+    dev = [] if result.get("source") else ["sequences generated in memory, not the released files"]
+    return name, dev + [f"approximate: {a}" for a in result.get("approximations") or []]
+
+
+def _occlusion(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    space = result.get("noise_space")
+    if space is None:
+        return "afat-occlusion", ["unknown occlusion-noise space (noise_space not recorded)"]
+    return "afat-occlusion", [] if space == "normalized" else [f"noise in {space} space (AFAT/RSPC: normalized)"]
+
+
+def _dense(name: str) -> Checker:
+    def check(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+        dev: list[str] = []
+        if result.get("size_scaling") is None:
+            dev.append("unknown whether corrupted at native resolution (size_scaling not recorded)")
+        elif result["size_scaling"]:
+            dev.append("corruption strength scaled with image size (protocol: imagecorruptions unscaled)")
+        names = result.get("corruptions")
+        if isinstance(names, list) and len(names) != DENSE_CORRUPTIONS:
+            dev.append(f"{len(names)} corruptions (FAN: {DENSE_CORRUPTIONS})")
+        sev = result.get("severities")
+        if isinstance(sev, list) and len(sev) != 5:
+            dev.append(f"{len(sev)} of 5 severities")
+        return name, dev
+    return check
+
+
+def _dense_name(run: dict[str, Any]) -> str:
+    spec = str((run.get("data") or {}).get("spec") or "").split(":", 1)[0]
+    return {"coco": "coco-c", "cityscapes": "cityscapes-c"}.get(spec, NO_PROTOCOL)
+
+
+def _certify(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    cond = PROTOCOLS["randomized-smoothing"].conditions
+    dev = []
+    for k in ("n", "n0", "alpha"):
+        v = _num(result.get(k))
+        if v is None:
+            dev.append(f"unknown {k} (not recorded)")
+        elif v != cond[k]:
+            dev.append(f"reduced: {k} = {v:g} (Cohen et al.: {cond[k]:g})")
+    return "randomized-smoothing", dev
+
+
+CHECKERS: dict[str, Checker] = {
+    "autoattack": _autoattack, "spatial": _spatial, "corruptions": _corruptions, "perturbations": _perturbations,
+    "patch_occlusion": _occlusion, "shape_bias": _named("cue-conflict"), "certify": _certify,
+    **{n: _attack for n in ("pgd", "apgd", "fgsm", "patch_fool", "transfer")},
+    **{n: _named(n.replace("_", "-")) for n in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
+}
+
+
+def base_name(key: str) -> str:
+    """The suite name of a results key (``pgd:eps=4/255`` → ``pgd``)."""
+    return key.split(":", 1)[0].replace("-", "_")
+
+
+def assess(key: str, result: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """The ``protocol`` entry of one suite result (key as in ``suites``) of ``run`` (a results.json dict)."""
+    base = base_name(key)
+    if base.startswith(("seg_", "det_")) and base.endswith("corruptions"):
+        name, dev = _dense(_dense_name(run))(key, result, run)
+        if name == NO_PROTOCOL:
+            dev = [f"no published corruption benchmark for data {(run.get('data') or {}).get('spec')!r}"]
+    elif base in CHECKERS:
+        name, dev = CHECKERS[base](key, result, run)
+    else:
+        name, dev = NO_PROTOCOL, []
+    if result.get("comparable") is False:          # a suite that records its own reason (e.g. transfer sources)
+        dev += [str(n) for n in result.get("notes") or []] or ["marked not comparable by the suite"]
+    dev = list(dict.fromkeys(_common(result, run) + dev))
+    return {"name": name, "comparable": not dev, "deviations": dev}
+
+
+def analysis_protocol(name: str, result: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """The ``protocol`` entry of an analysis: its paper setting, deviations as the analysis recorded them."""
+    dev = [str(n) for n in result.get("notes") or []] if result.get("comparable") is False else []
+    if result.get("comparable") is False and not dev:
+        dev = ["not the paper's setting"]
+    dev = list(dict.fromkeys(_common({}, run) + dev))
+    return {"name": f"{name} (paper setting)", "comparable": not dev, "deviations": dev}
+
+
+def attach(doc: dict[str, Any], *, force: bool = False, analyses: bool = True) -> dict[str, Any]:
+    """Give every suite result (and, with ``analyses``, every analysis) of ``doc`` its ``protocol`` entry (kept
+    when already recorded, unless ``force``) and set the run-level ``comparable``: every entry comparable and no
+    run note. In place."""
+    entries = []
+    for key, res in (doc.get("suites") or {}).items():
+        if isinstance(res, dict):
+            if force or not isinstance(res.get("protocol"), dict):
+                res["protocol"] = assess(key, res, doc)
+            entries.append(res["protocol"])
+    for name, res in (doc.get("analyses") or {}).items() if analyses and isinstance(doc.get("analyses"), dict) else ():
+        if isinstance(res, dict):
+            if force or not isinstance(res.get("protocol"), dict):
+                res["protocol"] = analysis_protocol(name, res, doc)
+            entries.append(res["protocol"])
+    if entries or "comparable" not in doc:
+        doc["comparable"] = all(p["comparable"] for p in entries) and not doc.get("notes")
+    return doc
+
+
+def protocol_of(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The recorded ``protocol`` entry of a suite result (None when absent)."""
+    p = (result or {}).get("protocol")
+    return p if isinstance(p, dict) else None
+
+
+def eps_text(eps: float | None, threat: str = "Linf") -> str:
+    """ε as RobustBench writes it: L∞ as grey levels (``8/255``), L2 as a decimal (``0.5``, ``3.0``)."""
+    if eps is None:
+        return "–"
+    if threat == "L2":
+        return f"{eps:.1f}" if abs(eps * 10 - round(eps * 10)) < 1e-6 else f"{eps:.4g}"
+    grey = eps * 255
+    return f"{round(grey)}/255" if abs(grey - round(grey)) < 1e-4 else f"{eps:.4g}"
+
+
+def wilson_interval(accuracy: float | None, n: int | None, z: float = 1.959964) -> tuple[float, float] | None:
+    """95 % Wilson score interval of a proportion measured on ``n`` images (Wilson 1927); None without ``n``."""
+    if accuracy is None or not n:
+        return None
+    p = min(max(float(accuracy), 0.0), 1.0)
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+__all__ = ["BENCHMARK_CORRUPTIONS", "CHECKERS", "NO_PROTOCOL", "PROTOCOLS", "Protocol", "STANDARD_AUTOATTACK",
+           "analysis_protocol", "assess", "attach", "base_name", "corruption_counts", "dataset_of", "eps_text",
+           "protocol_of", "threat_model", "wilson_interval"]
