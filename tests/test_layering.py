@@ -58,12 +58,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("robustvit", "robustvit.evaluate"): "maintainer: robustvit.evaluate becomes a plain function once the "
                                          "evaluation package is renamed (after the merge)",
     ("robustvit", "robustvit.facade"): "maintainer: the same rename (analyze/train forward to facade)",
-    ("robustvit.report.builder", "robustvit.report.scorecard"): "protocols helper: report builder<->sections cycle",
-    ("robustvit.report.scorecard", "robustvit.report.builder"): "protocols helper: report builder<->sections cycle",
-    ("robustvit.report.builder", "robustvit.report.sections.analysis"): "protocols helper: builder<->sections cycle",
-    ("robustvit.report.sections.analysis", "robustvit.report.builder"): "protocols helper: builder<->sections cycle",
-    ("robustvit.report.builder", "robustvit.report.sections.training"): "protocols helper: builder<->sections cycle",
-    ("robustvit.report.sections.training", "robustvit.report.builder"): "protocols helper: builder<->sections cycle",
 }
 
 
