@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import torch
 
-from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis, tolist
+from robustvit.analysis.base import Analysis, Context, register_analysis, tolist
 from robustvit.errors import RobustvitError
 from robustvit.models.wrapper import range_check_off
 from robustvit.options import option
@@ -189,19 +189,14 @@ class Grouping(Analysis):
     description = "insignificant eigenvalues of the token affinity, noise decay, spectral clusters (FAN Fig. 3–4)"
     Options = GroupingOptions
 
-    def run(self, ctx: Context, options: GroupingOptions) -> dict[str, Any]:
-        return compute_grouping(ctx, options)
-
-    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
-        return plot_grouping(result, out)
+    run = staticmethod(compute_grouping)
+    plot = staticmethod(plot_grouping)
 
 
-@function_signature(Grouping)
-def grouping(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+grouping = Grouping.function(
     """Per block ``{"insignificant_eigenvalues", "significant_eigenvalues", "noise_decay"}`` and cluster
     labels of the second-to-last block's tokens. Keywords: :class:`GroupingOptions` (``convention="fan"``,
-    the default, or ``"relative"``) and the run's limit, batch_size, seed, device, store, progress."""
-    return Grouping().apply(model, dataset, **kwargs)
+    the default, or ``"relative"``) and the run's limit, batch_size, seed, device, store, progress.""")
 
 
 __all__ = ["CONVENTIONS", "Grouping", "GroupingOptions", "affinity_eigenvalues", "grouping", "significant_eigenvalues",

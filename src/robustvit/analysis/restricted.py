@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats, function_signature,
+from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats,
                                      register_analysis)
 from robustvit.errors import RobustvitError
 from robustvit.options import option
@@ -206,16 +206,11 @@ class RestrictedAttention(Analysis):
     description = "accuracy with local / random / CLS-only attention masks (Bhojanapalli Fig. 9)"
     Options = RestrictedOptions
 
-    def run(self, ctx: Context, options: RestrictedOptions) -> dict[str, Any]:
-        return compute_restricted(ctx, options)
-
-    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
-        return plot_restricted(result, out)
+    run = staticmethod(compute_restricted)
+    plot = staticmethod(plot_restricted)
 
 
-@function_signature(RestrictedAttention)
-def restricted_attention(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+restricted_attention = RestrictedAttention.function(
     """Accuracy with local / random / CLS-only attention masks: ``{"clean_accuracy", "local", "random",
     "cls_only_first", "cls_only_last"}``. Keywords: :class:`RestrictedOptions` and the run's limit,
-    batch_size, seed, device, store, progress."""
-    return RestrictedAttention().apply(model, dataset, **kwargs)
+    batch_size, seed, device, store, progress.""")
