@@ -101,7 +101,7 @@ def _base(ds: Any) -> Any:
 
 
 class _IndexView(ImageDataset):
-    """The runner's view of a detection data set: placeholder images (each unit reads its own, at native size)."""
+    """The runner's view of a dense data set: placeholder images (each unit reads its own, at native size)."""
 
     def __init__(self, ds: Any) -> None:
         self.ds, self.classes, self.spec = ds, list(ds.classes), ds.spec
@@ -244,6 +244,7 @@ class InferenceOptions(SuiteOptions):
 
 
 class _Segmentation(_DenseCorruptions):
+    data_aligned = True      # the run's images (--limit, --subset): the placeholder view is the run's data set 1:1
 
     @dataclass
     class Options(_DenseCorruptions.Options, InferenceOptions):
