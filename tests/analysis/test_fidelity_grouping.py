@@ -59,7 +59,7 @@ def test_grouping_default_is_fan_and_matches_hooked_tokens(cls_vit, tiny_data):
         clean = _block_tokens(cls_vit, xc)
         g = torch.Generator().manual_seed(derive_seed(0, "grouping", "noise", c))
         std = cls_vit.std.view(1, -1, 1, 1)
-        noisy = _block_tokens(cls_vit, xc + 0.1 * std * torch.randn(xc.shape, generator=g))   # unclipped
+        noisy = _block_tokens(cls_vit, xc + 1.0 * std * torch.randn(xc.shape, generator=g))   # N(0, 1), unclipped
         for i, (a, b) in enumerate(zip(clean, noisy)):
             pa, pb = a[:, 1:].double().numpy(), b[:, 1:].double().numpy()      # patch tokens (CLS dropped)
             sig[i] += _np_counts(pa, 1e-3).sum()
@@ -81,5 +81,6 @@ def test_relative_convention_keeps_the_old_numbers_and_is_not_comparable(cls_vit
     assert r["significant_eigenvalues"] == pytest.approx(want, abs=1e-9)
     fan = run_analyses(cls_vit, tiny_data, ["grouping:images=2"], None, batch_size=6, device="cpu")["grouping"]
     assert fan["comparable"] is True and fan["notes"] == []
-    sig = run_analyses(cls_vit, tiny_data, ["grouping:images=2:sigma=0.3"], None, batch_size=6, device="cpu")["grouping"]
-    assert sig["comparable"] is False and any("σ = 0.3" in n for n in sig["notes"])
+    sig = run_analyses(cls_vit, tiny_data, ["grouping:images=2:sigma=0.1"], None, batch_size=6, device="cpu")["grouping"]
+    assert sig["comparable"] is False and sig["sigma"] == 0.1 and any("σ = 0.1" in n for n in sig["notes"])
+    assert fan["sigma"] == 1.0

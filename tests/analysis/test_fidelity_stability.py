@@ -71,3 +71,43 @@ def test_stability_deviations_are_named(cls_vit, tiny_data):
                      device="cpu")["attention_stability"]
     assert r["comparable"] is False
     assert any("3 random masks" in n for n in r["notes"]) and any("rho = 0.3" in n for n in r["notes"])
+
+
+def _cait():
+    """The small CaiT of issue 35 (talking heads: maps mixed across heads after the softmax, may be < 0) with
+    the zoo's non-trivial weights (``tests/conformance/families.perturb``: norms ~N(1, 0.5), LayerScale ~N(1, 0.5),
+    constant-initialised parameters moved off their constant)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from robustvit.models import create_model
+
+    spec = importlib.util.spec_from_file_location(
+        "robustvit_zoo_families", Path(__file__).resolve().parents[1] / "conformance" / "families.py")
+    zoo = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(zoo)
+    torch.manual_seed(0)
+    m = create_model("cait_xxs24_224", img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=2,
+                     depth_token_only=1, num_classes=5)
+    zoo.perturb(m.net, seed=0)
+    return m.eval()
+
+
+def test_cait_talking_heads_maps_give_a_full_histogram_and_a_picture(data32, tmp_path):
+    m = _cait()
+    r = run_analyses(m, data32, ["attention_stability:masks=2:images=1"], tmp_path, batch_size=6,
+                     device="cpu")["attention_stability"]
+    cp = torch.tensor(r["centre_patch"]["clean"])
+    assert float(cp.min()) < 0                                      # negative talking-heads maps (the crash)
+    h = r["histogram"]
+    assert h["bins"][0] == -1.0 and h["bins"][-1] == 1.0 and sum(h["counts"]) == 6      # every image counted
+    assert (tmp_path / "attention_stability" / "attention_stability_maps.png").is_file() or any(
+        p.name == "attention_stability_maps.png" for p in tmp_path.rglob("*.png"))
+    assert r["noise_space"] == "normalized"
+
+
+def test_pixel_noise_is_recorded_and_noted(cls_vit, tiny_data):
+    r = run_analyses(cls_vit, tiny_data, ["attention_stability:images=1:masks=100:noise_space=pixel"], None,
+                     batch_size=12, device="cpu")["attention_stability"]
+    assert r["noise_space"] == "pixel" and r["comparable"] is False and any("pixel space" in n for n in r["notes"])

@@ -206,3 +206,19 @@ def test_rescaled_perturbation_and_topk():
     logits = torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.1, 0.2]])
     y = torch.tensor([0, 2])
     assert topk_correct(logits, y, 1) == 0 and topk_correct(logits, y, 2) == 2 and topk_correct(logits, y, 5) == 2
+
+
+def test_cls_only_readings(cls_vit, tiny_data):
+    """cls_only=cls: no patch↔patch pair at all; cls_self: CLS and the patch itself, i.e. the d = 0 local mask."""
+    only, itself = cls_only_mask(16, 1), cls_only_mask(16, 1, itself=True)
+    assert not only[1:, 1:].any() and torch.equal(itself, full_mask(local_patch_mask((4, 4), 0), 1))
+    a = restricted_attention(cls_vit, tiny_data, distances=[0], batch_size=12)
+    b = restricted_attention(cls_vit, tiny_data, distances=[0], batch_size=12, cls_only="cls_self")
+    assert a["cls_only"] == "cls" and b["cls_only"] == "cls_self" and a["local"] == b["local"]
+    assert b["cls_only_first"]["0"] == a["cls_only_first"]["0"]
+    probe = ViTProbe(cls_vit)
+    with torch.no_grad():
+        out = probe.run(torch.rand(2, 3, 16, 16), attentions=True, attn_mask={0: itself})
+    att = out.attentions[0][:, :, 1:]                                # patch queries
+    diag = att[:, :, torch.arange(16), 1 + torch.arange(16)]
+    assert torch.allclose(att[..., 0] + diag, torch.ones_like(diag)) and (diag > 0).all()

@@ -79,3 +79,68 @@ def test_bad_input_errors():
         occlude_patches(torch.rand(2, 3, 8, 8), 1.5, 4)
     with pytest.raises(RobustvitError, match="mode"):
         occlude_patches(torch.rand(2, 3, 8, 8), 0.1, 4, mode="blur")
+
+
+# -- one occlusion-noise definition (RSPC: U[0, 1) in the model's normalised input) ------------------------
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def test_occlusion_noise_is_uniform_in_normalised_space_by_default():
+    from robustvit.corruptions.occlusion import occlusion_noise
+
+    fill = occlusion_noise((2, 3, 8, 8), mean=MEAN, std=STD, generator=gen(4))
+    u = torch.rand(2, 3, 8, 8, generator=gen(4))
+    z = (fill - torch.tensor(MEAN).view(3, 1, 1)) / torch.tensor(STD).view(3, 1, 1)
+    assert torch.allclose(z, u, atol=1e-6)                       # the network sees U[0, 1)
+    assert torch.equal(occlusion_noise((2, 3, 8, 8), noise_space="pixel", mean=MEAN, std=STD, generator=gen(4)), u)
+    with pytest.raises(RobustvitError, match="noise space"):
+        occlusion_noise((1, 3, 2, 2), noise_space="lab")
+
+
+def _tiny_vit():
+    from robustvit.models import create_model
+
+    torch.manual_seed(0)
+    return create_model("vit_cifar_tiny", embed_dim=16, depth=1, num_heads=2, img_size=16, num_classes=3).eval()
+
+
+def test_afat_patch_occlusion_and_stability_share_the_noise():
+    """afat's fill, patch_occlusion's and attention_stability's occluded pixels are the same function of the
+    uniform draw: u·std + mean with the model's normalisation (pixel space: u)."""
+    from robustvit.analysis.stability import StabilityOptions
+    from robustvit.corruptions.occlusion import model_normalization, occlusion_noise
+    from robustvit.evaluate.suites import Batch, EvalContext, create_suite
+    from robustvit.training.losses import create_loss
+
+    model = _tiny_vit()
+    mean, std = model_normalization(model)
+    assert (mean, std) == (tuple(model.spec.mean), tuple(model.spec.std)) and std != (1.0, 1.0, 1.0)
+    x = torch.rand(2, 3, 16, 16)
+    for space in ("normalized", "pixel"):
+        want = occlusion_noise(tuple(x.shape), noise_space=space, mean=mean, std=std, generator=gen(7))
+        got = create_loss("afat_random", noise_space=space).noise(model, x, gen(7))
+        assert torch.equal(got, want)
+    # patch_occlusion: what the model sees on occluded patches is U[0, 1) once normalised (default)
+    seen = []
+    real = model.forward
+    model.forward = lambda t: (seen.append(t.clone()), real(t))[1]
+    suite = create_suite("patch_occlusion:rhos=0.5:masks=1")
+    ctx = EvalContext(model=model, model_name="m", models={"m": model}, data_spec="t", dataset=None, num_classes=3,
+                      device=torch.device("cpu"), seed=0)
+    g = gen(9)
+    suite.run(ctx, "0.5", Batch(x, torch.zeros(2, dtype=torch.long), torch.arange(2), g))
+    masks = sample_patch_masks(2, (4, 4), 0.5, num_masks=1, generator=gen(9))
+    want = apply_patch_masks(x, masks, 4, generator=_after(masks, 9), mean=mean, std=std)[0]
+    assert torch.equal(seen[0], want)
+    pix = masks[0].repeat_interleave(4, 1).repeat_interleave(4, 2)[:, None].expand_as(x)
+    z = ((seen[0] - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1))[pix]
+    assert 0 <= float(z.min()) and float(z.max()) < 1
+    assert StabilityOptions().noise_space == "normalized" and suite.finalize(
+        ctx, {"clean": {"n": 2, "correct": 1}, "0.5": {"n": 2, "correct": [1]}})["noise_space"] == "normalized"
+
+
+def _after(masks, seed):
+    """A generator in the state patch_occlusion leaves it after drawing ``masks`` (the fill is drawn next)."""
+    g = gen(seed)
+    sample_patch_masks(masks.shape[1], tuple(masks.shape[2:]), 0.5, num_masks=masks.shape[0], generator=g)
+    return g

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from robustvit.analysis import checks
-from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis, tolist
+from robustvit.analysis.base import Analysis, Context, register_analysis, tolist
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 from robustvit.plotting import integer_ticks, place_legend, save_figure
@@ -77,7 +77,7 @@ def _tokens_info(probe: Any) -> dict[str, Any]:
     return info
 
 
-def compute_attention_distance(ctx: Context) -> dict[str, Any]:
+def compute_attention_distance(ctx: Context, options: Any = None) -> dict[str, Any]:
     probe = ctx.probe
     _need_grid(probe, "attention distance")
 
@@ -124,18 +124,13 @@ class AttentionDistance(Analysis):
     families = ("vit", "deit", "fan")
     description = "mean attention distance in pixels per head and layer (ViT Fig. 7 right, Fig. 10)"
 
-    def run(self, ctx: Context, options: Any) -> dict[str, Any]:
-        return compute_attention_distance(ctx)
-
-    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
-        return plot_attention_distance(result, out)
+    run = staticmethod(compute_attention_distance)
+    plot = staticmethod(plot_attention_distance)
 
 
-@function_signature(AttentionDistance)
-def attention_distance(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+attention_distance = AttentionDistance.function(
     """Mean attention distance in pixels: ``{"distance": layers × heads}``. Keywords: the run's limit,
-    batch_size, seed, device, store, progress."""
-    return AttentionDistance().apply(model, dataset, **kwargs)
+    batch_size, seed, device, store, progress.""")
 
 
 # -- attention maps and rollout -----------------------------------------------------------------------------
@@ -224,15 +219,12 @@ class AttentionMaps(Analysis):
     description = "attention of a query patch per layer and attention rollout, over the image (ViT Fig. 6)"
     Options = AttentionMapsOptions
 
-    def run(self, ctx: Context, options: AttentionMapsOptions) -> dict[str, Any]:
-        return compute_attention_maps(ctx, options)
-
-    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
-        return plot_attention_maps(result, out)
+    run = staticmethod(compute_attention_maps)
+    plot = staticmethod(plot_attention_maps)
 
 
 # -- position embeddings ------------------------------------------------------------------------------------
-def compute_pos_embed_similarity(ctx: Context) -> dict[str, Any]:
+def compute_pos_embed_similarity(ctx: Context, options: Any = None) -> dict[str, Any]:
     probe = ctx.probe
     pos = getattr(probe.net, "pos_embed", None)
     if not isinstance(pos, torch.Tensor) or probe.grid_size is None:
@@ -278,21 +270,14 @@ class PosEmbedSimilarity(Analysis):
     description = "cosine similarity of each position embedding with all others (ViT Fig. 7 centre)"
     needs_data = False
 
-    def run(self, ctx: Context, options: Any) -> dict[str, Any]:
-        return compute_pos_embed_similarity(ctx)
-
-    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
-        return plot_pos_embed(result, out)
+    run = staticmethod(compute_pos_embed_similarity)
+    plot = staticmethod(plot_pos_embed)
 
 
-@function_signature(AttentionMaps)
-def attention_maps(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+attention_maps = AttentionMaps.function(
     """Per-layer attention of a query patch and attention rollout for the first ``images`` images. Keywords:
-    :class:`AttentionMapsOptions` and the run's limit, batch_size, seed, device, store, progress."""
-    return AttentionMaps().apply(model, dataset, **kwargs)
+    :class:`AttentionMapsOptions` and the run's limit, batch_size, seed, device, store, progress.""")
 
 
-@function_signature(PosEmbedSimilarity)
-def pos_embed_similarity(model: torch.nn.Module, dataset: Any = None, **kwargs: Any) -> dict[str, Any]:
-    """``{"similarity": P × P cosine similarities of the patch position embeddings, "grid"}``."""
-    return PosEmbedSimilarity().apply(model, dataset, **kwargs)
+pos_embed_similarity = PosEmbedSimilarity.function(
+    """``{"similarity": P × P cosine similarities of the patch position embeddings, "grid"}``.""")

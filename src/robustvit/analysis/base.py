@@ -24,7 +24,7 @@ from robustvit.options import NoOptions, option_names, options_dict, parse_optio
 from robustvit.registry import Registry
 from robustvit.progress import progress_bar
 from robustvit.runs import MemoryStore, UnitStore, collect, run_units
-from robustvit.utils import derive_seed, resolve_device
+from robustvit.utils import derive_seed, eval_mode, resolve_device
 
 
 UnitFn = Callable[[torch.Tensor, torch.Tensor, list[str], int], Iterator[tuple[str, Any]]]
@@ -213,7 +213,30 @@ class Analysis:
             raise RobustvitError(f"{self.name}() takes no keyword {', '.join(map(repr, bad))}; its options: "
                                  f"{', '.join(sorted(fields_)) or 'none'}; run keywords: {', '.join(RUN_KEYWORDS)}")
         run = {k: kwargs.pop(k) for k in RUN_KEYWORDS if k in kwargs}
-        return self.compute(make_context(model, dataset, name=self.name, **run), **kwargs)
+        with eval_mode(model):       # the caller's model keeps its own train/eval flags
+            return self.compute(make_context(model, dataset, name=self.name, **run), **kwargs)
+
+    @classmethod
+    def function(cls, doc: str) -> Callable[..., dict[str, Any]]:
+        """The analysis as a plain function ``f(model, dataset=None, **keywords)`` (:meth:`apply`) named after it,
+        with ``doc`` as its docstring and a signature (``help``, ``inspect``) that lists the ``Options`` fields
+        with their defaults, then the run keywords."""
+        analysis = cls()
+
+        def fn(model: nn.Module, dataset: Any = None, **kwargs: Any) -> dict[str, Any]:
+            return analysis.apply(model, dataset, **kwargs)
+
+        hints = typing.get_type_hints(cls.Options)
+        params = list(inspect.signature(fn).parameters.values())[:2]
+        for f in dataclasses.fields(cls.Options):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                            annotation=hints.get(f.name, Any)))
+        params.append(inspect.Parameter("run", inspect.Parameter.VAR_KEYWORD))
+        fn.__signature__ = inspect.signature(fn).replace(parameters=params)  # type: ignore[attr-defined]
+        fn.__name__ = fn.__qualname__ = cls.name
+        fn.__module__, fn.__doc__ = cls.__module__, doc
+        return fn
 
 
 ANALYSES: Registry[Analysis] = Registry("analysis", package="robustvit.analysis", hint="see `robustvit list analyses`")
@@ -248,23 +271,6 @@ def check_family(name: str, family: str, model_name: str = "") -> None:
         ok = analyses_for(family)
         raise RobustvitError(f"analysis {name} does not apply to {family} models{f' ({model_name})' if model_name else ''}; "
                              f"it applies to {', '.join(a.families)}; for {family} use: {', '.join(ok) or 'none'}")
-
-
-def function_signature(analysis: type[Analysis]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator for an analysis's plain function ``f(model, dataset, **kwargs)``: its signature (``help``,
-    ``inspect``) lists the ``Options`` fields with their defaults and the run keywords."""
-    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        sig = inspect.signature(fn)
-        params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
-        hints = typing.get_type_hints(analysis.Options)
-        for f in dataclasses.fields(analysis.Options):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                            annotation=hints.get(f.name, Any)))
-        params.append(inspect.Parameter("run", inspect.Parameter.VAR_KEYWORD))
-        fn.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        return fn
-    return deco
 
 
 def accuracy_stats(logits: torch.Tensor, y: torch.Tensor) -> dict[str, int]:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 
 from robustvit.analysis import checks
-from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis, tolist
+from robustvit.analysis.base import Analysis, Context, register_analysis, tolist
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 from robustvit.plotting import save_figure
@@ -174,16 +174,11 @@ class Correlation(Analysis):
     description = "|Pearson ρ| (or linear CKA) between block outputs, all tokens and CLS only (Bhojanapalli Fig. 7)"
     Options = CorrelationOptions
 
-    def run(self, ctx: Context, options: CorrelationOptions) -> dict[str, Any]:
-        return compute_correlation(ctx, options)
-
-    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
-        return plot_correlation(result, out)
+    run = staticmethod(compute_correlation)
+    plot = staticmethod(plot_correlation)
 
 
-@function_signature(Correlation)
-def correlation(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+correlation = Correlation.function(
     """|Pearson ρ| (or linear CKA) between every pair of block outputs: ``{"all_tokens", "cls_token"}``
     square matrices (nested lists). Keywords: :class:`CorrelationOptions` and the run's limit, batch_size,
-    seed, device, store, progress."""
-    return Correlation().apply(model, dataset, **kwargs)
+    seed, device, store, progress.""")

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import torch
 
 from robustvit.analysis import checks
-from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats, function_signature,
+from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats,
                                      register_analysis)
 from robustvit.errors import RobustvitError
 from robustvit.options import option
@@ -206,16 +206,11 @@ class Lesion(Analysis):
                    "layers (Bhojanapalli Fig. 8)")
     Options = LesionOptions
 
-    def run(self, ctx: Context, options: LesionOptions) -> dict[str, Any]:
-        return compute_lesion(ctx, options)
-
-    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
-        return plot_lesion(result, out)
+    run = staticmethod(compute_lesion)
+    plot = staticmethod(plot_lesion)
 
 
-@function_signature(Lesion)
-def lesion(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+lesion = Lesion.function(
     """Accuracy with parts removed: ``{"clean_accuracy", "single": {"block", "attention", "mlp"},
     "random" | "random_attention" | "random_mlp": {n: {"mean", "stderr", "min", "max", "samples", "blocks"}}}``.
-    Keywords: :class:`LesionOptions` and the run's limit, batch_size, seed, device, store, progress."""
-    return Lesion().apply(model, dataset, **kwargs)
+    Keywords: :class:`LesionOptions` and the run's limit, batch_size, seed, device, store, progress.""")

@@ -6,9 +6,15 @@
   off-diagonal patch-pair entries (the local masks never mask the diagonal either; a fixed permutation
   makes the random masks nested as d grows);
 * ``cls_only_first`` / ``cls_only_last``: in the first / last k blocks patches attend only to the class
-  tokens (CLS, and a distillation token; no patch↔patch attention, no patch→register attention); for models
-  without a class token (registers only, or none), only to themselves. Register tokens, like CLS, attend
-  and are attended freely in the local / random masks.
+  tokens (CLS, and a distillation token; no patch→register attention); for models without a class token
+  (registers only, or none), only to themselves. Register tokens, like CLS, attend and are attended freely in
+  the local / random masks.
+
+  The paper says only that patches "attend only to CLS". robustvit's reading by default (``cls_only=cls``):
+  no patch↔patch attention at all, so a patch does not attend to itself either — although the d = 0 local
+  mask lets every patch attend to itself. This is an interpretation, not the paper's stated definition;
+  ``cls_only=cls_self`` is the other reading (class tokens and the patch itself, i.e. the d = 0 local mask
+  with the patch→register pairs removed). The result records which (``cls_only``).
 
 Variants without any masked pair are the clean model by definition and reuse the clean pass. Other
 variants run in groups stacked along the batch (the embedding computed once per chunk; "last k" variants
@@ -19,12 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from robustvit.analysis import checks
-from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats, function_signature,
+from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats,
                                      register_analysis)
 from robustvit.errors import RobustvitError
 from robustvit.options import option
@@ -37,6 +43,8 @@ class RestrictedOptions:
     distances: list[int] | None = option(default_factory=list, min=0,
                                          help="local distances d in patches (empty or none: 0 … grid side − 1)")
     group: int = option(0, min=0, help="masked variants run together per forward (0: batch_size // chunk)")
+    cls_only: Literal["cls", "cls_self"] = option("cls", help="cls_only_*: patches attend to the class tokens only "
+                                                  "(cls) or to them and to themselves (cls_self)")
 
 
 def grid_coords(grid: tuple[int, int]) -> torch.Tensor:
@@ -73,12 +81,13 @@ def full_mask(patch_mask: torch.Tensor, num_prefix: int) -> torch.Tensor:
     return m
 
 
-def cls_only_mask(num_patches: int, num_prefix: int, num_class: int | None = None) -> torch.Tensor:
+def cls_only_mask(num_patches: int, num_prefix: int, num_class: int | None = None, itself: bool = False
+                  ) -> torch.Tensor:
     """Patches attend only to the class tokens — the first ``num_class`` prefix tokens (CLS, and DeiT's
-    distillation token; default: all prefix tokens) — and to themselves when there is none; registers
-    (the other prefix tokens) are not class tokens: patches may not attend to them."""
+    distillation token; default: all prefix tokens) — and to themselves when ``itself`` or when there is none;
+    registers (the other prefix tokens) are not class tokens: patches may not attend to them."""
     n_cls = num_prefix if num_class is None else int(num_class)
-    m = full_mask(torch.eye(num_patches, dtype=torch.bool) if n_cls == 0 else
+    m = full_mask(torch.eye(num_patches, dtype=torch.bool) if n_cls == 0 or itself else
                   torch.zeros(num_patches, num_patches, dtype=torch.bool), num_prefix)
     m[num_prefix:, n_cls:num_prefix] = False
     return m
@@ -91,7 +100,7 @@ def num_class_tokens(probe: Any) -> int:
     return probe.num_prefix_tokens - int(getattr(probe, "num_registers", 0))
 
 
-def variants(probe: Any, distances: list[int], seed: int) -> dict[str, dict[int, torch.Tensor]]:
+def variants(probe: Any, distances: list[int], seed: int, cls_only: str = "cls") -> dict[str, dict[int, torch.Tensor]]:
     """part → {block: (T, T) mask}; an empty dict = nothing masked (the clean model)."""
     grid, pre, L = probe.grid_size, probe.num_prefix_tokens, probe.num_blocks
     P = grid[0] * grid[1]
@@ -102,7 +111,7 @@ def variants(probe: Any, distances: list[int], seed: int) -> dict[str, dict[int,
         rand = random_patch_mask(P, masked, seed)
         out[f"local:{d}"] = {} if masked == 0 else {i: full_mask(local, pre) for i in range(L)}
         out[f"random:{d}"] = {} if masked == 0 else {i: full_mask(rand, pre) for i in range(L)}
-    only = cls_only_mask(P, pre, num_class_tokens(probe))
+    only = cls_only_mask(P, pre, num_class_tokens(probe), itself=cls_only == "cls_self")
     for k in range(L + 1):
         out[f"first:{k}"] = {i: only for i in range(k)}
         out[f"last:{k}"] = {i: only for i in range(L - k, L)}
@@ -118,7 +127,7 @@ def compute_restricted(ctx: Context, o: RestrictedOptions) -> dict[str, Any]:
     grid, L = probe.grid_size, probe.num_blocks
     G = max(grid)
     ds = list(range(G)) if not distances else sorted({int(d) for d in distances})
-    masks = variants(probe, ds, ctx.seed)
+    masks = variants(probe, ds, ctx.seed, o.cls_only)
     parts = list(masks)
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
@@ -173,7 +182,7 @@ def compute_restricted(ctx: Context, o: RestrictedOptions) -> dict[str, Any]:
             "num_patch_pairs": P * P,
             "cls_only_first": {str(k): accuracy(st[f"first:{k}"]) for k in range(L + 1)},
             "cls_only_last": {str(k): accuracy(st[f"last:{k}"]) for k in range(L + 1)},
-            "has_class_token": bool(n_cls), "num_registers": regs, "notes": notes}
+            "cls_only": o.cls_only, "has_class_token": bool(n_cls), "num_registers": regs, "notes": notes}
 
 
 def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
@@ -194,7 +203,7 @@ def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
     ax.plot(ks, [result["cls_only_last"][str(k)] for k in ks], marker="s", label="last k blocks")
     ax.set_xlabel("k (blocks)"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
     integer_ticks(ax, "x"), place_legend(ax)
-    ax.set_title("Patches attend only to CLS")
+    ax.set_title("Patches attend only to CLS" + (" and themselves" if result.get("cls_only") == "cls_self" else ""))
     fig.suptitle(f"Restricted attention — {result.get('model', '')}")
     fig.tight_layout()
     return [save_figure(fig, out / "restricted_attention.png")]
@@ -210,16 +219,11 @@ class RestrictedAttention(Analysis):
     description = "accuracy with local / random / CLS-only attention masks (Bhojanapalli Fig. 9)"
     Options = RestrictedOptions
 
-    def run(self, ctx: Context, options: RestrictedOptions) -> dict[str, Any]:
-        return compute_restricted(ctx, options)
-
-    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
-        return plot_restricted(result, out)
+    run = staticmethod(compute_restricted)
+    plot = staticmethod(plot_restricted)
 
 
-@function_signature(RestrictedAttention)
-def restricted_attention(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+restricted_attention = RestrictedAttention.function(
     """Accuracy with local / random / CLS-only attention masks: ``{"clean_accuracy", "local", "random",
     "cls_only_first", "cls_only_last"}``. Keywords: :class:`RestrictedOptions` and the run's limit,
-    batch_size, seed, device, store, progress."""
-    return RestrictedAttention().apply(model, dataset, **kwargs)
+    batch_size, seed, device, store, progress.""")

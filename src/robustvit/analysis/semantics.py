@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from robustvit.analysis.base import FAMILIES, Analysis, Context, function_signature, register_analysis
+from robustvit.analysis.base import FAMILIES, Analysis, Context, register_analysis
 from robustvit.attacks import create_attack
 from robustvit.attacks.pgd import class_visualisation
 from robustvit.errors import RobustvitError
@@ -214,16 +214,11 @@ class PerturbationSemantics(Analysis):
     description = "classify rescaled PGD perturbations (top-1/top-5) and class-targeted visualisation (Light Recipe)"
     Options = SemanticsOptions
 
-    def run(self, ctx: Context, options: SemanticsOptions) -> dict[str, Any]:
-        return compute_semantics(ctx, options)
-
-    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
-        return plot_semantics(result, out)
+    run = staticmethod(compute_semantics)
+    plot = staticmethod(plot_semantics)
 
 
-@function_signature(PerturbationSemantics)
-def perturbation_semantics(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+perturbation_semantics = PerturbationSemantics.function(
     """``{"top1", "top5"}`` of ``classifier`` on rescaled PGD perturbations, and the class-targeted
     visualisation. Keywords: :class:`SemanticsOptions` and the run's limit, batch_size, seed, device, store,
-    progress."""
-    return PerturbationSemantics().apply(model, dataset, **kwargs)
+    progress.""")

@@ -1,7 +1,8 @@
 """Attention stability (AFAT: "Improving Robustness of Vision Transformers by Reducing Sensitivity to
 Patch Corruptions", Guo et al., CVPR 2023, arXiv:2306.07881, Fig. 1, 3, 4): the cosine similarity between
 clean and patch-occluded attention maps per head and layer — ``rho`` of the patches (default 0.1, AFAT's ρ)
-replaced by uniform noise — averaged over the data set; a histogram over images of the mean similarity;
+replaced by uniform noise, U[0, 1) in the model's normalised input space as RSPC and robustvit's ``afat`` training
+draw it (``noise_space=pixel``: in pixels; :func:`robustvit.corruptions.occlusion.occlusion_noise`) — averaged over the data set; a histogram over images of the mean similarity;
 its distribution over ``masks`` random masks (AFAT: 100–1000) for the first ``images`` images; and the
 paper's picture: the attention map of the centre patch (as query, over the patches, heads averaged) in
 every layer, clean vs occluded (rows = layers, columns = clean / occluded), for the first image and the
@@ -12,19 +13,22 @@ cross-covariance (channel) attention and Swin's windowed attention (maps flatten
 stages have different head counts, so ``cosine`` is a ragged layers × heads list). The centre-patch
 picture needs token attention over one patch grid (ViT, DeiT, FAN). timm's parallel-branch blocks
 (``ParallelThingsBlock`` / ``ParallelScalingBlock``) report their branches' maps stacked along the heads; a
-model whose blocks have no readable attention map is refused."""
+model whose blocks have no readable attention map is refused. CaiT's talking-heads maps are mixed across heads
+after the softmax, so they can be negative and their cosine lies in [−1, 1]: the histogram then spans [−1, 1]
+(``histogram.bins``), [0, 1] for softmax maps."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from robustvit.analysis import checks
-from robustvit.analysis.base import Analysis, Context, function_signature, register_analysis, tolist
-from robustvit.corruptions.occlusion import num_occluded, occlude_patches, occlusion_patch_size
+from robustvit.analysis.base import Analysis, Context, register_analysis, tolist
+from robustvit.corruptions.occlusion import (NOISE_SPACES, model_normalization, num_occluded, occlude_patches,
+                                             occlusion_patch_size)
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 from robustvit.plotting import integer_ticks, save_figure
@@ -40,6 +44,8 @@ class StabilityOptions:
     masks: int = option(PAPER_MIN_MASKS, min=1, help="random masks per image for the distribution (AFAT: 100–1000)")
     images: int = option(4, min=1, help="images of the mask distribution and the picture")
     patch_size: int = option(0, min=0, help="occluded patch side in pixels (0: the model's patch size)")
+    noise_space: Literal[NOISE_SPACES] = option("normalized", help="where the noise is U[0, 1): the model's "
+                                                "normalised input (RSPC, afat training) or pixels")
 
 
 def layer_cosines(clean: list[torch.Tensor], other: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -50,11 +56,6 @@ def layer_cosines(clean: list[torch.Tensor], other: list[torch.Tensor]) -> list[
         a, b = a.flatten(2).double(), b.flatten(2).double()
         out.append((a * b).sum(-1) / torch.sqrt((a * a).sum(-1) * (b * b).sum(-1)).clamp_min(1e-300))
     return out
-
-
-def attention_cosine(clean: list[torch.Tensor], other: list[torch.Tensor]) -> torch.Tensor:
-    """Per layer (N, heads, …) maps with the same number of heads → (N, layers, heads) cosine similarity."""
-    return torch.stack(layer_cosines(clean, other), 1)
 
 
 def image_mean(cos: list[torch.Tensor]) -> torch.Tensor:
@@ -107,12 +108,15 @@ def compute_stability(ctx: Context, o: StabilityOptions) -> dict[str, Any]:
     if masks < 1 or images < 1:
         raise RobustvitError(f"attention_stability: masks and images must be >= 1, got {masks} and {images}")
     ps = occlusion_patch_size(ctx.model, patch_size=patch_size or None)
+    mean, std = model_normalization(ctx.model)
+    noise = {"noise_space": o.noise_space, "mean": mean, "std": std}
+    lo = 0.0 if getattr(probe, "softmax_maps", True) else -1.0       # talking heads: maps (and cosines) may be < 0
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
-        xo, _ = occlude_patches(x, rho, ps, generator=ctx.generator("occlude", c))
+        xo, _ = occlude_patches(x, rho, ps, generator=ctx.generator("occlude", c), **noise)
         cos = layer_cosines(_maps(ctx, x), _maps(ctx, xo))               # per layer (N, heads_l)
         per_image = image_mean(cos)
-        hist = torch.histc(per_image.float(), bins=BINS, min=0.0, max=1.0)
+        hist = torch.histc(per_image.float().clamp(lo, 1.0), bins=BINS, min=lo, max=1.0)
         yield "stats", {"sum": [c_.sum(0).cpu().tolist() for c_ in cos], "n": int(x.shape[0]),
                         "hist": hist.cpu().tolist(), "sum_image": float(per_image.sum())}
 
@@ -123,7 +127,7 @@ def compute_stability(ctx: Context, o: StabilityOptions) -> dict[str, Any]:
     g = ctx.generator("masks")
     with torch.no_grad():
         clean = _maps(ctx, x)
-        xs, _ = occlude_patches(x, rho, ps, num_masks=masks, generator=g)     # (K, n, 3, H, W)
+        xs, _ = occlude_patches(x, rho, ps, num_masks=masks, generator=g, **noise)   # (K, n, 3, H, W)
         dist = []
         per = max(1, ctx.batch_size // x.shape[0])
         for k0 in range(0, masks, per):
@@ -142,6 +146,8 @@ def compute_stability(ctx: Context, o: StabilityOptions) -> dict[str, Any]:
     occluded = num_occluded(rho, (x.shape[-2] // ps) * (x.shape[-1] // ps))
     if occluded == 0 and rho > 0:
         notes.append(f"rho = {rho} of {(x.shape[-2] // ps) * (x.shape[-1] // ps)} patches rounds to none occluded")
+    if o.noise_space != "normalized":
+        notes.append("occlusion noise U[0, 1) in pixel space (RSPC: in the normalised input space)")
     if rho != PAPER_RHO:
         notes.append(f"rho = {rho} of the patches occluded (AFAT: {PAPER_RHO})")
     if masks < PAPER_MIN_MASKS:
@@ -151,8 +157,9 @@ def compute_stability(ctx: Context, o: StabilityOptions) -> dict[str, Any]:
         notes.append(f"occluded {patch_size}-px patches, not the model's {spec_ps}-px patches")
     out: dict[str, Any] = {
         "cosine": [tolist(c_, 6) for c_ in cosine], "heads": heads, "mean": float(flat.mean()), "rho": rho,
-        "patch_size": ps, "occluded_patches": occluded,
-        "histogram": {"bins": [i / BINS for i in range(BINS + 1)], "counts": [int(v) for v in st["hist"]]},
+        "patch_size": ps, "occluded_patches": occluded, "noise_space": o.noise_space,
+        "histogram": {"bins": [round(lo + (1 - lo) * i / BINS, 10) for i in range(BINS + 1)],
+                      "counts": [int(v) for v in st["hist"]]},
         "image_mean": st["sum_image"] / st["n"],
         "mask_distribution": tolist(dist_t, 6), "num_masks": masks,
         "centre_patch": None, "notes": notes,
@@ -165,6 +172,13 @@ def compute_stability(ctx: Context, o: StabilityOptions) -> dict[str, Any]:
     return out
 
 
+def _range(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """Colour range of two attention maps: from 0 (or their minimum, if negative: CaiT's talking heads) to
+    their maximum."""
+    lo = min(0.0, float(a.min()), float(b.min()))
+    return lo, max(lo, float(a.max()), float(b.max()))
+
+
 def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
@@ -175,7 +189,7 @@ def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
     for i, r in enumerate(rows):
         c[i, :len(r)] = torch.tensor(r)
     lo = float(c[~c.isnan()].min())
-    im = axes[0].imshow(c.T.numpy(), vmin=min(0.5, lo), vmax=1, cmap="viridis", aspect="auto")
+    im = axes[0].imshow(c.T.numpy(), vmin=min(0.5, lo), vmax=max(1.0, lo), cmap="viridis", aspect="auto")
     integer_ticks(axes[0], "both")
     axes[0].set_xlabel("layer"), axes[0].set_ylabel("head"), axes[0].set_title("cosine(clean, occluded)")
     fig.colorbar(im, ax=axes[0])
@@ -197,9 +211,9 @@ def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
         fig, axes = plt.subplots(1, 4, figsize=(11, 3))
         axes[0].imshow(result["_images"][0].permute(1, 2, 0).numpy()), axes[0].set_title("clean")
         axes[1].imshow(result["_occluded"][0].permute(1, 2, 0).numpy()), axes[1].set_title("occluded")
-        vmax = float(max(result["_clean_map"].max(), result["_occluded_map"].max()))
-        axes[2].imshow(result["_clean_map"].numpy(), vmin=0, vmax=vmax, cmap="inferno", aspect="auto")
-        axes[3].imshow(result["_occluded_map"].numpy(), vmin=0, vmax=vmax, cmap="inferno", aspect="auto")
+        vmin, vmax = _range(result["_clean_map"], result["_occluded_map"])
+        axes[2].imshow(result["_clean_map"].numpy(), vmin=vmin, vmax=vmax, cmap="inferno", aspect="auto")
+        axes[3].imshow(result["_occluded_map"].numpy(), vmin=vmin, vmax=vmax, cmap="inferno", aspect="auto")
         axes[2].set_title(f"attention, layer {result['_layer']} (clean)", fontsize=8)
         axes[3].set_title(f"attention, layer {result['_layer']} (occluded)", fontsize=8)
         for ax in axes:
@@ -226,9 +240,9 @@ def plot_centre_patch(result: dict[str, Any], out: Path) -> str:
         axes[0, j].add_patch(Rectangle((c * ps - 0.5, r * ps - 0.5), ps, ps, fill=False, ec="cyan", lw=1.5))
         axes[0, j].set_title(title, fontsize=9)
     for i in range(L):
-        vmax = float(max(clean[i].max(), occ[i].max()))
+        vmin, vmax = _range(clean[i], occ[i])
         for j, m in enumerate((clean[i], occ[i])):
-            axes[i + 1, j].imshow(m.numpy(), vmin=0, vmax=vmax, cmap="inferno")
+            axes[i + 1, j].imshow(m.numpy(), vmin=vmin, vmax=vmax, cmap="inferno")
         axes[i + 1, 0].set_ylabel(f"layer {i}", fontsize=8)
     for ax in axes.flat:
         ax.set_xticks([]), ax.set_yticks([])
@@ -248,16 +262,11 @@ class AttentionStability(Analysis):
     description = "cosine similarity of clean vs patch-occluded attention maps per head and layer (AFAT Fig. 1, 3, 4)"
     Options = StabilityOptions
 
-    def run(self, ctx: Context, options: StabilityOptions) -> dict[str, Any]:
-        return compute_stability(ctx, options)
-
-    def plot(self, result: dict[str, Any], out: Path) -> list[str]:
-        return plot_stability(result, out)
+    run = staticmethod(compute_stability)
+    plot = staticmethod(plot_stability)
 
 
-@function_signature(AttentionStability)
-def attention_stability(model: torch.nn.Module, dataset: Any, **kwargs: Any) -> dict[str, Any]:
+attention_stability = AttentionStability.function(
     """``{"cosine": layers × heads, "histogram", "mask_distribution", "centre_patch"}`` (clean vs occluded
     attention). Keywords: :class:`StabilityOptions` and the run's limit, batch_size, seed, device, store,
-    progress."""
-    return AttentionStability().apply(model, dataset, **kwargs)
+    progress.""")

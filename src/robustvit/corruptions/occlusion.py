@@ -3,13 +3,19 @@
 The random patch-based corruption of AFAT ("Adversarial Feature Alignment" / RSPC, Guo et al., "Improving
 Robustness of Vision Transformers by Reducing Sensitivity to Patch Corruptions", CVPR 2023,
 arXiv:2306.07881; code guoyongcs/RSPC): an image is cut into the model's patch grid, ``round(ρ·P)`` of its
-``P`` patches are chosen uniformly at random, and each chosen patch is replaced by noise δ ~ U[0, 1) in
-pixel space, ``x̂ = M·x + (1 − M)·δ`` (M = 1 on kept patches). AFAT Fig. 1 plots the accuracy of models
-under such masks for ρ from 0.1 to 0.5 with the spread over random masks.
+``P`` patches are chosen uniformly at random, and each chosen patch is replaced by noise δ,
+``x̂ = M·x + (1 − M)·δ`` (M = 1 on kept patches). AFAT Fig. 1 plots the accuracy of models under such masks
+for ρ from 0.1 to 0.5 with the spread over random masks.
+
+The noise (:func:`occlusion_noise`, the one definition that ``afat`` training, the ``patch_occlusion`` suite
+and the ``attention_stability`` analysis share): RSPC's code draws δ ~ U[0, 1) per pixel and channel on the
+model's *normalised* input (after the mean/std normalisation of its data loader), so in robustvit's pixel
+space δ = u·std + mean (``noise_space="normalized"``, the default); ``noise_space="pixel"`` draws U[0, 1) in
+pixel space instead. A model without normalisation (no ``spec``) sees pixels, so the two coincide for it.
 
 Modes:
 
-* ``"noise"`` — the AFAT corruption (U[0, 1) per pixel and channel).
+* ``"noise"`` — the AFAT corruption (the noise above).
 * ``"drop"`` — zero the patch pixels (black, since images are in [0, 1] before normalisation), for ViTs
   and CNNs alike. This is the "patch drop" of Naseer et al. ("Intriguing Properties of Vision
   Transformers", arXiv:2105.10497), who also zero the pixels rather than remove tokens; removing the tokens
@@ -40,6 +46,35 @@ from torch import nn
 from robustvit.errors import RobustvitError
 
 OCCLUSION_MODES = ("noise", "drop")
+#: Where the occlusion noise is U[0, 1): the model's normalised input (RSPC) or pixel space.
+NOISE_SPACES = ("normalized", "pixel")
+
+
+def model_normalization(model: nn.Module | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(mean, std)`` of a robustvit model's input normalisation (``spec``); (0, 1) for a bare module."""
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        return (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    return tuple(float(v) for v in spec.mean), tuple(float(v) for v in spec.std)
+
+
+def occlusion_noise(shape: tuple[int, ...], *, noise_space: str = "normalized",
+                    mean: tuple[float, ...] = (0.0, 0.0, 0.0), std: tuple[float, ...] = (1.0, 1.0, 1.0),
+                    generator: torch.Generator | None = None, device: torch.device | str | None = None,
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Occlusion fill of ``shape`` (…, 3, H, W) in pixel space: U[0, 1) drawn in the model's normalised input
+    space as RSPC draws it (u·std + mean in pixels, ``noise_space="normalized"``) or in pixel space (``"pixel"``).
+    The uniform numbers come from ``generator`` (on its device), one ``rand`` of ``shape``."""
+    if noise_space not in NOISE_SPACES:
+        raise RobustvitError(f"unknown noise space {noise_space!r}; choose from {', '.join(NOISE_SPACES)}")
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    gdev = generator.device if generator is not None else dev
+    u = torch.rand(shape, generator=generator, device=gdev, dtype=dtype).to(dev)
+    if noise_space == "pixel":
+        return u
+    m = torch.tensor(mean, device=dev, dtype=dtype).view(-1, 1, 1)
+    s = torch.tensor(std, device=dev, dtype=dtype).view(-1, 1, 1)
+    return u * s + m
 
 
 def num_occluded(rho: float, num_patches: int) -> int:
@@ -92,8 +127,11 @@ def sample_patch_masks(num_images: int, grid: tuple[int, int], rho: float, *, nu
 
 
 def apply_patch_masks(x: torch.Tensor, masks: torch.Tensor, patch_size: int, *, mode: str = "noise",
-                      generator: torch.Generator | None = None) -> torch.Tensor:
-    """Occlude ``x`` (N, 3, H, W) in [0, 1] with ``masks`` (K, N, gh, gw) → (K, N, 3, H, W)."""
+                      generator: torch.Generator | None = None, noise_space: str = "normalized",
+                      mean: tuple[float, ...] = (0.0, 0.0, 0.0), std: tuple[float, ...] = (1.0, 1.0, 1.0)
+                      ) -> torch.Tensor:
+    """Occlude ``x`` (N, 3, H, W) in [0, 1] with ``masks`` (K, N, gh, gw) → (K, N, 3, H, W); the noise as
+    :func:`occlusion_noise` (``mean``/``std``: the model's normalisation, :func:`model_normalization`)."""
     if mode not in OCCLUSION_MODES:
         raise RobustvitError(f"unknown occlusion mode {mode!r}; choose from {', '.join(OCCLUSION_MODES)}")
     if x.ndim != 4:
@@ -104,20 +142,22 @@ def apply_patch_masks(x: torch.Tensor, masks: torch.Tensor, patch_size: int, *, 
     pix = masks.to(x.device).repeat_interleave(patch_size, 2).repeat_interleave(patch_size, 3)[:, :, None]
     k = masks.shape[0]
     if mode == "noise":
-        gdev = generator.device if generator is not None else x.device
-        fill = torch.rand((k, *x.shape), generator=generator, device=gdev, dtype=x.dtype).to(x.device)
+        fill = occlusion_noise((k, *x.shape), noise_space=noise_space, mean=mean, std=std, generator=generator,
+                               device=x.device, dtype=x.dtype)
     else:
         fill = torch.zeros((), dtype=x.dtype, device=x.device)
     return torch.where(pix, fill, x.unsqueeze(0))
 
 
 def occlude_patches(x: torch.Tensor, rho: float, patch_size: int, *, mode: str = "noise",
-                    num_masks: int | None = None, generator: torch.Generator | None = None
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+                    num_masks: int | None = None, generator: torch.Generator | None = None,
+                    noise_space: str = "normalized", mean: tuple[float, ...] = (0.0, 0.0, 0.0),
+                    std: tuple[float, ...] = (1.0, 1.0, 1.0)) -> tuple[torch.Tensor, torch.Tensor]:
     """Occlude ``round(ρ·P)`` random patches of every image (AFAT, arXiv:2306.07881).
 
     ``x``: float (N, 3, H, W) in [0, 1]; ``patch_size`` must divide H and W (use
-    :func:`occlusion_patch_size` to get a model's). Returns ``(images, masks)``: with ``num_masks=None``
+    :func:`occlusion_patch_size` to get a model's); ``noise_space``, ``mean``, ``std``: see
+    :func:`occlusion_noise` (pass the model's :func:`model_normalization`). Returns ``(images, masks)``: with ``num_masks=None``
     images (N, 3, H, W) and masks bool (N, gh, gw); with an int K, K independent masks per image:
     images (K, N, 3, H, W) and masks (K, N, gh, gw). True in a mask = occluded.
     """
@@ -127,10 +167,11 @@ def occlude_patches(x: torch.Tensor, rho: float, patch_size: int, *, mode: str =
     k = 1 if num_masks is None else int(num_masks)
     dev = generator.device if generator is not None else x.device
     masks = sample_patch_masks(x.shape[0], grid, rho, num_masks=k, generator=generator, device=dev)
-    out = apply_patch_masks(x, masks, patch_size, mode=mode, generator=generator)
+    out = apply_patch_masks(x, masks, patch_size, mode=mode, generator=generator, noise_space=noise_space,
+                            mean=mean, std=std)
     masks = masks.to(x.device)
     return (out[0], masks[0]) if num_masks is None else (out, masks)
 
 
-__all__ = ["OCCLUSION_MODES", "apply_patch_masks", "default_patch_size", "num_occluded", "occlude_patches",
-           "occlusion_patch_size", "sample_patch_masks"]
+__all__ = ["NOISE_SPACES", "OCCLUSION_MODES", "apply_patch_masks", "default_patch_size", "model_normalization",
+           "num_occluded", "occlude_patches", "occlusion_noise", "occlusion_patch_size", "sample_patch_masks"]

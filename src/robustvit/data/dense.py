@@ -15,19 +15,23 @@ Layouts:
 * ADE20K as the SceneParsing release (``ADEChallengeData2016``) lays it out: ``ROOT/images/<split>/*.jpg`` and
   ``ROOT/annotations/<split>/*.png`` (split ``training`` or ``validation``); label 0 ("other") becomes 255 and
   1–150 become 0–149 (mmseg's ``reduce_zero_label``); class names from ``objectInfo150.txt``/``.csv`` if present.
-* Stored corruptions (Cityscapes-C style, Kamann & Rother 2020, arXiv:1908.05005):
-  ``DIR/<corruption>/<severity>/<path of the image relative to the clean split folder>`` (any image
-  extension); the masks are the clean data set's.
+* Stored corruptions, in FAN's layout (its ``gen_coco_c.py`` writes ``<corruption>_<severity>/`` in place of the
+  clean folder) ``DIR/<corruption>_<severity>/<path relative to the clean folder>`` or in Kamann & Rother's
+  (Cityscapes-C, arXiv:1908.05005) ``DIR/<corruption>/<severity>/<relative path>`` (any image extension); the
+  masks and boxes are the clean data set's. For COCO the relative path is the ``file_name``.
 * COCO: ``ROOT/annotations/instances_<split>.json`` with images in ``ROOT/<split>/`` (``coco:ROOT,split=val2017``),
-  or ``coco:IMAGES,ann=FILE.json``. Stored COCO-C corruptions: ``DIR/<corruption>/<severity>/<file_name>``.
+  or ``coco:IMAGES,ann=FILE.json``.
 
-Segmentation images are brought to the model's square input (bilinear, antialiased) and masks with nearest
-neighbour, so that a batch has one size; give ``size=N`` to choose it.
+The dense suites read images and labels at their native resolution (``get_native``). Item access and
+``get_batch`` (training, previews) bring segmentation images to the model's square input (bilinear, antialiased)
+and masks with nearest neighbour, so that a batch has one size; ``size=N`` chooses that size and also the size the
+dense suites read at (then the numbers are not at the benchmark's native resolution).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,11 +93,11 @@ class SegmentationFileDataset(ImageDataset):
     has_masks = True
 
     def __init__(self, samples: list[tuple[str, str]], relpaths: list[str], classes: list[str], spec: str,
-                 size: int | None, lut: torch.Tensor | None) -> None:
+                 size: int | None, lut: torch.Tensor | None, native_size: int | None = None) -> None:
         if not samples:
             raise RobustvitError(f"{spec}: no image/label pairs found; check the folder layout (see docs/dense.md)")
         self.samples, self.relpaths, self.classes, self.spec = samples, relpaths, list(classes), spec
-        self.size, self.lut = size, lut
+        self.size, self.lut, self.native_size = size, lut, native_size
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -106,17 +110,28 @@ class SegmentationFileDataset(ImageDataset):
         ids = torch.as_tensor(index).long().reshape(-1).tolist()
         return torch.stack([_read_mask(self.samples[i][1], self.size, self.lut) for i in ids])
 
-    def with_images(self, image_paths: list[str], spec: str) -> "SegmentationFileDataset":
-        """The same masks with other images (a stored corruption of these images)."""
-        return SegmentationFileDataset([(p, m) for p, (_, m) in zip(image_paths, self.samples)], self.relpaths,
-                                       self.classes, spec, self.size, self.lut)
+    def get_native(self, index: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Images float (3, H, W) and masks long (H, W) at their native size (or the ``size=N`` given)."""
+        ids = torch.as_tensor(index).long().reshape(-1).tolist()
+        return ([_read_rgb(self.samples[i][0], self.native_size) for i in ids],
+                [_read_mask(self.samples[i][1], self.native_size, self.lut) for i in ids])
 
 
-def _size(options: dict[str, Any], resize: Resize | None) -> int | None:
+def segmentation_samples(ds: Any, index: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Images and masks of a segmentation data set at native size (``get_native``, else ``get_batch`` and
+    ``get_masks`` of a generated one)."""
+    if hasattr(ds, "get_native"):
+        return ds.get_native(index)
+    index = torch.as_tensor(index).long().reshape(-1)
+    return list(ds.get_batch(index)[0]), list(ds.get_masks(index))
+
+
+def _size(options: dict[str, Any], resize: Resize | None) -> tuple[int | None, int | None]:
+    """(the item size: ``size=N``, else the model's; the size the dense suites read at: ``size=N`` or native)."""
     s = options.pop("size", None)
     if s is not None:
-        return int(s)
-    return resize.size if resize is not None else None
+        return int(s), int(s)
+    return (resize.size if resize is not None else None), None
 
 
 def _no_more(options: dict[str, Any], source: str) -> None:
@@ -141,7 +156,7 @@ class CocoOptions:
 def cityscapes(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``cityscapes:ROOT[,split=val,size=N]`` — Cityscapes fine annotations, 19 train-id classes."""
     root, split = Path(arg), str(options.pop("split", "val"))
-    size = _size(options, resize)
+    size, native = _size(options, resize)
     _no_more(options, "cityscapes")
     img_dir, gt_dir = root / "leftImg8bit" / split, root / "gtFine" / split
     if not img_dir.is_dir() or not gt_dir.is_dir():
@@ -155,7 +170,7 @@ def cityscapes(arg: str, options: dict[str, Any], resize: Resize | None, strict:
         samples.append((str(p), str(m)))
         rel.append(str(p.relative_to(img_dir)))
     return SegmentationFileDataset(samples, rel, list(CITYSCAPES_CLASSES), f"cityscapes:{arg},split={split}", size,
-                                   _lut(CITYSCAPES_TRAIN_IDS))
+                                   _lut(CITYSCAPES_TRAIN_IDS), native)
 
 
 def _ade_names(root: Path) -> list[str]:
@@ -174,7 +189,7 @@ def _ade_names(root: Path) -> list[str]:
 def ade20k(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``ade20k:ROOT[,split=validation,size=N]`` — ADE20K SceneParsing, 150 classes (0 = other → ignored)."""
     root, split = Path(arg), str(options.pop("split", "validation"))
-    size = _size(options, resize)
+    size, native = _size(options, resize)
     _no_more(options, "ade20k")
     img_dir, ann_dir = root / "images" / split, root / "annotations" / split
     if not img_dir.is_dir() or not ann_dir.is_dir():
@@ -187,25 +202,42 @@ def ade20k(arg: str, options: dict[str, Any], resize: Resize | None, strict: boo
         samples.append((str(p), str(m)))
         rel.append(str(p.relative_to(img_dir)))
     lut = _lut({k: k - 1 for k in range(1, 151)})
-    return SegmentationFileDataset(samples, rel, _ade_names(root), f"ade20k:{arg},split={split}", size, lut)
+    return SegmentationFileDataset(samples, rel, _ade_names(root), f"ade20k:{arg},split={split}", size, lut, native)
 
 
 # ---------------------------------------------------------------- stored corruptions
+_FAN_DIR = re.compile(r"^(?P<name>[a-z_]+)_(?P<severity>[1-5])$")
+
+
 class StoredCorruptions:
-    """A tree ``DIR/<corruption>/<severity>/<relative path>`` of corrupted copies of a clean data set."""
+    """A tree of corrupted copies of a clean data set: FAN's ``DIR/<corruption>_<severity>/<relative path>``
+    (``layout = "fan"``) or ``DIR/<corruption>/<severity>/<relative path>`` (``"nested"``)."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
             raise RobustvitError(f"corruption folder {self.root} does not exist")
-        self.corruptions = sorted(p.name for p in self.root.iterdir()
-                                  if p.is_dir() and any(q.is_dir() and q.name.isdigit() for q in p.iterdir()))
-        if not self.corruptions:
-            raise RobustvitError(f"{self.root} holds no <corruption>/<severity>/ folders "
-                                 "(the Cityscapes-C / COCO-C layout)")
+        self.dirs: dict[tuple[str, int], Path] = {}
+        for p in sorted(q for q in self.root.iterdir() if q.is_dir()):
+            m = _FAN_DIR.match(p.name)
+            if m:
+                self.dirs[(m["name"], int(m["severity"]))] = p
+            for q in p.iterdir():
+                if q.is_dir() and q.name.isdigit():
+                    self.dirs[(p.name, int(q.name))] = q
+        if not self.dirs:
+            raise RobustvitError(f"{self.root} holds no <corruption>_<severity>/ (FAN's COCO-C / Cityscapes-C) or "
+                                 "<corruption>/<severity>/ folders")
+        fan = {k for k, v in self.dirs.items() if v.parent == self.root}
+        if fan and len(fan) != len(self.dirs):
+            raise RobustvitError(f"{self.root} mixes <corruption>_<severity>/ and <corruption>/<severity>/ folders; "
+                                 "keep one layout")
+        self.layout = "fan" if fan else "nested"
+        self.corruptions = sorted({n for n, _ in self.dirs})
 
     def path(self, name: str, severity: int, relpath: str) -> Path:
-        base = self.root / name / str(severity) / relpath
+        self.check(name, severity)
+        base = self.dirs[(name, int(severity))] / relpath
         if base.is_file():
             return base
         for ext in IMAGE_EXTENSIONS:
@@ -219,8 +251,9 @@ class StoredCorruptions:
         return [_read_rgb(self.path(name, severity, r), size) for r in rel]
 
     def check(self, name: str, severity: int) -> None:
-        if not (self.root / name / str(severity)).is_dir():
-            raise RobustvitError(f"{self.root} has no {name}/{severity}/ folder; corruptions there: "
+        if (name, int(severity)) not in self.dirs:
+            folder = f"{name}_{severity}/" if self.layout == "fan" else f"{name}/{severity}/"
+            raise RobustvitError(f"{self.root} has no {folder} folder; corruptions there: "
                                  f"{', '.join(self.corruptions)}")
 
 
@@ -352,4 +385,4 @@ def coco_ground_truth(ds: Any, index: torch.Tensor) -> dict[str, Any]:
 
 __all__ = ["CITYSCAPES_CLASSES", "CITYSCAPES_TRAIN_IDS", "IGNORE_INDEX", "CocoDetectionDataset",
            "SegmentationFileDataset", "StoredCorruptions", "ade20k", "cityscapes", "coco", "coco_ground_truth",
-           "detection_images", "image_ids", "relpaths"]
+           "detection_images", "image_ids", "relpaths", "segmentation_samples"]

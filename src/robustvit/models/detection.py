@@ -25,6 +25,7 @@ from torch import nn
 
 from robustvit.errors import RobustvitError
 from robustvit.models.spec import ModelSpec
+from robustvit.utils import eval_mode
 
 
 def list_detectors() -> list[str]:
@@ -53,9 +54,8 @@ class Detector(nn.Module):
             if im.ndim != 3 or im.shape[0] != 3 or not im.is_floating_point():
                 raise RobustvitError(f"detector input must be float (3, H, W) images in [0, 1], got "
                                      f"{tuple(im.shape)} {im.dtype}")
-        if self.model.training:
-            self.model.eval()
-        return self.model(ims)
+        with eval_mode(self.model):      # torchvision detectors need targets in train mode
+            return self.model(ims)
 
 
 def create_detector(name: str, *, pretrained: bool = False, num_classes: int | None = None,

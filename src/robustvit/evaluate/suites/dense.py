@@ -6,29 +6,45 @@ Models", CVPR 2020, arXiv:1908.05005) as SegFormer (arXiv:2105.15203) and FAN (a
 Cityscapes-C: 16 corruptions (noise: Gaussian, shot, impulse, speckle; blur: defocus, glass, motion, Gaussian;
 digital: brightness, contrast, saturate, JPEG; weather: snow, spatter, fog, frost); the noise corruptions at
 severities 1–3, the others at 1–5; mIoU per corruption × severity, the mean over corruptions, and retention =
-mean corrupted mIoU / clean mIoU. Detection under corruption follows COCO-C (Michaelis et al., arXiv:1907.07484):
-the ImageNet-C corruptions on COCO val, box mAP per corruption × severity, mean and retention.
+mean corrupted mIoU / clean mIoU. Detection under corruption follows FAN's COCO-C (its ``gen_coco_c.py`` and
+``coco_c_test_all.sh``): the same 16 corruptions at severities 1–5 on COCO val, box mAP per corruption ×
+severity, mean and retention; ``corruptions=imagenet_c`` gives Michaelis et al.'s COCO-C (arXiv:1907.07484),
+ImageNet-C's 15.
+
+As the benchmarks generate their files, every corruption is applied to the image **at its native resolution**
+with imagecorruptions' parameters (the ``imagenet`` table, never scaled to the image size), before anything is
+resized for the model. Segmentation is scored at the label's native resolution as mmseg does: the (corrupted)
+image is brought to the model's input — ``inference=whole``: resized to the model's input size; ``slide``:
+resized so that it covers the model's input (short side = the input side for square inputs) and cut into
+overlapping windows of the input size at ``stride`` (default ¾ of the window, mmseg's 768 of 1024 on
+Cityscapes), the logits of overlapping windows averaged — and the logits are resized (bilinear) back to the
+label's size before the argmax. Detectors receive the native image (they resize it themselves).
 
 Corruptions touch the image only, never the mask or the boxes. mIoU: :mod:`robustvit.metrics.dense` (one
 confusion matrix over the data set, as mmseg); mAP: ``pycocotools``' COCOeval.
 
 Options (``seg_corruptions:corruptions=noise:severities=1+3``):
 
-* ``corruptions``: ``cityscapes_c`` (seg default, the 16 above), ``benchmark`` (det default, ImageNet-C's 15), a
-  corruption group or ``+``-separated names;
+* ``corruptions``: ``cityscapes_c`` (default, the 16 above), ``imagenet_c`` (ImageNet-C's 15), a corruption
+  group or ``+``-separated names;
 * ``severities``: ``1-5`` (default); ``noise_severities``: the severities of the noise corruptions in the
   segmentation suite (default ``1-3``, SegFormer's practice; ``all`` = ``severities``);
-* ``preset``: corruption parameter table (``imagenet`` / ``cifar``; default by image size);
-* ``source``: a stored tree ``DIR/<corruption>/<severity>/<relative image path>`` read instead of corrupting
-  (Cityscapes-C / COCO-C style, see ``robustvit.data.dense``);
+* ``preset``: corruption parameter table (``imagenet`` — imagecorruptions', the default — or ``cifar``);
+* ``source``: a stored corrupted copy read instead of corrupting, in FAN's layout
+  ``DIR/<corruption>_<severity>/<relative image path>`` or Kamann & Rother's
+  ``DIR/<corruption>/<severity>/<relative image path>`` (see ``robustvit.data.dense``);
+* ``inference`` (segmentation): ``whole`` (default) or ``slide``; ``stride``: the sliding-window stride in pixels;
 * ``limit``: number of images.
 
 Results (``suites.<key>``) — segmentation: ``miou`` / ``pixel_accuracy`` ``[name][severity]``,
 ``clean_miou``, ``clean_pixel_accuracy``, ``clean_mean_accuracy``, ``clean_iou`` (per class), ``class_names``,
 ``corruption_miou[name]`` (mean over its severities), ``category_miou`` (noise/blur/digital/weather),
-``severity_miou[s]``, ``mean_miou``, ``retention``; detection: ``map`` / ``map_50`` ``[name][severity]``,
-``clean_map``, ``clean_map_50``, ``clean_stats`` (COCOeval's 12 numbers), ``corruption_map[name]``,
-``mean_map``, ``retention``; both: ``severities``, ``corruptions``, ``source``, ``num_images``.
+``severity_miou[s]``, ``mean_miou``, ``retention``, ``inference``, ``stride``; detection: ``map`` / ``map_50``
+``[name][severity]``, ``clean_map``, ``clean_map_50``, ``clean_stats`` (COCOeval's 12 numbers),
+``corruption_map[name]``, ``mean_map``, ``retention``; both: ``severities``, ``corruptions``, ``corruption_set``
+(``cityscapes_c``, ``imagenet_c`` or ``custom``), ``preset``, ``size_scaling`` (false: the parameters are
+imagecorruptions' at any size), ``corrupted_at`` (``native resolution``), ``source``, ``source_layout``,
+``num_images``.
 
 From Python (any model, no CLI): :func:`evaluate_dense`.
 """
@@ -38,23 +54,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from robustvit.corruptions import corrupt
-from robustvit.corruptions.params import parse_corruptions, parse_severities, resolve_preset
+from robustvit.corruptions.params import BENCHMARK_CORRUPTIONS, parse_corruptions, parse_severities, resolve_preset
 from robustvit.data import ImageDataset, create_dataset, dataset_for_model
-from robustvit.data.dense import (StoredCorruptions, coco_ground_truth, detection_images, image_ids, relpaths)
+from robustvit.data.dense import (StoredCorruptions, coco_ground_truth, detection_images, image_ids, relpaths,
+                                  segmentation_samples)
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, create_suite, register_suite
 from robustvit.metrics.corruption import mean_or_none, retention
 from robustvit.metrics.dense import coco_box_map, confusion_matrix, segmentation_scores
 from robustvit.options import option
 from robustvit.models.segmenter import ARCHITECTURE as _SEGMENTER  # noqa: F401  (registers segmentation_net with timm)
-from robustvit.utils import derive_seed, sum_stats
+from robustvit.utils import derive_seed, eval_mode, sum_stats
 
 CLEAN = "clean"
 #: Cityscapes-C (Kamann & Rother 2020) as SegFormer / FAN report it, by category.
@@ -66,6 +83,12 @@ CITYSCAPES_C_CATEGORIES: dict[str, tuple[str, ...]] = {
 }
 CITYSCAPES_C: tuple[str, ...] = tuple(n for g in CITYSCAPES_C_CATEGORIES.values() for n in g)
 SEG_NOISE = CITYSCAPES_C_CATEGORIES["noise"]
+#: Named corruption sets: FAN's Cityscapes-C / COCO-C 16 and ImageNet-C's 15 (Michaelis et al.'s COCO-C).
+CORRUPTION_SETS: dict[str, tuple[str, ...]] = {"cityscapes_c": CITYSCAPES_C, "imagenet_c": tuple(BENCHMARK_CORRUPTIONS)}
+#: imagecorruptions' parameter table (the dense benchmarks apply it unscaled at native resolution).
+DENSE_PRESET = "imagenet"
+#: mmseg's sliding-window stride relative to its window (768 of 1024 on Cityscapes).
+SLIDE_STRIDE = 0.75
 #: Corruptions that move pixels: the (unchanged) mask no longer lines up exactly.
 GEOMETRIC = ("elastic_transform",)
 
@@ -78,7 +101,7 @@ def _base(ds: Any) -> Any:
 
 
 class _IndexView(ImageDataset):
-    """The runner's view of a detection data set: placeholder images (each unit reads its own, at native size)."""
+    """The runner's view of a dense data set: placeholder images (each unit reads its own, at native size)."""
 
     def __init__(self, ds: Any) -> None:
         self.ds, self.classes, self.spec = ds, list(ds.classes), ds.spec
@@ -93,36 +116,53 @@ class _IndexView(ImageDataset):
         return torch.zeros(len(index), 3, 1, 1), torch.zeros(len(index), dtype=torch.long)
 
 
+def _groups(shapes: list[tuple[int, ...]]) -> list[list[int]]:
+    """Positions grouped by shape, in order of first appearance (images of one shape are corrupted as one batch)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, sh in enumerate(shapes):
+        groups.setdefault(tuple(sh), []).append(i)
+    return list(groups.values())
+
+
 class _DenseCorruptions(Suite):
     """Shared option handling: corruptions × severities (+ clean), in memory or from a stored tree."""
 
-    default_corruptions = "benchmark"
     corrupted = True
 
     @dataclass
     class Options(SuiteOptions):
-        corruptions: str | None = option(None, help="cityscapes_c, a group or names joined by + (default: "
-                                                    "cityscapes_c for segmentation, benchmark for detection)")
+        corruptions: str = option("cityscapes_c", help="cityscapes_c (FAN's 16), imagenet_c (ImageNet-C's 15), a "
+                                                       "group or names joined by +")
         severities: str = option("1-5", help="e.g. 1-5, 3 or 1+3+5")
-        preset: str | None = option(None, help="parameter table: imagenet or cifar (default: by image size)")
-        source: str | None = option(None, help="a stored corrupted copy (Cityscapes-C / COCO-C layout)")
+        preset: str = option(DENSE_PRESET, help="parameter table, applied unscaled at native resolution: imagenet "
+                                                "(imagecorruptions') or cifar")
+        source: str | None = option(None, help="a stored corrupted copy (FAN's <corruption>_<severity>/ or the "
+                                               "<corruption>/<severity>/ layout)")
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         o = self.opts      # the clean suites take no corruption options: their defaults apply
-        spec = getattr(o, "corruptions", None) or self.default_corruptions
-        self.names = list(CITYSCAPES_C) if spec == "cityscapes_c" else parse_corruptions(spec)
+        spec = getattr(o, "corruptions", "cityscapes_c")
+        self.corruption_set = spec if spec in CORRUPTION_SETS else "custom"
+        self.names = list(CORRUPTION_SETS[spec]) if spec in CORRUPTION_SETS else parse_corruptions(spec)
         self.severities = parse_severities(getattr(o, "severities", "1-5"))
-        self.preset = getattr(o, "preset", None)
-        if self.preset is not None:
-            resolve_preset(self.preset, 0, 0)
+        self.preset = getattr(o, "preset", DENSE_PRESET)
+        resolve_preset(self.preset, 0, 0)
         self.source = getattr(o, "source", None)
         self._src = StoredCorruptions(self.source) if self.source is not None else None
         if self._src is not None:
-            if self.preset is not None:
+            if "preset" in self.options:
                 raise RobustvitError("source= reads stored images: preset= does not apply; drop it")
             if "corruptions" not in self.options:
                 self.names = [n for n in self.names if n in self._src.corruptions]
+                self.corruption_set = "custom" if set(self.names) != set(CITYSCAPES_C) else "cityscapes_c"
+
+    def dataset(self, ctx: EvalContext) -> ImageDataset | None:
+        """Each unit reads its images at native size itself: the runner sees placeholders."""
+        return _IndexView(self._check_data(_base(ctx.dataset)))
+
+    def _check_data(self, ds: Any) -> Any:
+        raise NotImplementedError
 
     def severities_of(self, name: str) -> list[int]:
         return list(self.severities)
@@ -139,22 +179,76 @@ class _DenseCorruptions(Suite):
         return [CLEAN] + [f"{n}/{s}" for n, s in self.units()]
 
     def _corrupt(self, x: torch.Tensor, part: str, gen: torch.Generator) -> torch.Tensor:
+        """imagecorruptions' parameters at the image's own resolution (no size scaling), as Cityscapes-C / COCO-C."""
         name, sev = part.rsplit("/", 1)
-        return corrupt(x, name, int(sev), generator=gen, preset=self.preset)
+        return corrupt(x, name, int(sev), generator=gen, preset=self.preset, size_scaling=False)
+
+    def _native_images(self, ctx: EvalContext, part: str, batch: Batch, clean: list[torch.Tensor] | None
+                       ) -> list[torch.Tensor]:
+        """The images of ``part`` at native size on the device: ``clean`` (or the data set's), corrupted here, or
+        read from the stored tree."""
+        ds = _base(ctx.dataset)
+        idx = batch.ids.cpu()
+        if part != CLEAN and self._src is not None:
+            name, sev = part.rsplit("/", 1)
+            rel = relpaths(ds)
+            return [im.to(ctx.device) for im in self._src.images(name, int(sev), [rel[i] for i in idx.tolist()], None)]
+        ims = [im.to(ctx.device) for im in (clean if clean is not None else detection_images(ds, idx))]
+        if part == CLEAN:
+            return ims
+        out: list[torch.Tensor] = [torch.empty(0)] * len(ims)
+        for g in _groups([im.shape for im in ims]):
+            y = self._corrupt(torch.stack([ims[i] for i in g]), part, batch.generator)
+            for i, yi in zip(g, y):
+                out[i] = yi
+        return out
 
     def _common(self, n: int) -> dict[str, Any]:
         return {"severities": list(self.severities), "corruptions": list(self.names) if self.corrupted else [],
-                "source": None if self.source is None else str(Path(self.source)), "num_images": int(n),
-                "preset": self.preset}
+                "corruption_set": self.corruption_set if self.corrupted else None,
+                "source": None if self.source is None else str(Path(self.source)),
+                "source_layout": None if self._src is None else self._src.layout, "num_images": int(n),
+                "preset": self.preset if self._src is None and self.corrupted else None,
+                "size_scaling": False if self._src is None and self.corrupted else None,
+                "corrupted_at": "native resolution" if self._src is None and self.corrupted else None}
 
 
 # ------------------------------------------------------------------------------------------ segmentation
+def slide_logits(forward: Any, x: torch.Tensor, crop: tuple[int, int], stride: tuple[int, int]) -> torch.Tensor:
+    """mmseg's ``slide_inference``: windows of ``crop`` at ``stride`` over ``x`` (n, 3, H, W) with H, W ≥ the
+    crop (the last window of a row or column flush with the border), ``forward`` on each, the logits of
+    overlapping windows averaged → (n, K, H, W)."""
+    (h, w), (ch, cw), (sh, sw) = x.shape[-2:], crop, stride
+    out = count = None
+    for i in range(max(h - ch + sh - 1, 0) // sh + 1):
+        for j in range(max(w - cw + sw - 1, 0) // sw + 1):
+            y2, x2 = min(i * sh + ch, h), min(j * sw + cw, w)
+            y1, x1 = max(y2 - ch, 0), max(x2 - cw, 0)
+            logits = forward(x[:, :, y1:y2, x1:x2])
+            if out is None:
+                out = logits.new_zeros(x.shape[0], logits.shape[1], h, w)
+                count = logits.new_zeros(1, 1, h, w)
+            out[:, :, y1:y2, x1:x2] += logits
+            count[:, :, y1:y2, x1:x2] += 1
+    return out / count
+
+
+
+@dataclass
+class InferenceOptions(SuiteOptions):
+    """How a segmentation model sees an image (mmseg's ``test_cfg.mode``)."""
+
+    inference: Literal["whole", "slide"] = option("whole", help="whole: the image resized to the model's input; "
+                                                  "slide: windows of the input size (mmseg)")
+    stride: int | None = option(None, min=1, help="sliding-window stride in pixels (default: 3/4 of the window)")
+
+
 class _Segmentation(_DenseCorruptions):
-    default_corruptions = "cityscapes_c"
     demo_skip = "needs a segmentation model and per-pixel masks (docs/dense.md: train --task segment)"
+    data_aligned = True      # the run's images (--limit, --subset): the placeholder view is the run's data set 1:1
 
     @dataclass
-    class Options(_DenseCorruptions.Options):
+    class Options(_DenseCorruptions.Options, InferenceOptions):
         noise_severities: str = option("1-3", help="severities of the noise category (SegFormer's practice: 1-3; "
                                                    "all: as the others)")
 
@@ -163,42 +257,73 @@ class _Segmentation(_DenseCorruptions):
         ns = getattr(self.opts, "noise_severities", "1-3")
         self.noise_severities = list(self.severities) if ns == "all" else [
             s for s in parse_severities(ns) if s in self.severities]
+        self.inference = getattr(self.opts, "inference", "whole")
+        self.stride = getattr(self.opts, "stride", None)
 
     def severities_of(self, name: str) -> list[int]:
         return self.noise_severities if name in SEG_NOISE else list(self.severities)
 
-    def _masks(self, ctx: EvalContext, index: torch.Tensor) -> torch.Tensor:
-        ds = _base(ctx.dataset)
+    def _check_data(self, ds: Any) -> Any:
         if not getattr(ds, "has_masks", False):
             raise RobustvitError(f"{self.name} needs masks: use a segmentation data set (synthshapes:test,masks=1, "
                                  "cityscapes:ROOT, ade20k:ROOT)")
-        return ds.get_masks(index.cpu()).to(ctx.device)
+        return ds
 
-    def _images(self, ctx: EvalContext, part: str, batch: Batch) -> torch.Tensor:
-        if part == CLEAN:
-            return batch.x
-        if self._src is None:
-            return self._corrupt(batch.x, part, batch.generator)
-        name, sev = part.rsplit("/", 1)
-        ds = _base(ctx.dataset)
-        rel = relpaths(ds)
-        ims = self._src.images(name, int(sev), [rel[i] for i in batch.ids.tolist()], getattr(ds, "size", None))
-        return torch.stack(ims).to(ctx.device)
-
-    @torch.no_grad()
-    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
-        x = self._images(ctx, part, batch)
-        masks = self._masks(ctx, batch.ids)
+    def _logits(self, ctx: EvalContext, x: torch.Tensor) -> torch.Tensor:
         logits = ctx.model(x)
         if logits.ndim != 4:
             raise RobustvitError(f"{self.name} needs a segmentation model ((N, K, H, W) logits), got output "
                                  f"{tuple(logits.shape)}; train one with robustvit train --task segment")
-        if logits.shape[-2:] != masks.shape[-2:]:
-            logits = F.interpolate(logits, size=masks.shape[-2:], mode="bilinear", align_corners=False)
-        k = int(logits.shape[1])
-        conf = confusion_matrix(logits.argmax(1), masks, k).flatten().cpu()
+        return logits
+
+    def predict(self, ctx: EvalContext, x: torch.Tensor) -> torch.Tensor:
+        """Logits (n, K, H, W) at the size of ``x`` (n, 3, H, W): the image brought to the model's input
+        (``whole``: resized to it; ``slide``: resized to cover it and cut into windows, mmseg's
+        ``slide_inference``), the logits resized back (bilinear)."""
+        h, w = x.shape[-2:]
+        ih, iw = self._input(ctx) or (h, w)
+        if self.inference == "whole":
+            xi = x if (h, w) == (ih, iw) else F.interpolate(x, size=(ih, iw), mode="bilinear", align_corners=False,
+                                                            antialias=True)
+            logits = self._logits(ctx, xi)
+        else:
+            scale = max(ih / h, iw / w)
+            sh, sw = max(ih, round(h * scale)), max(iw, round(w * scale))
+            xs = x if (sh, sw) == (h, w) else F.interpolate(x, size=(sh, sw), mode="bilinear", align_corners=False,
+                                                            antialias=True)
+            logits = slide_logits(lambda c: self._logits(ctx, c), xs, (ih, iw), self._strides(ih, iw))
+        if logits.shape[-2:] != (h, w):
+            logits = F.interpolate(logits, size=(h, w), mode="bilinear", align_corners=False)
+        return logits
+
+    @staticmethod
+    def _input(ctx: EvalContext) -> tuple[int, int] | None:
+        """The model's input (H, W) (``spec.input_size``); None for a model without a spec (any size)."""
+        spec = getattr(ctx.model, "spec", None)
+        return (int(spec.input_size[-2]), int(spec.input_size[-1])) if spec is not None else None
+
+    def _strides(self, ih: int, iw: int) -> tuple[int, int]:
+        if self.stride is not None:
+            return self.stride, self.stride
+        return max(1, round(SLIDE_STRIDE * ih)), max(1, round(SLIDE_STRIDE * iw))
+
+    @torch.no_grad()
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        ds = _base(ctx.dataset)
+        clean, masks = segmentation_samples(ds, batch.ids.cpu())
+        ims = self._native_images(ctx, part, batch, clean)
+        conf = None
+        for g in _groups([(*im.shape, *masks[i].shape) for i, im in enumerate(ims)]):
+            x = torch.stack([ims[i] for i in g])
+            m = torch.stack([masks[i] for i in g]).to(ctx.device)
+            logits = self.predict(ctx, x)
+            if logits.shape[-2:] != m.shape[-2:]:
+                logits = F.interpolate(logits, size=m.shape[-2:], mode="bilinear", align_corners=False)
+            c = confusion_matrix(logits.argmax(1), m, int(logits.shape[1])).flatten()
+            conf = c if conf is None else conf + c
+        conf = conf.cpu()
         nz = conf.nonzero().flatten().tolist()
-        return {"n": int(len(x)), "confusion": {str(i): int(conf[i]) for i in nz}}
+        return {"n": len(ims), "confusion": {str(i): int(conf[i]) for i in nz}}
 
     @staticmethod
     def scores(stat: dict[str, Any] | None, k: int) -> dict[str, Any] | None:
@@ -217,6 +342,9 @@ class _Segmentation(_DenseCorruptions):
             "clean_mean_accuracy": clean and clean["mean_accuracy"], "clean_iou": clean and clean["iou"],
             "class_names": list(getattr(ctx.dataset, "classes", [])) or None}
         n = max((int(s.get("n", 0)) for s in stats.values()), default=0)
+        inp = self._input(ctx)
+        out.update(inference=self.inference,
+                   stride=list(self._strides(*inp)) if self.inference == "slide" and inp else self.stride)
         if not self.corrupted:
             return {**out, **self._common(n)}
         miou: dict[str, dict[str, float | None]] = {}
@@ -244,7 +372,7 @@ class SegClean(_Segmentation):
     name = "seg_clean"
     description = "semantic segmentation: mIoU, pixel accuracy, per-class IoU on clean images"
     corrupted = False
-    Options = SuiteOptions
+    Options = InferenceOptions
 
 
 @register_suite
@@ -256,30 +384,15 @@ class SegCorruptions(_Segmentation):
 # ------------------------------------------------------------------------------------------ detection
 class _Detection(_DenseCorruptions):
     demo_skip = "needs a torchvision detector (--model tv:NAME) and box annotations (docs/dense.md)"
-    def dataset(self, ctx: EvalContext) -> ImageDataset | None:
-        ds = _base(ctx.dataset)
+    def _check_data(self, ds: Any) -> Any:
         if not getattr(ds, "has_boxes", False):
             raise RobustvitError(f"{self.name} needs boxes: use a detection data set (coco:ROOT, "
                                  "synthshapes:test,boxes=1)")
-        return _IndexView(ds)
-
-    def _images(self, ctx: EvalContext, part: str, batch: Batch) -> list[torch.Tensor]:
-        ds = _base(ctx.dataset)
-        idx = batch.ids.cpu()
-        if part != CLEAN and self._src is not None:
-            name, sev = part.rsplit("/", 1)
-            rel = relpaths(ds)
-            return [im.to(ctx.device) for im in self._src.images(name, int(sev), [rel[i] for i in idx.tolist()], None)]
-        ims = [im.to(ctx.device) for im in detection_images(ds, idx)]
-        if part == CLEAN:
-            return ims
-        if len({tuple(im.shape) for im in ims}) == 1:
-            return list(self._corrupt(torch.stack(ims), part, batch.generator))
-        return [self._corrupt(im[None], part, batch.generator)[0] for im in ims]
+        return ds
 
     @torch.no_grad()
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
-        ims = self._images(ctx, part, batch)
+        ims = self._native_images(ctx, part, batch, None)
         out = ctx.model(ims)
         if not isinstance(out, (list, tuple)) or (out and not isinstance(out[0], dict)):
             raise RobustvitError(f"{self.name} needs a detection model (a list of dicts with boxes/labels/scores "
@@ -347,7 +460,8 @@ def evaluate_dense(model: nn.Module, data: str | ImageDataset, suites: list[str]
     without the unit store: {suite key: result}. Units are seeded as in ``robustvit eval`` (run seed, suite key, part,
     chunk), so the numbers match a CLI run with the same ``--seed``, ``--batch-size`` and ``--limit``.
     ``device=None`` runs on the model's own device; another device runs a copy of the model there (the caller's
-    model is never moved; :func:`robustvit.analysis.base.model_on`). The model is put in eval mode.
+    model is never moved; :func:`robustvit.analysis.base.model_on`). The model runs in eval mode; its own train/eval
+    flags are restored afterwards.
 
     >>> evaluate_dense(create_segmenter("vit_cifar_micro", 11), "synthshapes:test,masks=1", ["seg_clean"],
     ...                limit=8)["seg_clean"]["num_images"]                                   # doctest: +SKIP
@@ -356,7 +470,6 @@ def evaluate_dense(model: nn.Module, data: str | ImageDataset, suites: list[str]
     from robustvit.analysis.base import model_on
 
     model, device = model_on(model, device)
-    model = model.eval()
     spec = getattr(model, "spec", None)
     if isinstance(data, str):
         detector = spec is None or spec.family == "detector"
@@ -369,22 +482,23 @@ def evaluate_dense(model: nn.Module, data: str | ImageDataset, suites: list[str]
                                                                              dataset.num_classes),
                       device=device, seed=seed)
     results: dict[str, Any] = {}
-    for key in suites:
-        suite = create_suite(key)
-        ds = suite.dataset(ctx) or dataset
-        n = len(ds) if limit is None else min(limit, len(ds))
-        n = n if suite.max_images is None else min(n, suite.max_images)
-        parts = suite.parts(ctx)
-        acc: dict[str, list[dict[str, Any]]] = {p: [] for p in parts}
-        for c in range(math.ceil(n / batch_size)):
-            idx = torch.arange(c * batch_size, min(n, (c + 1) * batch_size))
-            x, y = ds.get_batch(idx)
-            x, y = x.to(device), y.to(device)
-            for p in parts:
-                gen = torch.Generator(device=device)
-                gen.manual_seed(derive_seed(seed, suite.key, p, c))
-                acc[p].append(suite.run(ctx, p, Batch(x, y, idx, gen)))
-        results[suite.key] = suite.finalize(ctx, {p: sum_stats(v) for p, v in acc.items()})
+    with eval_mode(model):       # the caller's model keeps its own train/eval flags
+        for key in suites:
+            suite = create_suite(key)
+            ds = suite.dataset(ctx) or dataset
+            n = len(ds) if limit is None else min(limit, len(ds))
+            n = n if suite.max_images is None else min(n, suite.max_images)
+            parts = suite.parts(ctx)
+            acc: dict[str, list[dict[str, Any]]] = {p: [] for p in parts}
+            for c in range(math.ceil(n / batch_size)):
+                idx = torch.arange(c * batch_size, min(n, (c + 1) * batch_size))
+                x, y = ds.get_batch(idx)
+                x, y = x.to(device), y.to(device)
+                for p in parts:
+                    gen = torch.Generator(device=device)
+                    gen.manual_seed(derive_seed(seed, suite.key, p, c))
+                    acc[p].append(suite.run(ctx, p, Batch(x, y, idx, gen)))
+            results[suite.key] = suite.finalize(ctx, {p: sum_stats(v) for p, v in acc.items()})
     return results
 
 

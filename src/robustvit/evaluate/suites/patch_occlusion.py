@@ -1,18 +1,21 @@
 """Suite ``patch_occlusion``: accuracy when a fraction ρ of the patches is replaced by noise (AFAT Fig. 1).
 
 AFAT / RSPC (Guo et al., CVPR 2023, arXiv:2306.07881) corrupts ``round(ρ·P)`` randomly chosen patches of
-the model's patch grid with uniform noise and plots the accuracy for ρ = 0.1 … 0.5 with its spread over
+the model's patch grid with uniform noise — U[0, 1) in the model's normalised input space, as RSPC's code and
+robustvit's ``afat`` training draw it (``noise_space=normalized``, default), or in pixels (``pixel``); see
+:func:`robustvit.corruptions.occlusion.occlusion_noise` — and plots the accuracy for ρ = 0.1 … 0.5 with its spread over
 random masks. For every ρ this suite draws ``masks`` independent masks per image (mask k of every image is
 an independent draw); *per-mask accuracy* k is the accuracy over all images under their k-th mask, and the
 result gives ``min`` / ``mean`` / ``max`` over k (the band of AFAT's Figure 1).
 
 Options: ``rhos`` (``+``-separated, default ``0.1+0.2+0.3+0.4+0.5``), ``masks`` (default 10), ``mode``
-(``noise`` — AFAT — or ``drop``: zero the patches), ``patch_size`` (models without patches; default 16 px
+(``noise`` — AFAT — or ``drop``: zero the patches), ``noise_space``, ``patch_size`` (models without patches; default 16 px
 at 224 px, ``size // 8`` below; see ``robustvit.corruptions.occlusion``), ``limit``.
 
 Result::
 
-    {"clean_accuracy": 0.91, "rhos": [0.1, …], "masks": 10, "mode": "noise", "patch_size": 4,
+    {"clean_accuracy": 0.91, "rhos": [0.1, …], "masks": 10, "mode": "noise", "noise_space": "normalized",
+     "patch_size": 4,
      "num_patches": 64, "num_images": 2000,
      "per_rho": {"0.1": {"mean_accuracy": .., "min": .., "mean": .., "max": .., "occluded_patches": 6}, …}}
 """
@@ -24,8 +27,8 @@ from typing import Any, Literal
 
 import torch
 
-from robustvit.corruptions.occlusion import (OCCLUSION_MODES, apply_patch_masks, num_occluded, occlusion_patch_size,
-                                             sample_patch_masks)
+from robustvit.corruptions.occlusion import (NOISE_SPACES, OCCLUSION_MODES, apply_patch_masks, model_normalization,
+                                             num_occluded, occlusion_patch_size, sample_patch_masks)
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
 from robustvit.options import option
@@ -62,6 +65,8 @@ class PatchOcclusion(Suite):
                                    help="fractions of the patches occluded, joined by +")
         masks: int = option(10, min=1, help="random masks per image and rho")
         mode: Literal[OCCLUSION_MODES] = option("noise", help="what replaces an occluded patch")
+        noise_space: Literal[NOISE_SPACES] = option("normalized", help="where the noise is U[0, 1): the model's "
+                                                    "normalised input (RSPC, afat training) or pixels")
         patch_size: int | None = option(None, min=1, help="occlusion patch side in pixels (default: the model's "
                                                           "patch size, else 16)")
 
@@ -71,6 +76,7 @@ class PatchOcclusion(Suite):
         self.num_masks = self.opts.masks
         self.patch_size = self.opts.patch_size
         self.mode = self.opts.mode
+        self.noise_space = self.opts.noise_space
 
     def parts(self, ctx: EvalContext) -> list[str]:
         return ["clean"] + [rho_key(r) for r in self.rhos]
@@ -91,9 +97,11 @@ class PatchOcclusion(Suite):
                                  "pass patch_size=P with P dividing the image size")
         masks = sample_patch_masks(len(y), (h // ps, w // ps), rho, num_masks=self.num_masks,
                                    generator=batch.generator, device=batch.generator.device)
+        mean, std = model_normalization(ctx.model)
         correct = []
         for k in range(self.num_masks):   # one batched forward per mask draw (K × N images would not fit)
-            xo = apply_patch_masks(x, masks[k:k + 1], ps, mode=self.mode, generator=batch.generator)[0]
+            xo = apply_patch_masks(x, masks[k:k + 1], ps, mode=self.mode, generator=batch.generator,
+                                   noise_space=self.noise_space, mean=mean, std=std)[0]
             correct.append(int((ctx.model(xo).argmax(1) == y).sum()))
         return {"n": int(y.numel()), "correct": correct}
 
@@ -115,5 +123,6 @@ class PatchOcclusion(Suite):
                 "occluded_patches": num_occluded(rho, num_patches) if num_patches else None,
             }
         return {"clean_accuracy": clean.get("correct", 0) / n, "num_images": int(clean.get("n", 0)),
-                "rhos": list(self.rhos), "masks": self.num_masks, "mode": self.mode, "patch_size": ps,
+                "rhos": list(self.rhos), "masks": self.num_masks, "mode": self.mode,
+                "noise_space": self.noise_space if self.mode == "noise" else None, "patch_size": ps,
                 "num_patches": num_patches, "per_rho": per_rho}

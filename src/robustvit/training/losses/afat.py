@@ -7,9 +7,10 @@ reference code guoyongcs/RSPC).
   ⌈ρN⌉ patches; backward: hardtanh of the incoming gradient). The reference thresholds at the ρ-quantile,
   which can occlude a different number on ties; we take the top-⌈ρN⌉ scores (the sign of the scores is
   learned, so occluding the highest or the lowest ones is the same model).
-* Occluded patches are replaced by uniform noise: U[0, 1) in the model's *normalised* input space as RSPC
-  draws it (``noise_space=normalized``, default; in pixels u·std + mean), or U[0, 1) pixels (``pixel``);
-  x̂ = (1 − O)·x + O·δ.
+* Occluded patches are replaced by uniform noise δ, the definition the ``patch_occlusion`` suite and the
+  ``attention_stability`` analysis share (:func:`robustvit.corruptions.occlusion.occlusion_noise`): U[0, 1) in
+  the model's *normalised* input space as RSPC draws it (``noise_space=normalized``, default; in pixels
+  u·std + mean), or U[0, 1) pixels (``pixel``); x̂ = (1 − O)·x + O·δ.
 * Loss (``afat``): CE(clean) + λ·alignment, alignment = mean over blocks of the mean squared distance between
   the corrupted and the clean tokens (clean and corrupted images in one batch through
   :class:`robustvit.models.probe.ViTProbe`; the clean target is not detached, as in the reference). Soft
@@ -41,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robustvit.corruptions.occlusion import NOISE_SPACES, model_normalization, occlusion_noise
 from robustvit.errors import RobustvitError
 from robustvit.models.probe import ViTProbe
 from robustvit.options import option
@@ -122,7 +124,7 @@ class AFATOptions:
     step_rule: Literal["rspc", "paper"] = option("rspc", help="rspc: AMP-scaled gradient (saturated STE); "
                                                  "paper: Algorithm 1's plain gradient")
     grad_scale: float = option(65536.0, min=1, help="loss scale emulated by step_rule=rspc")
-    noise_space: Literal["normalized", "pixel"] = option("normalized", help="where the fill noise is U[0, 1)")
+    noise_space: Literal[NOISE_SPACES] = option("normalized", help="where the fill noise is U[0, 1)")
     label_smoothing: float = option(0.1, min=0, max=1, help="label smoothing of the clean CE")
     seed: int = option(0, help="seed of the noise (and the random ablations' patches)")
 
@@ -185,14 +187,11 @@ class AFAT(TrainingLoss):
         return classification_loss(clean, y, self.label_smoothing) + self.lam * align, clean, corrupted
 
     def noise(self, model: nn.Module, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        """U[0, 1) fill in pixels, or in the model's normalised space (u·std + mean in pixels) as RSPC."""
-        u = torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype)
-        spec = getattr(model, "spec", None)
-        if self.options.noise_space == "pixel" or spec is None:
-            return u
-        mean = torch.tensor(spec.mean, device=x.device, dtype=x.dtype).view(1, -1, 1, 1)
-        std = torch.tensor(spec.std, device=x.device, dtype=x.dtype).view(1, -1, 1, 1)
-        return u * std + mean
+        """The occlusion fill (:func:`robustvit.corruptions.occlusion.occlusion_noise`): U[0, 1) in the model's
+        normalised space as RSPC (u·std + mean in pixels), or in pixels (``noise_space=pixel``)."""
+        mean, std = model_normalization(model)
+        return occlusion_noise(tuple(x.shape), noise_space=self.options.noise_space, mean=mean, std=std,
+                               generator=gen, device=x.device, dtype=x.dtype)
 
     def _probe_for(self, model: nn.Module) -> ViTProbe:
         """One probe per model (it checks itself against the model's forward once, on its first batch)."""
