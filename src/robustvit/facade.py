@@ -81,33 +81,50 @@ def wrap_module(module: nn.Module, *, mean: Sequence[float] | None = None, std: 
     return wrapped
 
 
-_EVAL_FIELDS = {"batch_size", "device", "seed", "strict", "workers", "pretrained", "weights", "class_map",
-                "subset_method", "subset", "subset_seed", "progress", "command", "shard"}
+#: EvalConfig fields that ``evaluate`` sets from its own arguments (the others are its keyword arguments).
+_EVAL_OWN = ("models", "data", "suites", "out", "limit", "options", "progress")
+#: Keyword arguments that change how the data is read: appended to the data spec (a source without them refuses).
+_DATA_OPTIONS = ("crop_pct", "interpolation")
 
 
 def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suites: Sequence[str] | str = ("clean",),
              out: str | Path | None = None, limit: int | None = None, *, mean: Sequence[float] | None = None,
              std: Sequence[float] | None = None, name: str | None = None, input_size: int | None = None,
              num_classes: int | None = None, progress: bool = False, **options: Any) -> dict[str, Any]:
-    """Evaluate a model (a name, a checkpoint folder or an ``nn.Module``; or a list of them) with ``suites`` on
-    ``data`` (a data spec such as ``"synthshapes:test"``); returns the results dict (results.json, kind eval; a
-    list of models: {model name: results dict}). ``out``: the run folder (resumable; None: a temporary one).
-    ``mean``/``std``/``name``/``input_size``/``num_classes`` describe a module object (:func:`wrap_module`).
-    ``options``: EvalConfig fields (``batch_size``, ``device``, ``seed``, ``pretrained``, ``weights``,
-    ``class_map``, ``subset_method``, ``subset``, …) and the suites' global options (``eps``, ``norm``,
-    ``steps``)."""
-    from robustvit.evaluate.runner import EvalConfig, run_eval
+    """Evaluate a model (a name, a checkpoint folder or an ``nn.Module``; or a list of them) with ``suites``
+    (``suite=`` is an alias) on ``data`` (a data spec such as ``"synthshapes:test"``); returns the results dict
+    (results.json, kind eval; a list of models: {model name: results dict}). ``out``: the run folder
+    (resumable; None: a temporary one). ``mean``/``std``/``name``/``input_size``/``num_classes`` describe a
+    module object (:func:`wrap_module`). ``crop_pct`` / ``interpolation`` override the preprocessing the data
+    is read with (data-spec options, e.g. of ``folder:``). ``options``: EvalConfig fields (``batch_size``,
+    ``device``, ``seed``, ``pretrained``, ``weights``, ``class_map``, ``subset_method``, ``subset``, …) and the
+    run's attack options (``eps``, ``norm``, ``steps``); any other keyword is refused in one line."""
+    from robustvit.evaluate.runner import RUN_OPTIONS, EvalConfig, run_eval
 
+    if "suite" in options:
+        if suites != ("clean",):
+            raise RobustvitError("give suites= or its alias suite=, not both")
+        suites = options.pop("suite")
+    fields = {f.name for f in dataclasses.fields(EvalConfig)} - set(_EVAL_OWN)
+    unknown = sorted(set(options) - fields - set(RUN_OPTIONS) - set(_DATA_OPTIONS))
+    if unknown:
+        valid = sorted(fields | set(RUN_OPTIONS) | set(_DATA_OPTIONS) | {"suite", "mean", "std", "name", "input_size",
+                                                                         "num_classes", "progress"})
+        raise RobustvitError(f"evaluate() got an unknown keyword argument {unknown[0]!r}; valid ones: {', '.join(valid)}")
+    for key in _DATA_OPTIONS:
+        if options.get(key) is not None:
+            data = f"{data}:{key}={options.pop(key)}"
+        options.pop(key, None)
     many = isinstance(model, (list, tuple))
     models = [m if isinstance(m, str) else as_model(m, mean=mean, std=std, name=name, input_size=input_size,
                                                     num_classes=num_classes)
               for m in (model if many else [model])]
-    fields = {k: options.pop(k) for k in list(options) if k in _EVAL_FIELDS}
-    fields.setdefault("command", "robustvit.evaluate()")
+    config = {k: options.pop(k) for k in list(options) if k in fields}
+    config.setdefault("command", "robustvit.evaluate()")
     suite_list = [s.strip() for s in suites.split(",")] if isinstance(suites, str) else list(suites)
     with tempfile.TemporaryDirectory(prefix="robustvit-eval-") if out is None else _Keep(out) as folder:
         results = run_eval(EvalConfig(models=models, data=data, suites=suite_list, out=str(folder), limit=limit,
-                                      options=options, progress=progress, **fields))
+                                      options=options, progress=progress, **config))
     return results if many else next(iter(results.values()))
 
 
@@ -125,6 +142,11 @@ def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, ou
     from robustvit.data import dataset_for_model
     from robustvit.runs import read_results
 
+    allowed = ("class_map", "subset_method", "subset", "subset_seed")
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise RobustvitError(f"analyze() got an unknown keyword argument {unknown[0]!r}; besides its named "
+                             f"arguments it takes {', '.join(allowed)}")
     m = as_model(model, mean=mean, std=std, name=name, input_size=input_size, num_classes=num_classes,
                  pretrained=pretrained, weights=weights)
     dataset = dataset_for_model(data, m.spec) if isinstance(data, str) else data

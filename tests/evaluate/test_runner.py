@@ -118,3 +118,26 @@ def test_torchrun_two_processes_match_single(tmp_path, ckpt):
     assert two["run"]["world_size"] == 2
     assert two["suites"]["clean"]["top1"] == pytest.approx(single["resnet_cifar18"]["suites"]["clean"]["top1"])
     assert two["data"]["num_images"] == 50
+
+
+def test_a_rerun_with_other_suites_keeps_every_finished_suite(tmp_path, ckpt):
+    """#33: clean + pgd, then spatial into the same folder: results.json holds all three, the first two unchanged
+    (and a suite run again replaces only its own entry)."""
+    pgd, spatial = "pgd:steps=1:checks=0", "spatial:translations=2:rotations=2:checks=0"
+    cfg = dict(models=[ckpt], data=DATA, out=str(tmp_path / "e"), batch_size=16, device="cpu", progress=False,
+               limit=8)
+    first = run_eval(EvalConfig(suites=["clean", pgd], **cfg))["resnet_cifar18"]
+    second = run_eval(EvalConfig(suites=[spatial], **cfg))["resnet_cifar18"]
+    on_disk = json.loads((tmp_path / "e" / "results.json").read_text())
+    assert list(on_disk["suites"]) == ["clean", pgd, spatial] and on_disk == json.loads(json.dumps(second))
+    for key in ("clean", pgd):
+        assert on_disk["suites"][key] == json.loads(json.dumps(first["suites"][key]))
+    assert 0 <= on_disk["suites"][spatial]["accuracy"] <= on_disk["suites"][spatial]["clean_accuracy"]
+    third = run_eval(EvalConfig(suites=["clean"], **cfg))["resnet_cifar18"]     # resumed from the store: same value
+    assert list(third["suites"]) == [pgd, spatial, "clean"]
+    assert third["suites"]["clean"] == {**first["suites"]["clean"], "seconds": third["suites"]["clean"]["seconds"]}
+
+
+def test_unknown_run_options_are_refused(tmp_path, ckpt):
+    with pytest.raises(RobustvitError, match="unknown run option 'epz'.*eps, norm, steps"):
+        run_eval(EvalConfig(models=[ckpt], data=DATA, out=str(tmp_path / "e"), device="cpu", options={"epz": 1}))

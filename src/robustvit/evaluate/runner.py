@@ -40,11 +40,13 @@ from robustvit.models.factory import RANDOM_LABEL, is_comparable, warn_if_random
 from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, init_distributed, model_record,
                             open_shared_store, results_document, run_header, run_units, weights_id, write_json,
                             write_results)
-from robustvit.runs.results import check_kind
+from robustvit.runs.results import check_kind, keep_finished
 from robustvit.runs.scheduler import Unit, pending_chunks
 from robustvit.utils import derive_seed, resolve_device, sum_stats
 
 SHARD_FILE = "shard.json"
+#: The run-wide suite options (``EvalConfig.options``; ``--eps``, ``--norm``, ``--steps``): attack suites read them.
+RUN_OPTIONS = ("eps", "norm", "steps")
 
 
 @dataclass
@@ -100,6 +102,10 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
         raise RobustvitError(f"--batch-size must be >= 1, got {cfg.batch_size}")
     if cfg.chunk_size is not None and cfg.chunk_size < 1:
         raise RobustvitError(f"--chunk-size must be >= 1, got {cfg.chunk_size}")
+    unknown = sorted(set(cfg.options) - set(RUN_OPTIONS))
+    if unknown:
+        raise RobustvitError(f"unknown run option {unknown[0]!r}; the run's options are {', '.join(RUN_OPTIONS)} "
+                             "(a suite's own options go in its spec, e.g. pgd:steps=20)")
     if cfg.precision not in PRECISION_CHOICES:
         raise RobustvitError(f"--precision must be one of {', '.join(PRECISION_CHOICES)}, got {cfg.precision!r}")
     with run_settings(cfg.deterministic):
@@ -198,7 +204,8 @@ def _evaluate_model(key: str, model: Normalized, dataset: ImageDataset, cfg: Eva
                    show=cfg.progress and rank == 0, merging=merging)
         barrier()
         if rank == 0 and shard is None:
-            results[key] = _finalize(ctx, store, suites, keys, dataset, cfg, world, sources[key], chunk)
+            results[key] = keep_finished(out, _finalize(ctx, store, suites, keys, dataset, cfg, world, sources[key],
+                                                        chunk))
             write_results(out, results[key])
     finally:
         model.micro_batch = None
@@ -564,8 +571,9 @@ def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: lis
     n, bad = int(data_stats.get("n", 0)), int(data_stats.get("unreadable", 0))
     data = {"spec": cfg.data, "num_images": n - bad, "num_unreadable": bad, "unreadable_files": files,
             "num_classes": dataset.num_classes, "subset": ctx.subset.record() if ctx.subset else None}
-    return results_document("eval", run=run, model=model_record(ctx.model, ctx.model_name, _source(source, ctx.model),
-                                                                cfg.class_map),
+    record = model_record(ctx.model, ctx.model_name, _source(source, ctx.model), cfg.class_map,
+                          resize=getattr(dataset, "resize", None))
+    return results_document("eval", run=run, model=record,
                             data=data, payload=suites_out, notes=notes)
 
 
