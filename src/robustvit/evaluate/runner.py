@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from robustvit.data import UNREADABLE, ImageDataset, Resize, create_dataset, dataset_for_model, model_resize
-from robustvit.data.classmap import load_class_map, match_classes as _match_classes
+from robustvit.data.classmap import match_classes as _match_classes
 from robustvit.data.loader import ChunkLoader, PartsDataset, check_decode, float_images, resolve_workers
 from robustvit.data.subset import Subset, make_subset
 from robustvit.errors import RobustvitError
