@@ -512,10 +512,11 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
 def cmd_analyze(a: argparse.Namespace) -> int:
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
-    from robustvit.models import create_model, is_checkpoint_dir
+    from robustvit.evaluate.runner import build_model
+    from robustvit.models import is_checkpoint_dir
     from robustvit.models.factory import warn_if_random
 
-    model = create_model(a.model, pretrained=a.pretrained and not is_checkpoint_dir(a.model), checkpoint=a.weights)
+    model = build_model(a.model, pretrained=a.pretrained, weights=a.weights, data=a.data)
     warn_if_random(a.model, model)
     dataset = dataset_for_model(a.data, model.spec)
     name = model.spec.architecture if is_checkpoint_dir(a.model) else a.model

@@ -29,12 +29,11 @@ def as_model(model: str | nn.Module, *, mean: Sequence[float] | None = None, std
              name: str | None = None, num_classes: int | None = None, input_size: int | None = None,
              pretrained: bool = False, weights: str | None = None) -> Any:
     """A robustvit ``Normalized`` model from a name or a module (see the module docstring)."""
-    from robustvit.models import Normalized, create_model, is_checkpoint_dir
+    from robustvit.evaluate.runner import build_model
+    from robustvit.models import Normalized
 
-    if isinstance(model, str):
-        return create_model(model, pretrained=pretrained and not is_checkpoint_dir(model), checkpoint=weights)
-    if isinstance(model, Normalized):
-        return model
+    if isinstance(model, (str, Normalized)):
+        return build_model(model, pretrained=pretrained, weights=weights)
     if not isinstance(model, nn.Module):
         raise RobustvitError(f"model must be a name or a torch nn.Module, got {type(model).__name__}")
     return wrap_module(model, mean=mean, std=std, name=name, num_classes=num_classes, input_size=input_size)

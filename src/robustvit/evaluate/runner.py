@@ -37,9 +37,9 @@ from robustvit.models.wrapper import inference_settings
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import RANDOM_LABEL, is_comparable, warn_if_random
-from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, init_distributed, model_record,
-                            open_shared_store, results_document, run_header, run_units, weights_id, write_json,
-                            write_results)
+from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, count_flops, init_distributed,
+                            model_record, open_shared_store, results_document, run_header, run_units, weights_id,
+                            write_json, write_results)
 from robustvit.runs.results import check_kind, keep_finished
 from robustvit.runs.scheduler import Unit, pending_chunks
 from robustvit.utils import derive_seed, resolve_device, sum_stats
@@ -51,7 +51,9 @@ RUN_OPTIONS = ("eps", "norm", "steps")
 
 @dataclass
 class EvalConfig:
-    models: list[str | Normalized]   # names / checkpoint folders, or robustvit models (``Normalized``) from Python
+    models: list[str | Normalized] | dict[str, str | Normalized]   # names / checkpoint folders / ``tv:NAME``
+    #                                 detectors, or robustvit models (``Normalized``) from Python; a dict names them
+    #                                 (results.json ``model.name`` and folder: the key)
     data: str
     suites: list[str] = field(default_factory=lambda: ["clean"])
     out: str = "eval-out"
@@ -78,6 +80,7 @@ class EvalConfig:
     subset: str | None = None       # a file listing the images (indices or paths relative to the data root)
     subset_seed: int | None = None  # seed of the stratified draw (default: seed)
     shard: str | None = None        # "K/N": evaluate the K-th (1-based) of N disjoint sets of chunks (job arrays)
+    flops: bool = False             # record model.flops: forward FLOPs of one image (torch.utils.flop_counter)
 
 
 def model_dir_name(name: str | nn.Module, model: Normalized) -> str:
@@ -118,7 +121,8 @@ def _run_eval(cfg: EvalConfig, *, merging: bool) -> dict[str, dict[str, Any]]:
     if len(set(keys)) != len(keys):
         raise RobustvitError("a suite is listed twice in --suite")
     shard = Shard.parse(cfg.shard) if cfg.shard is not None else None
-    if shard is not None and not all(isinstance(m, str) for m in cfg.models):
+    given = list(cfg.models.values()) if isinstance(cfg.models, dict) else list(cfg.models)
+    if shard is not None and not all(isinstance(m, str) for m in given):
         raise RobustvitError("--shard needs models given by name or checkpoint folder (a merge rebuilds them)")
     device = resolve_device(cfg.device)
     rank, world, device = init_distributed(device)
@@ -127,24 +131,15 @@ def _run_eval(cfg: EvalConfig, *, merging: bool) -> dict[str, dict[str, Any]]:
         raise RobustvitError("--weights FILE applies to one model; evaluate the models one at a time")
     models: dict[str, Normalized] = {}
     sources: dict[str, str | nn.Module] = {}
-    for name in cfg.models:
-        if not isinstance(name, str):
-            if not isinstance(name, Normalized):
-                raise RobustvitError("a model object must be a robustvit Normalized model; use robustvit.evaluate(), "
-                                     "which wraps an nn.Module with its normalisation")
-            m = name.to(device).eval()
-        elif name.startswith(DETECTOR_PREFIX):
-            m = _detector(name, cfg).to(device).eval()
-        else:
-            m = create_model(name, pretrained=cfg.pretrained and not is_checkpoint_dir(name),
-                             checkpoint=cfg.weights).to(device).eval()
+    for label, name in (cfg.models.items() if isinstance(cfg.models, dict) else ((None, m) for m in cfg.models)):
+        m = build_model(name, pretrained=cfg.pretrained, weights=cfg.weights, data=cfg.data).to(device).eval()
         if cfg.compile:
             m.model.compile(dynamic=True)       # in place: the state dict (and the run's fingerprint) is unchanged
         if shard is not None and m.weights.get("source") == "random":
             raise RobustvitError(f"--shard needs the same weights in every shard, and {name} has random ones (drawn "
                                  "anew in each process); give --pretrained, --weights FILE or a checkpoint folder")
         warn_if_random(_source(name, m), m)
-        key = model_dir_name(name, m)
+        key = str(label) if label is not None else model_dir_name(name, m)
         if key in models:
             key = f"{key}-{len(models)}"
         models[key], sources[key] = m, name
@@ -156,11 +151,12 @@ def _run_eval(cfg: EvalConfig, *, merging: bool) -> dict[str, dict[str, Any]]:
                                 else dataset_for_model(cfg.data, m.spec, strict=cfg.strict))
         if any(s.uses_head for s in suites) or cfg.class_map is not None:
             match_classes(key, m, datasets[resize], cfg)
-    if len(datasets) > 1 and any(s.name == "transfer" for s in suites):
+    across = next((s for s in suites if s.across_models), None)
+    if len(datasets) > 1 and across is not None:
         seen = ", ".join(f"{r.size}px crop_pct {r.crop_pct} {r.interpolation}" for r in datasets)
-        raise RobustvitError(f"the transfer suite evaluates the examples crafted on one model on the others, so every "
+        raise RobustvitError(f"suite {across.key} evaluates what it makes on one model on the others, so every "
                              f"model must see the same images; these models preprocess differently ({seen}): run "
-                             "transfer on models with the same input size, crop_pct and interpolation")
+                             f"{across.name} on models with the same input size, crop_pct and interpolation")
     first = next(iter(datasets.values()))
     subset_seed = cfg.seed if cfg.subset_seed is None else cfg.subset_seed
     subset = make_subset(first, limit=cfg.limit, method=cfg.subset_method, seed=subset_seed, file=cfg.subset)
@@ -309,14 +305,25 @@ def run_settings(deterministic: bool) -> Iterator[None]:
 DETECTOR_PREFIX = "tv:"
 
 
-def _detector(name: str, cfg: EvalConfig) -> nn.Module:
-    """``tv:NAME``: a torchvision detector (the ``det_*`` suites); random weights get the data's class count."""
-    from robustvit.models.detection import create_detector
+def build_model(source: str | Normalized, *, pretrained: bool = False, weights: str | None = None,
+                data: str | None = None) -> Normalized:
+    """The one way a run builds its model: a robustvit model object as it is; ``tv:NAME`` a torchvision detector
+    (the ``det_*`` suites; random weights get the class count of ``data``); else a timm / robustvit name or a
+    checkpoint folder (:func:`robustvit.models.create_model`; ``pretrained`` applies to names only, ``weights``: a
+    state-dict file for the named architecture)."""
+    if not isinstance(source, str):
+        if not isinstance(source, Normalized):
+            raise RobustvitError("a model object must be a robustvit Normalized model; use robustvit.evaluate(), "
+                                 "which wraps an nn.Module with its normalisation")
+        return source
+    if source.startswith(DETECTOR_PREFIX):
+        from robustvit.models.detection import create_detector
 
-    if cfg.weights is not None:
-        raise RobustvitError(f"--weights does not apply to the torchvision detector {name}; use --pretrained")
-    k = None if cfg.pretrained else create_dataset(cfg.data).num_classes
-    return create_detector(name[len(DETECTOR_PREFIX):], pretrained=cfg.pretrained, num_classes=k)
+        if weights is not None:
+            raise RobustvitError(f"--weights does not apply to the torchvision detector {source}; use --pretrained")
+        k = None if pretrained or data is None else create_dataset(data).num_classes
+        return create_detector(source[len(DETECTOR_PREFIX):], pretrained=pretrained, num_classes=k)
+    return create_model(source, pretrained=pretrained and not is_checkpoint_dir(source), checkpoint=weights)
 
 
 def _data_key(model: nn.Module) -> Resize | None:
@@ -573,6 +580,8 @@ def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: lis
             "num_classes": dataset.num_classes, "subset": ctx.subset.record() if ctx.subset else None}
     record = model_record(ctx.model, ctx.model_name, _source(source, ctx.model), cfg.class_map,
                           resize=getattr(dataset, "resize", None))
+    if cfg.flops:
+        record["flops"] = count_flops(ctx.model)
     return results_document("eval", run=run, model=record,
                             data=data, payload=suites_out, notes=notes)
 
@@ -593,4 +602,4 @@ def comparability_notes(ctx: EvalContext, suites: list[Suite], keys: list[str]) 
     return notes
 
 
-__all__ = ["EvalConfig", "RESULTS_FILE", "SHARD_FILE", "merge_shards", "run_eval"]
+__all__ = ["EvalConfig", "RESULTS_FILE", "RUN_OPTIONS", "SHARD_FILE", "build_model", "merge_shards", "run_eval"]

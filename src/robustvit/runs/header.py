@@ -47,6 +47,22 @@ def model_record(model: torch.nn.Module, name: str, source: str | None = None,
             "class_map": None if class_map is None else str(class_map)}
 
 
+def count_flops(model: torch.nn.Module) -> int | None:
+    """Forward FLOPs of one image at the model's input size (``torch.utils.flop_counter``; None if not countable)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    spec = getattr(model, "spec", None)
+    size = tuple(getattr(spec, "input_size", (3, 224, 224)))
+    try:
+        device = next(model.parameters()).device
+        x = torch.rand(1, *size, device=device)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(x)
+        return int(counter.get_total_flops()) or None
+    except Exception:  # an op the counter cannot trace: leave FLOPs out
+        return None
+
+
 def weights_id(model: torch.nn.Module, name: object = None) -> str:
     """What a run's results depend on in the weights, for its fingerprint: the SHA-256 of the checkpoint or
     ``--weights`` file (the same on every machine of a job array), else the timm name of pretrained weights, else
@@ -64,4 +80,4 @@ def weights_id(model: torch.nn.Module, name: object = None) -> str:
     return f"{RANDOM_WEIGHTS if weights.get('source') == 'random' else 'python:'}{h.hexdigest()[:16]}"
 
 
-__all__ = ["device_name", "model_record", "run_header", "weights_id"]
+__all__ = ["count_flops", "device_name", "model_record", "run_header", "weights_id"]

@@ -519,6 +519,7 @@ class TransferSuite(AttackSuite):
     description = "transfer matrix: adversarial examples crafted on each model of the run, evaluated on this one"
     attack_options = ("steps", "step_size", "restarts", "random_start")
     check_kinds = ()
+    across_models = True
 
     @dataclass
     class Options(BudgetOptions):

@@ -156,6 +156,9 @@ class Suite:
     #: ``--precision auto`` runs the suite in bfloat16 on CUDA (plain accuracies: clean, corruptions, shifts);
     #: suites whose numbers hinge on small logit differences or gradients (attacks, flip rates) stay in fp32.
     low_precision: ClassVar[bool] = False
+    #: The suite evaluates what it makes on one model on the run's other models (``transfer``): every model must
+    #: then read the same images (the same preprocessing).
+    across_models: ClassVar[bool] = False
 
     def __init__(self, limit: int | None = None, subset: str | None = None, **options: Any) -> None:
         given = {**({"limit": limit} if limit is not None else {}), **({"subset": subset} if subset is not None else {}),
