@@ -32,7 +32,7 @@ from robustvit.data.loader import ChunkLoader, PartsDataset, check_decode, float
 from robustvit.data.subset import Subset, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites import Batch, EvalContext, Suite, create_suite
-from robustvit.evaluate.suites.base import PRECISION_CHOICES, suite_precision
+from robustvit.evaluate.suites.base import PRECISION_CHOICES, Plan, suite_precision
 from robustvit.models.wrapper import inference_settings
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
@@ -196,12 +196,13 @@ def _evaluate_model(key: str, model: Normalized, dataset: ImageDataset, cfg: Eva
                                  "precision": cfg.precision, "decode": cfg.decode,
                                  "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
         model.micro_batch = cfg.batch_size if cfg.batch_size < chunk else None
-        _run_units(ctx, store, suites, keys, dataset, cfg, worker, chunk, loaders,
+        plans = [suite.plan(ctx) for suite in suites]
+        _run_units(ctx, store, suites, plans, keys, dataset, cfg, worker, chunk, loaders,
                    show=cfg.progress and rank == 0, merging=merging)
         barrier()
         if rank == 0 and shard is None:
-            results[key] = keep_finished(out, _finalize(ctx, store, suites, keys, dataset, cfg, world, sources[key],
-                                                        chunk))
+            results[key] = keep_finished(out, _finalize(ctx, store, suites, plans, keys, dataset, cfg, world,
+                                                        sources[key], chunk))
             write_results(out, results[key])
     finally:
         model.micro_batch = None
@@ -337,46 +338,46 @@ def match_classes(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalC
 
 
 @dataclass
-class _Plan:
-    """One pass over images of a data set: ``images`` (ascending data-set indices) in chunks of the batch size,
-    and the suites evaluated on them, each on the first ``limit`` of them (None: all)."""
+class _Pass:
+    """One pass over images: ``images`` (ascending indices into ``dataset``, or into a suite's own images when
+    ``dataset`` is None) in chunks of the batch size, and the suites evaluated on them, each on the first ``limit``
+    of them (None: all)."""
 
-    dataset: ImageDataset
+    dataset: ImageDataset | None
     images: torch.Tensor
     members: dict[int, int | None]
     tag: str
     data_part: str | None = None   # counts the run's images read (results.json ``data``) under this part
 
 
-def _base_subset(ds: ImageDataset, run: ImageDataset, aligned: bool, ctx: EvalContext, cfg: EvalConfig) -> Subset:
-    """The run's images for the run's data set, and for a suite's own data set aligned with it (``data_aligned``
-    and as many images: e.g. ImageNet-C next to imagenet:/val); else every image of the suite's own data set
-    (``--limit`` / ``--subset`` are about ``--data``; the suite's ``limit=`` draws from its own)."""
+def _passes(ctx: EvalContext, suites: list[Suite], plans: list[Plan], dataset: ImageDataset,
+            cfg: EvalConfig) -> list[_Pass]:
+    """Group the suites by the images their plans read (the run's, a data set of their own, or — ``plan.size`` —
+    images a suite reads itself); a suite's ``limit=n`` takes n of the group's images (option ``subset``, default
+    the run's ``--subset-method``; :meth:`Subset.draw`). The first n — ``first`` — ride on the group's pass; a
+    stratified sample gets a pass of its own, so that its chunks are full batches. The group's images are the run's
+    (``--limit``, ``--subset``) for the run's data and for a suite's own images aligned with them (``data_aligned``
+    and as many); else all of the suite's own. Sets ``suite.subset_info`` (the suite's own sample, for
+    results.json) and ``suite.subset_note`` (comparability)."""
     assert ctx.subset is not None
-    if ds is run or (aligned and len(ds) == len(run)):
-        return ctx.subset
-    return make_subset(ds, method=cfg.subset_method, seed=ctx.subset.seed)
-
-
-def _plans(ctx: EvalContext, suites: list[Suite], dataset: ImageDataset, cfg: EvalConfig) -> list[_Plan]:
-    """Group the suites by data set; a suite's ``limit=n`` takes n of the group's images (option ``subset``,
-    default the run's ``--subset-method``; :meth:`Subset.draw`). The first n — ``first`` — ride on the group's
-    pass; a stratified sample gets a pass of its own, so that its chunks are full batches. Sets
-    ``suite.subset_info`` (the suite's own sample, for results.json) and ``suite.subset_note`` (comparability)."""
-    groups: dict[int, list[int]] = {}
-    datasets: dict[int, ImageDataset] = {id(dataset): dataset}
-    for i, suite in enumerate(suites):
-        own = suite.dataset(ctx)
-        ds = own if own is not None else dataset
-        datasets[id(ds)] = ds
-        groups.setdefault(id(ds), []).append(i)
-    plans: list[_Plan] = []
-    for ds_id, members in groups.items():
-        ds = datasets[ds_id]
-        base = _base_subset(ds, dataset, any(suites[i].data_aligned for i in members), ctx, cfg)
+    groups: dict[Any, list[int]] = {}
+    for i, plan in enumerate(plans):
+        key = ("own", i) if plan.size is not None else id(plan.data if plan.data is not None else dataset)
+        groups.setdefault(key, []).append(i)
+    passes: list[_Pass] = []
+    for members in groups.values():
+        first = plans[members[0]]
+        ds = None if first.size is not None else first.data if first.data is not None else dataset
+        source = range(first.size) if ds is None else ds
+        aligned = any(suites[i].data_aligned for i in members)
+        if ds is dataset or (aligned and len(source) == len(dataset)):
+            base = ctx.subset
+        else:
+            base = make_subset(source, method=cfg.subset_method, seed=ctx.subset.seed,
+                               labels=first.labels if ds is None else None)
         tag = "data" if ds is dataset else suites[members[0]].name
-        main = _Plan(ds, base.indices, {}, tag)
-        extra: dict[tuple[str, int], _Plan] = {}
+        main = _Pass(ds, base.indices, {}, tag)
+        extra: dict[tuple[str, int], _Pass] = {}
         for i in members:
             suite, n = suites[i], suites[i].max_images
             if n is not None and n < 1:
@@ -389,34 +390,34 @@ def _plans(ctx: EvalContext, suites: list[Suite], dataset: ImageDataset, cfg: Ev
                 main.members[i] = None if sample is base else n
             else:
                 if (method, n) not in extra:
-                    extra[(method, n)] = _Plan(ds, sample.indices, {}, f"{suite.name} ({n} images)")
+                    extra[(method, n)] = _Pass(ds, sample.indices, {}, f"{suite.name} ({n} images)")
                 extra[(method, n)].members[i] = None
         group = ([main] if main.members else []) + list(extra.values())
         if ds is dataset and group:        # the widest pass counts the run's images (and the unreadable ones)
             widest = main if main.members else max(extra.values(), key=lambda p: len(p.images))
             widest.data_part = "all" if main.members else f"sample:{len(widest.images)}"
-        plans += group
-    return plans
+        passes += group
+    return passes
 
 
-def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
-               cfg: EvalConfig, worker: Worker, chunk: int, loaders: "_Loaders", *, show: bool = False,
-               merging: bool = False) -> None:
-    """Evaluate every unit not yet in the store that ``worker`` owns, pass by pass (:func:`_plans`), on the run
+def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], plans: list[Plan], keys: list[str],
+               dataset: ImageDataset, cfg: EvalConfig, worker: Worker, chunk: int, loaders: "_Loaders", *,
+               show: bool = False, merging: bool = False) -> None:
+    """Evaluate every unit not yet in the store that ``worker`` owns, pass by pass (:func:`_passes`), on the run
     engine's scheduler. Chunk ``c`` of a pass holds its images c·B … (c+1)·B−1; ``Batch.index`` is each image's
     position in the pass (0 = the suite's first image), ``Batch.data_index`` its index in the data set.
     ``merging``: the units must all be stored already (a merge of shards); refuse when some are not."""
     b = chunk
     index = {k: i for i, k in enumerate(keys)}
     precision = [suite_precision(cfg.precision, ctx.device, s) for s in suites]
-    for plan in _plans(ctx, suites, dataset, cfg):
+    for plan in _passes(ctx, suites, plans, dataset, cfg):
         ds, images = plan.dataset, plan.images
         sizes = {i: len(images) if m is None else min(m, len(images)) for i, m in plan.members.items()}
-        parts = {i: suites[i].parts(ctx) for i in plan.members}
+        parts = {i: plans[i].parts for i in plan.members}
         span = max(sizes.values())                  # images read: up to the largest member's
         nchunks = math.ceil(span / b)
 
-        def units(c: int, plan: _Plan = plan, sizes: dict[int, int] = sizes, parts: dict[int, list[str]] = parts
+        def units(c: int, plan: _Pass = plan, sizes: dict[int, int] = sizes, parts: dict[int, list[str]] = parts
                   ) -> list[Unit]:
             todo = [(keys[i], p) for i in plan.members if c * b < sizes[i] for p in parts[i]]
             return todo + ([("_data", plan.data_part)] if plan.data_part is not None else [])
@@ -429,10 +430,10 @@ def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: li
                                      "then merge")
             continue
 
-        member = next(iter(plan.members)) if len(plan.members) == 1 else None
-        part_sets = suites[member].part_datasets(ctx) if member is not None else None
+        member = next(iter(plan.members)) if ds is None else None     # a suite's own images: one member
+        part_sets = plans[member].part_data if member is not None else None
 
-        def load(chunks: Iterable[int], ds: ImageDataset = ds, images: torch.Tensor = images, span: int = span,
+        def load(chunks: Iterable[int], ds: ImageDataset | None = ds, images: torch.Tensor = images, span: int = span,
                  member: int | None = member, part_sets: dict[str, ImageDataset] | None = part_sets):
             done = store.done(keys[member]) if part_sets is not None and member is not None else set()
 
@@ -447,10 +448,14 @@ def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: li
                 for pos, chunk_parts in loaders.parts(keys[member], part_sets).iter_parts(items(), as_float=False):
                     yield pos, images[pos], None, chunk_parts
                 return
+            if ds is None:                      # the suite reads its images itself (from ``batch.ids``)
+                for pos, ids in items():
+                    yield pos, ids, torch.empty(len(ids), 3, 0, 0, device=ctx.device), torch.zeros_like(ids)
+                return
             for pos, x, y in loaders.get(ds).iter(items(), tagged=True):
                 yield pos, images[pos], x, y
 
-        def work(data: Any, c: int, pending: list[Unit], ds: ImageDataset = ds, sizes: dict[int, int] = sizes):
+        def work(data: Any, c: int, pending: list[Unit], ds: ImageDataset | None = ds, sizes: dict[int, int] = sizes):
             pos, ids, x, y = data
             if x is None:                       # a suite whose parts read their own files: y holds them
                 yield from part_work(y, c, pending, pos, ids)
@@ -552,16 +557,16 @@ class _Loaders:
         self.part_loaders.clear()
 
 
-def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
-              cfg: EvalConfig, world: int, source: str | nn.Module, chunk: int) -> dict[str, Any]:
+def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], plans: list[Plan], keys: list[str],
+              dataset: ImageDataset, cfg: EvalConfig, world: int, source: str | nn.Module, chunk: int) -> dict[str, Any]:
     data_units = store.stats("_data")      # one part: "all", or "sample:N" when every suite drew its own sample
     data_items = data_units.get("all") or next(iter(data_units.values()), [])
     data_stats = sum_stats([{k: v for k, v in s.items() if k != "files"} for s in data_items])   # counts only
     files = [f for s in data_items for f in s.get("files", [])][:20]
     suites_out: dict[str, Any] = {}
-    for suite, key in zip(suites, keys):
+    for suite, plan, key in zip(suites, plans, keys):
         stats = {part: sum_stats(items) for part, items in store.stats(key).items()}
-        missing = [p for p in suite.parts(ctx) if p not in stats]
+        missing = [p for p in plan.parts if p not in stats]
         if missing:
             raise RobustvitError(f"suite {key}: parts {missing[:3]} have no results (was the run interrupted?); re-run the command")
         res = suite.finalize(ctx, stats)

@@ -48,8 +48,10 @@ from robustvit.corruptions import corrupt
 from robustvit.corruptions.params import parse_corruptions, parse_severities, resolve_preset
 from robustvit.data import ImageDataset, create_dataset, dataset_for_model
 from robustvit.data.dense import (StoredCorruptions, coco_ground_truth, detection_images, image_ids, relpaths)
+from robustvit.data.subset import dataset_labels
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, create_suite, register_suite
+from robustvit.evaluate.suites.base import (Batch, EvalContext, Plan, Suite, SuiteOptions, create_suite,
+                                            register_suite)
 from robustvit.metrics.corruption import mean_or_none, retention
 from robustvit.metrics.dense import coco_box_map, confusion_matrix, segmentation_scores
 from robustvit.options import option
@@ -75,22 +77,6 @@ def _base(ds: Any) -> Any:
     while hasattr(ds, "ds") and not hasattr(ds, "get_masks") and not hasattr(ds, "get_targets"):
         ds = ds.ds
     return ds
-
-
-class _IndexView(ImageDataset):
-    """The runner's view of a detection data set: placeholder images (each unit reads its own, at native size)."""
-
-    def __init__(self, ds: Any) -> None:
-        self.ds, self.classes, self.spec = ds, list(ds.classes), ds.spec
-
-    def __len__(self) -> int:
-        return len(self.ds)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        return torch.zeros(3, 1, 1), 0
-
-    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.zeros(len(index), 3, 1, 1), torch.zeros(len(index), dtype=torch.long)
 
 
 class _DenseCorruptions(Suite):
@@ -254,12 +240,13 @@ class SegCorruptions(_Segmentation):
 
 # ------------------------------------------------------------------------------------------ detection
 class _Detection(_DenseCorruptions):
-    def dataset(self, ctx: EvalContext) -> ImageDataset | None:
+    def plan(self, ctx: EvalContext) -> Plan:
+        """The units read their own images (at native size, from ``batch.ids``): the runner reads none."""
         ds = _base(ctx.dataset)
         if not getattr(ds, "has_boxes", False):
             raise RobustvitError(f"{self.name} needs boxes: use a detection data set (coco:ROOT, "
                                  "synthshapes:test,boxes=1)")
-        return _IndexView(ds)
+        return Plan(self.parts(ctx), size=len(ds), labels=dataset_labels(ds))
 
     def _images(self, ctx: EvalContext, part: str, batch: Batch) -> list[torch.Tensor]:
         ds = _base(ctx.dataset)
@@ -369,14 +356,17 @@ def evaluate_dense(model: nn.Module, data: str | ImageDataset, suites: list[str]
     results: dict[str, Any] = {}
     for key in suites:
         suite = create_suite(key)
-        ds = suite.dataset(ctx) or dataset
-        n = len(ds) if limit is None else min(limit, len(ds))
+        plan = suite.plan(ctx)
+        ds = plan.data if plan.data is not None else dataset
+        total = len(ds) if plan.size is None else plan.size
+        n = total if limit is None else min(limit, total)
         n = n if suite.max_images is None else min(n, suite.max_images)
-        parts = suite.parts(ctx)
+        parts = plan.parts
         acc: dict[str, list[dict[str, Any]]] = {p: [] for p in parts}
         for c in range(math.ceil(n / batch_size)):
             idx = torch.arange(c * batch_size, min(n, (c + 1) * batch_size))
-            x, y = ds.get_batch(idx)
+            x, y = ((torch.empty(len(idx), 3, 0, 0), torch.zeros_like(idx)) if plan.size is not None  # reads its own
+                    else ds.get_batch(idx))
             x, y = x.to(device), y.to(device)
             for p in parts:
                 gen = torch.Generator(device=device)
