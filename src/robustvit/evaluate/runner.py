@@ -94,7 +94,7 @@ def _source(name: str | nn.Module, model: Normalized) -> str:
     return name if isinstance(name, str) else f"python:{type(getattr(model, 'model', model)).__name__}"
 
 
-def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, Any]]:
+def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     """Evaluate every model; returns {model name: results dict}; writes OUT[/<model>]/results.json (a shard:
     OUT/shard.json and its units only, and returns {})."""
     if not cfg.models:
@@ -112,10 +112,54 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
     if cfg.precision not in PRECISION_CHOICES:
         raise RobustvitError(f"--precision must be one of {', '.join(PRECISION_CHOICES)}, got {cfg.precision!r}")
     with run_settings(cfg.deterministic):
-        return _run_eval(cfg, merging=_merging)
+        return _run_eval(cfg)
 
 
-def _run_eval(cfg: EvalConfig, *, merging: bool) -> dict[str, dict[str, Any]]:
+@dataclass
+class _Run:
+    """What the models of one run share: the suites (``keys``: their specs), the models by name and what built
+    them, one data set per preprocessing, the run's images, and the process's place (rank, world, shard)."""
+
+    cfg: EvalConfig
+    suites: list[Suite]
+    keys: list[str]
+    models: dict[str, Normalized]
+    sources: dict[str, str | nn.Module]
+    datasets: dict[Resize | None, ImageDataset]
+    subset: Subset
+    device: torch.device
+    rank: int = 0
+    world: int = 1
+    shard: Shard | None = None
+
+    def out(self, key: str) -> Path:
+        return Path(self.cfg.out) / key if len(self.models) > 1 else Path(self.cfg.out)
+
+    def dataset(self, key: str) -> ImageDataset:
+        return self.datasets[_data_key(self.models[key])]
+
+    def context(self, key: str) -> EvalContext:
+        cfg, model = self.cfg, self.models[key]
+        return EvalContext(model=model, model_name=key, models=self.models, data_spec=cfg.data,
+                           dataset=self.dataset(key), num_classes=model.spec.num_classes, device=self.device,
+                           seed=cfg.seed, options=cfg.options, out_dir=self.out(key), subset=self.subset,
+                           class_map=cfg.class_map)
+
+    def open_store(self, key: str) -> tuple[UnitStore, int]:
+        """The model's unit store, checked against this run's settings, and the run's chunk size."""
+        cfg, model = self.cfg, self.models[key]
+        store = open_shared_store(self.out(key), self.rank, self.world)
+        chunk = chunk_size(cfg, store)
+        store.check_fingerprint({"model": key, "checkpoint": weights_id(model, self.sources[key]),
+                                 "data": cfg.data, "limit": cfg.limit, "chunk": chunk, "seed": cfg.seed,
+                                 "subset": self.subset.fingerprint(), "device": self.device.type,
+                                 "precision": cfg.precision, "decode": cfg.decode,
+                                 "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
+        return store, chunk
+
+
+def _prepare(cfg: EvalConfig) -> _Run:
+    """Build the run's suites, models, data sets and images (one-line errors for what does not fit)."""
     suites = [create_suite(s) for s in cfg.suites]
     keys = [s.strip() for s in cfg.suites]
     if len(set(keys)) != len(keys):
@@ -126,7 +170,6 @@ def _run_eval(cfg: EvalConfig, *, merging: bool) -> dict[str, dict[str, Any]]:
         raise RobustvitError("--shard needs models given by name or checkpoint folder (a merge rebuilds them)")
     device = resolve_device(cfg.device)
     rank, world, device = init_distributed(device)
-    worker = Worker.of(rank, world, shard)
     if cfg.weights is not None and len(cfg.models) != 1:
         raise RobustvitError("--weights FILE applies to one model; evaluate the models one at a time")
     models: dict[str, Normalized] = {}
@@ -143,7 +186,7 @@ def _run_eval(cfg: EvalConfig, *, merging: bool) -> dict[str, dict[str, Any]]:
         if key in models:
             key = f"{key}-{len(models)}"
         models[key], sources[key] = m, name
-    datasets: dict[Resize, ImageDataset] = {}       # one per preprocessing: models with the same one share it
+    datasets: dict[Resize | None, ImageDataset] = {}       # one per preprocessing: models with the same one share it
     for key, m in models.items():
         resize = _data_key(m)
         if resize not in datasets:
@@ -153,61 +196,52 @@ def _run_eval(cfg: EvalConfig, *, merging: bool) -> dict[str, dict[str, Any]]:
             match_classes(key, m, datasets[resize], cfg)
     across = next((s for s in suites if s.across_models), None)
     if len(datasets) > 1 and across is not None:
-        seen = ", ".join(f"{r.size}px crop_pct {r.crop_pct} {r.interpolation}" for r in datasets)
+        seen = ", ".join(f"{r.size}px crop_pct {r.crop_pct} {r.interpolation}" for r in datasets if r is not None)
         raise RobustvitError(f"suite {across.key} evaluates what it makes on one model on the others, so every "
                              f"model must see the same images; these models preprocess differently ({seen}): run "
                              f"{across.name} on models with the same input size, crop_pct and interpolation")
     first = next(iter(datasets.values()))
     subset_seed = cfg.seed if cfg.subset_seed is None else cfg.subset_seed
     subset = make_subset(first, limit=cfg.limit, method=cfg.subset_method, seed=subset_seed, file=cfg.subset)
+    return _Run(cfg, suites, keys, models, sources, datasets, subset, device, rank, world, shard)
+
+
+def _run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
+    run = _prepare(cfg)
     results: dict[str, dict[str, Any]] = {}
-    loaders = _Loaders(cfg.workers, device, cfg.decode)
+    loaders = _Loaders(cfg.workers, run.device, cfg.decode)
     try:
-        for key, model in models.items():
-            results.update(_evaluate_model(key, model, datasets[_data_key(model)], cfg, loaders, models, sources,
-                                           suites, keys, subset, device, rank, world, worker, shard, merging))
+        for key in run.models:
+            results.update(_evaluate_model(run, key, loaders))
     finally:
         loaders.close()
-    if shard is not None and rank == 0:
-        write_json(Path(cfg.out) / SHARD_FILE, {"schema": 2, "kind": "eval-shard", "shard": str(shard),
-                                                "models": list(models), "config": _config_record(cfg)})
+    if run.shard is not None and run.rank == 0:
+        write_json(Path(cfg.out) / SHARD_FILE, {"schema": 2, "kind": "eval-shard", "shard": str(run.shard),
+                                                "models": list(run.models), "config": _config_record(cfg)})
     barrier()
     return results
 
 
-def _evaluate_model(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalConfig, loaders: "_Loaders",
-                    models: dict[str, Normalized], sources: dict[str, str | nn.Module], suites: list[Suite],
-                    keys: list[str], subset: Subset, device: torch.device, rank: int, world: int, worker: Worker,
-                    shard: Shard | None, merging: bool) -> dict[str, dict[str, Any]]:
+def _evaluate_model(run: _Run, key: str, loaders: "_Loaders") -> dict[str, dict[str, Any]]:
     """Run one model's units into its folder's store; rank 0 of an unsharded run writes its results.json."""
-    results: dict[str, dict[str, Any]] = {}
-    multi = len(models) > 1
-    out = Path(cfg.out) / key if multi else Path(cfg.out)
-    check_kind(out, "eval")
-    ctx = EvalContext(model=model, model_name=key, models=models, data_spec=cfg.data, dataset=dataset,
-                      num_classes=model.spec.num_classes, device=device, seed=cfg.seed, options=cfg.options,
-                      out_dir=out, subset=subset, class_map=cfg.class_map)
-    store = open_shared_store(out, rank, world)
+    cfg, model = run.cfg, run.models[key]
+    check_kind(run.out(key), "eval")
+    ctx = run.context(key)
+    store, chunk = run.open_store(key)
     try:
-        chunk = chunk_size(cfg, store)
-        store.check_fingerprint({"model": key, "checkpoint": weights_id(model, sources[key]),
-                                 "data": cfg.data, "limit": cfg.limit, "chunk": chunk, "seed": cfg.seed,
-                                 "subset": subset.fingerprint(), "device": device.type,
-                                 "precision": cfg.precision, "decode": cfg.decode,
-                                 "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
         model.micro_batch = cfg.batch_size if cfg.batch_size < chunk else None
-        plans = [suite.plan(ctx) for suite in suites]
-        _run_units(ctx, store, suites, plans, keys, dataset, cfg, worker, chunk, loaders,
-                   show=cfg.progress and rank == 0, merging=merging)
+        plans = [suite.plan(ctx) for suite in run.suites]
+        _run_units(ctx, store, run.suites, plans, run.keys, run.dataset(key), cfg,
+                   Worker.of(run.rank, run.world, run.shard), chunk, loaders, show=cfg.progress and run.rank == 0)
         barrier()
-        if rank == 0 and shard is None:
-            results[key] = keep_finished(out, _finalize(ctx, store, suites, plans, keys, dataset, cfg, world,
-                                                        sources[key], chunk))
-            write_results(out, results[key])
+        if run.rank != 0 or run.shard is not None:
+            return {}
+        doc = keep_finished(run.out(key), _finalize(ctx, store, run, plans, chunk))
+        write_results(run.out(key), doc)
+        return {key: doc}
     finally:
         model.micro_batch = None
         store.close()
-    return results
 
 
 #: EvalConfig fields that may differ between the shards of one run (the rest must agree to merge them).
@@ -218,11 +252,11 @@ def _config_record(cfg: EvalConfig) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None = None,
-                 progress: bool = False) -> dict[str, dict[str, Any]]:
+def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None = None) -> dict[str, dict[str, Any]]:
     """Join the unit stores of the shards ``dirs`` (``robustvit eval --shard K/N`` folders: together 1 … N, each
     once) into ``out`` and write its ``results.json`` — the file one unsharded run writes (its ``run`` records
-    ``shard``: the count, the folders and the ``merge`` command; ``command`` is the shards' without ``--shard``).
+    ``shard``: the count, the folders and the ``merge`` command; ``command`` is the shards' without ``--shard``),
+    finalised from the joined stores (nothing is evaluated: a missing unit is a one-line error).
     Returns {model name: results dict} as :func:`run_eval`."""
     if not dirs:
         raise RobustvitError("give the shard folders to merge: robustvit merge OUT_1 … OUT_N --out OUT")
@@ -265,13 +299,28 @@ def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None
                     target.merge_from(src)
     first = records[0][2]["config"]
     one_run = re.sub(r"\s--shard(=|\s+)\S+", "", first.get("command") or "") or None   # the command without --shard
-    cfg = EvalConfig(**{**first, "out": str(out), "shard": None, "progress": progress, "command": one_run})
-    results = run_eval(cfg, _merging=True)
+    run = _prepare(EvalConfig(**{**first, "out": str(out), "shard": None, "progress": False, "command": one_run}))
     shards = {"count": n, "shards": [str(d) for d, _, _ in sorted(records, key=lambda r: r[1].index)],
               "merge": command}
-    for key, res in results.items():
-        res["run"]["shard"] = shards
-        write_results(out / key if len(results) > 1 else out, res)
+    results: dict[str, dict[str, Any]] = {}
+    for key in run.models:                  # finalised from the joined store: every unit must be there
+        ctx = run.context(key)
+        store, chunk = run.open_store(key)
+        try:
+            plans = [suite.plan(ctx) for suite in run.suites]
+            for p in _passes(ctx, run.suites, plans, run.dataset(key), run.cfg):
+                nchunks, _, units = _pass_units(p, plans, run.keys, chunk)
+                lost = pending_chunks(store, nchunks, units)
+                if lost:
+                    raise RobustvitError(f"the shards lack {sum(len(u) for _, u in lost)} units of {key} "
+                                         f"({lost[0][1][0][0]}, chunk {lost[0][0]}); re-run the unfinished shards, "
+                                         "then merge")
+            doc = keep_finished(run.out(key), _finalize(ctx, store, run, plans, chunk))
+        finally:
+            store.close()
+        doc["run"]["shard"] = shards
+        write_results(run.out(key), doc)
+        results[key] = doc
     return results
 
 
@@ -400,35 +449,31 @@ def _passes(ctx: EvalContext, suites: list[Suite], plans: list[Plan], dataset: I
     return passes
 
 
+def _pass_units(p: _Pass, plans: list[Plan], keys: list[str], b: int
+                ) -> tuple[int, dict[int, int], Callable[[int], list[Unit]]]:
+    """A pass's chunk count, each member's image count, and ``units(c)``: chunk c's units (those of the suites
+    whose images reach it, and the run's ``_data`` count)."""
+    sizes = {i: len(p.images) if m is None else min(m, len(p.images)) for i, m in p.members.items()}
+
+    def units(c: int) -> list[Unit]:
+        todo = [(keys[i], part) for i in p.members if c * b < sizes[i] for part in plans[i].parts]
+        return todo + ([("_data", p.data_part)] if p.data_part is not None else [])
+    return math.ceil(max(sizes.values()) / b), sizes, units
+
+
 def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], plans: list[Plan], keys: list[str],
                dataset: ImageDataset, cfg: EvalConfig, worker: Worker, chunk: int, loaders: "_Loaders", *,
-               show: bool = False, merging: bool = False) -> None:
+               show: bool = False) -> None:
     """Evaluate every unit not yet in the store that ``worker`` owns, pass by pass (:func:`_passes`), on the run
     engine's scheduler. Chunk ``c`` of a pass holds its images c·B … (c+1)·B−1; ``Batch.index`` is each image's
-    position in the pass (0 = the suite's first image), ``Batch.data_index`` its index in the data set.
-    ``merging``: the units must all be stored already (a merge of shards); refuse when some are not."""
+    position in the pass (0 = the suite's first image), ``Batch.data_index`` its index in the data set."""
     b = chunk
     index = {k: i for i, k in enumerate(keys)}
     precision = [suite_precision(cfg.precision, ctx.device, s) for s in suites]
     for plan in _passes(ctx, suites, plans, dataset, cfg):
         ds, images = plan.dataset, plan.images
-        sizes = {i: len(images) if m is None else min(m, len(images)) for i, m in plan.members.items()}
-        parts = {i: plans[i].parts for i in plan.members}
+        nchunks, sizes, units = _pass_units(plan, plans, keys, b)
         span = max(sizes.values())                  # images read: up to the largest member's
-        nchunks = math.ceil(span / b)
-
-        def units(c: int, plan: _Pass = plan, sizes: dict[int, int] = sizes, parts: dict[int, list[str]] = parts
-                  ) -> list[Unit]:
-            todo = [(keys[i], p) for i in plan.members if c * b < sizes[i] for p in parts[i]]
-            return todo + ([("_data", plan.data_part)] if plan.data_part is not None else [])
-
-        if merging:
-            lost = pending_chunks(store, nchunks, units)
-            if lost:
-                raise RobustvitError(f"the shards lack {sum(len(u) for _, u in lost)} units of {ctx.model_name} "
-                                     f"({lost[0][1][0][0]}, chunk {lost[0][0]}); re-run the unfinished shards, "
-                                     "then merge")
-            continue
 
         member = next(iter(plan.members)) if ds is None else None     # a suite's own images: one member
         part_sets = plans[member].part_data if member is not None else None
@@ -557,8 +602,10 @@ class _Loaders:
         self.part_loaders.clear()
 
 
-def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], plans: list[Plan], keys: list[str],
-              dataset: ImageDataset, cfg: EvalConfig, world: int, source: str | nn.Module, chunk: int) -> dict[str, Any]:
+def _finalize(ctx: EvalContext, store: UnitStore, run: _Run, plans: list[Plan], chunk: int) -> dict[str, Any]:
+    """The model's results.json document, from its store: each suite's ``finalize`` on its summed statistics."""
+    cfg, suites, keys, dataset = run.cfg, run.suites, run.keys, ctx.dataset
+    world, source = run.world, run.sources[ctx.model_name]
     data_units = store.stats("_data")      # one part: "all", or "sample:N" when every suite drew its own sample
     data_items = data_units.get("all") or next(iter(data_units.values()), [])
     data_stats = sum_stats([{k: v for k, v in s.items() if k != "files"} for s in data_items])   # counts only
