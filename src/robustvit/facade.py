@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from contextlib import nullcontext
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,8 @@ def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suit
     if unknown:
         valid = sorted(fields | set(RUN_OPTIONS) | set(_DATA_OPTIONS) | {"suite", "mean", "std", "name", "input_size",
                                                                          "num_classes", "progress"})
-        raise RobustvitError(f"evaluate() got an unknown keyword argument {unknown[0]!r}; valid ones: {', '.join(valid)}")
+        raise RobustvitError(f"evaluate() got an unknown keyword argument {unknown[0]!r}; valid ones: "
+                             f"{', '.join(valid)}")
     for key in _DATA_OPTIONS:
         if options.get(key) is not None:
             data = f"{data}:{key}={options.pop(key)}"
@@ -121,7 +123,7 @@ def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suit
     config = {k: options.pop(k) for k in list(options) if k in fields}
     config.setdefault("command", "robustvit.evaluate()")
     suite_list = [s.strip() for s in suites.split(",")] if isinstance(suites, str) else list(suites)
-    with tempfile.TemporaryDirectory(prefix="robustvit-eval-") if out is None else _Keep(out) as folder:
+    with tempfile.TemporaryDirectory(prefix="robustvit-eval-") if out is None else nullcontext(Path(out)) as folder:
         results = run_eval(EvalConfig(models=models, data=data, suites=suite_list, out=str(folder), limit=limit,
                                       options=options, progress=progress, **config))
     return results if many else next(iter(results.values()))
@@ -150,7 +152,8 @@ def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, ou
                  pretrained=pretrained, weights=weights)
     dataset = dataset_for_model(data, m.spec) if isinstance(data, str) else data
     label = model if isinstance(model, str) else None
-    with tempfile.TemporaryDirectory(prefix="robustvit-analyze-") if out is None else _Keep(out) as folder:
+    folder_cm = tempfile.TemporaryDirectory(prefix="robustvit-analyze-") if out is None else nullcontext(Path(out))
+    with folder_cm as folder:
         run_analyses(m, dataset, analyses, folder, limit=limit, seed=seed, batch_size=batch_size, device=device,
                      precision=precision, progress=progress, model_name=name or label,
                      data_spec=data if isinstance(data, str) else None,
@@ -173,19 +176,6 @@ def train(config: Any = None, /, *, resume: bool = False, progress: bool = True,
     else:
         raise RobustvitError(f"train() takes a TrainConfig, a dict or a YAML path, got {type(config).__name__}")
     return run_training(cfg, resume=resume, progress=progress)
-
-
-class _Keep:
-    """``with`` on a given folder: the folder itself (a temporary one is removed, a given one is kept)."""
-
-    def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
-
-    def __enter__(self) -> Path:
-        return self.folder
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 __all__ = ["analyze", "as_model", "evaluate", "train", "wrap_module"]

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from robustvit.data import UNREADABLE, ImageDataset, Resize, create_dataset, dataset_for_model, model_resize
-from robustvit.data.classmap import match_classes as _match_classes
+from robustvit.data.classmap import match_classes
 from robustvit.data.loader import ChunkLoader, PartsDataset, check_decode, float_images, resolve_workers
 from robustvit.data.subset import Subset, make_subset
 from robustvit.errors import RobustvitError
@@ -193,7 +193,7 @@ def _prepare(cfg: EvalConfig) -> _Run:
             datasets[resize] = (create_dataset(cfg.data, strict=cfg.strict) if resize is None
                                 else dataset_for_model(cfg.data, m.spec, strict=cfg.strict))
         if any(s.uses_head for s in suites) or cfg.class_map is not None:
-            match_classes(key, m, datasets[resize], cfg)
+            match_classes(m, datasets[resize], cfg.class_map, model_name=key, data_spec=cfg.data)
     across = next((s for s in suites if s.across_models), None)
     if len(datasets) > 1 and across is not None:
         seen = ", ".join(f"{r.size}px crop_pct {r.crop_pct} {r.interpolation}" for r in datasets if r is not None)
@@ -379,11 +379,6 @@ def build_model(source: str | Normalized, *, pretrained: bool = False, weights: 
 def _data_key(model: nn.Module) -> Resize | None:
     """How a model reads the data: its own preprocessing, or (None) images at their native size (detectors)."""
     return None if model.spec.family == "detector" else model_resize(model.spec)
-
-
-def match_classes(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalConfig) -> None:
-    """Check the model's classes against the data's; with ``cfg.class_map``, map them (see :func:`load_class_map`)."""
-    _match_classes(model, dataset, cfg.class_map, model_name=key, data_spec=cfg.data)
 
 
 @dataclass

@@ -140,10 +140,6 @@ class Plan:
     labels: torch.Tensor | None = None
     part_data: dict[str, Any] | None = None
 
-    def __post_init__(self) -> None:
-        if self.part_data is not None and self.size is None:
-            raise ValueError("a plan with part_data gives the number of images (size)")
-
 
 @dataclass
 class SuiteOptions:

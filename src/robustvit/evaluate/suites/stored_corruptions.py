@@ -1,13 +1,7 @@
-"""Suite ``corruptions:source=DIR``: the common corruptions read from a released (or ``robustvit corrupt``-written)
-ImageNet-C tree or CIFAR-10/100-C folder (:mod:`robustvit.data.corrupted`) instead of made in memory; the options,
-parts and result are those of :mod:`robustvit.evaluate.suites.corruptions` (Hendrycks & Dietterich, ICLR 2019,
-arXiv:1903.12261).
-
-Each unit's files are read by the runner's loader workers (the plan's ``part_data``); the ``clean`` part reads the
-run's ``--data`` at the same positions (e.g. ``imagenet:/val`` for ImageNet-C, ``cifar10:test`` for CIFAR-10-C)
-when it has as many images and classes, else clean accuracy is null. A tree as long as ``--data`` takes the run's
-``--limit`` / ``--subset FILE`` images.
-"""
+"""Suite ``corruptions:source=DIR``: the common corruptions read from an ImageNet-C tree or CIFAR-10/100-C folder
+(:mod:`robustvit.data.corrupted`) instead of made in memory; options, parts and result as
+:mod:`robustvit.evaluate.suites.corruptions` (Hendrycks & Dietterich, ICLR 2019, arXiv:1903.12261), whose docstring
+describes ``source=``."""
 
 from __future__ import annotations
 
