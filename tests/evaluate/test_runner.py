@@ -141,3 +141,32 @@ def test_a_rerun_with_other_suites_keeps_every_finished_suite(tmp_path, ckpt):
 def test_unknown_run_options_are_refused(tmp_path, ckpt):
     with pytest.raises(RobustvitError, match="unknown run option 'epz'.*eps, norm, steps"):
         run_eval(EvalConfig(models=[ckpt], data=DATA, out=str(tmp_path / "e"), device="cpu", options={"epz": 1}))
+
+
+@register_suite
+class _OwnImages(Suite):
+    """A test suite whose plan says it reads its own 10 images (from ``batch.ids``): the runner reads none."""
+    name = "_own_images_test"
+
+    def plan(self, ctx):
+        from robustvit.evaluate.suites.base import Plan
+
+        return Plan(["a", "b"], size=10, labels=torch.tensor([0, 1] * 5))
+
+    def run(self, ctx, part, batch):
+        assert batch.x.shape[-2:] == (0, 0) and len(batch.x) == len(batch.ids)
+        return {"ids": [int(i) for i in batch.ids] + [-1] * (10 - len(batch.ids))}
+
+    def finalize(self, ctx, stats):
+        return {p: sorted(i for i in s["ids"] if i >= 0) for p, s in stats.items()}
+
+
+def test_a_plan_of_own_images_gets_their_positions_and_a_stratified_limit(tmp_path, ckpt):
+    cfg = dict(models=[ckpt], data=DATA, batch_size=4, device="cpu", progress=False, limit=6)
+    res = run_eval(EvalConfig(suites=["_own_images_test", "_own_images_test:limit=4:subset=first"],
+                              out=str(tmp_path / "a"), **cfg))["resnet_cifar18"]["suites"]
+    assert res["_own_images_test"]["a"] == res["_own_images_test"]["b"] == list(range(10))   # not the run's 6
+    assert res["_own_images_test:limit=4:subset=first"]["a"] == [0, 1, 2, 3]
+    strat = run_eval(EvalConfig(suites=["_own_images_test:limit=4"], out=str(tmp_path / "b"), **cfg))
+    ids = strat["resnet_cifar18"]["suites"]["_own_images_test:limit=4"]["a"]
+    assert len(ids) == 4 and sorted(i % 2 for i in ids) == [0, 0, 1, 1]        # both classes, 2 each

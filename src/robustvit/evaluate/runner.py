@@ -465,12 +465,12 @@ def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], plans: l
     b = chunk
     index = {k: i for i, k in enumerate(keys)}
     precision = [suite_precision(cfg.precision, ctx.device, s) for s in suites]
-    for plan in _passes(ctx, suites, plans, dataset, cfg):
-        ds, images = plan.dataset, plan.images
-        nchunks, sizes, units = _pass_units(plan, plans, keys, b)
+    for group in _passes(ctx, suites, plans, dataset, cfg):
+        ds, images = group.dataset, group.images
+        nchunks, sizes, units = _pass_units(group, plans, keys, b)
         span = max(sizes.values())                  # images read: up to the largest member's
 
-        member = next(iter(plan.members)) if ds is None else None     # a suite's own images: one member
+        member = next(iter(group.members)) if ds is None else None     # a suite's own images: one member
         part_sets = plans[member].part_data if member is not None else None
 
         def load(chunks: Iterable[int], ds: ImageDataset | None = ds, images: torch.Tensor = images, span: int = span,
@@ -541,7 +541,7 @@ def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], plans: l
             return retry_out_of_memory(ctx.model, attempt, len(y))
 
         run_units(store, nchunks, units, work, load=load, worker=worker, device=ctx.device,
-                  progress=lambda n, tag=plan.tag: progress_bar(show, f"{ctx.model_name} · {tag}", n))
+                  progress=lambda n, tag=group.tag: progress_bar(show, f"{ctx.model_name} · {tag}", n))
 
 
 def retry_out_of_memory(model: nn.Module, attempt: Callable[[], Any], images: int) -> Any:
