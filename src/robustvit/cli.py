@@ -465,10 +465,11 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
 def cmd_analyze(a: argparse.Namespace) -> int:
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
-    from robustvit.models import create_model, is_checkpoint_dir
+    from robustvit.evaluate.runner import build_model
+    from robustvit.models import is_checkpoint_dir
     from robustvit.models.factory import warn_if_random
 
-    model = create_model(a.model, pretrained=a.pretrained and not is_checkpoint_dir(a.model), checkpoint=a.weights)
+    model = build_model(a.model, pretrained=a.pretrained, weights=a.weights, data=a.data)
     warn_if_random(a.model, model)
     dataset = dataset_for_model(a.data, model.spec)
     name = model.spec.architecture if is_checkpoint_dir(a.model) else a.model
@@ -489,15 +490,15 @@ def add_merge(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("merge", help="merge the folders of `robustvit eval --shard K/N` runs into one results.json")
     p.add_argument("shards", nargs="+", metavar="OUT_K", help="the shards' --out folders (all N of them, any order)")
     p.add_argument("--out", required=True, help="output folder of the merged run (results.json, units.sqlite)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true",
+                   help="accepted for symmetry with eval (a merge evaluates nothing)")
     p.set_defaults(func=cmd_merge)
 
 
 def cmd_merge(a: argparse.Namespace) -> int:
     from robustvit.evaluate.runner import merge_shards
 
-    results = merge_shards(a.shards, a.out, progress=not a.no_progress,
-                           command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
+    results = merge_shards(a.shards, a.out, command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
     print(f"merged {len(a.shards)} shards of {', '.join(results)} into {a.out}")
     return 0
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from contextlib import nullcontext
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,12 +30,11 @@ def as_model(model: str | nn.Module, *, mean: Sequence[float] | None = None, std
              name: str | None = None, num_classes: int | None = None, input_size: int | None = None,
              pretrained: bool = False, weights: str | None = None) -> Any:
     """A robustvit ``Normalized`` model from a name or a module (see the module docstring)."""
-    from robustvit.models import Normalized, create_model, is_checkpoint_dir
+    from robustvit.evaluate.runner import build_model
+    from robustvit.models import Normalized
 
-    if isinstance(model, str):
-        return create_model(model, pretrained=pretrained and not is_checkpoint_dir(model), checkpoint=weights)
-    if isinstance(model, Normalized):
-        return model
+    if isinstance(model, (str, Normalized)):
+        return build_model(model, pretrained=pretrained, weights=weights)
     if not isinstance(model, nn.Module):
         raise RobustvitError(f"model must be a name or a torch nn.Module, got {type(model).__name__}")
     return wrap_module(model, mean=mean, std=std, name=name, num_classes=num_classes, input_size=input_size)
@@ -81,8 +81,10 @@ def wrap_module(module: nn.Module, *, mean: Sequence[float] | None = None, std: 
     return wrapped
 
 
-_EVAL_FIELDS = {"batch_size", "device", "seed", "strict", "workers", "pretrained", "weights", "class_map",
-                "subset_method", "subset", "subset_seed", "progress", "command", "shard"}
+#: EvalConfig fields that ``evaluate`` sets from its own arguments (the others are its keyword arguments).
+_EVAL_OWN = ("models", "data", "suites", "out", "limit", "options", "progress")
+#: Keyword arguments that change how the data is read: appended to the data spec (a source without them refuses).
+_DATA_OPTIONS = ("crop_pct", "interpolation")
 
 
 def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suites: Sequence[str] | str = ("clean",),
@@ -95,14 +97,17 @@ def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suit
         model: a model name (timm or robustvit), a checkpoint folder or an ``nn.Module`` taking images in
             [0, 1]; or a list of them (evaluated one after the other, ``transfer`` across them).
         data: a data spec such as ``"synthshapes:test"`` or ``"imagenet:/data/val"``.
-        suites: suite specs ``"name[:key=value…]"`` (``robustvit list suites``), a list or comma-separated.
+        suites: suite specs ``"name[:key=value…]"`` (``robustvit list suites``), a list or comma-separated
+            (``suite=`` is an alias).
         out: the run folder (results.json, resumable); None: a temporary one, removed afterwards.
         limit: evaluate at most this many images (a seeded class-stratified sample).
         mean, std, name, input_size, num_classes: describe an ``nn.Module`` (:func:`wrap_module`).
+        crop_pct, interpolation: override the preprocessing the data is read with (data-spec options, e.g. of
+            ``folder:``).
         progress: show progress bars.
         options: EvalConfig fields (``batch_size``, ``device``, ``seed``, ``pretrained``, ``weights``,
-            ``class_map``, ``subset_method``, ``subset``, …) and the suites' run-level options (``eps``,
-            ``norm``, ``steps``).
+            ``class_map``, ``subset_method``, ``subset``, …) and the run's attack options (``eps``, ``norm``,
+            ``steps``); any other keyword is refused in one line.
 
     Returns:
         The results dict (results.json, kind eval): ``results["suites"][key]`` per suite; for a list of models,
@@ -113,18 +118,33 @@ def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suit
         >>> res["suites"]["clean"]["num_images"], 0 <= res["suites"]["clean"]["top1"] <= 1
         (8, True)
     """
-    from robustvit.evaluate.runner import EvalConfig, run_eval
+    from robustvit.evaluate.runner import RUN_OPTIONS, EvalConfig, run_eval
 
+    if "suite" in options:
+        if suites != ("clean",):
+            raise RobustvitError("give suites= or its alias suite=, not both")
+        suites = options.pop("suite")
+    fields = {f.name for f in dataclasses.fields(EvalConfig)} - set(_EVAL_OWN)
+    unknown = sorted(set(options) - fields - set(RUN_OPTIONS) - set(_DATA_OPTIONS))
+    if unknown:
+        valid = sorted(fields | set(RUN_OPTIONS) | set(_DATA_OPTIONS) | {"suite", "mean", "std", "name", "input_size",
+                                                                         "num_classes", "progress"})
+        raise RobustvitError(f"evaluate() got an unknown keyword argument {unknown[0]!r}; valid ones: "
+                             f"{', '.join(valid)}")
+    for key in _DATA_OPTIONS:
+        if options.get(key) is not None:
+            data = f"{data}:{key}={options.pop(key)}"
+        options.pop(key, None)
     many = isinstance(model, (list, tuple))
     models = [m if isinstance(m, str) else as_model(m, mean=mean, std=std, name=name, input_size=input_size,
                                                     num_classes=num_classes)
               for m in (model if many else [model])]
-    fields = {k: options.pop(k) for k in list(options) if k in _EVAL_FIELDS}
-    fields.setdefault("command", "robustvit.evaluate()")
+    config = {k: options.pop(k) for k in list(options) if k in fields}
+    config.setdefault("command", "robustvit.evaluate()")
     suite_list = [s.strip() for s in suites.split(",")] if isinstance(suites, str) else list(suites)
-    with tempfile.TemporaryDirectory(prefix="robustvit-eval-") if out is None else _Keep(out) as folder:
+    with tempfile.TemporaryDirectory(prefix="robustvit-eval-") if out is None else nullcontext(Path(out)) as folder:
         results = run_eval(EvalConfig(models=models, data=data, suites=suite_list, out=str(folder), limit=limit,
-                                      options=options, progress=progress, **fields))
+                                      options=options, progress=progress, **config))
     return results if many else next(iter(results.values()))
 
 
@@ -161,11 +181,17 @@ def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, ou
     from robustvit.data import dataset_for_model
     from robustvit.runs import read_results
 
+    allowed = ("class_map", "subset_method", "subset", "subset_seed")
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise RobustvitError(f"analyze() got an unknown keyword argument {unknown[0]!r}; besides its named "
+                             f"arguments it takes {', '.join(allowed)}")
     m = as_model(model, mean=mean, std=std, name=name, input_size=input_size, num_classes=num_classes,
                  pretrained=pretrained, weights=weights)
     dataset = dataset_for_model(data, m.spec) if isinstance(data, str) else data
     label = model if isinstance(model, str) else None
-    with tempfile.TemporaryDirectory(prefix="robustvit-analyze-") if out is None else _Keep(out) as folder:
+    folder_cm = tempfile.TemporaryDirectory(prefix="robustvit-analyze-") if out is None else nullcontext(Path(out))
+    with folder_cm as folder:
         run_analyses(m, dataset, analyses, folder, limit=limit, seed=seed, batch_size=batch_size, device=device,
                      precision=precision, progress=progress, model_name=name or label,
                      data_spec=data if isinstance(data, str) else None,
@@ -203,19 +229,6 @@ def train(config: Any = None, /, *, resume: bool = False, progress: bool = True,
     else:
         raise RobustvitError(f"train() takes a TrainConfig, a dict or a YAML path, got {type(config).__name__}")
     return run_training(cfg, resume=resume, progress=progress)
-
-
-class _Keep:
-    """``with`` on a given folder: the folder itself (a temporary one is removed, a given one is kept)."""
-
-    def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
-
-    def __enter__(self) -> Path:
-        return self.folder
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 __all__ = ["analyze", "as_model", "evaluate", "train", "wrap_module"]

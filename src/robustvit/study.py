@@ -12,22 +12,21 @@ The spec (YAML; a typed dataclass, one-line errors)::
 Every model is evaluated with ``run_eval`` into ``OUT/<name>`` and analysed with ``run_analyses`` into
 ``OUT/<name>/analysis`` (both resume when re-run); ``transfer`` suites run once on all models together
 (``OUT/transfer``). FLOPs per image are counted with ``torch.utils.flop_counter`` and recorded as
-``model.flops``. Then ``OUT/report.html`` / ``report.md`` compare the models (scorecard; robustness against
-parameters and FLOPs on log axes as Bhojanapalli et al. 2021, arXiv:2103.14586, Figs. 4–5; per-corruption
-bars; accuracy against ε; the transfer matrix as a heat map) and ``OUT/leaderboard.{md,csv,json}`` list them.
+``model.flops``; each results.json is written once, by its run, under the study's model names. Then
+``OUT/report.html`` / ``report.md`` compare the models (scorecard; robustness against parameters and FLOPs on
+log axes as Bhojanapalli et al. 2021, arXiv:2103.14586, Figs. 4–5; per-corruption bars; accuracy against ε; the
+transfer matrix as a heat map) and ``OUT/leaderboard.{md,csv,json}`` list them.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-
 from robustvit.errors import RobustvitError
 from robustvit.options import option, parse_options
+from robustvit.runs import count_flops
 
 TRANSFER = "transfer"
 
@@ -103,47 +102,15 @@ def load_study(path: str | Path, **overrides: Any) -> Study:
     return parse_study(raw, **overrides)
 
 
-def count_flops(model: torch.nn.Module) -> int | None:
-    """Forward FLOPs of one image at the model's input size (``torch.utils.flop_counter``; None if not countable)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    spec = getattr(model, "spec", None)
-    size = tuple(getattr(spec, "input_size", (3, 224, 224)))
-    try:
-        device = next(model.parameters()).device
-        x = torch.rand(1, *size, device=device)
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            model(x)
-        return int(counter.get_total_flops()) or None
-    except Exception:  # an op the counter cannot trace: leave FLOPs out of the plot
-        return None
-
-
-def _patch_results(folder: Path, name: str, flops: int | None, rename: dict[str, str] | None = None) -> dict[str, Any]:
-    """Name the model as the study does (and record FLOPs) in ``folder/results.json``; atomic rewrite."""
-    f = folder / "results.json"
-    res = json.loads(f.read_text())
-    res["model"]["name"] = name
-    if flops is not None:
-        res["model"]["flops"] = flops
-    for key, s in res.get("suites", {}).items():
-        if rename and key.split(":", 1)[0] == TRANSFER and isinstance(s.get("accuracy"), dict):
-            s["accuracy"] = {rename.get(k, k): v for k, v in s["accuracy"].items()}
-    tmp = f.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(res, indent=2))
-    tmp.replace(f)
-    return res
-
-
 def run_study(study: Study, progress: bool = True, command: str | None = None,
               notes: list[str] | None = None) -> dict[str, Any]:
     """Run the study (resumable) and write its report and leaderboard; returns ``{"runs": {name: results},
-    "report": Path, "leaderboard": [Path, …]}``."""
+    "report": Path, "leaderboard": [Path, …]}``. Each results.json is written once, by its run, with the study's
+    model names (and FLOPs)."""
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
-    from robustvit.evaluate.runner import EvalConfig, run_eval
+    from robustvit.evaluate.runner import EvalConfig, build_model, run_eval
     from robustvit.leaderboard import format_rows, table_rows
-    from robustvit.models import create_model, is_checkpoint_dir
     from robustvit.report import load_runs, write_report
     from robustvit.utils import resolve_device
 
@@ -151,46 +118,31 @@ def run_study(study: Study, progress: bool = True, command: str | None = None,
     models = study.named_models()
     transfer = [s for s in study.suites if s.split(":", 1)[0] == TRANSFER]
     suites = [s for s in study.suites if s not in transfer]
-    device = resolve_device(study.device)
+    common = dict(data=study.data, limit=study.limit, batch_size=study.batch_size, device=study.device,
+                  seed=study.seed, progress=progress, command=command, pretrained=study.pretrained,
+                  precision=study.precision, flops=study.flops)
     results: dict[str, dict[str, Any]] = {}
     folders: list[Path] = []
-    flops: dict[str, int | None] = {}
     for name, source in models.items():
-        pretrained = study.pretrained and not is_checkpoint_dir(source)
         if suites:
-            cfg = EvalConfig(models=[source], data=study.data, suites=suites, out=str(out / name), limit=study.limit,
-                             batch_size=study.batch_size, device=study.device, seed=study.seed, progress=progress,
-                             command=command, pretrained=pretrained, precision=study.precision)
             print(f"[study] evaluating {name}: {', '.join(suites)}", flush=True)
-            run_eval(cfg)
+            results.update(run_eval(EvalConfig(models={name: source}, suites=suites, out=str(out / name), **common)))
+            folders.append(out / name)
         analyses = study.analyses_for(name)
-        model = None
-        if analyses or study.flops:
-            model = create_model(source, pretrained=pretrained).to(device).eval()
         if analyses:
             print(f"[study] analysing {name}: {', '.join(analyses)}", flush=True)
+            model = build_model(source, pretrained=study.pretrained).to(resolve_device(study.device)).eval()
             run_analyses(model, dataset_for_model(study.data, model.spec), analyses, out / name / "analysis",
                          limit=study.analysis_limit or study.limit, seed=study.seed, batch_size=study.batch_size,
                          device=study.device, progress=progress, model_name=name, data_spec=study.data, source=source,
                          command=command, precision=study.precision)
-        flops[name] = count_flops(model) if study.flops and model is not None else None
-        del model
-        if suites:
-            results[name] = _patch_results(out / name, name, flops[name])
-            folders.append(out / name)
-        elif analyses:
-            folders.append(out / name / "analysis")
+            del model
+            if not suites:
+                folders.append(out / name / "analysis")
     if transfer:
         print(f"[study] transfer between {', '.join(models)}: {', '.join(transfer)}", flush=True)
-        got = run_eval(EvalConfig(models=list(models.values()), data=study.data, suites=transfer, out=str(out / TRANSFER),
-                                  limit=study.limit, batch_size=study.batch_size, device=study.device, seed=study.seed,
-                                  progress=progress, command=command, pretrained=study.pretrained,
-                                  precision=study.precision))
-        rename = dict(zip(got, models))
-        for key, name in rename.items():
-            folder = out / TRANSFER / key if len(models) > 1 else out / TRANSFER
-            _patch_results(folder, name, flops.get(name), rename)
-            folders.append(folder)
+        run_eval(EvalConfig(models=dict(models), suites=transfer, out=str(out / TRANSFER), **common))
+        folders += [out / TRANSFER / name for name in models] if len(models) > 1 else [out / TRANSFER]
     runs = load_runs(folders)
     _, html = write_report(runs, out, title=study.title, notes=notes)
     rows = table_rows(runs)

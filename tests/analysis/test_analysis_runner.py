@@ -126,7 +126,7 @@ def test_limit_is_a_stratified_sample_recorded_everywhere(cls_vit, tmp_path):
         assert res["clean_accuracy"] == pytest.approx((cls_vit(x).argmax(1) == y).float().mean().item())
     record = {"method": "stratified", "seed": 0, "num_images": 5, "num_classes": 5, "of": 20}
     assert json.loads((tmp_path / "lesion.json").read_text())["subset"] == record
-    man = json.loads((tmp_path / "analyses.json").read_text())
+    man = json.loads((tmp_path / "results.json").read_text())
     assert man["data"]["subset"] == record and man["run"]["limit"] == 5 and man["data"]["num_images"] == 5
     assert res["comparable"] is False and any("5 of 20 images" in n for n in res["notes"])
     with pytest.raises(RobustvitError, match="other settings.*subset"):       # resuming with another subset
@@ -158,7 +158,7 @@ def test_analyze_rejects_a_class_count_mismatch_and_takes_a_class_map(tmp_path, 
     cmap.write_text(json.dumps([3, [0, 1], 2, 9]))
     assert main(base + ["--out", str(tmp_path / "b"), "--class-map", str(cmap), "--limit", "4"]) == 0
     les = json.loads((tmp_path / "b" / "lesion.json").read_text())
-    man = json.loads((tmp_path / "b" / "analyses.json").read_text())
+    man = json.loads((tmp_path / "b" / "results.json").read_text())
     assert man["model"]["class_map"] == str(cmap) and man["data"]["subset"]["num_images"] == 4
     # the clean accuracy in the data's 4 classes, by hand: data class i scores as its best mapped model class
     data = dataset_for_model("synthshapes:test,count=8,classes=4", model.spec)

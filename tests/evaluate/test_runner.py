@@ -118,3 +118,57 @@ def test_torchrun_two_processes_match_single(tmp_path, ckpt):
     assert two["run"]["world_size"] == 2
     assert two["suites"]["clean"]["top1"] == pytest.approx(single["resnet_cifar18"]["suites"]["clean"]["top1"])
     assert two["data"]["num_images"] == 50
+
+
+def test_a_rerun_with_other_suites_keeps_every_finished_suite(tmp_path, ckpt):
+    """#33: clean + pgd, then spatial into the same folder: results.json holds all three, the first two unchanged
+    (and a suite run again replaces only its own entry)."""
+    pgd, spatial = "pgd:steps=1:checks=0", "spatial:translations=2:rotations=2:checks=0"
+    cfg = dict(models=[ckpt], data=DATA, out=str(tmp_path / "e"), batch_size=16, device="cpu", progress=False,
+               limit=8)
+    first = run_eval(EvalConfig(suites=["clean", pgd], **cfg))["resnet_cifar18"]
+    second = run_eval(EvalConfig(suites=[spatial], **cfg))["resnet_cifar18"]
+    on_disk = json.loads((tmp_path / "e" / "results.json").read_text())
+    assert list(on_disk["suites"]) == ["clean", pgd, spatial] and on_disk == json.loads(json.dumps(second))
+    for key in ("clean", pgd):
+        assert on_disk["suites"][key] == json.loads(json.dumps(first["suites"][key]))
+    assert 0 <= on_disk["suites"][spatial]["accuracy"] <= on_disk["suites"][spatial]["clean_accuracy"]
+    third = run_eval(EvalConfig(suites=["clean"], **cfg))["resnet_cifar18"]     # resumed from the store: same value
+    assert list(third["suites"]) == [pgd, spatial, "clean"]
+    assert third["suites"]["clean"] == {**first["suites"]["clean"], "seconds": third["suites"]["clean"]["seconds"]}
+
+
+def test_unknown_run_options_are_refused(tmp_path, ckpt):
+    with pytest.raises(RobustvitError, match="unknown run option 'epz'.*eps, norm, steps"):
+        run_eval(EvalConfig(models=[ckpt], data=DATA, out=str(tmp_path / "e"), device="cpu", options={"epz": 1}))
+
+
+@register_suite
+class _OwnImages(Suite):
+    """A test suite whose plan says it reads its own 10 images (from ``batch.ids``): the runner reads none."""
+    name = "_own_images_test"
+
+    def plan(self, ctx):
+        from robustvit.evaluate.suites.base import Plan
+
+        return Plan(["a", "b"], size=10, labels=torch.tensor([0, 1] * 5))
+
+    def run(self, ctx, part, batch):
+        assert batch.x.shape[-2:] == (0, 0) and len(batch.x) == len(batch.ids)
+        seen = set(batch.ids.tolist())
+        return {"seen": [int(j in seen) for j in range(10)]}       # additive: how often each image was seen
+
+    def finalize(self, ctx, stats):
+        assert all(max(s["seen"]) == 1 for s in stats.values())
+        return {p: [j for j, k in enumerate(s["seen"]) if k] for p, s in stats.items()}
+
+
+def test_a_plan_of_own_images_gets_their_positions_and_a_stratified_limit(tmp_path, ckpt):
+    cfg = dict(models=[ckpt], data=DATA, batch_size=4, device="cpu", progress=False, limit=6)
+    res = run_eval(EvalConfig(suites=["_own_images_test", "_own_images_test:limit=4:subset=first"],
+                              out=str(tmp_path / "a"), **cfg))["resnet_cifar18"]["suites"]
+    assert res["_own_images_test"]["a"] == res["_own_images_test"]["b"] == list(range(10))   # not the run's 6
+    assert res["_own_images_test:limit=4:subset=first"]["a"] == [0, 1, 2, 3]
+    strat = run_eval(EvalConfig(suites=["_own_images_test:limit=4"], out=str(tmp_path / "b"), **cfg))
+    ids = strat["resnet_cifar18"]["suites"]["_own_images_test:limit=4"]["a"]
+    assert len(ids) == 4 and sorted(i % 2 for i in ids) == [0, 0, 1, 1]        # both classes, 2 each

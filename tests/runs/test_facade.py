@@ -87,3 +87,53 @@ def test_train_from_keywords(tmp_path):
     assert (path / "spec.json").is_file()
     with pytest.raises(RobustvitError, match="TrainConfig, a dict or a YAML path"):
         robustvit.train(3)
+
+
+def test_evaluate_refuses_unknown_keywords_and_takes_suite_as_an_alias(tmp_path):
+    with pytest.raises(RobustvitError, match=r"unknown keyword argument 'bogus_option'; valid ones: .*batch_size") as e:
+        robustvit.evaluate("vit_cifar_micro", data=DATA, bogus_option=123)
+    assert "\n" not in str(e.value)
+    with pytest.raises(RobustvitError, match="not both"):
+        robustvit.evaluate("vit_cifar_micro", data=DATA, suites=["clean"], suite="pgd")
+    with pytest.raises(RobustvitError, match="crop_pct"):       # a source without the option refuses it
+        robustvit.evaluate("vit_cifar_micro", data=DATA, crop_pct=0.5, device="cpu")
+    torch.manual_seed(0)
+    res = robustvit.evaluate("vit_cifar_micro", data="synthshapes:test,count=8,size=32", suite="clean:limit=4",
+                             device="cpu")
+    assert list(res["suites"]) == ["clean:limit=4"] and res["suites"]["clean:limit=4"]["num_images"] == 4
+
+
+def test_crop_and_interpolation_are_applied_and_recorded(tmp_path):
+    """#33: ``crop_pct=`` / ``interpolation=`` read the folder as asked, and model.preprocessing records what was
+    used (the model's own crop_pct is 1.0 here, the run's 0.5)."""
+    from PIL import Image
+
+    from robustvit.data import create_dataset
+    from robustvit.data.base import Resize
+    from robustvit.models import create_model, save_checkpoint
+
+    g = torch.Generator().manual_seed(0)
+    for c in ("a", "b"):
+        (tmp_path / "img" / c).mkdir(parents=True)
+        for i in range(3):
+            px = (torch.rand(48, 40, 3, generator=g) * 255).to(torch.uint8).numpy()
+            Image.fromarray(px).save(tmp_path / "img" / c / f"{i}.png")
+    torch.manual_seed(0)
+    model = create_model("resnet_cifar18", width_mult=0.0625, num_classes=2).eval()
+    ck = str(save_checkpoint(model, tmp_path / "ck"))
+    assert model.spec.crop_pct == 1.0
+    res = robustvit.evaluate(ck, data=f"folder:{tmp_path / 'img'}", out=tmp_path / "e", device="cpu",
+                             crop_pct=0.5, interpolation="bicubic")
+    pre = res["model"]["preprocessing"]
+    assert pre["crop_pct"] == 0.5 and pre["interpolation"] == "bicubic" and pre["input_size"] == [3, 32, 32]
+    x, y = create_dataset(f"folder:{tmp_path / 'img'}", image_size=Resize(32, 0.5, "bicubic")).get_batch(torch.arange(6))
+    with torch.no_grad():
+        top1 = (model(x).argmax(1) == y).float().mean().item()
+    assert res["suites"]["clean"]["top1"] == pytest.approx(top1)
+    plain = robustvit.evaluate(ck, data=f"folder:{tmp_path / 'img'}", device="cpu")
+    assert plain["model"]["preprocessing"]["crop_pct"] == 1.0
+
+
+def test_analyze_refuses_unknown_keywords():
+    with pytest.raises(RobustvitError, match="unknown keyword argument 'bogus'"):
+        robustvit.analyze("vit_cifar_micro", data=DATA, analyses="lesion", bogus=1)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from robustvit.analysis.base import (ANALYSES, FAMILIES, Analysis, Context, analyses_for, check_family, family_of,
                                     get_analysis, list_analyses, make_context, register_analysis)
 
-from robustvit.analysis.runner import attach_analyses, load_analysis_folder, run_analyses  # noqa: E402
+from robustvit.analysis.runner import run_analyses  # noqa: E402
 from robustvit.analysis.correlation import correlation  # noqa: E402
 from robustvit.analysis.lesion import lesion  # noqa: E402
 from robustvit.analysis.restricted import restricted_attention  # noqa: E402
@@ -28,7 +28,7 @@ from robustvit.analysis.grouping import grouping  # noqa: E402
 from robustvit.analysis.stability import attention_stability  # noqa: E402
 from robustvit.analysis.semantics import perturbation_semantics  # noqa: E402
 
-__all__ = ["ANALYSES", "FAMILIES", "Analysis", "Context", "analyses_for", "register_analysis", "attach_analyses", "attention_distance",
+__all__ = ["ANALYSES", "FAMILIES", "Analysis", "Context", "analyses_for", "register_analysis", "attention_distance",
            "attention_maps", "attention_stability", "check_family", "correlation", "family_of", "get_analysis",
-           "grouping", "lesion", "list_analyses", "load_analysis_folder", "make_context", "perturbation_semantics",
+           "grouping", "lesion", "list_analyses", "make_context", "perturbation_semantics",
            "pos_embed_similarity", "restricted_attention", "run_analyses"]

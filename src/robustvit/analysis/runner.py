@@ -1,7 +1,7 @@
 """``run_analyses``: run registered analyses on one model and data set, write ``DIR/results.json`` (schema 2,
-kind ``analysis``: run, model, data and ``analyses``), and beside it ``DIR/<analysis>.json``, its PNG plots and
-``DIR/analyses.json`` (derived from results.json, for schema-1 readers); resumable through the run engine's unit
-store ``DIR/units.sqlite`` (:mod:`robustvit.runs`).
+kind ``analysis``: run, model, data and ``analyses``; the analyses an earlier run wrote there are kept), and
+beside it ``DIR/<analysis>.json`` and its PNG plots; resumable through the run engine's unit store
+``DIR/units.sqlite`` (:mod:`robustvit.runs`).
 
 ``limit`` draws the images as ``robustvit eval`` does (``robustvit.data.subset``): a seeded class-stratified
 sample by default (``subset_method="first"``: the first N), or the images a ``subset`` file lists; the analyses
@@ -10,7 +10,6 @@ the data's needs a ``class_map`` (``robustvit.data.classmap``), as in ``eval``."
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,9 @@ from robustvit.data.subset import Subset, SubsetDataset, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.models.wrapper import check_precision, inference_settings
 from robustvit.registry import parse_spec
-from robustvit.runs import (RESULTS_FILE, UnitStore, model_record, results_document, run_header, weights_id,
-                            write_json)
-from robustvit.runs.results import check_kind, validate_results
-
-MANIFEST = "analyses.json"
+from robustvit.runs import (UnitStore, model_record, results_document, run_header, weights_id, write_json,
+                            write_results)
+from robustvit.runs.results import check_kind, keep_finished
 
 
 def parse_analysis_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -48,7 +45,7 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                  class_map: str | Path | None = None, precision: str = "fp32") -> dict[str, dict[str, Any]]:
     """Run analyses (``"name[:key=value…]"`` specs, a list or a comma-separated string) on ``model``
     (a robustvit ``Normalized`` model) over ``dataset``; returns {name: result}. With ``out_dir``, writes
-    ``out_dir/results.json`` (kind analysis), ``out_dir/<name>.json`` + PNGs + ``analyses.json`` and resumes
+    ``out_dir/results.json`` (kind analysis), ``out_dir/<name>.json`` + PNGs and resumes
     from ``units.sqlite``.
     ``limit`` / ``subset_method`` / ``subset`` (a file of indices or relative paths) / ``subset_seed`` (default
     ``seed``) choose the images; ``class_map`` maps a model's classes onto the data's. ``precision`` (fp32, tf32,
@@ -131,7 +128,7 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                                 subset=subset_record, class_map=class_map, notes=[subset_note] if subset_note else [],
                                 precision=precision)
         if out is not None:
-            write_analysis_results(out, doc)
+            write_results(out, keep_finished(out, doc))
     finally:
         ctx.store.close()
     return results
@@ -154,51 +151,6 @@ def analysis_document(model: nn.Module, name: str, source: str | None, data_spec
                      batch_size=ctx.batch_size, limit=limit, precision=precision)
     data = {"spec": data_spec, "num_images": ctx.num_images, "num_unreadable": 0,
             "num_classes": getattr(dataset, "num_classes", None), "subset": subset}
-    return results_document("analysis", run=run, model=model_record(model, name, source, class_map), data=data,
+    record = model_record(model, name, source, class_map, resize=getattr(dataset, "resize", None))
+    return results_document("analysis", run=run, model=record, data=data,
                             payload={**analyses, "figures": figures}, notes=list(dict.fromkeys(all_notes)))
-
-
-def write_analysis_results(out: Path, doc: dict[str, Any]) -> None:
-    """Write ``out/results.json``, keeping the analyses an earlier run of the same model and data wrote there,
-    and ``out/analyses.json`` (the schema-1 manifest, derived from it)."""
-    path = out / RESULTS_FILE
-    old = json.loads(path.read_text()) if path.is_file() else {}
-    same = (old.get("kind") == "analysis" and old.get("model", {}).get("name") == doc["model"]["name"]
-            and old.get("data", {}).get("spec") == doc["data"]["spec"])
-    if same:
-        kept = {k: v for k, v in old.get("analyses", {}).items() if k != "figures" and k not in doc["analyses"]}
-        figures = [f for r in kept.values() for f in r.get("figures") or []] + doc["analyses"]["figures"]
-        doc["analyses"] = {**kept, **doc["analyses"], "figures": figures}
-        doc["notes"] = list(dict.fromkeys(old.get("notes", []) + doc["notes"]))
-        doc["comparable"] = not doc["notes"]
-    validate_results(doc)
-    write_json(path, doc)
-    names = sorted(k for k in doc["analyses"] if k != "figures")
-    write_json(out / MANIFEST, {"schema": 1, "kind": "analysis", "run": doc["run"], "model": doc["model"],
-                                "data": doc["data"], "analyses": names}, indent=1)
-
-
-def load_analysis_folder(folder: str | Path) -> dict[str, Any] | None:
-    """A results-like dict (``model``, ``data``, ``run``, ``suites: {"analysis": {name: result}}``) for a
-    folder written by ``run_analyses``; None when the folder holds no ``analyses.json``."""
-    folder = Path(folder)
-    path = folder / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        man = json.loads(path.read_text())
-        analyses = {n: json.loads((folder / f"{n}.json").read_text()) for n in man["analyses"]
-                    if (folder / f"{n}.json").is_file()}
-    except (json.JSONDecodeError, KeyError) as e:
-        raise RobustvitError(f"{path} is not a valid analysis manifest ({e})") from None
-    return {"schema": 1, "run": man["run"], "model": man["model"], "data": man["data"],
-            "suites": {"analysis": {"dir": str(folder), "results": analyses}}, "_dir": str(folder)}
-
-
-def attach_analyses(result: dict[str, Any], folder: str | Path) -> dict[str, Any]:
-    """Add the analyses written to ``folder`` to an evaluation results dict (``suites["analysis"]``), so the
-    report's "Inside the models" section shows them; unchanged when the folder holds none."""
-    loaded = load_analysis_folder(folder)
-    if loaded is not None:
-        result.setdefault("suites", {})["analysis"] = loaded["suites"]["analysis"]
-    return result

@@ -27,29 +27,33 @@ import torch
 from torch import nn
 
 from robustvit.data import UNREADABLE, ImageDataset, Resize, create_dataset, dataset_for_model, model_resize
-from robustvit.data.classmap import load_class_map, match_classes as _match_classes
+from robustvit.data.classmap import match_classes
 from robustvit.data.loader import ChunkLoader, PartsDataset, check_decode, float_images, resolve_workers
 from robustvit.data.subset import Subset, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites import Batch, EvalContext, Suite, create_suite
-from robustvit.evaluate.suites.base import PRECISION_CHOICES, suite_precision
+from robustvit.evaluate.suites.base import PRECISION_CHOICES, Plan, suite_precision
 from robustvit.models.wrapper import inference_settings
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import RANDOM_LABEL, is_comparable, warn_if_random
-from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, init_distributed, model_record,
-                            open_shared_store, results_document, run_header, run_units, weights_id, write_json,
-                            write_results)
-from robustvit.runs.results import check_kind
+from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, count_flops, init_distributed,
+                            model_record, open_shared_store, results_document, run_header, run_units, weights_id,
+                            write_json, write_results)
+from robustvit.runs.results import check_kind, keep_finished
 from robustvit.runs.scheduler import Unit, pending_chunks
 from robustvit.utils import derive_seed, resolve_device, sum_stats
 
 SHARD_FILE = "shard.json"
+#: The run-wide suite options (``EvalConfig.options``; ``--eps``, ``--norm``, ``--steps``): attack suites read them.
+RUN_OPTIONS = ("eps", "norm", "steps")
 
 
 @dataclass
 class EvalConfig:
-    models: list[str | Normalized]   # names / checkpoint folders, or robustvit models (``Normalized``) from Python
+    models: list[str | Normalized] | dict[str, str | Normalized]   # names / checkpoint folders / ``tv:NAME``
+    #                                 detectors, or robustvit models (``Normalized``) from Python; a dict names them
+    #                                 (results.json ``model.name`` and folder: the key)
     data: str
     suites: list[str] = field(default_factory=lambda: ["clean"])
     out: str = "eval-out"
@@ -76,6 +80,7 @@ class EvalConfig:
     subset: str | None = None       # a file listing the images (indices or paths relative to the data root)
     subset_seed: int | None = None  # seed of the stratified draw (default: seed)
     shard: str | None = None        # "K/N": evaluate the K-th (1-based) of N disjoint sets of chunks (job arrays)
+    flops: bool = False             # record model.flops: forward FLOPs of one image (torch.utils.flop_counter)
 
 
 def model_dir_name(name: str | nn.Module, model: Normalized) -> str:
@@ -89,7 +94,7 @@ def _source(name: str | nn.Module, model: Normalized) -> str:
     return name if isinstance(name, str) else f"python:{type(getattr(model, 'model', model)).__name__}"
 
 
-def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, Any]]:
+def run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
     """Evaluate every model; returns {model name: results dict}; writes OUT[/<model>]/results.json (a shard:
     OUT/shard.json and its units only, and returns {})."""
     if not cfg.models:
@@ -100,110 +105,143 @@ def run_eval(cfg: EvalConfig, *, _merging: bool = False) -> dict[str, dict[str, 
         raise RobustvitError(f"--batch-size must be >= 1, got {cfg.batch_size}")
     if cfg.chunk_size is not None and cfg.chunk_size < 1:
         raise RobustvitError(f"--chunk-size must be >= 1, got {cfg.chunk_size}")
+    unknown = sorted(set(cfg.options) - set(RUN_OPTIONS))
+    if unknown:
+        raise RobustvitError(f"unknown run option {unknown[0]!r}; the run's options are {', '.join(RUN_OPTIONS)} "
+                             "(a suite's own options go in its spec, e.g. pgd:steps=20)")
     if cfg.precision not in PRECISION_CHOICES:
         raise RobustvitError(f"--precision must be one of {', '.join(PRECISION_CHOICES)}, got {cfg.precision!r}")
     with run_settings(cfg.deterministic):
-        return _run_eval(cfg, merging=_merging)
+        return _run_eval(cfg)
 
 
-def _run_eval(cfg: EvalConfig, *, merging: bool) -> dict[str, dict[str, Any]]:
+@dataclass
+class _Run:
+    """What the models of one run share: the suites (``keys``: their specs), the models by name and what built
+    them, one data set per preprocessing, the run's images, and the process's place (rank, world, shard)."""
+
+    cfg: EvalConfig
+    suites: list[Suite]
+    keys: list[str]
+    models: dict[str, Normalized]
+    sources: dict[str, str | nn.Module]
+    datasets: dict[Resize | None, ImageDataset]
+    subset: Subset
+    device: torch.device
+    rank: int = 0
+    world: int = 1
+    shard: Shard | None = None
+
+    def out(self, key: str) -> Path:
+        return Path(self.cfg.out) / key if len(self.models) > 1 else Path(self.cfg.out)
+
+    def dataset(self, key: str) -> ImageDataset:
+        return self.datasets[_data_key(self.models[key])]
+
+    def context(self, key: str) -> EvalContext:
+        cfg, model = self.cfg, self.models[key]
+        return EvalContext(model=model, model_name=key, models=self.models, data_spec=cfg.data,
+                           dataset=self.dataset(key), num_classes=model.spec.num_classes, device=self.device,
+                           seed=cfg.seed, options=cfg.options, out_dir=self.out(key), subset=self.subset,
+                           class_map=cfg.class_map)
+
+    def open_store(self, key: str) -> tuple[UnitStore, int]:
+        """The model's unit store, checked against this run's settings, and the run's chunk size."""
+        cfg, model = self.cfg, self.models[key]
+        store = open_shared_store(self.out(key), self.rank, self.world)
+        chunk = chunk_size(cfg, store)
+        store.check_fingerprint({"model": key, "checkpoint": weights_id(model, self.sources[key]),
+                                 "data": cfg.data, "limit": cfg.limit, "chunk": chunk, "seed": cfg.seed,
+                                 "subset": self.subset.fingerprint(), "device": self.device.type,
+                                 "precision": cfg.precision, "decode": cfg.decode,
+                                 "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
+        return store, chunk
+
+
+def _prepare(cfg: EvalConfig) -> _Run:
+    """Build the run's suites, models, data sets and images (one-line errors for what does not fit)."""
     suites = [create_suite(s) for s in cfg.suites]
     keys = [s.strip() for s in cfg.suites]
     if len(set(keys)) != len(keys):
         raise RobustvitError("a suite is listed twice in --suite")
     shard = Shard.parse(cfg.shard) if cfg.shard is not None else None
-    if shard is not None and not all(isinstance(m, str) for m in cfg.models):
+    given = list(cfg.models.values()) if isinstance(cfg.models, dict) else list(cfg.models)
+    if shard is not None and not all(isinstance(m, str) for m in given):
         raise RobustvitError("--shard needs models given by name or checkpoint folder (a merge rebuilds them)")
     device = resolve_device(cfg.device)
     rank, world, device = init_distributed(device)
-    worker = Worker.of(rank, world, shard)
     if cfg.weights is not None and len(cfg.models) != 1:
         raise RobustvitError("--weights FILE applies to one model; evaluate the models one at a time")
     models: dict[str, Normalized] = {}
     sources: dict[str, str | nn.Module] = {}
-    for name in cfg.models:
-        if not isinstance(name, str):
-            if not isinstance(name, Normalized):
-                raise RobustvitError("a model object must be a robustvit Normalized model; use robustvit.evaluate(), "
-                                     "which wraps an nn.Module with its normalisation")
-            m = name.to(device).eval()
-        elif name.startswith(DETECTOR_PREFIX):
-            m = _detector(name, cfg).to(device).eval()
-        else:
-            m = create_model(name, pretrained=cfg.pretrained and not is_checkpoint_dir(name),
-                             checkpoint=cfg.weights).to(device).eval()
+    for label, name in (cfg.models.items() if isinstance(cfg.models, dict) else ((None, m) for m in cfg.models)):
+        m = build_model(name, pretrained=cfg.pretrained, weights=cfg.weights, data=cfg.data).to(device).eval()
         if cfg.compile:
             m.model.compile(dynamic=True)       # in place: the state dict (and the run's fingerprint) is unchanged
         if shard is not None and m.weights.get("source") == "random":
             raise RobustvitError(f"--shard needs the same weights in every shard, and {name} has random ones (drawn "
                                  "anew in each process); give --pretrained, --weights FILE or a checkpoint folder")
         warn_if_random(_source(name, m), m)
-        key = model_dir_name(name, m)
+        key = str(label) if label is not None else model_dir_name(name, m)
         if key in models:
             key = f"{key}-{len(models)}"
         models[key], sources[key] = m, name
-    datasets: dict[Resize, ImageDataset] = {}       # one per preprocessing: models with the same one share it
+    datasets: dict[Resize | None, ImageDataset] = {}       # one per preprocessing: models with the same one share it
     for key, m in models.items():
         resize = _data_key(m)
         if resize not in datasets:
             datasets[resize] = (create_dataset(cfg.data, strict=cfg.strict) if resize is None
                                 else dataset_for_model(cfg.data, m.spec, strict=cfg.strict))
         if any(s.uses_head for s in suites) or cfg.class_map is not None:
-            match_classes(key, m, datasets[resize], cfg)
-    if len(datasets) > 1 and any(s.name == "transfer" for s in suites):
-        seen = ", ".join(f"{r.size}px crop_pct {r.crop_pct} {r.interpolation}" for r in datasets)
-        raise RobustvitError(f"the transfer suite evaluates the examples crafted on one model on the others, so every "
+            match_classes(m, datasets[resize], cfg.class_map, model_name=key, data_spec=cfg.data)
+    across = next((s for s in suites if s.across_models), None)
+    if len(datasets) > 1 and across is not None:
+        seen = ", ".join(f"{r.size}px crop_pct {r.crop_pct} {r.interpolation}" for r in datasets if r is not None)
+        raise RobustvitError(f"suite {across.key} evaluates what it makes on one model on the others, so every "
                              f"model must see the same images; these models preprocess differently ({seen}): run "
-                             "transfer on models with the same input size, crop_pct and interpolation")
+                             f"{across.name} on models with the same input size, crop_pct and interpolation")
     first = next(iter(datasets.values()))
     subset_seed = cfg.seed if cfg.subset_seed is None else cfg.subset_seed
     subset = make_subset(first, limit=cfg.limit, method=cfg.subset_method, seed=subset_seed, file=cfg.subset)
+    return _Run(cfg, suites, keys, models, sources, datasets, subset, device, rank, world, shard)
+
+
+def _run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
+    run = _prepare(cfg)
     results: dict[str, dict[str, Any]] = {}
-    loaders = _Loaders(cfg.workers, device, cfg.decode)
+    loaders = _Loaders(cfg.workers, run.device, cfg.decode)
     try:
-        for key, model in models.items():
-            results.update(_evaluate_model(key, model, datasets[_data_key(model)], cfg, loaders, models, sources,
-                                           suites, keys, subset, device, rank, world, worker, shard, merging))
+        for key in run.models:
+            results.update(_evaluate_model(run, key, loaders))
     finally:
         loaders.close()
-    if shard is not None and rank == 0:
-        write_json(Path(cfg.out) / SHARD_FILE, {"schema": 2, "kind": "eval-shard", "shard": str(shard),
-                                                "models": list(models), "config": _config_record(cfg)})
+    if run.shard is not None and run.rank == 0:
+        write_json(Path(cfg.out) / SHARD_FILE, {"schema": 2, "kind": "eval-shard", "shard": str(run.shard),
+                                                "models": list(run.models), "config": _config_record(cfg)})
     barrier()
     return results
 
 
-def _evaluate_model(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalConfig, loaders: "_Loaders",
-                    models: dict[str, Normalized], sources: dict[str, str | nn.Module], suites: list[Suite],
-                    keys: list[str], subset: Subset, device: torch.device, rank: int, world: int, worker: Worker,
-                    shard: Shard | None, merging: bool) -> dict[str, dict[str, Any]]:
+def _evaluate_model(run: _Run, key: str, loaders: "_Loaders") -> dict[str, dict[str, Any]]:
     """Run one model's units into its folder's store; rank 0 of an unsharded run writes its results.json."""
-    results: dict[str, dict[str, Any]] = {}
-    multi = len(models) > 1
-    out = Path(cfg.out) / key if multi else Path(cfg.out)
-    check_kind(out, "eval")
-    ctx = EvalContext(model=model, model_name=key, models=models, data_spec=cfg.data, dataset=dataset,
-                      num_classes=model.spec.num_classes, device=device, seed=cfg.seed, options=cfg.options,
-                      out_dir=out, subset=subset, class_map=cfg.class_map)
-    store = open_shared_store(out, rank, world)
+    cfg, model = run.cfg, run.models[key]
+    check_kind(run.out(key), "eval")
+    ctx = run.context(key)
+    store, chunk = run.open_store(key)
     try:
-        chunk = chunk_size(cfg, store)
-        store.check_fingerprint({"model": key, "checkpoint": weights_id(model, sources[key]),
-                                 "data": cfg.data, "limit": cfg.limit, "chunk": chunk, "seed": cfg.seed,
-                                 "subset": subset.fingerprint(), "device": device.type,
-                                 "precision": cfg.precision, "decode": cfg.decode,
-                                 "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
         model.micro_batch = cfg.batch_size if cfg.batch_size < chunk else None
-        _run_units(ctx, store, suites, keys, dataset, cfg, worker, chunk, loaders,
-                   show=cfg.progress and rank == 0, merging=merging)
+        plans = [suite.plan(ctx) for suite in run.suites]
+        _run_units(ctx, store, run.suites, plans, run.keys, run.dataset(key), cfg,
+                   Worker.of(run.rank, run.world, run.shard), chunk, loaders, show=cfg.progress and run.rank == 0)
         barrier()
-        if rank == 0 and shard is None:
-            results[key] = _finalize(ctx, store, suites, keys, dataset, cfg, world, sources[key], chunk)
-            write_results(out, results[key])
+        if run.rank != 0 or run.shard is not None:
+            return {}
+        doc = keep_finished(run.out(key), _finalize(ctx, store, run, plans, chunk))
+        write_results(run.out(key), doc)
+        return {key: doc}
     finally:
         model.micro_batch = None
         store.close()
-    return results
 
 
 #: EvalConfig fields that may differ between the shards of one run (the rest must agree to merge them).
@@ -214,11 +252,11 @@ def _config_record(cfg: EvalConfig) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None = None,
-                 progress: bool = False) -> dict[str, dict[str, Any]]:
+def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None = None) -> dict[str, dict[str, Any]]:
     """Join the unit stores of the shards ``dirs`` (``robustvit eval --shard K/N`` folders: together 1 … N, each
     once) into ``out`` and write its ``results.json`` — the file one unsharded run writes (its ``run`` records
-    ``shard``: the count, the folders and the ``merge`` command; ``command`` is the shards' without ``--shard``).
+    ``shard``: the count, the folders and the ``merge`` command; ``command`` is the shards' without ``--shard``),
+    finalised from the joined stores (nothing is evaluated: a missing unit is a one-line error).
     Returns {model name: results dict} as :func:`run_eval`."""
     if not dirs:
         raise RobustvitError("give the shard folders to merge: robustvit merge OUT_1 … OUT_N --out OUT")
@@ -261,13 +299,28 @@ def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None
                     target.merge_from(src)
     first = records[0][2]["config"]
     one_run = re.sub(r"\s--shard(=|\s+)\S+", "", first.get("command") or "") or None   # the command without --shard
-    cfg = EvalConfig(**{**first, "out": str(out), "shard": None, "progress": progress, "command": one_run})
-    results = run_eval(cfg, _merging=True)
+    run = _prepare(EvalConfig(**{**first, "out": str(out), "shard": None, "progress": False, "command": one_run}))
     shards = {"count": n, "shards": [str(d) for d, _, _ in sorted(records, key=lambda r: r[1].index)],
               "merge": command}
-    for key, res in results.items():
-        res["run"]["shard"] = shards
-        write_results(out / key if len(results) > 1 else out, res)
+    results: dict[str, dict[str, Any]] = {}
+    for key in run.models:                  # finalised from the joined store: every unit must be there
+        ctx = run.context(key)
+        store, chunk = run.open_store(key)
+        try:
+            plans = [suite.plan(ctx) for suite in run.suites]
+            for p in _passes(ctx, run.suites, plans, run.dataset(key), run.cfg):
+                nchunks, _, units = _pass_units(p, plans, run.keys, chunk)
+                lost = pending_chunks(store, nchunks, units)
+                if lost:
+                    raise RobustvitError(f"the shards lack {sum(len(u) for _, u in lost)} units of {key} "
+                                         f"({lost[0][1][0][0]}, chunk {lost[0][0]}); re-run the unfinished shards, "
+                                         "then merge")
+            doc = keep_finished(run.out(key), _finalize(ctx, store, run, plans, chunk))
+        finally:
+            store.close()
+        doc["run"]["shard"] = shards
+        write_results(run.out(key), doc)
+        results[key] = doc
     return results
 
 
@@ -302,14 +355,25 @@ def run_settings(deterministic: bool) -> Iterator[None]:
 DETECTOR_PREFIX = "tv:"
 
 
-def _detector(name: str, cfg: EvalConfig) -> nn.Module:
-    """``tv:NAME``: a torchvision detector (the ``det_*`` suites); random weights get the data's class count."""
-    from robustvit.models.detection import create_detector
+def build_model(source: str | Normalized, *, pretrained: bool = False, weights: str | None = None,
+                data: str | None = None) -> Normalized:
+    """The one way a run builds its model: a robustvit model object as it is; ``tv:NAME`` a torchvision detector
+    (the ``det_*`` suites; random weights get the class count of ``data``); else a timm / robustvit name or a
+    checkpoint folder (:func:`robustvit.models.create_model`; ``pretrained`` applies to names only, ``weights``: a
+    state-dict file for the named architecture)."""
+    if not isinstance(source, str):
+        if not isinstance(source, Normalized):
+            raise RobustvitError("a model object must be a robustvit Normalized model; use robustvit.evaluate(), "
+                                 "which wraps an nn.Module with its normalisation")
+        return source
+    if source.startswith(DETECTOR_PREFIX):
+        from robustvit.models.detection import create_detector
 
-    if cfg.weights is not None:
-        raise RobustvitError(f"--weights does not apply to the torchvision detector {name}; use --pretrained")
-    k = None if cfg.pretrained else create_dataset(cfg.data).num_classes
-    return create_detector(name[len(DETECTOR_PREFIX):], pretrained=cfg.pretrained, num_classes=k)
+        if weights is not None:
+            raise RobustvitError(f"--weights does not apply to the torchvision detector {source}; use --pretrained")
+        k = None if pretrained or data is None else create_dataset(data).num_classes
+        return create_detector(source[len(DETECTOR_PREFIX):], pretrained=pretrained, num_classes=k)
+    return create_model(source, pretrained=pretrained and not is_checkpoint_dir(source), checkpoint=weights)
 
 
 def _data_key(model: nn.Module) -> Resize | None:
@@ -317,52 +381,47 @@ def _data_key(model: nn.Module) -> Resize | None:
     return None if model.spec.family == "detector" else model_resize(model.spec)
 
 
-def match_classes(key: str, model: Normalized, dataset: ImageDataset, cfg: EvalConfig) -> None:
-    """Check the model's classes against the data's; with ``cfg.class_map``, map them (see :func:`load_class_map`)."""
-    _match_classes(model, dataset, cfg.class_map, model_name=key, data_spec=cfg.data)
-
-
 @dataclass
-class _Plan:
-    """One pass over images of a data set: ``images`` (ascending data-set indices) in chunks of the batch size,
-    and the suites evaluated on them, each on the first ``limit`` of them (None: all)."""
+class _Pass:
+    """One pass over images: ``images`` (ascending indices into ``dataset``, or into a suite's own images when
+    ``dataset`` is None) in chunks of the batch size, and the suites evaluated on them, each on the first ``limit``
+    of them (None: all)."""
 
-    dataset: ImageDataset
+    dataset: ImageDataset | None
     images: torch.Tensor
     members: dict[int, int | None]
     tag: str
     data_part: str | None = None   # counts the run's images read (results.json ``data``) under this part
 
 
-def _base_subset(ds: ImageDataset, run: ImageDataset, aligned: bool, ctx: EvalContext, cfg: EvalConfig) -> Subset:
-    """The run's images for the run's data set, and for a suite's own data set aligned with it (``data_aligned``
-    and as many images: e.g. ImageNet-C next to imagenet:/val); else every image of the suite's own data set
-    (``--limit`` / ``--subset`` are about ``--data``; the suite's ``limit=`` draws from its own)."""
+def _passes(ctx: EvalContext, suites: list[Suite], plans: list[Plan], dataset: ImageDataset,
+            cfg: EvalConfig) -> list[_Pass]:
+    """Group the suites by the images their plans read (the run's, a data set of their own, or — ``plan.size`` —
+    images a suite reads itself); a suite's ``limit=n`` takes n of the group's images (option ``subset``, default
+    the run's ``--subset-method``; :meth:`Subset.draw`). The first n — ``first`` — ride on the group's pass; a
+    stratified sample gets a pass of its own, so that its chunks are full batches. The group's images are the run's
+    (``--limit``, ``--subset``) for the run's data and for a suite's own images aligned with them (``data_aligned``
+    and as many); else all of the suite's own. Sets ``suite.subset_info`` (the suite's own sample, for
+    results.json) and ``suite.subset_note`` (comparability)."""
     assert ctx.subset is not None
-    if ds is run or (aligned and len(ds) == len(run)):
-        return ctx.subset
-    return make_subset(ds, method=cfg.subset_method, seed=ctx.subset.seed)
-
-
-def _plans(ctx: EvalContext, suites: list[Suite], dataset: ImageDataset, cfg: EvalConfig) -> list[_Plan]:
-    """Group the suites by data set; a suite's ``limit=n`` takes n of the group's images (option ``subset``,
-    default the run's ``--subset-method``; :meth:`Subset.draw`). The first n — ``first`` — ride on the group's
-    pass; a stratified sample gets a pass of its own, so that its chunks are full batches. Sets
-    ``suite.subset_info`` (the suite's own sample, for results.json) and ``suite.subset_note`` (comparability)."""
-    groups: dict[int, list[int]] = {}
-    datasets: dict[int, ImageDataset] = {id(dataset): dataset}
-    for i, suite in enumerate(suites):
-        own = suite.dataset(ctx)
-        ds = own if own is not None else dataset
-        datasets[id(ds)] = ds
-        groups.setdefault(id(ds), []).append(i)
-    plans: list[_Plan] = []
-    for ds_id, members in groups.items():
-        ds = datasets[ds_id]
-        base = _base_subset(ds, dataset, any(suites[i].data_aligned for i in members), ctx, cfg)
+    groups: dict[Any, list[int]] = {}
+    for i, plan in enumerate(plans):
+        key = ("own", i) if plan.size is not None else id(plan.data if plan.data is not None else dataset)
+        groups.setdefault(key, []).append(i)
+    passes: list[_Pass] = []
+    for members in groups.values():
+        first = plans[members[0]]
+        ds = None if first.size is not None else first.data if first.data is not None else dataset
+        source = range(first.size) if ds is None else ds
+        aligned = any(suites[i].data_aligned for i in members)
+        if ds is dataset or (aligned and len(source) == len(dataset)):
+            base = ctx.subset
+        else:
+            base = make_subset(source, method=cfg.subset_method, seed=ctx.subset.seed,
+                               labels=first.labels if ds is None else None)
         tag = "data" if ds is dataset else suites[members[0]].name
-        main = _Plan(ds, base.indices, {}, tag)
-        extra: dict[tuple[str, int], _Plan] = {}
+        main = _Pass(ds, base.indices, {}, tag)
+        extra: dict[tuple[str, int], _Pass] = {}
         for i in members:
             suite, n = suites[i], suites[i].max_images
             if n is not None and n < 1:
@@ -375,50 +434,46 @@ def _plans(ctx: EvalContext, suites: list[Suite], dataset: ImageDataset, cfg: Ev
                 main.members[i] = None if sample is base else n
             else:
                 if (method, n) not in extra:
-                    extra[(method, n)] = _Plan(ds, sample.indices, {}, f"{suite.name} ({n} images)")
+                    extra[(method, n)] = _Pass(ds, sample.indices, {}, f"{suite.name} ({n} images)")
                 extra[(method, n)].members[i] = None
         group = ([main] if main.members else []) + list(extra.values())
         if ds is dataset and group:        # the widest pass counts the run's images (and the unreadable ones)
             widest = main if main.members else max(extra.values(), key=lambda p: len(p.images))
             widest.data_part = "all" if main.members else f"sample:{len(widest.images)}"
-        plans += group
-    return plans
+        passes += group
+    return passes
 
 
-def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
-               cfg: EvalConfig, worker: Worker, chunk: int, loaders: "_Loaders", *, show: bool = False,
-               merging: bool = False) -> None:
-    """Evaluate every unit not yet in the store that ``worker`` owns, pass by pass (:func:`_plans`), on the run
+def _pass_units(p: _Pass, plans: list[Plan], keys: list[str], b: int
+                ) -> tuple[int, dict[int, int], Callable[[int], list[Unit]]]:
+    """A pass's chunk count, each member's image count, and ``units(c)``: chunk c's units (those of the suites
+    whose images reach it, and the run's ``_data`` count)."""
+    sizes = {i: len(p.images) if m is None else min(m, len(p.images)) for i, m in p.members.items()}
+
+    def units(c: int) -> list[Unit]:
+        todo = [(keys[i], part) for i in p.members if c * b < sizes[i] for part in plans[i].parts]
+        return todo + ([("_data", p.data_part)] if p.data_part is not None else [])
+    return math.ceil(max(sizes.values()) / b), sizes, units
+
+
+def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], plans: list[Plan], keys: list[str],
+               dataset: ImageDataset, cfg: EvalConfig, worker: Worker, chunk: int, loaders: "_Loaders", *,
+               show: bool = False) -> None:
+    """Evaluate every unit not yet in the store that ``worker`` owns, pass by pass (:func:`_passes`), on the run
     engine's scheduler. Chunk ``c`` of a pass holds its images c·B … (c+1)·B−1; ``Batch.index`` is each image's
-    position in the pass (0 = the suite's first image), ``Batch.data_index`` its index in the data set.
-    ``merging``: the units must all be stored already (a merge of shards); refuse when some are not."""
+    position in the pass (0 = the suite's first image), ``Batch.data_index`` its index in the data set."""
     b = chunk
     index = {k: i for i, k in enumerate(keys)}
     precision = [suite_precision(cfg.precision, ctx.device, s) for s in suites]
-    for plan in _plans(ctx, suites, dataset, cfg):
-        ds, images = plan.dataset, plan.images
-        sizes = {i: len(images) if m is None else min(m, len(images)) for i, m in plan.members.items()}
-        parts = {i: suites[i].parts(ctx) for i in plan.members}
+    for group in _passes(ctx, suites, plans, dataset, cfg):
+        ds, images = group.dataset, group.images
+        nchunks, sizes, units = _pass_units(group, plans, keys, b)
         span = max(sizes.values())                  # images read: up to the largest member's
-        nchunks = math.ceil(span / b)
 
-        def units(c: int, plan: _Plan = plan, sizes: dict[int, int] = sizes, parts: dict[int, list[str]] = parts
-                  ) -> list[Unit]:
-            todo = [(keys[i], p) for i in plan.members if c * b < sizes[i] for p in parts[i]]
-            return todo + ([("_data", plan.data_part)] if plan.data_part is not None else [])
+        member = next(iter(group.members)) if ds is None else None     # a suite's own images: one member
+        part_sets = plans[member].part_data if member is not None else None
 
-        if merging:
-            lost = pending_chunks(store, nchunks, units)
-            if lost:
-                raise RobustvitError(f"the shards lack {sum(len(u) for _, u in lost)} units of {ctx.model_name} "
-                                     f"({lost[0][1][0][0]}, chunk {lost[0][0]}); re-run the unfinished shards, "
-                                     "then merge")
-            continue
-
-        member = next(iter(plan.members)) if len(plan.members) == 1 else None
-        part_sets = suites[member].part_datasets(ctx) if member is not None else None
-
-        def load(chunks: Iterable[int], ds: ImageDataset = ds, images: torch.Tensor = images, span: int = span,
+        def load(chunks: Iterable[int], ds: ImageDataset | None = ds, images: torch.Tensor = images, span: int = span,
                  member: int | None = member, part_sets: dict[str, ImageDataset] | None = part_sets):
             done = store.done(keys[member]) if part_sets is not None and member is not None else set()
 
@@ -433,10 +488,14 @@ def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: li
                 for pos, chunk_parts in loaders.parts(keys[member], part_sets).iter_parts(items(), as_float=False):
                     yield pos, images[pos], None, chunk_parts
                 return
+            if ds is None:                      # the suite reads its images itself (from ``batch.ids``)
+                for pos, ids in items():
+                    yield pos, ids, torch.empty(len(ids), 3, 0, 0, device=ctx.device), torch.zeros_like(ids)
+                return
             for pos, x, y in loaders.get(ds).iter(items(), tagged=True):
                 yield pos, images[pos], x, y
 
-        def work(data: Any, c: int, pending: list[Unit], ds: ImageDataset = ds, sizes: dict[int, int] = sizes):
+        def work(data: Any, c: int, pending: list[Unit], ds: ImageDataset | None = ds, sizes: dict[int, int] = sizes):
             pos, ids, x, y = data
             if x is None:                       # a suite whose parts read their own files: y holds them
                 yield from part_work(y, c, pending, pos, ids)
@@ -482,7 +541,7 @@ def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: li
             return retry_out_of_memory(ctx.model, attempt, len(y))
 
         run_units(store, nchunks, units, work, load=load, worker=worker, device=ctx.device,
-                  progress=lambda n, tag=plan.tag: progress_bar(show, f"{ctx.model_name} · {tag}", n))
+                  progress=lambda n, tag=group.tag: progress_bar(show, f"{ctx.model_name} · {tag}", n))
 
 
 def retry_out_of_memory(model: nn.Module, attempt: Callable[[], Any], images: int) -> Any:
@@ -538,16 +597,18 @@ class _Loaders:
         self.part_loaders.clear()
 
 
-def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: list[str], dataset: ImageDataset,
-              cfg: EvalConfig, world: int, source: str | nn.Module, chunk: int) -> dict[str, Any]:
+def _finalize(ctx: EvalContext, store: UnitStore, run: _Run, plans: list[Plan], chunk: int) -> dict[str, Any]:
+    """The model's results.json document, from its store: each suite's ``finalize`` on its summed statistics."""
+    cfg, suites, keys, dataset = run.cfg, run.suites, run.keys, ctx.dataset
+    world, source = run.world, run.sources[ctx.model_name]
     data_units = store.stats("_data")      # one part: "all", or "sample:N" when every suite drew its own sample
     data_items = data_units.get("all") or next(iter(data_units.values()), [])
     data_stats = sum_stats([{k: v for k, v in s.items() if k != "files"} for s in data_items])   # counts only
     files = [f for s in data_items for f in s.get("files", [])][:20]
     suites_out: dict[str, Any] = {}
-    for suite, key in zip(suites, keys):
+    for suite, plan, key in zip(suites, plans, keys):
         stats = {part: sum_stats(items) for part, items in store.stats(key).items()}
-        missing = [p for p in suite.parts(ctx) if p not in stats]
+        missing = [p for p in plan.parts if p not in stats]
         if missing:
             raise RobustvitError(f"suite {key}: parts {missing[:3]} have no results (was the run interrupted?); re-run the command")
         res = suite.finalize(ctx, stats)
@@ -564,8 +625,11 @@ def _finalize(ctx: EvalContext, store: UnitStore, suites: list[Suite], keys: lis
     n, bad = int(data_stats.get("n", 0)), int(data_stats.get("unreadable", 0))
     data = {"spec": cfg.data, "num_images": n - bad, "num_unreadable": bad, "unreadable_files": files,
             "num_classes": dataset.num_classes, "subset": ctx.subset.record() if ctx.subset else None}
-    return results_document("eval", run=run, model=model_record(ctx.model, ctx.model_name, _source(source, ctx.model),
-                                                                cfg.class_map),
+    record = model_record(ctx.model, ctx.model_name, _source(source, ctx.model), cfg.class_map,
+                          resize=getattr(dataset, "resize", None))
+    if cfg.flops:
+        record["flops"] = count_flops(ctx.model)
+    return results_document("eval", run=run, model=record,
                             data=data, payload=suites_out, notes=notes)
 
 
@@ -585,4 +649,4 @@ def comparability_notes(ctx: EvalContext, suites: list[Suite], keys: list[str]) 
     return notes
 
 
-__all__ = ["EvalConfig", "RESULTS_FILE", "SHARD_FILE", "merge_shards", "run_eval"]
+__all__ = ["EvalConfig", "RESULTS_FILE", "RUN_OPTIONS", "SHARD_FILE", "build_model", "merge_shards", "run_eval"]

@@ -11,14 +11,14 @@
 
 from robustvit.runs.atomic import replacing, write_bytes, write_json, write_text
 from robustvit.runs.distributed import barrier, collective_device, init_distributed, open_shared_store
-from robustvit.runs.header import model_record, run_header, weights_id
+from robustvit.runs.header import count_flops, model_record, run_header, weights_id
 from robustvit.runs.results import (RESULTS_FILE, SCHEMA_VERSION, check_kind, data_record, read_results,
                                     results_document, validate_results, write_results, write_train_results)
 from robustvit.runs.scheduler import Shard, Worker, collect, run_units
 from robustvit.runs.store import DB_NAME, MemoryStore, UnitStore, now, to_plain
 
 __all__ = ["DB_NAME", "MemoryStore", "RESULTS_FILE", "SCHEMA_VERSION", "Shard", "UnitStore", "Worker", "barrier",
-           "check_kind", "collect", "collective_device", "data_record", "init_distributed", "model_record", "now",
+           "check_kind", "collect", "count_flops", "collective_device", "data_record", "init_distributed", "model_record", "now",
            "open_shared_store", "read_results", "replacing", "results_document", "run_header", "run_units",
            "to_plain", "validate_results", "weights_id", "write_bytes", "write_json", "write_results", "write_text",
            "write_train_results"]

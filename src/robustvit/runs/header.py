@@ -29,17 +29,38 @@ def run_header(*, device: torch.device | str, seed: int, command: str | None = N
 
 
 def model_record(model: torch.nn.Module, name: str, source: str | None = None,
-                 class_map: str | None = None) -> dict[str, Any]:
+                 class_map: str | None = None, resize: Any = None) -> dict[str, Any]:
     """The ``model`` record of a robustvit model (``Normalized``: ``spec``, ``weights``): name, source (what
     built it: a timm name, a checkpoint folder, ``python:<class>``), parameters, spec, weights, preprocessing,
-    class map."""
+    class map. ``resize``: the preprocessing the data was read with (``size``, ``crop_pct``, ``interpolation``;
+    e.g. ``folder:…,crop_pct=0.5``), recorded instead of the model's own."""
     spec = getattr(model, "spec", None)
     weights = getattr(model, "weights", None)
+    pre = spec.preprocessing() if spec is not None else None
+    if pre is not None and resize is not None:
+        pre = {**pre, "input_size": [3, int(resize.size), int(resize.size)], "crop_pct": float(resize.crop_pct),
+               "interpolation": str(resize.interpolation)}
     return {"name": name, "source": source or name, "params": sum(p.numel() for p in model.parameters()),
             "spec": spec.to_dict() if spec is not None else {"family": "other", "input_size": [3, 0, 0]},
             "pretrained": weights.get("pretrained") if isinstance(weights, dict) else None,
-            "weights": weights, "preprocessing": spec.preprocessing() if spec is not None else None,
+            "weights": weights, "preprocessing": pre,
             "class_map": None if class_map is None else str(class_map)}
+
+
+def count_flops(model: torch.nn.Module) -> int | None:
+    """Forward FLOPs of one image at the model's input size (``torch.utils.flop_counter``; None if not countable)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    spec = getattr(model, "spec", None)
+    size = tuple(getattr(spec, "input_size", (3, 224, 224)))
+    try:
+        device = next(model.parameters()).device
+        x = torch.rand(1, *size, device=device)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(x)
+        return int(counter.get_total_flops()) or None
+    except Exception:  # an op the counter cannot trace: leave FLOPs out
+        return None
 
 
 def weights_id(model: torch.nn.Module, name: object = None) -> str:
@@ -59,4 +80,4 @@ def weights_id(model: torch.nn.Module, name: object = None) -> str:
     return f"{RANDOM_WEIGHTS if weights.get('source') == 'random' else 'python:'}{h.hexdigest()[:16]}"
 
 
-__all__ = ["device_name", "model_record", "run_header", "weights_id"]
+__all__ = ["count_flops", "device_name", "model_record", "run_header", "weights_id"]

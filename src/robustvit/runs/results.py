@@ -79,9 +79,40 @@ def _validate_keys(doc: dict[str, Any]) -> None:
 
 
 def write_results(out_dir: str | Path, doc: dict[str, Any]) -> Path:
-    """Validate ``doc`` and write it to ``out_dir/results.json`` atomically."""
+    """Validate ``doc`` and write it to ``out_dir/results.json`` atomically (eval and analysis runs first add what
+    the folder holds already: :func:`keep_finished`)."""
     validate_results(doc)
     return write_json(Path(out_dir) / RESULTS_FILE, doc)
+
+
+def keep_finished(out_dir: str | Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with the payload entries (suites / analyses) of ``out_dir/results.json`` that ``doc`` does not
+    hold, when that file is of the same kind (eval or analysis), model and data; their notes are kept too. An
+    analysis payload's ``figures`` list is the union of both. ``doc`` unchanged otherwise. A re-run with other
+    suites (or analyses) thus adds to the folder's results; a suite run again replaces its own entry."""
+    path = Path(out_dir) / RESULTS_FILE
+    kind = doc.get("kind")
+    if kind not in ("eval", "analysis") or not path.is_file():
+        return doc
+    try:
+        old = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return doc
+    same = (old.get("kind") == kind and old.get("model", {}).get("name") == doc["model"]["name"]
+            and old.get("data", {}).get("spec") == doc["data"]["spec"])
+    if not same:
+        return doc
+    key = PAYLOAD[kind]
+    new = doc[key]
+    kept = {k: v for k, v in old.get(key, {}).items() if k != "figures" and k not in new}
+    if not kept:
+        return doc
+    payload = {**kept, **new}
+    if kind == "analysis":
+        figures = [f for r in kept.values() for f in r.get("figures") or []] + list(new.get("figures", []))
+        payload = {**{k: v for k, v in payload.items() if k != "figures"}, "figures": figures}
+    notes = list(dict.fromkeys(old.get("notes", []) + doc["notes"]))
+    return {**doc, key: payload, "notes": notes, "comparable": not notes}
 
 
 def read_results(path: str | Path) -> dict[str, Any]:
@@ -133,5 +164,5 @@ def write_train_results(out_dir: str | Path, config: dict[str, Any], epochs: lis
     return write_results(out_dir, doc)
 
 
-__all__ = ["KINDS", "RESULTS_FILE", "SCHEMA_VERSION", "check_kind", "data_record", "read_results", "results_document",
+__all__ = ["KINDS", "RESULTS_FILE", "SCHEMA_VERSION", "check_kind", "data_record", "keep_finished", "read_results", "results_document",
            "schema", "validate_results", "write_results", "write_train_results"]

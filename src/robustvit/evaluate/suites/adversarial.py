@@ -640,6 +640,7 @@ class TransferSuite(AttackSuite):
     description = "transfer matrix: adversarial examples crafted on each model of the run, evaluated on this one"
     #: The options passed to the crafting attack (when given; the others are the suite's).
     attack_keys: ClassVar[tuple[str, ...]] = ("eps", "norm", "steps", "step_size", "restarts", "random_start")
+    across_models = True
 
     @dataclass
     class Options(SuiteOptions):

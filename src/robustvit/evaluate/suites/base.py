@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from robustvit.data import parse_data_spec
-from robustvit.data.subset import SUBSET_METHODS
+from robustvit.data.subset import SUBSET_METHODS, dataset_labels
 from robustvit.errors import RobustvitError
 from robustvit.options import describe, option, option_names, options_dict, parse_options
 from robustvit.registry import Registry, parse_spec
@@ -126,6 +126,22 @@ def data_source_of(data_spec: str) -> str:
 
 
 @dataclass
+class Plan:
+    """What the runner does for a suite on one model (:meth:`Suite.plan`): the ``parts`` of every chunk (its
+    units), and the images they read — ``data``: one data set for every part (None: the run's ``--data``); or,
+    with ``size`` (the suite's own images, positions 0 … size−1, ``labels`` theirs for a class-stratified
+    ``limit=``): ``part_data``, {part: data set} of the same images read for each part (ImageNet-C units), else
+    nothing: the suite reads them itself from ``batch.ids`` (``batch.x`` is empty). The runner then calls
+    ``suite.run`` per unit and ``suite.finalize`` on the summed statistics."""
+
+    parts: list[str]
+    data: Any = None
+    size: int | None = None
+    labels: torch.Tensor | None = None
+    part_data: dict[str, Any] | None = None
+
+
+@dataclass
 class SuiteOptions:
     """The options every suite takes."""
 
@@ -165,6 +181,9 @@ class Suite:
     demo: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
     #: Why ``robustvit demo`` does not run the suite ("" when it does).
     demo_skip: ClassVar[str] = ""
+    #: The suite evaluates what it makes on one model on the run's other models (``transfer``): every model must
+    #: then read the same images (the same preprocessing).
+    across_models: ClassVar[bool] = False
 
     def __init__(self, limit: int | None = None, subset: str | None = None, **options: Any) -> None:
         given = {**({"limit": limit} if limit is not None else {}), **({"subset": subset} if subset is not None else {}),
@@ -207,6 +226,14 @@ class Suite:
         if key in option_names(type(self).Options):
             value = getattr(parse_options(type(self).Options, {key: value}, what=f"--{key} (suite {self.name!r})"), key)
         return value
+
+    def plan(self, ctx: EvalContext) -> Plan:
+        """What the runner does for this suite (:class:`Plan`); by default built from :meth:`parts`,
+        :meth:`dataset` and :meth:`part_datasets`."""
+        own, part_data = self.dataset(ctx), self.part_datasets(ctx)
+        if part_data is None:
+            return Plan(self.parts(ctx), data=own)
+        return Plan(self.parts(ctx), size=len(own), labels=dataset_labels(own), part_data=part_data)
 
     def parts(self, ctx: EvalContext) -> list[str]:
         return ["all"]

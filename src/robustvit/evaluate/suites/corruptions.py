@@ -7,7 +7,8 @@ from AFAT. Metrics: ``robustvit.metrics.corruption``.
 Every image of the run's data set is corrupted on the device (``robustvit.corruptions.corrupt``) with the
 unit's seeded generator (so a unit replays exactly); or, with ``source=DIR``, the images are read from a
 released (or ``robustvit corrupt``-written) ImageNet-C tree or CIFAR-10/100-C folder
-(``robustvit.data.corrupted``). One part per corruption × severity, plus ``clean``.
+(``robustvit.data.corrupted``; that suite is :class:`~robustvit.evaluate.suites.stored_corruptions.StoredCorruptions`,
+built by the same name). One part per corruption × severity, plus ``clean``.
 
 Options (``corruptions:corruptions=noise:severities=1-3``):
 
@@ -45,25 +46,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 
 from robustvit.corruptions import BENCHMARK_CORRUPTIONS, CORRUPTION_GROUPS, corrupt
 from robustvit.corruptions.frost import frost_source
 from robustvit.corruptions.params import parse_corruptions, parse_severities, resolve_preset
-from robustvit.data import UNREADABLE
-from robustvit.data.base import ImageDataset
-from robustvit.data.corrupted import CorruptedSource, open_corrupted
-from robustvit.data.subset import SubsetDataset, dataset_labels
-from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, data_source_of, register_suite
 from robustvit.metrics.accuracy import correct
-from robustvit.options import option
 from robustvit.metrics.corruption import (ALEXNET_ERRORS, NOISE_CORRUPTIONS, corruption_error, mean_or_none,
                                           relative_corruption_error, retention)
+from robustvit.options import option
 
 GROUP_NAMES = ("noise", "blur", "weather", "digital", "extra")
 CLEAN = "clean"
-#: Threads decoding image files of a ``source`` tree (PIL releases the GIL while decoding).
 
 
 def _image_size(ctx: EvalContext) -> int | None:
@@ -79,34 +73,16 @@ def part_name(name: str, severity: int) -> str:
     return f"{name}/{severity}"
 
 
-class _UnitIndex(ImageDataset):
-    """The runner's view of a ``source`` tree: chunk i = images i·B …; images are placeholders (each part
-    reads its own unit's images), labels are those of the first unit."""
+class CorruptionSuite(Suite):
+    """What both corruption suites share: the options, the parts, accuracy per unit and the result. A subclass
+    gives the images of a unit (:meth:`_images`) and the protocol facts (preset, JPEG, mCE reason, approximations)."""
 
-    def __init__(self, n: int, classes: list[str], labels: torch.Tensor | None = None) -> None:
-        self.n, self.classes, self.spec = n, list(classes), "corruption source"
-        self.labels = labels        # of the first unit: to draw class-stratified subsets
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        return torch.zeros(3, 1, 1), 0
-
-    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.zeros(len(index), 3, 1, 1), torch.zeros(len(index), dtype=torch.long)
-
-
-@register_suite
-class Corruptions(Suite):
     name = "corruptions"
     smoke = {"corruptions": ["gaussian_noise", "contrast"], "severities": [1]}
     demo = ("corruptions:limit=100",), ("corruptions:limit=40:severities=1+3+5",)
     low_precision = True
     description = "common corruptions (ImageNet-C / CIFAR-10-C): accuracy per corruption × severity, mCE, retention"
     data_aligned = True
-    # 19 × 5 units + clean: ~1 minute per demo model on a 2-core CPU at 100 images (the model's forward pass
-    # dominates: ~0.5 s per 100 32-px images for vit_cifar_micro); --quick: 3 severities, 40 images.
 
     @dataclass
     class Options(SuiteOptions):
@@ -124,165 +100,56 @@ class Corruptions(Suite):
         super().__init__(**options)
         self.names = parse_corruptions(self.opts.corruptions)
         self.severities = parse_severities(self.opts.severities)
-        self.preset = self.opts.preset
-        if self.preset is not None:
-            resolve_preset(self.preset, 0, 0)   # checks the name
-        self.auto_jpeg = self.opts.jpeg_quality == "auto"
-        self.jpeg_quality: int | None = None if self.auto_jpeg else self.opts.jpeg_quality
         self.source = self.opts.source
-        self._src: CorruptedSource | None = None
-        self._num_images: int | None = None
-        if self.source is not None:
-            if self.jpeg_quality is not None or self.preset is not None:
-                raise RobustvitError("source= reads stored images: preset= and jpeg_quality= do not apply; drop them")
-            self._src = open_corrupted(self.source)
-            if "corruptions" not in self.options:    # default: every corruption the folder holds
-                self.names = [n for n in self.names if n in self._src.corruptions]
-            for n in self.names:
-                for s in self.severities:
-                    self._src.check(n, s)
 
-    # ------------------------------------------------------------ data
-    def _size(self) -> int:
-        assert self._src is not None
-        if self._num_images is None:
-            self._num_images = self._src.num_images        # checks that every unit has as many images
-        return self._num_images
+    def _units(self) -> list[str]:
+        return [part_name(n, s) for n in self.names for s in self.severities]
 
-    def _clean_ids(self, ctx: EvalContext, ids: torch.Tensor) -> torch.Tensor | None:
-        """Where the images of source positions ``ids`` lie in the run's data set: the same positions when
-        it has at least as many images, or — for a copy written from the run's ``--limit`` / ``--subset``
-        images (in data-set order) — those images; None when the clean images are not known."""
-        ds = ctx.dataset
-        assert self._src is not None
-        if ds is None or ds.num_classes != len(self._src.classes):
-            return None
-        n = self._size()
-        run = ctx.subset
-        if run is not None and not run.whole and len(run.indices) == n and len(ds) != n:
-            return run.indices.sort().values[ids.cpu()]
-        return ids if len(ds) >= n else None
-
-    def _clean_available(self, ctx: EvalContext) -> bool:
-        if self._src is None:
-            return True
-        return self._clean_ids(ctx, torch.zeros(1, dtype=torch.long)) is not None
-
-    def parts(self, ctx: EvalContext) -> list[str]:
-        units = [part_name(n, s) for n in self.names for s in self.severities]
-        return ([CLEAN] if self._clean_available(ctx) else []) + units
-
-    def dataset(self, ctx: EvalContext) -> ImageDataset | None:
-        if self._src is None:
-            return None
-        if ctx.num_classes < len(self._src.classes):
-            raise RobustvitError(f"the model has {ctx.num_classes} classes but {self.source} has "
-                                 f"{len(self._src.classes)}; evaluate a model trained on those classes")
-        set_size = getattr(self._src, "set_image_size", None)
-        if set_size is not None:                 # ImageNet-C files: resized to the model's input on reading
-            set_size(ctx.image_size)
-        first = self._src.unit(self.names[0], self.severities[0]) if self.names else None
-        return _UnitIndex(self._size(), self._src.classes, None if first is None else dataset_labels(first))
-
-    def part_datasets(self, ctx: EvalContext) -> dict[str, ImageDataset] | None:
-        """With ``source=``: each unit's files, and the run's clean images at the same positions (read by the
-        runner's loader workers)."""
-        if self._src is None:
-            return None
-        self.dataset(ctx)                       # sets the size ImageNet-C files are resized to
-        out: dict[str, ImageDataset] = {}
-        for part in self.parts(ctx):
-            if part == CLEAN:
-                ids = self._clean_ids(ctx, torch.arange(self._size()))
-                assert ids is not None
-                out[part] = SubsetDataset(ctx.dataset, ids)
-            else:
-                name, sev = part.rsplit("/", 1)
-                out[part] = self._src.unit(name, int(sev))
-        return out
-
-    # ------------------------------------------------------------ evaluation
-    def _images(self, ctx: EvalContext, part: str, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The images of one unit: with ``source=`` the part's own (the runner read them), else the chunk's
-        images corrupted here."""
-        if part == CLEAN or self._src is not None:
-            return batch.x, batch.y
-        name, sev = part.rsplit("/", 1)
-        x = corrupt(batch.x, name, int(sev), generator=batch.generator, preset=self.preset,
-                    jpeg_quality=self._jpeg_quality(ctx))
-        return x, batch.y
+    def _images(self, ctx: EvalContext, part: str, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The images and labels of one unit, and how many of its images were unreadable."""
+        raise NotImplementedError
 
     @torch.no_grad()
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
-        x, y = self._images(ctx, part, batch)
-        unreadable = 0
-        if self._src is not None:       # files read here may be unreadable (the run's images were filtered already)
-            keep = y != UNREADABLE
-            unreadable = int((~keep).sum())
-            if unreadable:
-                x, y = x[keep], y[keep]
-        size = ctx.image_size
-        stored = self._src is not None and part != CLEAN      # stored images (e.g. 32-px CIFAR-C): model's size
-        if stored and size is not None and len(y) and tuple(x.shape[-2:]) != (int(size), int(size)):
-            x = F.interpolate(x, size=(int(size), int(size)), mode="bilinear", align_corners=False, antialias=True)
+        x, y, unreadable = self._images(ctx, part, batch)
         hits = correct(ctx.model(x), y).sum() if len(y) else 0     # a device tensor, read one unit late
         return {"n": int(len(y)), "correct": hits, "unreadable": unreadable}
 
-    # ------------------------------------------------------------ result
+    # ------------------------------------------------------------ protocol facts (see the subclasses)
     def _preset(self, ctx: EvalContext) -> str | None:
-        if self._src is not None:
-            return None
-        size = _image_size(ctx)
-        if size is None:
-            return self.preset
-        return resolve_preset(self.preset, int(size), int(size))
-
-    def _imagenet_in_memory(self, ctx: EvalContext) -> bool:
-        """Whether ImageNet validation images (1000 classes) are corrupted in memory with the imagenet table."""
-        return (self._src is None and _data_source(ctx) == "imagenet" and getattr(ctx.dataset, "num_classes", None) == 1000
-                and self._preset(ctx) == "imagenet")
+        return None
 
     def _jpeg_quality(self, ctx: EvalContext) -> int | None:
-        if self.auto_jpeg and self._src is None:
-            return 85 if self._imagenet_in_memory(ctx) else None
-        return self.jpeg_quality
+        return None
 
-    def _approximations(self, ctx: EvalContext) -> list[str]:
-        """How the evaluation differs from the released ImageNet-C protocol (empty: it matches): images
-        corrupted in memory unlike the released files, or a subset of the validation images."""
-        subset = [self.subset_note] if self.subset_note else []
-        if self._src is not None:
-            return subset
-        out = []
-        size = _image_size(ctx)
-        if size is not None and int(size) != 224:
-            out.append(f"corrupted at {size} px, not 224: the spatial parameters were scaled")
-        if self._jpeg_quality(ctx) != 85:
-            out.append("no JPEG quality-85 round trip (the released files have one): use jpeg_quality=85")
-        if "frost" in self.names and frost_source() == "procedural":
-            out.append("frost used the procedural texture, not the ImageNet-C photographs: set ROBUSTVIT_FROST_DIR "
-                       "(--frost-dir) or install imagecorruptions")
-        return out + subset
+    def _data_reason(self, ctx: EvalContext) -> str | None:
+        """Why the data is not ImageNet-C-like (AlexNet-normalised mCE undefined), or None."""
+        raise NotImplementedError
+
+    def _differences(self, ctx: EvalContext) -> list[str]:
+        """How the images differ from the released ImageNet-C files (empty: they match)."""
+        return []
+
+    def _extra(self) -> dict[str, Any]:
+        """The result's ``frost_source`` and ``source_layout``."""
+        return {"frost_source": None, "source_layout": None}
 
     def _mce_reason(self, ctx: EvalContext) -> str | None:
         """None when the AlexNet normalisation applies, else why not."""
-        if self._src is not None:
-            if not self._src.imagenet_like:
-                return (f"{self.source} is not a 1000-class ImageNet-C tree; AlexNet-normalised mCE is defined "
-                        "for ImageNet-C only (CIFAR-C reports plain mean accuracy)")
-        else:
-            nc = getattr(ctx.dataset, "num_classes", None)
-            if _data_source(ctx) != "imagenet" or nc != 1000:
-                return (f"the data ({ctx.data_spec}) is not ImageNet validation data with 1000 classes; AlexNet-"
-                        "normalised mCE is defined for ImageNet-C only")
-            if self._preset(ctx) != "imagenet":
-                return "images were corrupted with the cifar preset; mCE needs the imagenet parameters"
+        reason = self._data_reason(ctx)
+        if reason is not None:
+            return reason
         missing = [n for n in BENCHMARK_CORRUPTIONS if n not in self.names]
         if missing:
             return f"mCE averages the 15 benchmark corruptions; {len(missing)} were not evaluated ({missing[0]} …)"
         if self.severities != [1, 2, 3, 4, 5]:
             return "CE sums the errors of severities 1-5; evaluate every severity"
         return None
+
+    def _approximations(self, ctx: EvalContext) -> list[str]:
+        """How the evaluation differs from the released ImageNet-C protocol (empty: it matches): images
+        corrupted in memory unlike the released files, or a subset of the validation images."""
+        return self._differences(ctx) + ([self.subset_note] if self.subset_note else [])
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         def acc(part: str) -> float | None:
@@ -316,6 +183,7 @@ class Corruptions(Suite):
         approximations = self._approximations(ctx) if m is not None else []
         n_images = max((stats.get(p, {}).get("n", 0) + stats.get(p, {}).get("unreadable", 0) for p in stats), default=0)
         unreadable = sum(int(s.get("unreadable", 0)) for s in stats.values())
+        extra = self._extra()
         return {
             "accuracy": accuracy, "clean_accuracy": clean,
             "corruption_accuracy": per_corr, "severity_accuracy": per_sev,
@@ -326,9 +194,84 @@ class Corruptions(Suite):
             "ce": ce, "relative_ce": rce, "mce": m, "relative_mce": rm, "mce_reason": reason,
             "mce_protocol": None if m is None else ("approximate" if approximations else "imagenet-c"),
             "mce_approximations": approximations,
-            "frost_source": frost_source() if self._src is None and "frost" in self.names else None,
+            "frost_source": extra["frost_source"],
             "preset": self._preset(ctx), "jpeg_quality": self._jpeg_quality(ctx), "severities": list(self.severities),
             "corruptions": list(self.names), "source": None if self.source is None else str(Path(self.source)),
-            "source_layout": None if self._src is None else self._src.layout,
+            "source_layout": extra["source_layout"],
             "num_images": int(n_images), "num_unreadable": unreadable,
         }
+
+
+@register_suite
+class Corruptions(CorruptionSuite):
+    """The run's images corrupted in memory; ``corruptions:source=DIR`` builds :class:`StoredCorruptions`."""
+
+    # 19 × 5 units + clean: ~1 minute per demo model on a 2-core CPU at 100 images (the model's forward pass
+    # dominates: ~0.5 s per 100 32-px images for vit_cifar_micro); --quick: 3 severities, 40 images.
+
+    def __new__(cls, **options: Any) -> Any:
+        if cls is Corruptions and options.get("source") is not None:
+            from robustvit.evaluate.suites.stored_corruptions import StoredCorruptions
+
+            return StoredCorruptions(**options)
+        return super().__new__(cls)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.preset = self.opts.preset
+        if self.preset is not None:
+            resolve_preset(self.preset, 0, 0)   # checks the name
+        self.auto_jpeg = self.opts.jpeg_quality == "auto"
+        self.jpeg_quality: int | None = None if self.auto_jpeg else self.opts.jpeg_quality
+
+    def parts(self, ctx: EvalContext) -> list[str]:
+        return [CLEAN] + self._units()
+
+    def _images(self, ctx: EvalContext, part: str, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The chunk's images, corrupted here with the unit's generator (``clean``: as they are)."""
+        if part == CLEAN:
+            return batch.x, batch.y, 0
+        name, sev = part.rsplit("/", 1)
+        x = corrupt(batch.x, name, int(sev), generator=batch.generator, preset=self.preset,
+                    jpeg_quality=self._jpeg_quality(ctx))
+        return x, batch.y, 0
+
+    def _preset(self, ctx: EvalContext) -> str | None:
+        size = _image_size(ctx)
+        if size is None:
+            return self.preset
+        return resolve_preset(self.preset, int(size), int(size))
+
+    def _imagenet(self, ctx: EvalContext) -> bool:
+        """Whether ImageNet validation images (1000 classes) are corrupted with the imagenet table."""
+        return (_data_source(ctx) == "imagenet" and getattr(ctx.dataset, "num_classes", None) == 1000
+                and self._preset(ctx) == "imagenet")
+
+    def _jpeg_quality(self, ctx: EvalContext) -> int | None:
+        if self.auto_jpeg:
+            return 85 if self._imagenet(ctx) else None
+        return self.jpeg_quality
+
+    def _data_reason(self, ctx: EvalContext) -> str | None:
+        nc = getattr(ctx.dataset, "num_classes", None)
+        if _data_source(ctx) != "imagenet" or nc != 1000:
+            return (f"the data ({ctx.data_spec}) is not ImageNet validation data with 1000 classes; AlexNet-"
+                    "normalised mCE is defined for ImageNet-C only")
+        if self._preset(ctx) != "imagenet":
+            return "images were corrupted with the cifar preset; mCE needs the imagenet parameters"
+        return None
+
+    def _differences(self, ctx: EvalContext) -> list[str]:
+        out = []
+        size = _image_size(ctx)
+        if size is not None and int(size) != 224:
+            out.append(f"corrupted at {size} px, not 224: the spatial parameters were scaled")
+        if self._jpeg_quality(ctx) != 85:
+            out.append("no JPEG quality-85 round trip (the released files have one): use jpeg_quality=85")
+        if "frost" in self.names and frost_source() == "procedural":
+            out.append("frost used the procedural texture, not the ImageNet-C photographs: set ROBUSTVIT_FROST_DIR "
+                       "(--frost-dir) or install imagecorruptions")
+        return out
+
+    def _extra(self) -> dict[str, Any]:
+        return {"frost_source": frost_source() if "frost" in self.names else None, "source_layout": None}

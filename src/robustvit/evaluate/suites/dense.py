@@ -65,8 +65,10 @@ from robustvit.corruptions.params import BENCHMARK_CORRUPTIONS, parse_corruption
 from robustvit.data import ImageDataset, create_dataset, dataset_for_model
 from robustvit.data.dense import (StoredCorruptions, coco_ground_truth, detection_images, image_ids, relpaths,
                                   segmentation_samples)
+from robustvit.data.subset import dataset_labels
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, create_suite, register_suite
+from robustvit.evaluate.suites.base import (Batch, EvalContext, Plan, Suite, SuiteOptions, create_suite,
+                                            register_suite)
 from robustvit.metrics.corruption import mean_or_none, retention
 from robustvit.metrics.dense import coco_box_map, confusion_matrix, segmentation_scores
 from robustvit.options import option
@@ -98,22 +100,6 @@ def _base(ds: Any) -> Any:
     while hasattr(ds, "ds") and not hasattr(ds, "get_masks") and not hasattr(ds, "get_targets"):
         ds = ds.ds
     return ds
-
-
-class _IndexView(ImageDataset):
-    """The runner's view of a dense data set: placeholder images (each unit reads its own, at native size)."""
-
-    def __init__(self, ds: Any) -> None:
-        self.ds, self.classes, self.spec = ds, list(ds.classes), ds.spec
-
-    def __len__(self) -> int:
-        return len(self.ds)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        return torch.zeros(3, 1, 1), 0
-
-    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.zeros(len(index), 3, 1, 1), torch.zeros(len(index), dtype=torch.long)
 
 
 def _groups(shapes: list[tuple[int, ...]]) -> list[list[int]]:
@@ -157,9 +143,10 @@ class _DenseCorruptions(Suite):
                 self.names = [n for n in self.names if n in self._src.corruptions]
                 self.corruption_set = "custom" if set(self.names) != set(CITYSCAPES_C) else "cityscapes_c"
 
-    def dataset(self, ctx: EvalContext) -> ImageDataset | None:
-        """Each unit reads its images at native size itself: the runner sees placeholders."""
-        return _IndexView(self._check_data(_base(ctx.dataset)))
+    def plan(self, ctx: EvalContext) -> Plan:
+        """The units read their own images (at native size, from ``batch.ids``): the runner reads none."""
+        ds = self._check_data(_base(ctx.dataset))
+        return Plan(self.parts(ctx), size=len(ds), labels=dataset_labels(ds))
 
     def _check_data(self, ds: Any) -> Any:
         raise NotImplementedError
@@ -245,7 +232,7 @@ class InferenceOptions(SuiteOptions):
 
 class _Segmentation(_DenseCorruptions):
     demo_skip = "needs a segmentation model and per-pixel masks (docs/dense.md: train --task segment)"
-    data_aligned = True      # the run's images (--limit, --subset): the placeholder view is the run's data set 1:1
+    data_aligned = True      # its own images are the run's, 1:1 (--limit and --subset draw from them)
 
     @dataclass
     class Options(_DenseCorruptions.Options, InferenceOptions):
@@ -482,23 +469,6 @@ def evaluate_dense(model: nn.Module, data: str | ImageDataset, suites: list[str]
                                                                              dataset.num_classes),
                       device=device, seed=seed)
     results: dict[str, Any] = {}
-    with eval_mode(model):       # the caller's model keeps its own train/eval flags
-        for key in suites:
-            suite = create_suite(key)
-            ds = suite.dataset(ctx) or dataset
-            n = len(ds) if limit is None else min(limit, len(ds))
-            n = n if suite.max_images is None else min(n, suite.max_images)
-            parts = suite.parts(ctx)
-            acc: dict[str, list[dict[str, Any]]] = {p: [] for p in parts}
-            for c in range(math.ceil(n / batch_size)):
-                idx = torch.arange(c * batch_size, min(n, (c + 1) * batch_size))
-                x, y = ds.get_batch(idx)
-                x, y = x.to(device), y.to(device)
-                for p in parts:
-                    gen = torch.Generator(device=device)
-                    gen.manual_seed(derive_seed(seed, suite.key, p, c))
-                    acc[p].append(suite.run(ctx, p, Batch(x, y, idx, gen)))
-            results[suite.key] = suite.finalize(ctx, {p: sum_stats(v) for p, v in acc.items()})
     return results
 
 

@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from robustvit.data import ImageDataset, create_dataset, dataset_for_model, parse_data_spec
+from robustvit.data.subset import dataset_labels
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
 from robustvit.options import option
@@ -118,16 +119,6 @@ def pre_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return out.flatten(1).float()
 
 
-def dataset_labels(ds: ImageDataset) -> torch.Tensor:
-    """All labels of a data set without decoding images where the data set keeps them."""
-    inner = getattr(ds, "ds", ds)                # ResizedDataset wraps another data set
-    if hasattr(inner, "labels"):
-        return torch.as_tensor(inner.labels).long().cpu()
-    if hasattr(inner, "samples"):
-        return torch.tensor([int(s[1]) for s in inner.samples], dtype=torch.long)
-    return torch.tensor([int(ds[i][1]) for i in range(len(ds))], dtype=torch.long)
-
-
 def train_spec_for(data_spec: str, train: str | None) -> str:
     """The training split that goes with the evaluation data ``data_spec`` (or the folder ``train``)."""
     if train:
@@ -147,16 +138,6 @@ def train_spec_for(data_spec: str, train: str | None) -> str:
             return f"{source}:{root.parent / 'train'}{opts}"
     raise RobustvitError(f"fewshot: cannot tell the training split of {data_spec}; give its folder with "
                          "fewshot:train=PATH (ImageFolder layout)")
-
-
-def _parse_shots(value: Any) -> tuple[int, ...]:
-    try:
-        shots = sorted({int(s) for s in str(value).replace(",", "+").split("+") if s.strip()})
-    except ValueError:
-        raise RobustvitError(f"fewshot: shots must be integers separated by '+', e.g. shots=1+5, got {value!r}") from None
-    if not shots or shots[0] < 1:
-        raise RobustvitError(f"fewshot: shots must be >= 1, got {value!r}")
-    return tuple(shots)
 
 
 # ---- the suite ----------------------------------------------------------------------------------------------

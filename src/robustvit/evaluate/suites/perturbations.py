@@ -56,7 +56,7 @@ from robustvit.data.loader import float_images
 from robustvit.data.perturbed import (PerturbationSource, SequenceDataset, open_perturbation_source, x264_available,
                                      x264_roundtrip)
 from robustvit.errors import RobustvitError, unknown_name
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
+from robustvit.evaluate.suites.base import Batch, EvalContext, Plan, Suite, SuiteOptions, register_suite
 from robustvit.options import option
 from robustvit.metrics.perturbation import (finalize_perturbation_stats, flip_rate, mfr, mt5d, perturbation_stats,
                                             ranking)
@@ -79,23 +79,6 @@ def parse_perturbations(spec: str) -> list[str]:
         if n not in names:
             names.append(n)
     return names
-
-
-class _SequenceIndex(ImageDataset):
-    """The runner's view of a released sequence data set: chunk i = sequences i·B … (images are placeholders;
-    the suite reads the frames of each part itself)."""
-
-    def __init__(self, n: int, labels: torch.Tensor | None) -> None:
-        self.n, self.labels, self.classes, self.spec = n, labels, [], "perturbation sequences"
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        return torch.zeros(3, 1, 1), 0
-
-    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.zeros(len(index), 3, 1, 1), torch.zeros(len(index), dtype=torch.long)
 
 
 def load_baseline(path: str | Path) -> tuple[str, dict[str, Any]]:
@@ -174,18 +157,15 @@ class Perturbations(Suite):
             self._sources[name] = open_perturbation_source(self.source, name, self.difficulty)
         return self._sources[name]
 
-    def dataset(self, ctx: EvalContext) -> ImageDataset | None:
+    def plan(self, ctx: EvalContext) -> Plan:
+        """Generated sequences: the run's images (read uncropped for ImageNet-P, :meth:`_uncropped`). With
+        ``source=``: each perturbation's sequence files, decoded by the runner's loader workers (uint8 frames
+        (n, T, 3, H, W) on the device; :meth:`_top5` makes them float a forward batch at a time)."""
+        parts = self.parts(ctx)
         if self.source is None:
-            return self._uncropped(ctx)
+            return Plan(parts, data=self._uncropped(ctx))
         n = min(len(self._source(p)) for p in self.names)
-        return _SequenceIndex(n, None)
-
-    def part_datasets(self, ctx: EvalContext) -> dict[str, ImageDataset] | None:
-        """With ``source=``: each perturbation's sequence files, decoded by the runner's loader workers (uint8
-        frames (n, T, 3, H, W) on the device; :meth:`_top5` makes them float a forward batch at a time)."""
-        if self.source is None:
-            return None
-        return {name: SequenceDataset(self._source(name)) for name in self.parts(ctx)}
+        return Plan(parts, size=n, part_data={name: SequenceDataset(self._source(name)) for name in parts})
 
     def _uncropped(self, ctx: EvalContext) -> ImageDataset | None:
         """ImageNet-P warps the Resize(256) image and crops 224 afterwards: for image files and the

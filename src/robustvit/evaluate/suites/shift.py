@@ -31,17 +31,6 @@ from robustvit.options import option
 from robustvit.metrics.accuracy import topk_correct
 
 
-def evenly_spaced(ds: FileImageDataset, limit: int | None) -> FileImageDataset:
-    """Keep ``limit`` samples spread evenly over the (class-sorted) sample list; in place, returns ``ds``."""
-    n = len(ds.samples)
-    if limit is not None and limit < n:
-        if limit < 1:
-            raise RobustvitError(f"limit must be >= 1, got {limit}")
-        idx = torch.linspace(0, n - 1, limit).round().long().unique().tolist()
-        ds.samples = [ds.samples[i] for i in idx]
-    return ds
-
-
 class ShiftSuite(Suite):
     """Top-1/top-5 of a 1000-class model on one shift data set (subclasses set ``name`` and ``dataset_name``)."""
 
