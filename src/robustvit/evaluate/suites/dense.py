@@ -469,6 +469,25 @@ def evaluate_dense(model: nn.Module, data: str | ImageDataset, suites: list[str]
                                                                              dataset.num_classes),
                       device=device, seed=seed)
     results: dict[str, Any] = {}
+    with eval_mode(model):       # the caller's model keeps its own train/eval flags
+        for key in suites:
+            suite = create_suite(key)
+            plan = suite.plan(ctx)
+            ds = plan.data if plan.data is not None else dataset
+            total = len(ds) if plan.size is None else plan.size
+            n = total if limit is None else min(limit, total)
+            n = n if suite.max_images is None else min(n, suite.max_images)
+            acc: dict[str, list[dict[str, Any]]] = {p: [] for p in plan.parts}
+            for c in range(math.ceil(n / batch_size)):
+                idx = torch.arange(c * batch_size, min(n, (c + 1) * batch_size))
+                x, y = ((torch.empty(len(idx), 3, 0, 0), torch.zeros_like(idx)) if plan.size is not None  # reads its own
+                        else ds.get_batch(idx))
+                x, y = x.to(device), y.to(device)
+                for p in plan.parts:
+                    gen = torch.Generator(device=device)
+                    gen.manual_seed(derive_seed(seed, suite.key, p, c))
+                    acc[p].append(suite.run(ctx, p, Batch(x, y, idx, gen)))
+            results[suite.key] = suite.finalize(ctx, {p: sum_stats(v) for p, v in acc.items()})
     return results
 
 
