@@ -88,12 +88,15 @@ def select_subset(labels: torch.Tensor | np.ndarray | None, n: int, method: str 
 
 def dataset_labels(ds: Any) -> torch.Tensor | None:
     """The label of every image of ``ds`` (long, (N,)) without decoding images; None when unknown.
-    File data sets read them from their sample list, in-memory ones from their label tensor."""
+    File data sets read them from their sample list, in-memory ones from their label tensor; a sample list whose
+    second entries are not class indices (segmentation: mask files) has none."""
     if isinstance(ds, SubsetDataset):
         base = dataset_labels(ds.ds)
         return None if base is None else base[ds.indices]
     samples = getattr(ds, "samples", None)
     if isinstance(samples, list):
+        if not all(isinstance(s[1], (int, np.integer)) for s in samples):
+            return None
         return torch.tensor([s[1] for s in samples], dtype=torch.long)
     labels = getattr(ds, "labels", None)
     if isinstance(labels, (torch.Tensor, np.ndarray)) and len(labels) == len(ds):
