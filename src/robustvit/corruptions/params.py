@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+import robustvit.corruptions.cbar  # noqa: F401  (registers the ImageNet-C̄ corruptions)
 import robustvit.corruptions.functional  # noqa: F401  (registers the built-in corruptions)
 from robustvit.corruptions.spec import CORRUPTIONS, PRESET_SIZES, CorruptionParams
 from robustvit.errors import RobustvitError, unknown_name
@@ -44,10 +45,12 @@ def _built_in_groups() -> Mapping[str, tuple[str, ...]]:
     groups = {g: tuple(s.name for s in specs if s.group == g) for g in BENCHMARK_GROUPS + ("extra",)}
     groups["benchmark"] = tuple(n for g in BENCHMARK_GROUPS for n in groups[g])
     groups["all"] = groups["benchmark"] + groups["extra"]
+    groups["imagenet_c_bar"] = tuple(s.name for s in specs if s.group == "imagenet_c_bar")
     return MappingProxyType(groups)
 
 
-#: The built-in groups (noise, blur, weather, digital, extra, benchmark, all) of the registered corruptions.
+#: The built-in groups (noise, blur, weather, digital, extra, benchmark, all; imagenet_c_bar) of the registered
+#: corruptions.
 CORRUPTION_GROUPS: Mapping[str, tuple[str, ...]] = _built_in_groups()
 #: The 15 corruptions of ImageNet-C / CIFAR-10-C (mCE averages over these).
 BENCHMARK_CORRUPTIONS: tuple[str, ...] = CORRUPTION_GROUPS["benchmark"]
@@ -79,7 +82,8 @@ def parse_corruptions(spec: str) -> list[str]:
     for n in (t.strip() for t in spec.replace(",", "+").split("+") if t.strip()):
         if n not in CORRUPTIONS:
             raise unknown_name("corruption", n, CORRUPTIONS.list() + list(CORRUPTION_GROUPS),
-                               hint="give a group (all, benchmark, noise, blur, weather, digital, extra) or names joined by +")
+                               hint="give a group (all, benchmark, noise, blur, weather, digital, extra, imagenet_c_bar) "
+                                    "or names joined by +")
         if n not in names:
             names.append(n)
     if not names:
