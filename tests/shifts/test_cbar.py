@@ -124,3 +124,16 @@ def test_corruptions_are_seeded_batched_and_stronger_at_higher_severity(name):
     assert torch.equal(y1, corrupt(x, name, 1, seed=0)) and y1.shape == x.shape
     assert (y5 - x).abs().mean() > (y1 - x).abs().mean() * (0.9 if name == "caustic_refraction" else 1.0)
     assert not torch.isnan(y5).any() and math.isfinite(float(y5.sum()))
+
+
+@pytest.mark.parametrize("name", CBAR)
+def test_corrupt_is_sample_then_apply_and_keeps_its_inputs(name):
+    spec = CORRUPTIONS.get(name)
+    x = torch.rand(3, 3, 40, 36)
+    p = spec.params(3, "cifar", size=(40, 36))
+    draw = spec.sample(3, (40, 36), p, torch.Generator().manual_seed(11))
+    kept, x0 = {k: v.clone() for k, v in draw.items()}, x.clone()
+    y = spec.apply(x, p, draw)
+    assert torch.equal(y, corrupt(x, name, 3, seed=11, preset="cifar"))
+    assert torch.equal(x, x0) and all(torch.equal(draw[k], kept[k]) for k in draw)
+    assert 0 <= float(y.min()) and float(y.max()) <= 1

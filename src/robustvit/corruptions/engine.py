@@ -28,7 +28,8 @@ from robustvit.utils import check_images, default_generator, make_generator
 
 def list_corruptions(group: str | None = None) -> list[str]:
     """Corruption names, benchmark ones first. ``group``: noise, blur, weather, digital, extra, benchmark,
-    all, or the group of a corruption registered with :func:`register_corruption`; ``variants``: the
+    all (every group but imagenet_c_bar), imagenet_c_bar (ImageNet-C̄), or the group of a corruption
+    registered with :func:`register_corruption`; ``variants``: the
     alternative implementations (``elastic_transform@imagecorruptions``).
 
     >>> list_corruptions("noise")
@@ -44,7 +45,8 @@ def list_corruptions(group: str | None = None) -> list[str]:
     if group not in known:
         raise unknown_name("corruption group", str(group), known)
     order = {n: i for i, n in enumerate(BENCHMARK_CORRUPTIONS)}
-    chosen = [s.name for s in specs if group == "all" or s.group == group]
+    # ImageNet-C̄ is a benchmark of its own: listed by its group, not in "all"
+    chosen = [s.name for s in specs if s.group == group or group == "all" and s.group != "imagenet_c_bar"]
     return sorted(chosen, key=lambda n: order.get(n, len(order)))
 
 

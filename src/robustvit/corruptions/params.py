@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-import robustvit.corruptions.cbar  # noqa: F401  (registers the ImageNet-C̄ corruptions)
 import robustvit.corruptions.functional  # noqa: F401  (registers the built-in corruptions)
+import robustvit.corruptions.cbar  # noqa: F401  (registers the ImageNet-C̄ corruptions, after them)
 from robustvit.corruptions.spec import CORRUPTIONS, PRESET_SIZES, CorruptionParams
 from robustvit.errors import RobustvitError, unknown_name
 
