@@ -32,3 +32,18 @@ def test_corruptions_suite_runs_the_imagenet_c_bar_group(tmp_path):
                 g = torch.Generator().manual_seed(derive_seed(0, spec, f"{name}/5", c))
                 correct += int((m(corrupt(x[8 * c:8 * c + 8], name, 5, generator=g)).argmax(1) == y[8 * c:8 * c + 8]).sum())
             assert r["accuracy"][name]["5"] == pytest.approx(correct / 8), name
+
+
+def test_released_imagenet_c_bar_tree_is_read_from_files(tmp_path):
+    from PIL import Image
+
+    from robustvit.data import create_dataset
+    for sev in (1, 2):
+        for cls, colour in (("n01440764", (10, 20, 30)), ("n01443537", (200, 100, 0))):
+            d = tmp_path / "sparkles" / str(sev) / cls
+            d.mkdir(parents=True)
+            Image.new("RGB", (8, 8), colour).save(d / "ILSVRC2012_val_00000001.png")
+    ds = create_dataset(f"imagenet_c:{tmp_path},corruption=sparkles,severity=2")
+    x, y = ds.get_batch(torch.arange(len(ds)))
+    assert len(ds) == 2 and sorted(y.tolist()) == [0, 1]
+    assert x[y == 1][0, :, 0, 0].tolist() == pytest.approx([200 / 255, 100 / 255, 0.0])
