@@ -192,3 +192,14 @@ def test_suite_generates_the_parametric_sets_from_16_class_images():
         create_suite("model_vs_human:datasets=eidolonI")
     with pytest.raises(RobustvitError, match="root="):
         create_suite("model_vs_human:raw_data=/x")
+
+
+def test_report_section_tabulates_and_plots_per_condition():
+    from robustvit.report.sections.model_vs_human import model_vs_human_section
+    conds = {"c100": {"accuracy": 0.9, "human_accuracy": 0.95, "num_images": 2},
+             "c05": {"accuracy": 0.3, "human_accuracy": 0.7, "num_images": 2}}
+    res = {"images": "released", "human_data": "/raw", "ood_accuracy": 0.3, "error_consistency": 0.25,
+           "datasets": {"contrast": {"conditions": conds}, "sketch": {"conditions": {"0": {"accuracy": 0.5}}}}}
+    sec = model_vs_human_section("model_vs_human", [{"model": {"name": "vit"}, "suites": {"model_vs_human": res}}])
+    assert "| vit | 0.3000 | 0.2500 |" in sec.markdown and "released" in sec.markdown
+    assert len(sec.figures) == 1                                   # one panel set: contrast (sketch has one condition)
