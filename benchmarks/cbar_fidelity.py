@@ -185,6 +185,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--names", default=",".join(NAMES))
     ap.add_argument("--presets", default="imagenet,cifar")
+    ap.add_argument("--severities", default="1,2,3,4,5")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     ref_corrupt = load_reference(a.ref)
@@ -194,13 +195,14 @@ def main() -> None:
     for preset in a.presets.split(","):
         for name in a.names.split(","):
             level_row = levels[preset].get(name, levels["imagenet"][name])
-            for sev in range(1, 6):
+            for sev in (int(v) for v in a.severities.split(",")):
                 key = f"{preset}/{name}/{sev}"
                 if key in rows or not len(imgs[preset]):
                     continue
                 t0 = time.time()
                 rows[key] = measure(ref_corrupt, name, preset, sev, level_row[sev - 1], imgs[preset], a.repeats)
-                rows[key]["cifar10_c_bar"] = preset == "imagenet" or name in levels["cifar"]
+                rows[key].update(images=len(imgs[preset]), repeats=a.repeats,
+                                 released_level=preset == "imagenet" or name in levels["cifar"])
                 a.out.write_text(json.dumps(rows, indent=1))       # written as it goes; reruns resume
                 r = rows[key]
                 print(f"{key:45s} mad {r['mad']:6.3f}  p99 {r['p99']:5.1f}  off {r['off']:.4f}  "
