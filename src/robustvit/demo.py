@@ -86,7 +86,7 @@ DEMO_SUITES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "patch_fool": (("patch_fool:limit=100:steps=50:save=8",), ("patch_fool:limit=50:steps=20",)),
     "transfer": ((), ()),
     "fewshot": (("fewshot:shots=1+5+10+25:draws=5:limit=500",), ("fewshot:shots=1+5+10:draws=3:limit=200",)),
-    **{name: ((), ()) for name in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
+    **{name: ((), ()) for name in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2", "model_vs_human")},
     **{name: ((), ()) for name in ("seg_clean", "seg_corruptions", "det_clean", "det_corruptions")},
 }
 #: Why a suite is not run by the demo.
@@ -95,6 +95,7 @@ DEMO_SKIPPED = {
     "transfer": "the demo evaluates its models one at a time; run `robustvit eval --model A,B --suite transfer`",
     **{name: "needs the data set on disk and a 1000-class ImageNet model (pass root=DIR)"
        for name in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
+    "model_vs_human": "needs a 1000-class ImageNet model and model-vs-human's images (root=DIR) or 16-class data",
     **{name: "needs a segmentation model and per-pixel masks (docs/dense.md: train --task segment)"
        for name in ("seg_clean", "seg_corruptions")},
     **{name: "needs a torchvision detector (--model tv:NAME) and box annotations (docs/dense.md)"
