@@ -25,6 +25,7 @@ benchmark's conditions, ``benchmark_conditions``}}) and their means over the dat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,7 +35,7 @@ from robustvit.data.modelvshuman import DATASETS, Stimulus, read_human_trials, r
 from robustvit.data.mvh_conditions import GENERATED, apply_condition
 from robustvit.errors import RobustvitError
 from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
-from robustvit.metrics.modelvshuman import (EXCLUDED_CONDITIONS, Trial, benchmark_summary, compare_with_humans)
+from robustvit.metrics.modelvshuman import EXCLUDED_CONDITIONS, Trial, benchmark_summary, compare_with_humans
 from robustvit.metrics.shape_bias import geirhos_categories, imagenet_to_16
 from robustvit.options import option
 
@@ -101,7 +102,6 @@ class ModelVsHuman(Suite):
             return list(self.opts.datasets)
         if not self.opts.root:
             return list(GENERATED)
-        from pathlib import Path
         root = Path(self.opts.root).expanduser()
         found = [n for n in DATASETS if (root / n).is_dir()]
         if not found:
