@@ -18,8 +18,8 @@ parameters (``sample_parameters``) and corrupt each image, and then:
   truncating robustvit's output to uint8 as the reference does; ``p99``: the 99th percentile of |Δ|;
   ``off``: the share of values that differ by more than one grey level. This measures the implementation.
 - **distribution**: the mean |corrupted − clean| (grey levels) of the reference with its own sampler and of
-  robustvit with its own (``corrupt(x, name, severity, seed=round)``, float32) on the same images; ``rel``:
-  (ours − reference) / reference. This measures the sampling.
+  robustvit with its own (``corrupt(x, name, severity, seed=round)``, float32, truncated to uint8 as the
+  reference's output) on the same images; ``rel``: (ours − reference) / reference. This measures the sampling.
 
 Usage (from the repository root; the reference from ``git clone
 https://github.com/facebookresearch/augmentation-corruption``):
@@ -142,6 +142,14 @@ def to_uint8(y: torch.Tensor) -> np.ndarray:
     return np.floor(y[0].permute(1, 2, 0).double().numpy() * 255 + 1e-6).clip(0, 255).astype(np.uint8)
 
 
+def ours_distance(x: torch.Tensor, imgs: np.ndarray, name: str, severity: int, seed: int, preset: str) -> float:
+    """Mean |corrupted − clean| in grey levels of robustvit's draw ``seed``, truncated to uint8 as the reference's
+    output (truncation alone moves the mean by up to half a grey level)."""
+    y = corrupt(x, name, severity, seed=seed, preset=preset)
+    out = np.floor(y.permute(0, 2, 3, 1).double().numpy() * 255 + 1e-6).clip(0, 255)
+    return float(np.abs(out - imgs.astype(np.float64)).mean())
+
+
 def measure(ref_corrupt, name: str, preset: str, severity: int, level: float, imgs: np.ndarray, repeats: int) -> dict:
     s = imgs.shape[1]
     spec = CORRUPTIONS.get(name)
@@ -160,8 +168,7 @@ def measure(ref_corrupt, name: str, preset: str, severity: int, level: float, im
             diffs.append(np.abs(ours.astype(np.int16) - ref.astype(np.int16)).ravel())
             ref_abs.append(np.abs(ref.astype(np.float64) - img).mean())
         ref_mean.append(float(np.mean(ref_abs)))
-        y = corrupt(x32, name, severity, seed=r, preset=preset)
-        ours_mean.append(float((y - x32).abs().mean()) * 255)
+        ours_mean.append(ours_distance(x32, imgs, name, severity, r, preset))
     d = np.concatenate(diffs)
     rm, om = float(np.mean(ref_mean)), float(np.mean(ours_mean))
     return {"mad": float(d.mean()), "p99": float(np.percentile(d, 99)), "off": float((d > 1).mean()),

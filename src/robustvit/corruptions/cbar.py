@@ -9,8 +9,7 @@ on the device. The table field ``level`` is the released severity value (``image
 side ``S`` (224 or 32) use the shorter side of the image. Deviations (measured in ``docs/corruptions.md``):
 no rounding to uint8 (the reference truncates its output to integers); random fields drawn from torch's
 generator, so where the reference seeds a NumPy ``RandomState`` per image (noise phases, ray lengths, Perlin
-tables, the checkerboard's cells) the fields have the reference's distribution, not its values; Perlin's
-permutation is uniform (the reference's shuffle draws ``j`` from all 256 places).
+tables, the checkerboard's cells) the fields have the reference's distribution, not its values.
 
 CIFAR-10-C̄ shares five of these (blue-noise sample, brownish noise, checkerboard cutout, inverse sparkles,
 sparkles; their ``cifar`` rows are its levels). The other five have no CIFAR-10-C̄ level: their ``cifar``

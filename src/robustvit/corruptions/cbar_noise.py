@@ -53,9 +53,19 @@ def spectral_noise(power: torch.Tensor, phases: torch.Tensor) -> torch.Tensor:
 
 def perlin_tables(n: int, g: torch.Generator, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per image a permutation of 0..255 (n, 256) and unit gradients (n, 256, 2) with components drawn
-    uniformly from {−1, −255/256, …, 255/256} before normalising (the reference's ``randint % 512 − 256``)."""
-    perm = torch.argsort(rand((n, PERLIN_B), g, like), dim=1)
+    uniformly from {−1, −255/256, …, 255/256} before normalising (the reference's ``randint % 512 − 256``).
+
+    The permutation is the reference's shuffle: for i = 255 … 0 swap places i and j, j uniform over all 256
+    places (not Fisher–Yates: its permutations are not uniform, and the noise's statistics follow them)."""
     grad = (torch.floor(rand((n, PERLIN_B, 2), g, like) * 2 * PERLIN_B) - PERLIN_B) / PERLIN_B
+    partner = torch.floor(rand((n, PERLIN_B), g, like) * PERLIN_B).long().clamp_(0, PERLIN_B - 1)
+    perm = torch.arange(PERLIN_B, device=like.device).repeat(n, 1)
+    rows = torch.arange(n, device=like.device)
+    for i in range(PERLIN_B - 1, -1, -1):          # 256 swaps, each on the whole batch
+        j = partner[:, i]
+        here, there = perm[:, i].clone(), perm[rows, j]
+        perm[:, i] = there
+        perm[rows, j] = here
     grad = grad / grad.norm(dim=-1, keepdim=True).clamp_min(1 / PERLIN_B)
     return perm, grad
 
