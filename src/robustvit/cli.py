@@ -335,7 +335,8 @@ LISTS: dict[str, Callable[[str | None], list[str]]] = {
     "models": _lister("robustvit.models", "list_models"),
     "suites": _lister("robustvit.evaluate.suites", "list_suites"),
     "attacks": _lister("robustvit.attacks", "list_attacks"),
-    "corruptions": lambda pattern=None: [n for n in _lister("robustvit.corruptions", "list_corruptions")(None)
+    "corruptions": lambda pattern=None: [n for g in (None, "imagenet_c_bar")      # ImageNet-C's, then ImageNet-C̄'s
+                                         for n in _lister("robustvit.corruptions", "list_corruptions")(g)
                                          if pattern is None or fnmatch.fnmatch(n, pattern)],
     "data": _lister("robustvit.data", "list_sources"),
     "losses": _lister("robustvit.training", "list_losses"),
@@ -407,8 +408,8 @@ def add_corrupt(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output folder (re-running skips finished corruption × severity units)")
     p.add_argument("--format", dest="layout", choices=LAYOUTS, default="imagenet-c",
                    help="imagenet-c: OUT/<corruption>/<severity>/<class>/<name>.JPEG; cifar-c: OUT/<corruption>.npy + labels.npy")
-    p.add_argument("--corruptions", default="all", help="a group (all, benchmark, noise, blur, weather, digital, extra) "
-                   "or names joined by , or + (default all 19)")
+    p.add_argument("--corruptions", default="all", help="a group (all, benchmark, noise, blur, weather, digital, extra, "
+                   "imagenet_c_bar) or names joined by , or + (default all 19)")
     p.add_argument("--severities", default="1-5", help="e.g. 1-5, 3 or 1,3,5 (cifar-c needs all 5)")
     p.add_argument("--preset", choices=tuple(PRESET_SIZES), help="parameter table (default: by image size)")
     p.add_argument("--image-format", choices=tuple(IMAGE_FORMATS), default="jpeg",

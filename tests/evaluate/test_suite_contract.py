@@ -53,6 +53,7 @@ OFFLINE_SKIPS = {
     "imagenet_a": "needs ImageNet-A on disk",
     "imagenet_sketch": "needs ImageNet-Sketch on disk",
     "imagenet_v2": "needs ImageNet-V2 on disk",
+    "model_vs_human": "needs a 1000-class ImageNet model or the 16 categories (tests/shifts)",
 }
 #: Result keys that measure time (they differ between any two runs).
 TIMINGS = {"seconds", "transforms_per_s"}

@@ -28,7 +28,8 @@ from robustvit.utils import check_images, default_generator, make_generator
 
 def list_corruptions(group: str | None = None) -> list[str]:
     """Corruption names, benchmark ones first. ``group``: noise, blur, weather, digital, extra, benchmark,
-    all, or the group of a corruption registered with :func:`register_corruption`; ``variants``: the
+    all (every group but imagenet_c_bar), imagenet_c_bar (ImageNet-C̄), or the group of a corruption
+    registered with :func:`register_corruption`; ``variants``: the
     alternative implementations (``elastic_transform@imagecorruptions``).
 
     >>> list_corruptions("noise")

@@ -43,12 +43,15 @@ BENCHMARK_CORRUPTIONS: tuple[str, ...] = (
     "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression")
 #: The 4 held-out corruptions of the paper (its validation set).
 EXTRA_CORRUPTIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
+#: Groups that are benchmarks of their own (ImageNet-C̄, Mintun et al. 2021): listed by their group, not in ``all``.
+SEPARATE_BENCHMARKS: tuple[str, ...] = ("imagenet_c_bar",)
 
 
 def corruption_groups() -> dict[str, tuple[str, ...]]:
     """Group → corruption names of the corruptions registered now (variants left out): noise, blur, weather,
     digital, extra and any other group a registered corruption names, then ``benchmark`` (the 15 of ImageNet-C)
-    and ``all`` (every one: the benchmark first, then in registration order).
+    and ``all`` (every one but the separate benchmarks' such as ImageNet-C̄: the benchmark first, then in
+    registration order).
 
     >>> corruption_groups()["noise"]
     ('gaussian_noise', 'shot_noise', 'impulse_noise')
@@ -58,7 +61,8 @@ def corruption_groups() -> dict[str, tuple[str, ...]]:
     groups = {g: tuple(s.name for s in specs if s.group == g) for g in names}
     order = {n: i for i, n in enumerate(BENCHMARK_CORRUPTIONS)}
     groups["benchmark"] = BENCHMARK_CORRUPTIONS
-    groups["all"] = tuple(sorted((s.name for s in specs), key=lambda n: order.get(n, len(order))))
+    groups["all"] = tuple(sorted((s.name for s in specs if s.group not in SEPARATE_BENCHMARKS),
+                                 key=lambda n: order.get(n, len(order))))
     return groups
 
 
@@ -108,7 +112,8 @@ def parse_corruptions(spec: str) -> list[str]:
     for n in (t.strip() for t in spec.replace(",", "+").split("+") if t.strip()):
         if n not in CORRUPTIONS:
             raise unknown_name("corruption", n, CORRUPTIONS.list() + list(groups),
-                               hint="give a group (all, benchmark, noise, blur, weather, digital, extra) or names joined by +")
+                               hint="give a group (all, benchmark, noise, blur, weather, digital, extra, "
+                                    "imagenet_c_bar) or names joined by +")
         if n not in names:
             names.append(n)
     if not names:

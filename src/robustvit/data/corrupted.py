@@ -45,7 +45,8 @@ SEVERITIES = (1, 2, 3, 4, 5)
 
 
 def _all_corruptions() -> list[str]:
-    return list(CORRUPTION_GROUPS["all"])
+    """The corruption folders a tree may hold: ImageNet-C's 19 and ImageNet-C̄'s 10 (the same layout)."""
+    return list(CORRUPTION_GROUPS["all"] + CORRUPTION_GROUPS["imagenet_c_bar"])
 
 
 def read_classes_file(root: Path) -> list[str] | None:
