@@ -10,7 +10,8 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
+from robustvit.plotting import place_legend
+from robustvit.report.section import Figure, Section, md_table, register_section
 
 METRICS = (("ood_accuracy", "OOD accuracy"), ("accuracy_difference", "accuracy difference"),
            ("observed_consistency", "observed consistency"), ("error_consistency", "error consistency"))
@@ -45,7 +46,7 @@ def model_vs_human_section(key: str, results: list[dict[str, Any]]) -> Section |
             ax.set_ylim(0, 1), ax.set_title(d, fontsize=9), ax.axhline(1 / 16, color="grey", lw=0.6, ls=":")
         for ax in list(axes.flat)[len(sets):]:
             ax.axis("off")
-        legend_outside(axes.flat[0])
+        place_legend(axes.flat[0], outside=True)
         fig.tight_layout()
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)
         figures.append(Figure(stem, fig, "accuracy per condition (dotted: chance, 1/16; dashed: humans)"))
