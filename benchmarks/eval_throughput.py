@@ -70,7 +70,7 @@ def timm_loop(name: str, root: Path, batch_size: int, state: dict[str, torch.Ten
 def robustvit_clean(checkpoint: Path, root: Path, batch_size: int, out: Path, workers: int = 0
                     ) -> tuple[float, float, int]:
     """Seconds, top-1 and images of ``robustvit eval --model CHECKPOINT --suite clean`` (a fresh output folder)."""
-    from robustvit.evaluate.runner import EvalConfig, run_eval
+    from robustvit.evaluation.runner import EvalConfig, run_eval
 
     t0 = time.perf_counter()
     res = run_eval(EvalConfig(models=[str(checkpoint)], data=f"folder:{root}", suites=["clean"], out=str(out),

@@ -4,7 +4,7 @@ import pytest
 
 from robustvit.corruptions import list_corruptions
 from robustvit.demo import DEMO_MODELS, demo_suites, run_demo
-from robustvit.evaluate.suites import create_suite, get_suite_class, list_suites
+from robustvit.evaluation.suites import create_suite, get_suite_class, list_suites
 
 
 @pytest.mark.slow

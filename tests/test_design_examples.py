@@ -143,7 +143,7 @@ def test_the_convention_example_prints_what_the_doc_shows():
 def test_attack_example(tmp_path):
     from robustvit.attacks import create_attack, list_attacks
     from robustvit.attacks.base import ATTACKS
-    from robustvit.evaluate.suites.base import SUITES
+    from robustvit.evaluation.suites.base import SUITES
 
     SUITES.list()                                   # the built-in suites first: the example's is removed after
     with installed("How to add an attack", ATTACKS, tmp_path):
@@ -161,8 +161,8 @@ def test_attack_example(tmp_path):
         assert all(p.grad is None for p in model.parameters()) and not model.training
         # …and it runs from eval by its name, with its own options (a file in robustvit/attacks/ is imported with
         # the package; a class registered later, as here, is picked up by register_attack_suites)
-        from robustvit.evaluate.suites import Batch, EvalContext, create_suite
-        from robustvit.evaluate.suites.adversarial import register_attack_suites
+        from robustvit.evaluation.suites import Batch, EvalContext, create_suite
+        from robustvit.evaluation.suites.adversarial import register_attack_suites
 
         with restored(SUITES):
             register_attack_suites()
@@ -178,7 +178,7 @@ def test_attack_example(tmp_path):
 
 def test_attack_example_runs_from_robustvit_eval(tmp_path):
     from robustvit.attacks.base import ATTACKS
-    from robustvit.evaluate.suites.base import SUITES
+    from robustvit.evaluation.suites.base import SUITES
 
     SUITES.list()
     with installed("How to add an attack", ATTACKS, tmp_path), restored(SUITES):
@@ -207,8 +207,8 @@ def test_corruption_example(tmp_path):
 
 
 def test_suite_example(tmp_path):
-    from robustvit.evaluate.suites import list_suites
-    from robustvit.evaluate.suites.base import SUITES
+    from robustvit.evaluation.suites import list_suites
+    from robustvit.evaluation.suites.base import SUITES
 
     with installed("How to add an evaluation suite", SUITES, tmp_path):
         ckpt = checkpoint(tmp_path / "ckpt")

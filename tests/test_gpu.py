@@ -27,7 +27,7 @@ def test_augmentation_on_device_is_seeded():
 
 
 def test_train_and_eval_on_cuda(tmp_path):
-    from robustvit.evaluate.runner import EvalConfig, run_eval
+    from robustvit.evaluation.runner import EvalConfig, run_eval
     from robustvit.training import TrainConfig, train
 
     ck = train(TrainConfig(model="resnet_cifar18", data="synthshapes:train,count=256,size=16", out=str(tmp_path / "t"),

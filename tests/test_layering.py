@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "robustvit"
 BASE = {"_version", "registry", "utils", "errors", "options", "plotting", "protocols", "runs"}
 LIBRARIES = {"models", "metrics", "corruptions", "attacks"}
 MIDDLE = BASE | LIBRARIES | {"data", "progress", "analysis", "training"}
-COMPOSED = MIDDLE | {"evaluate", "report", "leaderboard"}
+COMPOSED = MIDDLE | {"evaluation", "report", "leaderboard"}
 #: layer (a top-level package or module; ``robustvit`` is the package's ``__init__``) → what it may import.
 ALLOWED: dict[str, set[str]] = {
     "robustvit": {"_version", "errors"},
@@ -42,25 +42,16 @@ ALLOWED: dict[str, set[str]] = {
     "data": BASE | LIBRARIES | {"progress"},
     "analysis": BASE | LIBRARIES | {"data", "progress"},
     "training": BASE | LIBRARIES | {"data", "progress"},
-    "evaluate": MIDDLE,
-    "report": MIDDLE | {"evaluate"},
-    "dense": MIDDLE | {"evaluate"},
-    "leaderboard": MIDDLE | {"evaluate", "report"},
+    "evaluation": MIDDLE,
+    "report": MIDDLE | {"evaluation"},
+    "dense": MIDDLE | {"evaluation"},
+    "leaderboard": MIDDLE | {"evaluation", "report"},
     "capabilities": COMPOSED,
     "facade": COMPOSED,
     "study": COMPOSED,
     "demo": COMPOSED | {"capabilities", "facade", "study"},
     "cli": COMPOSED | {"capabilities", "dense", "facade", "study", "demo"},
 }
-#: Known exceptions, each owned by whoever removes it: (importing module, imported module) → owner and why.
-#: Empty it as they are fixed; a pair that no longer occurs fails the test (so the set stays true).
-KNOWN: dict[tuple[str, str], str] = {
-    ("robustvit", "robustvit.evaluate"): "maintainer: robustvit.evaluate becomes a plain function once the "
-                                         "evaluation package is renamed (after the merge)",
-    ("robustvit", "robustvit.facade"): "maintainer: the same rename (analyze/train forward to facade)",
-}
-
-
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -98,7 +89,7 @@ def test_every_module_has_a_layer() -> None:
 def test_imports_run_downwards(module: str) -> None:
     own = layer(module)
     ok = ALLOWED[own] | {own, "robustvit"}          # the package's __init__ sits at the bottom (errors, _version)
-    bad = sorted(t for t in GRAPH[module] if layer(t) not in ok and (module, t) not in KNOWN)
+    bad = sorted(t for t in GRAPH[module] if layer(t) not in ok)
     assert not bad, f"{module} ({own}) imports {bad}; see docs/design.md#layout-and-layering"
 
 
@@ -140,10 +131,5 @@ def test_the_cycle_finder_finds_cycles() -> None:
 
 
 def test_no_import_cycle() -> None:
-    graph = {m: {t for t in targets if (m, t) not in KNOWN} for m, targets in GRAPH.items()}
-    assert cycles(graph) == [], "modules that import each other (directly or round a circle)"
+    assert cycles(GRAPH) == [], "modules that import each other (directly or round a circle)"
 
-
-def test_known_exceptions_still_occur() -> None:
-    gone = sorted(pair for pair in KNOWN if pair[1] not in GRAPH.get(pair[0], set()))
-    assert not gone, f"fixed: remove {gone} from KNOWN"

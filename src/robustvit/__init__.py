@@ -3,57 +3,36 @@
 The contract (see DESIGN.md): images are float tensors in [0, 1] of shape (N, 3, H, W); normalisation
 lives inside the model wrapper; every random operation takes a seed or a ``torch.Generator``.
 
-The Python API (imported lazily; :mod:`robustvit.facade`)::
+The Python API (:mod:`robustvit.facade`, imported on first use)::
 
     robustvit.evaluate(model_or_name, data="synthshapes:test", suites=["clean", "pgd"], out=None, limit=None)
     robustvit.analyze(model_or_name, data="synthshapes:test", analyses=["lesion"], out=None)
     robustvit.train(config_or_none, **fields)
 
 ``model_or_name`` is a name, a checkpoint folder or an ``nn.Module`` (normalisation from its timm
-``pretrained_cfg``, or ``mean=`` / ``std=``). ``robustvit.evaluate`` is also the evaluation package
-(``robustvit.evaluate.runner``, ``robustvit.evaluate.suites``): the package module is callable.
+``pretrained_cfg``, or ``mean=`` / ``std=``). The evaluation engine is the package :mod:`robustvit.evaluation`.
 """
 
 from __future__ import annotations
 
-import types
+import importlib
 from typing import Any
 
 from robustvit._version import __version__
 from robustvit.errors import RobustvitError
 
-
-class _CallablePackage(types.ModuleType):
-    """``robustvit.evaluate``: the evaluation package, which can be called as :func:`robustvit.facade.evaluate`."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from robustvit.facade import evaluate
-
-        return evaluate(*args, **kwargs)
+#: The functions of the Python API, loaded from the facade on first use (``import robustvit`` stays cheap).
+API = ("evaluate", "analyze", "train")
 
 
-def _callable_evaluate_package() -> types.ModuleType:
-    import robustvit.evaluate as package      # its __init__ imports nothing: cheap
-
-    package.__class__ = _CallablePackage
-    return package
-
-
-evaluate = _callable_evaluate_package()
+def __getattr__(name: str) -> Any:
+    if name in API:
+        return getattr(importlib.import_module("robustvit.facade"), name)
+    raise AttributeError(f"module 'robustvit' has no attribute {name!r}")
 
 
-def analyze(*args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Run analyses on a model; see :func:`robustvit.facade.analyze`."""
-    from robustvit.facade import analyze as run
-
-    return run(*args, **kwargs)
+def __dir__() -> list[str]:
+    return sorted([*globals(), *API])
 
 
-def train(*args: Any, **kwargs: Any) -> Any:
-    """Train a model; see :func:`robustvit.facade.train`."""
-    from robustvit.facade import train as run
-
-    return run(*args, **kwargs)
-
-
-__all__ = ["RobustvitError", "__version__", "analyze", "evaluate", "train"]
+__all__ = ["RobustvitError", "__version__", *API]

@@ -298,7 +298,7 @@ def check_suite(model: nn.Module, name: str, x: torch.Tensor | None = None, y: t
     """One evaluation suite on ``model``: created from its tiny spec, and with ``run=True`` evaluated on the
     batch (x, y) through its ``parts`` → ``run`` → ``finalize``, the result checked (finite, accuracies in
     [0, 1]). Suites that read their own data set (ImageNet-R/-A, cue-conflict stimuli) refuse without it."""
-    from robustvit.evaluate.suites import Batch, EvalContext, create_suite, get_suite_class
+    from robustvit.evaluation.suites import Batch, EvalContext, create_suite, get_suite_class
     from robustvit.utils import sum_stats
 
     cls = get_suite_class(name)
@@ -350,7 +350,7 @@ def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 4, 
     names (default: every registered one)."""
     from robustvit.analysis import list_analyses
     from robustvit.attacks import list_attacks
-    from robustvit.evaluate.suites import list_suites
+    from robustvit.evaluation.suites import list_suites
     from robustvit.models.families import ANALYSIS_FAMILY, family_of
 
     name = model if isinstance(model, str) else getattr(getattr(model, "spec", None), "architecture", type(model).__name__)

@@ -56,7 +56,7 @@ def add_subset_args(p: argparse.ArgumentParser, what: str = "evaluate") -> None:
 
 def add_precision_args(p: argparse.ArgumentParser) -> None:
     """``--precision``, ``--compile`` and ``--deterministic`` (``eval``)."""
-    from robustvit.evaluate.suites.base import PRECISION_CHOICES
+    from robustvit.evaluation.suites.base import PRECISION_CHOICES
 
     p.add_argument("--precision", choices=PRECISION_CHOICES, default="auto",
                    help="how the model computes: fp32, tf32 (CUDA matrix products), bf16 (autocast, CUDA and CPU), or "
@@ -248,7 +248,7 @@ def cmd_finetune(a: argparse.Namespace) -> int:
 def add_eval(sub: argparse._SubParsersAction) -> None:
     from robustvit.attacks.base import NORMS
     from robustvit.data.loader import DECODERS
-    from robustvit.evaluate.suites import list_suites
+    from robustvit.evaluation.suites import list_suites
 
     p = sub.add_parser("eval", help="evaluate models with suites; resumable; writes results.json")
     p.add_argument("--model", required=True, help="model name(s) or checkpoint folder(s), comma-separated")
@@ -286,7 +286,7 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(a: argparse.Namespace) -> int:
-    from robustvit.evaluate.runner import EvalConfig, run_eval
+    from robustvit.evaluation.runner import EvalConfig, run_eval
 
     cfg = EvalConfig(models=_csv(a.model), data=a.data, suites=_csv(a.suite), out=a.out, limit=a.limit,
                      batch_size=a.batch_size, chunk_size=a.chunk_size, device=a.device, precision=a.precision,
@@ -333,7 +333,7 @@ def _lister(module: str, function: str) -> Callable[[str | None], list[str]]:
 #: ``robustvit list WHAT``: each entry lists a registry (with an optional shell-style pattern).
 LISTS: dict[str, Callable[[str | None], list[str]]] = {
     "models": _lister("robustvit.models", "list_models"),
-    "suites": _lister("robustvit.evaluate.suites", "list_suites"),
+    "suites": _lister("robustvit.evaluation.suites", "list_suites"),
     "attacks": _lister("robustvit.attacks", "list_attacks"),
     "corruptions": lambda pattern=None: [n for g in (None, "imagenet_c_bar")      # ImageNet-C's, then ImageNet-C̄'s
                                          for n in _lister("robustvit.corruptions", "list_corruptions")(g)
@@ -346,7 +346,7 @@ LISTS: dict[str, Callable[[str | None], list[str]]] = {
 }
 #: ``robustvit list WHAT --options``: the options dataclass of each listed component (``robustvit.options.describe``).
 OPTION_LISTS: dict[str, tuple[str, str]] = {
-    "suites": ("robustvit.evaluate.suites.base", "suite_options"),
+    "suites": ("robustvit.evaluation.suites.base", "suite_options"),
     "attacks": ("robustvit.attacks.base", "attack_options"),
 }
 
@@ -466,7 +466,7 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
 def cmd_analyze(a: argparse.Namespace) -> int:
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
-    from robustvit.evaluate.runner import build_model
+    from robustvit.evaluation.runner import build_model
     from robustvit.models import is_checkpoint_dir
     from robustvit.models.factory import warn_if_random
 
@@ -497,7 +497,7 @@ def add_merge(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_merge(a: argparse.Namespace) -> int:
-    from robustvit.evaluate.runner import merge_shards
+    from robustvit.evaluation.runner import merge_shards
 
     results = merge_shards(a.shards, a.out, command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
     print(f"merged {len(a.shards)} shards of {', '.join(results)} into {a.out}")
@@ -533,7 +533,7 @@ def cmd_leaderboard(a: argparse.Namespace) -> int:
 
 
 def add_study(sub: argparse._SubParsersAction) -> None:
-    from robustvit.evaluate.suites.base import PRECISION_CHOICES
+    from robustvit.evaluation.suites.base import PRECISION_CHOICES
 
     p = sub.add_parser("study", help="evaluate and analyse several models from a YAML spec (resumable), then "
                        "write OUT/report.html and OUT/leaderboard.*")

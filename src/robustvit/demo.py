@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from robustvit.analysis import ANALYSES
-from robustvit.evaluate.suites import get_suite_class, list_suites
+from robustvit.evaluation.suites import get_suite_class, list_suites
 from robustvit.runs import RESULTS_FILE, read_results
 from robustvit.study import Study, run_study
 from robustvit.training import TrainConfig, train

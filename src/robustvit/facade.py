@@ -30,7 +30,7 @@ def as_model(model: str | nn.Module, *, mean: Sequence[float] | None = None, std
              name: str | None = None, num_classes: int | None = None, input_size: int | None = None,
              pretrained: bool = False, weights: str | None = None) -> Any:
     """A robustvit ``Normalized`` model from a name or a module (see the module docstring)."""
-    from robustvit.evaluate.runner import build_model
+    from robustvit.evaluation.runner import build_model
     from robustvit.models import Normalized
 
     if isinstance(model, (str, Normalized)):
@@ -118,7 +118,7 @@ def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suit
         >>> res["suites"]["clean"]["num_images"], 0 <= res["suites"]["clean"]["top1"] <= 1
         (8, True)
     """
-    from robustvit.evaluate.runner import RUN_OPTIONS, EvalConfig, run_eval
+    from robustvit.evaluation.runner import RUN_OPTIONS, EvalConfig, run_eval
 
     if "suite" in options:
         if suites != ("clean",):

@@ -109,7 +109,7 @@ def run_study(study: Study, progress: bool = True, command: str | None = None,
     model names (and FLOPs)."""
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
-    from robustvit.evaluate.runner import EvalConfig, build_model, run_eval
+    from robustvit.evaluation.runner import EvalConfig, build_model, run_eval
     from robustvit.leaderboard import format_rows, table_rows
     from robustvit.report import load_runs, write_report
     from robustvit.utils import resolve_device

@@ -282,7 +282,7 @@ def test_suites_run_or_refuse(key, request, tmp_path):
     """Every registered suite (tiny options) finalises to finite results with accuracies in [0, 1] on a
     4-image batch, or refuses in one line (the data-bound ImageNet-R/-A/… and shape_bias suites do here)."""
     from robustvit.capabilities import check_suite, public, tiny_batch
-    from robustvit.evaluate.suites import list_suites
+    from robustvit.evaluation.suites import list_suites
 
     model = model_of(key)
     x, y = tiny_batch(model, 4)

@@ -109,7 +109,7 @@ def test_afat_patch_occlusion_and_stability_share_the_noise():
     uniform draw: u·std + mean with the model's normalisation (pixel space: u)."""
     from robustvit.analysis.stability import StabilityOptions
     from robustvit.corruptions.occlusion import model_normalization, occlusion_noise
-    from robustvit.evaluate.suites import Batch, EvalContext, create_suite
+    from robustvit.evaluation.suites import Batch, EvalContext, create_suite
     from robustvit.training.losses import create_loss
 
     model = _tiny_vit()

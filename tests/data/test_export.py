@@ -16,7 +16,7 @@ from robustvit.data.export import ExportConfig, export_corrupted
 from robustvit.data import create_dataset
 from robustvit.data.corrupted import detect_layout, open_corrupted
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.runner import EvalConfig, run_eval
+from robustvit.evaluation.runner import EvalConfig, run_eval
 from robustvit.models import create_model, save_checkpoint
 from robustvit.utils import derive_seed
 

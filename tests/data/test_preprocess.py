@@ -12,7 +12,7 @@ from timm.data import create_transform, resolve_data_config
 
 from robustvit.data import dataset_for_model
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.runner import EvalConfig, run_eval
+from robustvit.evaluation.runner import EvalConfig, run_eval
 from robustvit.models import create_model, save_checkpoint
 
 

@@ -15,9 +15,9 @@ from torch import nn
 from robustvit.corruptions import corrupt, corruption_params
 from robustvit.corruptions.params import BENCHMARK_CORRUPTIONS
 from robustvit.data import create_dataset
-from robustvit.evaluate.suites import create_suite
-from robustvit.evaluate.suites import dense as dense_suites
-from robustvit.evaluate.suites.dense import CITYSCAPES_C, evaluate_dense, slide_logits
+from robustvit.evaluation.suites import create_suite
+from robustvit.evaluation.suites import dense as dense_suites
+from robustvit.evaluation.suites.dense import CITYSCAPES_C, evaluate_dense, slide_logits
 from robustvit.models import ModelSpec
 
 #: FAN's COCO-C / Cityscapes-C corruptions (its coco_c_test_all.sh).

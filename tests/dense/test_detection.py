@@ -5,7 +5,7 @@ import torch
 
 from robustvit.dense import create_detector, list_detectors
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.dense import evaluate_dense
+from robustvit.evaluation.suites.dense import evaluate_dense
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_eval_cli_builds_a_torchvision_detector(tmp_path) -> None:
     """`robustvit eval --model tv:NAME` evaluates a torchvision detector (random weights: the data's class
     count, labelled not comparable) with the numbers of ``evaluate_dense`` on the same model."""
     pytest.importorskip("pycocotools")
-    from robustvit.evaluate.runner import EvalConfig, run_eval
+    from robustvit.evaluation.runner import EvalConfig, run_eval
 
     name, data = "fasterrcnn_mobilenet_v3_large_320_fpn", "synthshapes:test,count=2,boxes=1"
     torch.manual_seed(0)

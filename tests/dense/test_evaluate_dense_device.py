@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from robustvit.data import create_dataset
-from robustvit.evaluate.suites.dense import evaluate_dense
+from robustvit.evaluation.suites.dense import evaluate_dense
 
 _spec = importlib.util.spec_from_file_location("robustvit_dense_standins", Path(__file__).with_name("standins.py"))
 _standins = sys.modules.get(_spec.name)

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from robustvit.data import create_dataset
-from robustvit.evaluate.suites import EvalContext, create_suite
-from robustvit.evaluate.suites import dense as dense_suites
-from robustvit.evaluate.suites.dense import evaluate_dense
+from robustvit.evaluation.suites import EvalContext, create_suite
+from robustvit.evaluation.suites import dense as dense_suites
+from robustvit.evaluation.suites.dense import evaluate_dense
 
 
 def _load_standins():

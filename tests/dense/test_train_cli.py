@@ -12,7 +12,7 @@ from robustvit.cli import main
 from robustvit.data import create_dataset
 from robustvit.dense import create_segmenter, is_segmenter
 from robustvit.training.tasks import crop_flip
-from robustvit.evaluate.suites.dense import evaluate_dense
+from robustvit.evaluation.suites.dense import evaluate_dense
 from robustvit.models import create_model
 
 

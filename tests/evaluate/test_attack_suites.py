@@ -14,8 +14,8 @@ from torch import nn
 from robustvit.attacks import create_attack
 from robustvit.errors import RobustvitError
 from robustvit.utils import sum_stats
-from robustvit.evaluate.suites import Batch, EvalContext, create_suite
-from robustvit.evaluate.suites.adversarial import chunk_seed
+from robustvit.evaluation.suites import Batch, EvalContext, create_suite
+from robustvit.evaluation.suites.adversarial import chunk_seed
 
 
 class SmallNet(nn.Module):

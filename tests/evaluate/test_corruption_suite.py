@@ -14,8 +14,8 @@ from robustvit.corruptions import BENCHMARK_CORRUPTIONS, corrupt, list_corruptio
 from robustvit.data import create_dataset
 from robustvit.data.shift import imagenet_wnids
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.runner import EvalConfig, run_eval
-from robustvit.evaluate.suites import create_suite
+from robustvit.evaluation.runner import EvalConfig, run_eval
+from robustvit.evaluation.suites import create_suite
 from robustvit.corruptions.params import parse_corruptions, parse_severities
 from robustvit.metrics.corruption import ALEXNET_CLEAN_ERROR, ALEXNET_ERRORS
 from robustvit.models import create_model, save_checkpoint

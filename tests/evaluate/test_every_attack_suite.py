@@ -20,9 +20,9 @@ from robustvit.attacks.pgd import PGD
 from robustvit.attacks.spatial import Spatial
 from robustvit.data import create_dataset
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.runner import EvalConfig, run_eval
-from robustvit.evaluate.suites import Batch, EvalContext, create_suite, list_suites
-from robustvit.evaluate.suites.adversarial import (attack_kwargs, budgeted, chunk_seed, data_convention,
+from robustvit.evaluation.runner import EvalConfig, run_eval
+from robustvit.evaluation.suites import Batch, EvalContext, create_suite, list_suites
+from robustvit.evaluation.suites.adversarial import (attack_kwargs, budgeted, chunk_seed, data_convention,
                                                    random_targets)
 from robustvit.models import load_checkpoint
 from robustvit.options import option_names

@@ -7,9 +7,9 @@ from PIL import Image
 from torch import nn
 
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.runner import EvalConfig, run_eval
-from robustvit.evaluate.suites import create_suite
-from robustvit.evaluate.suites.fewshot import (BIAS_CONSTANT, class_balanced_draw, pre_logits, ridge_fit,
+from robustvit.evaluation.runner import EvalConfig, run_eval
+from robustvit.evaluation.suites import create_suite
+from robustvit.evaluation.suites.fewshot import (BIAS_CONSTANT, class_balanced_draw, pre_logits, ridge_fit,
                                                train_spec_for)
 from robustvit.models import create_model
 from robustvit.models.spec import ModelSpec
@@ -122,8 +122,8 @@ def test_fewshot_suite_end_to_end_matches_an_independent_regression(tmp_path, mo
     _write_split(tmp_path / "val", 6, 1)
     spec = ModelSpec("meancolour", 3, (3, 8, 8), (0.5, 0.4, 0.3), (0.2, 0.25, 0.3), crop_pct=1.0)
     model = Normalized(MeanColour(), spec)
-    monkeypatch.setattr("robustvit.evaluate.runner.create_model", lambda *a, **k: model)
-    monkeypatch.setattr("robustvit.evaluate.runner.warn_if_random", lambda *a: None)
+    monkeypatch.setattr("robustvit.evaluation.runner.create_model", lambda *a, **k: model)
+    monkeypatch.setattr("robustvit.evaluation.runner.warn_if_random", lambda *a: None)
     out = tmp_path / "out"
     res = run_eval(EvalConfig(models=["meancolour"], data=f"folder:{tmp_path / 'val'}", out=str(out),
                               suites=["fewshot:shots=1+5:draws=3:l2=2", "fewshot:shots=2:draws=2:l2=auto:holdout=3"],

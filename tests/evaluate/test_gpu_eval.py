@@ -6,8 +6,8 @@ import warnings
 import pytest
 import torch
 
-from robustvit.evaluate.runner import EvalConfig, run_eval
-from robustvit.evaluate.suites import adversarial
+from robustvit.evaluation.runner import EvalConfig, run_eval
+from robustvit.evaluation.suites import adversarial
 from robustvit.models import create_model, save_checkpoint
 
 pytestmark = pytest.mark.gpu

@@ -9,9 +9,9 @@ from torch.utils.data import DataLoader
 from robustvit.data import UNREADABLE, Resize
 from robustvit.data.shift import subset_indices, subset_wnids
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.runner import EvalConfig, run_eval
+from robustvit.evaluation.runner import EvalConfig, run_eval
 from robustvit.utils import add_stats
-from robustvit.evaluate.suites import Batch, EvalContext, create_suite
+from robustvit.evaluation.suites import Batch, EvalContext, create_suite
 from robustvit.metrics.shape_bias import geirhos_categories
 from robustvit.models import create_model, save_checkpoint
 from robustvit.models.spec import ModelSpec

@@ -8,9 +8,9 @@ import torch
 
 from robustvit.data.perturbed import NpySequences, open_perturbation_source, perturbation_file_stem, read_video_frames
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.runner import EvalConfig, run_eval
-from robustvit.evaluate.suites import create_suite
-from robustvit.evaluate.suites.perturbations import parse_perturbations
+from robustvit.evaluation.runner import EvalConfig, run_eval
+from robustvit.evaluation.suites import create_suite
+from robustvit.evaluation.suites.perturbations import parse_perturbations
 from robustvit.corruptions import to_uint8
 from robustvit.corruptions.perturbations import CIFAR_P_TEST_PERTURBATIONS, TEST_PERTURBATIONS, perturbation_sequence
 from robustvit.data.perturbed import x264_roundtrip

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.runner import EvalConfig, run_eval
-from robustvit.evaluate.suites.adversarial import attack_memory, recheck_fp32
+from robustvit.evaluation.runner import EvalConfig, run_eval
+from robustvit.evaluation.suites.adversarial import attack_memory, recheck_fp32
 from robustvit.attacks import create_attack
 from robustvit.models import create_model
 from robustvit.models.wrapper import Normalized, computing_in, inference_settings
@@ -168,7 +168,7 @@ def test_fingerprint_names_the_device_type(checkpoint, tmp_path):
 
 
 def test_deterministic_turns_torch_deterministic_on_for_the_run_only(checkpoint, tmp_path, monkeypatch):
-    from robustvit.evaluate.suites.clean import Clean
+    from robustvit.evaluation.suites.clean import Clean
 
     seen = []
     run = Clean.run

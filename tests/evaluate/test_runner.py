@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.runner import EvalConfig, run_eval
+from robustvit.evaluation.runner import EvalConfig, run_eval
 from robustvit.utils import add_stats
-from robustvit.evaluate.suites import Suite, create_suite, list_suites, register_suite
-from robustvit.evaluate.suites.clean import Clean
+from robustvit.evaluation.suites import Suite, create_suite, list_suites, register_suite
+from robustvit.evaluation.suites.clean import Clean
 from robustvit.models import create_model, save_checkpoint
 
 DATA = "synthshapes:test,count=50,size=16"
@@ -149,7 +149,7 @@ class _OwnImages(Suite):
     name = "_own_images_test"
 
     def plan(self, ctx):
-        from robustvit.evaluate.suites.base import Plan
+        from robustvit.evaluation.suites.base import Plan
 
         return Plan(["a", "b"], size=10, labels=torch.tensor([0, 1] * 5))
 

@@ -12,8 +12,8 @@ from robustvit.cli import main
 from robustvit.data import create_dataset
 from robustvit.data.subset import select_subset
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.runner import EvalConfig, run_eval
-from robustvit.evaluate.suites import Suite, register_suite
+from robustvit.evaluation.runner import EvalConfig, run_eval
+from robustvit.evaluation.suites import Suite, register_suite
 from robustvit.models import create_model, save_checkpoint
 
 CLASSES, PER_CLASS = 4, 10

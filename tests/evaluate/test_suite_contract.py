@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.runner import EvalConfig, run_eval
-from robustvit.evaluate.suites import create_suite, get_suite_class, list_suites
-from robustvit.evaluate.suites.base import SuiteOptions
+from robustvit.evaluation.runner import EvalConfig, run_eval
+from robustvit.evaluation.suites import create_suite, get_suite_class, list_suites
+from robustvit.evaluation.suites.base import SuiteOptions
 from robustvit.models import create_model, save_checkpoint
 from robustvit.options import option_names, options_dict
 

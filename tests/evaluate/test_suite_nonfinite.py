@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from robustvit.evaluate.suites import Batch, EvalContext, create_suite
+from robustvit.evaluation.suites import Batch, EvalContext, create_suite
 from robustvit.metrics.accuracy import (accuracy, correct, nonfinite_rows, robust_accuracy, robust_correct,
                                         topk_correct)
 from robustvit.utils import sum_stats

@@ -43,8 +43,8 @@ def _names_value(msg: str, key: str, val: str) -> bool:
 
 # ---- --suite ----------------------------------------------------------------------------------------------------
 def _suite_keys() -> dict[str, list[str]]:
-    from robustvit.evaluate.suites import list_suites
-    from robustvit.evaluate.suites.base import SUITES
+    from robustvit.evaluation.suites import list_suites
+    from robustvit.evaluation.suites.base import SUITES
 
     return {n: sorted(SUITES.keywords(n) or []) for n in list_suites()}
 
@@ -63,7 +63,7 @@ def suite_spec(draw):
 @FUZZ
 @given(suite_spec())
 def test_suite_specs(spec_opts):
-    from robustvit.evaluate.suites import create_suite
+    from robustvit.evaluation.suites import create_suite
 
     spec, opts = spec_opts
     _, msg = refused_or_ok(create_suite, spec)

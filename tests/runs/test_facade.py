@@ -59,11 +59,12 @@ def test_evaluate_a_plain_module_needs_mean_and_std():
     assert res["model"]["preprocessing"]["std"] == pytest.approx(list(std))
 
 
-def test_evaluate_stays_the_evaluation_package_and_takes_names():
-    import robustvit.evaluate.runner as runner
+def test_evaluate_is_the_facade_function_and_takes_names():
+    import robustvit.evaluation.runner as runner
+    from robustvit import facade
 
-    assert robustvit.evaluate.runner is runner and callable(robustvit.evaluate)
-    from robustvit.evaluate.suites import list_suites
+    assert robustvit.evaluation.runner is runner and robustvit.evaluate is facade.evaluate
+    from robustvit.evaluation.suites import list_suites
 
     assert "clean" in list_suites()
     both = robustvit.evaluate(["vit_cifar_micro", "resnet_cifar18"], data="synthshapes:test,count=8,size=32",

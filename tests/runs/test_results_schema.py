@@ -29,7 +29,7 @@ def test_the_schema_is_a_valid_json_schema_shipped_as_package_data():
 
 
 def test_eval_results_validate_and_keep_their_keys(tmp_path):
-    from robustvit.evaluate.runner import EvalConfig, run_eval
+    from robustvit.evaluation.runner import EvalConfig, run_eval
 
     torch.manual_seed(0)
     res = run_eval(EvalConfig(models=["resnet_cifar18"], data=DATA, out=str(tmp_path), batch_size=8, device="cpu",
@@ -69,7 +69,7 @@ def test_analysis_results_hold_every_analysis_and_its_figures(tmp_path):
     assert not any(k.startswith("_") for r in doc["analyses"].values() if isinstance(r, dict) for k in r)
     assert not (tmp_path / "analyses.json").exists()                         # results.json is the one record
     assert doc["data"]["num_images"] == 12 and doc["model"]["params"] == sum(p.numel() for p in model.parameters())
-    from robustvit.evaluate.runner import EvalConfig, run_eval
+    from robustvit.evaluation.runner import EvalConfig, run_eval
 
     with pytest.raises(RobustvitError, match="holds the results of an analysis run"):     # one kind per folder
         run_eval(EvalConfig(models=["vit_cifar_micro"], data=DATA, out=str(tmp_path), device="cpu", progress=False))

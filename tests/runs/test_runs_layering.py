@@ -30,6 +30,6 @@ def test_runs_imports_only_the_base(path):
 def test_evaluate_and_analysis_keep_no_store_of_their_own():
     src = RUNS.parent
     assert not (src / "evaluate" / "store.py").exists() and not (src / "analysis" / "store.py").exists()
-    for f in [*(src / "evaluate").glob("*.py"), *(src / "analysis").glob("*.py"), src / "data" / "export.py"]:
+    for f in [*(src / "evaluation").glob("*.py"), *(src / "analysis").glob("*.py"), src / "data" / "export.py"]:
         text = f.read_text()
         assert "sqlite3" not in text and "os.replace" not in text, f"{f.name}: use robustvit.runs"

@@ -5,7 +5,7 @@ import torch
 
 from robustvit.corruptions import corrupt
 from robustvit.data import create_dataset
-from robustvit.evaluate.runner import EvalConfig, run_eval
+from robustvit.evaluation.runner import EvalConfig, run_eval
 from robustvit.models import create_model, save_checkpoint
 from robustvit.utils import derive_seed
 

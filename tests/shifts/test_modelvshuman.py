@@ -12,8 +12,8 @@ from scipy.ndimage import gaussian_filter
 from robustvit.data.modelvshuman import read_human_trials, read_stimuli
 from robustvit.data.mvh_conditions import BG_GREY, apply_condition, greyscale, high_pass, low_pass
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites import Batch, EvalContext, create_suite
-from robustvit.evaluate.suites.model_vs_human import sixteen_class_decisions
+from robustvit.evaluation.suites import Batch, EvalContext, create_suite
+from robustvit.evaluation.suites.model_vs_human import sixteen_class_decisions
 from robustvit.metrics.modelvshuman import Trial, compare_with_humans, error_consistency, short_image_name
 from robustvit.metrics.shape_bias import geirhos_categories
 from robustvit.models.spec import ModelSpec

@@ -6,7 +6,7 @@ The pieces live in the layer they belong to and are gathered here: the networks 
 ``create_model``; ``detection``: torchvision detectors), the metrics in ``robustvit.metrics.dense``, the
 readers in ``robustvit.data.dense``, segmentation training as a task of the one training loop
 (``robustvit.training.tasks``; ``robustvit train --task segment``), the suites ``seg_clean``,
-``seg_corruptions``, ``det_clean``, ``det_corruptions`` in ``robustvit.evaluate.suites.dense``. See docs/dense.md.
+``seg_corruptions``, ``det_clean``, ``det_corruptions`` in ``robustvit.evaluation.suites.dense``. See docs/dense.md.
 """
 
 from robustvit.data.dense import coco_ground_truth

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, nonfinite_result, register_suite
+from robustvit.evaluation.suites.base import Batch, EvalContext, Suite, nonfinite_result, register_suite
 from robustvit.metrics.accuracy import nonfinite_rows, topk_hits
 
 

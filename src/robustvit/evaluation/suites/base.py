@@ -1,6 +1,6 @@
 """The evaluation-suite interface and registry.
 
-A suite turns a model and a data set into a JSON-able result. The runner (``robustvit.evaluate.runner``)
+A suite turns a model and a data set into a JSON-able result. The runner (``robustvit.evaluation.runner``)
 splits the work into *units* — (suite, part, chunk of images) — and stores each unit's statistics in
 SQLite as soon as it finishes, so an interrupted run resumes where it stopped.
 
@@ -278,7 +278,7 @@ def nonfinite_result(key: str, count: int) -> dict[str, Any]:
     return {"num_nonfinite": int(count)}
 
 
-SUITES: Registry[type[Suite]] = Registry("suite", package="robustvit.evaluate.suites", hint="see `robustvit list suites`")
+SUITES: Registry[type[Suite]] = Registry("suite", package="robustvit.evaluation.suites", hint="see `robustvit list suites`")
 register_suite = SUITES.register
 
 

@@ -34,7 +34,7 @@ from robustvit.data.base import FileImageDataset, ImageDataset, Resize
 from robustvit.data.modelvshuman import DATASETS, Stimulus, read_human_trials, read_stimuli
 from robustvit.data.mvh_conditions import GENERATED, apply_condition
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
+from robustvit.evaluation.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
 from robustvit.metrics.modelvshuman import EXCLUDED_CONDITIONS, Trial, benchmark_summary, compare_with_humans
 from robustvit.metrics.shape_bias import geirhos_categories, imagenet_to_16
 from robustvit.options import option

@@ -56,7 +56,7 @@ from robustvit.data.loader import float_images
 from robustvit.data.perturbed import (PerturbationSource, SequenceDataset, open_perturbation_source, x264_available,
                                      x264_roundtrip)
 from robustvit.errors import RobustvitError, unknown_name
-from robustvit.evaluate.suites.base import Batch, EvalContext, Plan, Suite, SuiteOptions, register_suite
+from robustvit.evaluation.suites.base import Batch, EvalContext, Plan, Suite, SuiteOptions, register_suite
 from robustvit.options import option
 from robustvit.metrics.perturbation import (finalize_perturbation_stats, flip_rate, mfr, mt5d, perturbation_stats,
                                             ranking)

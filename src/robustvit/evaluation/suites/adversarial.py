@@ -52,7 +52,7 @@ from robustvit.attacks.apgd import APGDT
 from robustvit.attacks.patch_fool import PatchFool
 from robustvit.attacks.spatial import Spatial, translation_convention
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import (CIFAR_SOURCES, SUITES, Batch, EvalContext, Suite, SuiteOptions,
+from robustvit.evaluation.suites.base import (CIFAR_SOURCES, SUITES, Batch, EvalContext, Suite, SuiteOptions,
                                             nonfinite_result, register_suite)
 from robustvit.metrics.accuracy import correct, nonfinite_rows, robust_accuracy
 from robustvit.models.factory import build_named_model, is_comparable

@@ -28,7 +28,7 @@ from robustvit.data import create_dataset
 from robustvit.data.base import FileImageDataset, ImageDataset, Resize
 from robustvit.data.synthshapes import MAX_CLASSES, SHAPES, SynthShapesDataset
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
+from robustvit.evaluation.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
 from robustvit.options import option
 from robustvit.metrics.shape_bias import geirhos_categories, imagenet_to_16, shape_bias_counts, shape_bias_summary, \
     texture_from_filename

@@ -46,7 +46,7 @@ from torch import nn
 from robustvit.data import ImageDataset, create_dataset, dataset_for_model, parse_data_spec
 from robustvit.data.subset import dataset_labels
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
+from robustvit.evaluation.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
 from robustvit.options import option
 from robustvit.utils import derive_seed
 

@@ -31,8 +31,8 @@ from robustvit.data.classmap import match_classes
 from robustvit.data.loader import ChunkLoader, PartsDataset, check_decode, float_images, resolve_workers
 from robustvit.data.subset import Subset, make_subset
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites import Batch, EvalContext, Suite, create_suite
-from robustvit.evaluate.suites.base import PRECISION_CHOICES, Plan, suite_precision
+from robustvit.evaluation.suites import Batch, EvalContext, Suite, create_suite
+from robustvit.evaluation.suites.base import PRECISION_CHOICES, Plan, suite_precision
 from robustvit.models.wrapper import inference_settings
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir

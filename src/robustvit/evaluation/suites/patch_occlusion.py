@@ -30,7 +30,7 @@ import torch
 from robustvit.corruptions.occlusion import (NOISE_SPACES, OCCLUSION_MODES, apply_patch_masks, model_normalization,
                                              num_occluded, occlusion_patch_size, sample_patch_masks)
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
+from robustvit.evaluation.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
 from robustvit.options import option
 
 DEFAULT_RHOS = (0.1, 0.2, 0.3, 0.4, 0.5)

@@ -67,7 +67,7 @@ from robustvit.data.dense import (StoredCorruptions, coco_ground_truth, detectio
                                   segmentation_samples)
 from robustvit.data.subset import dataset_labels
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import (Batch, EvalContext, Plan, Suite, SuiteOptions, create_suite,
+from robustvit.evaluation.suites.base import (Batch, EvalContext, Plan, Suite, SuiteOptions, create_suite,
                                             register_suite)
 from robustvit.metrics.corruption import mean_or_none, retention
 from robustvit.metrics.dense import coco_box_map, confusion_matrix, segmentation_scores

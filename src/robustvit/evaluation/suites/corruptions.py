@@ -55,7 +55,7 @@ from robustvit.data import UNREADABLE
 from robustvit.data.corrupted import CorruptedSource, open_corrupted
 from robustvit.data.subset import SubsetDataset, dataset_labels
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import (Batch, EvalContext, Plan, Suite, SuiteOptions, data_source_of,
+from robustvit.evaluation.suites.base import (Batch, EvalContext, Plan, Suite, SuiteOptions, data_source_of,
                                             register_suite)
 from robustvit.metrics.accuracy import correct
 from robustvit.metrics.corruption import (ALEXNET_ERRORS, NOISE_CORRUPTIONS, corruption_error, mean_or_none,

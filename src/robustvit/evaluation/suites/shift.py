@@ -26,7 +26,7 @@ from robustvit.data import Resize, model_resize
 from robustvit.data.base import FileImageDataset
 from robustvit.data.shift import PRETTY, load_shift_dataset, resolve_root
 from robustvit.errors import RobustvitError
-from robustvit.evaluate.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
+from robustvit.evaluation.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
 from robustvit.options import option
 from robustvit.metrics.accuracy import topk_correct
 
