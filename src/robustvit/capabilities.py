@@ -74,6 +74,7 @@ SUITE_SPECS: dict[str, str] = {
     "corruptions": "corruptions:corruptions=gaussian_noise+contrast:severities=1",
     "perturbations": "perturbations:perturbations=gaussian_noise",
     "patch_occlusion": "patch_occlusion:rhos=0.25:masks=1",
+    "certify": "certify:n0=4:n=16:batch=64", "certify_patch": "certify_patch:size=4:patch=2:stride=8",
 }
 #: Analyses that look inside the model (they need a probe); the others only call it.
 NEEDS_PROBE = {"correlation", "lesion", "restricted_attention", "attention_distance", "attention_maps",
