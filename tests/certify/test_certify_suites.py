@@ -33,8 +33,10 @@ SCALED = "certify_patch:size=19:patch=32:reference=224"           # on 16 px: si
 def results(tmp_path_factory):
     """One run of every spec (the run engine's start-up dominates a tiny run)."""
     out = tmp_path_factory.mktemp("certify")
-    res = evaluate(Constant(), DATA, [CERTIFY, PATCH, SCALED, "clean"], out=out, mean=(0, 0, 0), std=(1, 1, 1),
-                   num_classes=10, input_size=16, name="constant", device="cpu", batch_size=4)
+    with pytest.warns(UserWarning, match="ablated pixels zero-filled: Constant is not a timm VisionTransformer"):
+        res = evaluate(Constant(), DATA, [CERTIFY, PATCH, SCALED, "clean"], out=out, mean=(0, 0, 0), std=(1, 1, 1),
+                       num_classes=10, input_size=16, name="constant", device="cpu", batch_size=4)
+    out.joinpath("full.json").write_text(__import__("json").dumps(res))
     return out, res["suites"]
 
 
@@ -76,3 +78,22 @@ def test_bad_options_are_one_line():
         create_suite("certify_patch:ablation=diagonal")
     with pytest.raises(RobustvitError, match="sigma"):
         create_suite("certify:sigma=0")
+
+
+def test_report_sections_and_leaderboard_columns(results):
+    """The report draws the certified-accuracy curve and the patch table; the leaderboard row reads both suites
+    and labels n < 100,000 as a reduced certification."""
+    import json
+
+    from robustvit.report.builder import build_sections
+    from robustvit.report.headline import labels, rows
+
+    run = json.loads((results[0] / "full.json").read_text())
+    sections = {s.title: s for s in build_sections([run])}
+    curve = sections[f"Certified accuracy (`{CERTIFY}`)"]
+    assert len(curve.figures) == 1 and "| constant | 0.3000 | 0.3000 | 0.3000 | 0.0000 | 0.0000 | 10 |" in curve.markdown
+    patch = sections[f"Certified patch robustness (`{PATCH}`)"]
+    assert "| constant | 0.3000 | 0.3000 | 0.3000 | 0.0000 | zero_fill | 10 |" in patch.markdown
+    row = rows(run)[0]
+    assert row["certified_l2"] == 0.3 and row["certified_patch"] == 0.3
+    assert "reduced certification" in labels(run)

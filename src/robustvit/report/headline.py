@@ -32,6 +32,8 @@ COLUMNS: dict[str, tuple[str, bool]] = {
     "imagenet_sketch": ("ImageNet-Sketch", False),
     "imagenet_v2": ("ImageNet-V2", False),
     "mfr": ("mFR (%)", True),
+    "certified_l2": ("certified L2 r=0.5", False),
+    "certified_patch": ("certified patch", False),
 }
 ID_COLUMNS = ("model", "data", "threat_model", "eps")
 THREAT_SUITES = ("pgd", "autoattack", "apgd", "fgsm")
@@ -58,6 +60,15 @@ def _first(suites: dict[str, Any], name: str, field: str) -> float | None:
     for key, s in suites.items():
         if base_name(key) == name and isinstance(s, dict) and _num(s.get(field)) is not None:
             return _num(s[field])
+    return None
+
+
+def _certified(suites: dict[str, Any], name: str, at: str | None) -> float | None:
+    """``certified_accuracy`` of the first ``name`` suite at key ``at`` (None: its first key)."""
+    for key, s in suites.items():
+        acc = s.get("certified_accuracy") if base_name(key) == name and isinstance(s, dict) else None
+        if isinstance(acc, dict) and acc:
+            return _num(acc.get(at if at is not None else next(iter(acc))))
     return None
 
 
@@ -105,6 +116,9 @@ def labels(run: dict[str, Any]) -> list[str]:
         out.append("suite subsets")
     if any(isinstance(s, dict) and (s.get("reduced") or s.get("reduced_grid")) for s in suites.values()):
         out.append("reduced attack")
+    if any(base_name(k) == "certify" and isinstance(s, dict) and (s.get("settings") or {}).get("n", 100_000) < 100_000
+           for k, s in suites.items()):
+        out.append("reduced certification")     # Cohen et al. certify with n = 100,000
     if any(isinstance(s, dict) and (s.get("mce_protocol") == "approximate" or s.get("protocol") == "approximate")
            for s in suites.values()):
         out.append("approximate protocol")
@@ -135,6 +149,7 @@ def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
         "spatial": _first(suites, "spatial", "accuracy"),
         **{n: _first(suites, n, "top1") for n in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
         "mfr": _first(suites, "perturbations", "mfr"),
+        "certified_l2": _certified(suites, "certify", "0.5"), "certified_patch": _certified(suites, "certify_patch", None),
         "labels": "; ".join(labels(run)) or "comparable",
         "comparable": bool(run.get("comparable")),
     }
