@@ -3,8 +3,8 @@
 ``certify:sigma=0.25:n0=100:n=100000:alpha=0.001`` — Cohen, Rosenfeld & Kolter (ICML 2019, arXiv:1902.02918):
 CERTIFY per image (:func:`robustvit.certify.certify`); ``certified_accuracy`` {radius: fraction of images predicted
 correctly with a certified L2 radius (pixel units, [0, 1] images) at least that radius}, ``abstain_rate``,
-``per_image`` (idx, label, predict — −1 abstain —, radius, correct, time) and the same table as locuslab/smoothing's
-``certify.py`` writes it (tab-separated; ``table`` names the file). ``predict=N`` also runs PREDICT with N draws.
+``per_image`` (idx, label, predict — −1 abstain —, radius, correct) and the same table as locuslab/smoothing's
+``certify.py`` writes it, with each image's seconds (tab-separated; ``table`` names the file). ``predict=N`` also runs PREDICT with N draws.
 
 ``certify_patch:ablation=column:size=19:patch=32`` — Levine & Feizi (NeurIPS 2020, arXiv:2002.10733) with the
 ViT token dropping of Salman et al. (CVPR 2022, arXiv:2110.07719): the base classifier on every ablation position,
@@ -89,8 +89,8 @@ class Certify(Suite):
             "abstain_rate": s["abstain"] / n, "num_images": s["n"],
             "settings": {"sigma": o.sigma, "n0": o.n0, "n": o.n, "alpha": o.alpha, "batch": o.batch,
                          "noise": "Gaussian in pixel units, added before the model's normalisation, not clipped"},
-            "per_image": [{"idx": i, "label": lab, "predict": p, "radius": rad, "correct": c, "time": t}
-                          for i, lab, p, rad, c, t in rows]}
+            "per_image": [{"idx": i, "label": lab, "predict": p, "radius": rad, "correct": c}
+                          for i, lab, p, rad, c, _ in rows]}
         if o.predict:
             res["predict"] = {"n": o.predict, "accuracy": s["predict_correct"] / n, "abstain_rate": s["predict_abstain"] / n}
         if ctx.out_dir is not None:
