@@ -97,36 +97,37 @@ class AblatedModel:
                 self.note = f"ablated pixels zero-filled: {why}"
         self.mode = "drop" if self.probe is not None else "zero_fill"
 
-    def __call__(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        xa = (x[None] * keep[:, None, None].to(x.dtype)).flatten(0, 1)          # (P·N, 3, H, W), ablated pixels 0
+    def __call__(self, x: torch.Tensor, keep: torch.Tensor, kept: int | None = None) -> torch.Tensor:
+        """Logits (P, N, K). ``kept``: the number of patch tokens every mask keeps (drop mode; all masks of one call
+        keep as many, see :meth:`token_groups`); None reads it from the first mask (free for a mask on the CPU)."""
+        xa = (x[None] * keep.to(x.device)[:, None, None].to(x.dtype)).flatten(0, 1)   # (P·N, 3, H, W), ablated = 0
         if self.probe is None:
             return self.model(xa).unflatten(0, (len(keep), len(x)))
         probe = self.probe
-        ps = probe.patch_size
-        cells = F.max_pool2d(keep[:, None].float(), ps)[:, 0].flatten(1) > 0    # (P, T): tokens with a kept pixel
-        counts = cells.sum(1)
-        if bool((counts != counts[0]).any()):
-            raise RobustvitError("positions of one call must keep the same number of tokens; group them by count")
-        idx = cells.nonzero()[:, 1].view(len(keep), -1) + probe.num_prefix_tokens           # (P, T_kept)
+        cells = self.token_cells(keep)                                           # (P, T): tokens with a kept pixel
+        kept = int(cells[0].sum()) if kept is None else kept
+        idx = torch.argsort((~cells).to(torch.uint8), dim=1, stable=True)[:, :kept].to(x.device)  # kept, in order
         prefix = torch.arange(probe.num_prefix_tokens, device=x.device).expand(len(keep), -1)
-        idx = torch.cat([prefix, idx], 1).repeat_interleave(len(x), 0)                     # (P·N, prefix + T_kept)
+        idx = torch.cat([prefix, idx + probe.num_prefix_tokens], 1).repeat_interleave(len(x), 0)
         h = probe.embed(xa)
         h = h.gather(1, idx[:, :, None].expand(-1, -1, h.shape[-1]))
         return probe.run(None, tokens=False, start=(0, h)).logits.unflatten(0, (len(keep), len(x)))
 
-    def token_groups(self, ablation: Ablation, h: int, w: int, per_call: int, device: torch.device) -> list[torch.Tensor]:
-        """Every position of ``ablation``, in groups of at most ``per_call`` positions that keep the same number of
-        tokens (one forward each)."""
-        pos = ablation.positions(h, w, device)
+    def token_cells(self, keep: torch.Tensor) -> torch.Tensor:
+        """bool (P, T): the patch tokens holding at least one retained pixel (row-major, as the token sequence)."""
+        assert self.probe is not None
+        return F.max_pool2d(keep[:, None].float(), self.probe.patch_size).flatten(1) > 0
+
+    def token_groups(self, ablation: Ablation, h: int, w: int, per_call: int,
+                     device: torch.device) -> list[tuple[torch.Tensor, int | None]]:
+        """Every position of ``ablation`` as (positions, kept tokens) groups of at most ``per_call`` positions that
+        keep the same number of tokens (one forward each; kept is None when tokens are not dropped). The masks are
+        built on the CPU: no device read."""
+        pos = ablation.positions(h, w)
         if self.probe is None:
-            return list(pos.split(per_call))
-        ps = self.probe.patch_size
-        kept = torch.cat([(F.max_pool2d(ablation.keep(p, h, w)[:, None].float(), ps).flatten(1) > 0).sum(1)
-                          for p in pos.split(1024)])
-        groups = []
-        for c in kept.unique().tolist():        # token counts: a few distinct values, read once per call
-            groups.extend(pos[kept == c].split(per_call))
-        return groups
+            return [(p.to(device), None) for p in pos.split(per_call)]
+        kept = torch.cat([self.token_cells(ablation.keep(p, h, w)).sum(1) for p in pos.split(1024)])
+        return [(p.to(device), int(c)) for c in kept.unique().tolist() for p in pos[kept == c].split(per_call)]
 
 
 def _cannot_drop(model: nn.Module) -> str | None:
@@ -152,8 +153,8 @@ def ablation_counts(ablated: AblatedModel, x: torch.Tensor, ablation: Ablation, 
     n, _, h, w = x.shape
     counts = torch.zeros(n, num_classes, dtype=torch.long, device=x.device)
     per_call = max(1, batch // max(n, 1))
-    for pos in ablated.token_groups(ablation, h, w, per_call, x.device):
-        pred = ablated(x, ablation.keep(pos, h, w)).argmax(-1)                  # (P, N)
+    for pos, kept in ablated.token_groups(ablation, h, w, per_call, x.device):
+        pred = ablated(x, ablation.keep(pos, h, w), kept).argmax(-1)            # (P, N)
         counts += F.one_hot(pred, num_classes).sum(0)
     return counts
 

@@ -52,8 +52,8 @@ class AblationLoss(TrainingLoss):
         self.calls += 1
         h, w = x.shape[-2:]
         starts = self.band.positions(h, w)
-        pos = starts[torch.randint(len(starts), (1,), generator=gen)].to(x.device)
-        logits = self.ablated(model)(x, self.band.keep(pos, h, w))[0]
+        pos = starts[torch.randint(len(starts), (1,), generator=gen)]
+        logits = self.ablated(model)(x, self.band.keep(pos, h, w))[0]          # the mask on the CPU: no device read
         return classification_loss(logits, y, self.options.label_smoothing), logits, None
 
     def resolved(self) -> dict[str, object]:
