@@ -87,6 +87,11 @@ def patches(model, x, y, size: int, patch: list[int], batch: int) -> dict:
     art = PyTorchDeRandomizedSmoothing(model=model, loss=torch.nn.CrossEntropyLoss(), input_shape=tuple(x.shape[1:]),
                                        nb_classes=k, ablation_size=size, algorithm="salman2021",
                                        ablation_type="column", device_type="cpu", verbose=False)
+    # ART 1.20's eval_and_certify ablates its NumPy batch in place through torch.from_numpy (on the CPU the tensor
+    # shares the array's memory), so each position would see the previous positions' zeros; its ViT mode (which
+    # concatenates a mask channel first) and CUDA (a copy) are unaffected. Give the ablator a copy, as ART's predict does.
+    ablate = art.ablator.forward
+    art.ablator.forward = lambda batch, **kw: ablate(np.copy(batch), **kw)
     t_art = 0.0
     for m in patch:
         t = time.perf_counter()
@@ -116,15 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--patch", default="2,4,5")
     ap.add_argument("--batch", type=int, default=400)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--parts", default="smoothing,patch", help="which comparisons to run")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = create_model(args.model).eval()
     x, y = stratified(dataset_for_model(args.data, model.spec), args.limit)
     pmodel = create_model(args.patch_model).eval() if args.patch_model else model
+    parts = args.parts.split(",")
     res = {"machine": f"{platform.processor() or platform.machine()}, {args.threads} thread(s)",
-           "torch": torch.__version__, "art": __import__("art").__version__,
-           "smoothing": smoothing(model, x, y, args.sigma, args.n0, args.n, args.alpha, args.batch),
-           "patch": patches(pmodel, x, y, args.size, [int(p) for p in args.patch.split(",")], args.batch)}
+           "torch": torch.__version__, "art": __import__("art").__version__}
+    if "smoothing" in parts:
+        res["smoothing"] = smoothing(model, x, y, args.sigma, args.n0, args.n, args.alpha, args.batch)
+    if "patch" in parts:
+        res["patch"] = patches(pmodel, x, y, args.size, [int(p) for p in args.patch.split(",")], args.batch)
     print(json.dumps(res, indent=1))
     return 0
 
