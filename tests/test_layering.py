@@ -20,7 +20,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "robustvit"
 BASE = {"_version", "registry", "utils", "errors", "options", "plotting", "protocols", "runs"}
-LIBRARIES = {"models", "metrics", "corruptions", "attacks"}
+LIBRARIES = {"models", "metrics", "corruptions", "attacks", "certify"}
 MIDDLE = BASE | LIBRARIES | {"data", "progress", "analysis", "training"}
 COMPOSED = MIDDLE | {"evaluation", "report", "leaderboard"}
 #: layer (a top-level package or module; ``robustvit`` is the package's ``__init__``) → what it may import.
@@ -39,6 +39,8 @@ ALLOWED: dict[str, set[str]] = {
     "metrics": BASE,
     "corruptions": BASE,
     "attacks": BASE | {"models"},
+    "certify": BASE | {"models"},
+    "certify": BASE | {"models"},
     "data": BASE | LIBRARIES | {"progress"},
     "analysis": BASE | LIBRARIES | {"data", "progress"},
     "training": BASE | LIBRARIES | {"data", "progress"},

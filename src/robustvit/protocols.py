@@ -282,9 +282,10 @@ def _dense_name(run: dict[str, Any]) -> str:
 
 def _certify(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
     cond = PROTOCOLS["randomized-smoothing"].conditions
+    settings = result.get("settings") or {}
     dev = []
     for k in ("n", "n0", "alpha"):
-        v = _num(result.get(k))
+        v = _num(settings.get(k))
         if v is None:
             dev.append(f"unknown {k} (not recorded)")
         elif v != cond[k]:

@@ -42,6 +42,8 @@ SPECS: dict[str, str] = {
     "patch_occlusion": "patch_occlusion:rhos=0.25:masks=2",
     "shape_bias": "shape_bias:limit=6",
     "fewshot": "fewshot:shots=1:draws=2",
+    "certify": "certify:n0=4:n=16:batch=64",
+    "certify_patch": "certify_patch:size=4:patch=2:stride=8",
 }
 #: Suites that cannot run here, and why.
 OFFLINE_SKIPS = {

@@ -40,6 +40,8 @@ COLUMNS: dict[str, tuple[str, bool]] = {
     "imagenet_sketch": ("ImageNet-Sketch", False),
     "imagenet_v2": ("ImageNet-V2", False),
     "mfr": ("mFR (%)", True),
+    "certified_l2": ("certified L2 r=0.5", False),
+    "certified_patch": ("certified patch", False),
 }
 ID_COLUMNS = ("model", "data", "threat_model", "eps")
 ATTACK_COLUMNS = ("pgd", "apgd", "autoattack")
@@ -77,6 +79,15 @@ def _first(suites: dict[str, Any], name: str, field: str) -> Cell:
     for key, s in suites.items():
         if base_name(key) == name and isinstance(s, dict) and _num(s.get(field)) is not None:
             return _num(s[field]), _count(s), s.get("protocol")
+    return None, None, None
+
+
+def _certified(suites: dict[str, Any], name: str, at: str | None) -> Cell:
+    """``certified_accuracy`` of the first ``name`` suite at key ``at`` (None: its first key)."""
+    for key, s in suites.items():
+        acc = s.get("certified_accuracy") if base_name(key) == name and isinstance(s, dict) else None
+        if isinstance(acc, dict) and acc:
+            return _num(acc.get(at if at is not None else next(iter(acc)))), _count(s), s.get("protocol")
     return None, None, None
 
 
@@ -162,6 +173,8 @@ def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     for col, (suite, fld) in SOURCES.items():
         _put(base, col, _first(suites, suite, fld))
     _put(base, "occlusion", _occlusion(suites))
+    _put(base, "certified_l2", _certified(suites, "certify", "0.5"))
+    _put(base, "certified_patch", _certified(suites, "certify_patch", None))
     if base["clean"] is None:   # an attack suite's clean accuracy on its own images
         for name in ("pgd", "autoattack", "apgd"):
             v, n, proto = _first(suites, name, "clean_accuracy")

@@ -5,6 +5,8 @@
 * ``fgsm_rs``: Wong et al., "Fast is better than free" (arXiv:2001.03994).
 * ``trades``: Zhang et al. (arXiv:1901.08573), as yaodongyu/TRADES.
 * ``afat`` (and ``afat_random``, ``afat_patchdrop``): Guo et al., CVPR 2023, as guoyongcs/RSPC.
+* ``gaussian_noise``: Cohen et al. (arXiv:1902.02918): Gaussian augmentation for randomized smoothing.
+* ``ablation``: Levine & Feizi (arXiv:2002.10733), Salman et al. (arXiv:2110.07719): column/block ablations.
 * ``mpp``: masked patch prediction, the ViT paper's self-supervised pre-training (:mod:`robustvit.training.losses.mpp`).
 
 The registry imports every module of this package before its first lookup, so
@@ -30,9 +32,11 @@ from robustvit.training.losses.pgd_at import PGDAT
 from robustvit.training.losses.fgsm_rs import FGSMRS
 from robustvit.training.losses.trades import TRADES
 from robustvit.training.losses.afat import AFAT, AFATOptions, AFATPatchDrop, AFATRandom
+from robustvit.training.losses.ablation import AblationLoss
+from robustvit.training.losses.gaussian_noise import GaussianNoise
 from robustvit.training.losses.mpp import MaskedPatchPrediction
 
-__all__ = ["AFAT", "AFATOptions", "AFATPatchDrop", "AFATRandom", "AdversarialLoss", "AdversarialOptions",
-           "CrossEntropy", "FGSMRS", "LOSSES", "LossOutput", "MaskedPatchPrediction", "PGDAT", "TRADES",
+__all__ = ["AFAT", "AFATOptions", "AFATPatchDrop", "AFATRandom", "AblationLoss", "AdversarialLoss", "AdversarialOptions",
+           "CrossEntropy", "FGSMRS", "GaussianNoise", "LOSSES", "LossOutput", "MaskedPatchPrediction", "PGDAT", "TRADES",
            "TrainingLoss", "_rank", "classification_loss", "create_loss", "hard_labels", "list_losses", "loss_keywords",
            "parse_loss_options", "register_loss"]

@@ -1,0 +1,168 @@
+"""Derandomized smoothing against adversarial patches: column and block ablations and the margin certificate.
+
+Levine & Feizi, "(De)Randomized Smoothing for Certifiable Defense against Patch Attacks" (NeurIPS 2020,
+arXiv:2002.10733): the base classifier sees only a band of ``size`` pixels (a column band of the full height, or a
+``size``×``size`` block), at every position (stride 1, wrapping around the image edge). The smoothed classifier
+predicts the class most base predictions vote for (ties: the smaller class index). An ``m``×``m`` patch meets at most
+Δ = m + size − 1 column bands (Δ = (m + size − 1)² blocks), so each class count moves by at most Δ: the prediction is
+certified when the top count exceeds the runner-up by more than 2Δ (MadryLab/smoothed-vit's ``gap = 2Δ + 1``).
+
+Salman, Jain, Wong & Madry, "Certified Patch Robustness via Smoothed Vision Transformers" (CVPR 2022,
+arXiv:2110.07719): a ViT *drops* the tokens whose pixels are all ablated (the class token and every token with a
+retained pixel stay, with their position embeddings) — the same prediction rule, fewer tokens, faster. Here a timm
+``VisionTransformer`` is re-run block by block through :class:`robustvit.models.probe.ViTProbe` (checked against the
+model's own forward) on the kept tokens. Other models see the zero-filled image: ablated pixels are 0 before the
+model's normalisation. Levine & Feizi also append the ablation mask as extra channels (their 6-channel input); a
+3-channel model cannot take them, so robustvit zero-fills without them (a documented deviation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robustvit.errors import RobustvitError
+from robustvit.models.probe import ViTProbe
+
+ABLATIONS = ("column", "block")
+#: How ablated pixels reach the model: ``drop`` (ViT tokens removed, Salman et al.) or ``zero_fill``.
+TOKEN_MODES = ("drop", "zero_fill")
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """A column (``size`` pixels wide, full height) or block (``size``×``size``) retained band, at every ``stride``-th
+    position (MadryLab/smoothed-vit's ``certify_stride``; 1 = every position, Levine & Feizi)."""
+
+    kind: Literal["column", "block"]
+    size: int
+    stride: int = 1
+
+    def __post_init__(self) -> None:
+        if self.kind not in ABLATIONS:
+            raise RobustvitError(f"ablation must be one of {', '.join(ABLATIONS)}, got {self.kind!r}")
+        if self.size < 1 or self.stride < 1:
+            raise RobustvitError(f"ablation size and stride must be at least 1 pixel, got {self.size} and {self.stride}")
+
+    def positions(self, h: int, w: int, device: torch.device | None = None) -> torch.Tensor:
+        """Band starts, long (P,): the column index, or row·W + column for blocks."""
+        for side in (w,) if self.kind == "column" else (h, w):
+            if side % self.stride:
+                raise RobustvitError(f"ablation stride {self.stride} must divide the image side {side}")
+        cols = torch.arange(0, w, self.stride, device=device)
+        if self.kind == "column":
+            return cols
+        return (torch.arange(0, h, self.stride, device=device)[:, None] * w + cols[None, :]).flatten()
+
+    def keep(self, positions: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        """Retained pixels, bool (P, H, W), of the bands starting at ``positions`` (see :meth:`positions`); bands
+        wrap around the image edge as in Levine & Feizi."""
+        dev = positions.device
+        cols = (torch.arange(w, device=dev)[None, :] - (positions % w)[:, None]) % w < self.size     # (P, W)
+        if self.kind == "column":
+            return cols[:, None, :].expand(-1, h, -1)
+        rows = (torch.arange(h, device=dev)[None, :] - (positions // w)[:, None]) % h < self.size    # (P, H)
+        return rows[:, :, None] & cols[:, None, :]
+
+    def delta(self, patch: int, h: int, w: int) -> int:
+        """Δ: the most band positions an ``patch``×``patch`` square can touch — ⌈(patch + size − 1) / stride⌉ per
+        axis (at most the positions along it), squared for blocks."""
+        def axis(side: int) -> int:
+            return min(-(-(patch + self.size - 1) // self.stride), side // self.stride)
+        return axis(w) if self.kind == "column" else axis(h) * axis(w)
+
+
+class AblatedModel:
+    """The base classifier on ablated images: ``ablated(x, keep)`` → logits (P, N, K) for images x (N, 3, H, W) in
+    [0, 1] and retained-pixel masks ``keep`` (P, H, W). ``tokens``: ``drop`` (ViTs; refused in one line where it does
+    not apply), ``zero_fill``, or ``auto`` (drop where it applies, else zero-fill; :attr:`note` says why)."""
+
+    def __init__(self, model: nn.Module, tokens: Literal["auto", "drop", "zero_fill"] = "auto") -> None:
+        self.model = model
+        self.note: str | None = None
+        self.probe: ViTProbe | None = None
+        if tokens not in ("auto", *TOKEN_MODES):
+            raise RobustvitError(f"tokens must be auto, drop or zero_fill, got {tokens!r}")
+        if tokens != "zero_fill":
+            why = _cannot_drop(model)
+            if why is None:
+                self.probe = ViTProbe(model)
+            elif tokens == "drop":
+                raise RobustvitError(f"cannot drop ablated tokens: {why}; use tokens=zero_fill")
+            else:
+                self.note = f"ablated pixels zero-filled: {why}"
+        self.mode = "drop" if self.probe is not None else "zero_fill"
+
+    def __call__(self, x: torch.Tensor, keep: torch.Tensor, kept: int | None = None) -> torch.Tensor:
+        """Logits (P, N, K). ``kept``: the number of patch tokens every mask keeps (drop mode; all masks of one call
+        keep as many, see :meth:`token_groups`); None reads it from the first mask (free for a mask on the CPU)."""
+        xa = (x[None] * keep.to(x.device)[:, None, None].to(x.dtype)).flatten(0, 1)   # (P·N, 3, H, W), ablated = 0
+        if self.probe is None:
+            return self.model(xa).unflatten(0, (len(keep), len(x)))
+        probe = self.probe
+        cells = self.token_cells(keep)                                           # (P, T): tokens with a kept pixel
+        kept = int(cells[0].sum()) if kept is None else kept
+        idx = torch.argsort((~cells).to(torch.uint8), dim=1, stable=True)[:, :kept].to(x.device)  # kept, in order
+        prefix = torch.arange(probe.num_prefix_tokens, device=x.device).expand(len(keep), -1)
+        idx = torch.cat([prefix, idx + probe.num_prefix_tokens], 1).repeat_interleave(len(x), 0)
+        h = probe.embed(xa)
+        h = h.gather(1, idx[:, :, None].expand(-1, -1, h.shape[-1]))
+        return probe.run(None, tokens=False, start=(0, h)).logits.unflatten(0, (len(keep), len(x)))
+
+    def token_cells(self, keep: torch.Tensor) -> torch.Tensor:
+        """bool (P, T): the patch tokens holding at least one retained pixel (row-major, as the token sequence)."""
+        assert self.probe is not None
+        return F.max_pool2d(keep[:, None].float(), self.probe.patch_size).flatten(1) > 0
+
+    def token_groups(self, ablation: Ablation, h: int, w: int, per_call: int,
+                     device: torch.device) -> list[tuple[torch.Tensor, int | None]]:
+        """Every position of ``ablation`` as (positions, kept tokens) groups of at most ``per_call`` positions that
+        keep the same number of tokens (one forward each; kept is None when tokens are not dropped). The masks are
+        built on the CPU: no device read."""
+        pos = ablation.positions(h, w)
+        if self.probe is None:
+            return [(p.to(device), None) for p in pos.split(per_call)]
+        kept = torch.cat([self.token_cells(ablation.keep(p, h, w)).sum(1) for p in pos.split(1024)])
+        return [(p.to(device), int(c)) for c in kept.unique().tolist() for p in pos[kept == c].split(per_call)]
+
+
+def _cannot_drop(model: nn.Module) -> str | None:
+    """Why ablated tokens cannot be dropped for ``model`` (None: they can)."""
+    try:
+        probe = ViTProbe(model, check=False)
+    except RobustvitError:
+        return f"{type(getattr(model, 'net', model)).__name__} is not a timm VisionTransformer the probe re-runs"
+    if probe.arch != "vit":
+        return (f"{type(probe.net).__name__} ties its blocks to the full token grid (relative position bias, rotary "
+                "embedding or convolutions)")
+    if not probe.patch_size or probe.grid_size is None:
+        return "its patch grid is unknown"
+    if getattr(probe.net, "dynamic_img_size", False):
+        return "it resamples position embeddings per input size (dynamic_img_size)"
+    return None
+
+
+def ablation_counts(ablated: AblatedModel, x: torch.Tensor, ablation: Ablation, num_classes: int,
+                    batch: int = 256) -> torch.Tensor:
+    """Votes of the base classifier over every ablation position: long (N, K) on the device (each position votes
+    for its argmax class). ``batch``: images per forward (positions × images)."""
+    n, _, h, w = x.shape
+    counts = torch.zeros(n, num_classes, dtype=torch.long, device=x.device)
+    per_call = max(1, batch // max(n, 1))
+    for pos, kept in ablated.token_groups(ablation, h, w, per_call, x.device):
+        pred = ablated(x, ablation.keep(pos, h, w), kept).argmax(-1)            # (P, N)
+        counts += F.one_hot(pred, num_classes).sum(0)
+    return counts
+
+
+def patch_certificate(counts: torch.Tensor, delta: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(prediction, certified) from vote counts (N, K): the smoothed prediction is the most voted class (ties: the
+    smaller index); it is certified when its count exceeds the runner-up's by more than 2Δ (Levine & Feizi, Thm. 1)."""
+    top2 = counts.topk(2, dim=1, sorted=True).values if counts.shape[1] > 1 else \
+        torch.cat([counts, torch.zeros_like(counts)], 1)
+    pred = counts.argmax(1)
+    return pred, top2[:, 0] - top2[:, 1] > 2 * delta

@@ -1,0 +1,63 @@
+"""``ablation``: training the base classifier of derandomized smoothing — cross-entropy on images of which only one
+column band (or block) of ``size`` pixels is kept, at a position drawn per batch (Levine & Feizi, NeurIPS 2020,
+arXiv:2002.10733; Salman et al., CVPR 2022, arXiv:2110.07719, whose ViTs also drop the fully ablated tokens while
+training: ``tokens=auto`` does so where :class:`robustvit.certify.AblatedModel` can). The logits it returns for the
+training accuracy are the ablated images'. Positions are seeded from ``seed`` and a call counter saved with the loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import nn
+
+from robustvit.certify.ablation import ABLATIONS, Ablation, AblatedModel
+from robustvit.options import option
+from robustvit.training.losses.base import LossOutput, TrainingLoss, _rank, classification_loss, register_loss
+from robustvit.utils import derive_seed
+
+
+@register_loss
+class AblationLoss(TrainingLoss):
+    """Ablation as augmentation, at the band the smoothed classifier is certified with."""
+
+    name = "ablation"
+    soft_targets = True
+    smoke: ClassVar[dict[str, Any]] = {"size": 4}
+
+    @dataclass
+    class Options:
+        ablation: Literal[ABLATIONS] = option("column", help="column (full-height band) or block (square)")
+        size: int = option(4, min=1, help="retained band width in pixels of the training images")
+        tokens: Literal["auto", "drop", "zero_fill"] = option("auto", help="drop the ablated ViT tokens (auto: where "
+                                                                        "it applies) or zero-fill the pixels")
+        label_smoothing: float = option(0.0, min=0, max=1, help="label smoothing of hard targets")
+        seed: int = option(0, help="seed of the ablation positions")
+
+    def __init__(self, options: object = None, **kwargs: object) -> None:
+        super().__init__(options, **kwargs)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        self.band = Ablation(self.options.ablation, self.options.size)
+        self._ablated: tuple[int, AblatedModel] | None = None
+
+    def ablated(self, model: nn.Module) -> AblatedModel:
+        if self._ablated is None or self._ablated[0] != id(model):
+            self._ablated = (id(model), AblatedModel(model, self.options.tokens))
+        return self._ablated[1]
+
+    def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
+        gen = torch.Generator()
+        gen.manual_seed(derive_seed(self.options.seed, "ablation", int(self.calls), _rank()))
+        self.calls += 1
+        h, w = x.shape[-2:]
+        starts = self.band.positions(h, w)
+        pos = starts[torch.randint(len(starts), (1,), generator=gen)]
+        logits = self.ablated(model)(x, self.band.keep(pos, h, w))[0]          # the mask on the CPU: no device read
+        return classification_loss(logits, y, self.options.label_smoothing), logits, None
+
+    def resolved(self) -> dict[str, object]:
+        if self._ablated is None:
+            return {}
+        return {"tokens": self._ablated[1].mode, **({"tokens_note": self._ablated[1].note} if self._ablated[1].note
+                                                   else {})}

@@ -1,0 +1,45 @@
+"""``gaussian_noise``: training for randomized smoothing — cross-entropy on images plus Gaussian noise of standard
+deviation σ in pixel units, added before the model's normalisation and not clipped (Cohen et al., ICML 2019,
+arXiv:1902.02918; locuslab/smoothing's ``train.py``). The logits it returns for the training accuracy are the noisy
+images'. Noise draws are seeded from ``seed`` and a call counter saved with the loss (a resumed run replays them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from robustvit.certify.smoothing import add_noise
+from robustvit.models.wrapper import range_check_off
+from robustvit.options import option
+from robustvit.training.losses.base import LossOutput, TrainingLoss, _rank, classification_loss, register_loss
+from robustvit.utils import derive_seed
+
+
+@register_loss(aliases=("gaussian-noise",))
+class GaussianNoise(TrainingLoss):
+    """Gaussian data augmentation at the σ the smoothed classifier is certified with."""
+
+    name = "gaussian_noise"
+    soft_targets = True
+    smoke: ClassVar[dict[str, Any]] = {"sigma": 0.25}
+
+    @dataclass
+    class Options:
+        sigma: float = option(0.25, min=0, help="noise standard deviation in pixel units ([0, 1] images)")
+        label_smoothing: float = option(0.0, min=0, max=1, help="label smoothing of hard targets")
+        seed: int = option(0, help="seed of the noise draws")
+
+    def __init__(self, options: object = None, **kwargs: object) -> None:
+        super().__init__(options, **kwargs)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
+        gen = torch.Generator(device=x.device)
+        gen.manual_seed(derive_seed(self.options.seed, "noise", int(self.calls), _rank()))
+        self.calls += 1
+        with range_check_off(model):
+            logits = model(add_noise(x, self.options.sigma, gen))
+        return classification_loss(logits, y, self.options.label_smoothing), logits, None
