@@ -296,7 +296,7 @@ def check_suite(model: nn.Module, name: str, x: torch.Tensor | None = None, y: t
                 run: bool = True, spec: str | None = None, dataset: Any = None,
                 out_dir: Any = None) -> dict[str, Any]:
     """One evaluation suite on ``model``: created from its tiny spec, and with ``run=True`` evaluated on the
-    batch (x, y) through its ``parts`` → ``run`` → ``finalize``, the result checked (finite, accuracies in
+    batch (x, y) through its ``plan`` → ``run`` → ``finalize``, the result checked (finite, accuracies in
     [0, 1]). Suites that read their own data set (ImageNet-R/-A, cue-conflict stimuli) refuse without it."""
     from robustvit.evaluation.suites import Batch, EvalContext, create_suite, get_suite_class
     from robustvit.utils import sum_stats
@@ -317,11 +317,11 @@ def check_suite(model: nn.Module, name: str, x: torch.Tensor | None = None, y: t
                 ViTProbe(model)
             return _entry("applies")
         assert x is not None and y is not None
-        own = suite.dataset(ctx)
-        if own is not None:      # a suite with its own data (here only reachable when a root was given)
+        plan = suite.plan(ctx)
+        if plan.data is not None or plan.size is not None:   # its own images (reachable when a root was given)
             return _entry("applies", "reads its own data set; not run here")
         batch = Batch(x, y, torch.arange(len(y)), torch.Generator().manual_seed(0))
-        stats = {p: sum_stats([suite.run(ctx, p, batch)]) for p in suite.parts(ctx)}
+        stats = {p: sum_stats([suite.run(ctx, p, batch)]) for p in plan.parts}
         res = suite.finalize(ctx, stats)
         if isinstance(res, dict) and isinstance(res.get("skipped"), str):   # a suite that skips models it cannot use
             return _entry("refused", res["skipped"])

@@ -12,6 +12,7 @@ from PIL import Image
 
 from robustvit.corruptions import BENCHMARK_CORRUPTIONS, corrupt, list_corruptions
 from robustvit.data import create_dataset
+from robustvit.protocols import attach
 from robustvit.data.shift import imagenet_wnids
 from robustvit.errors import RobustvitError
 from robustvit.evaluation.runner import EvalConfig, run_eval
@@ -209,6 +210,6 @@ def test_report_marks_approximate_mce():
     res = {"corruption_accuracy": {"fog": 0.5}, "clean_accuracy": 0.75, "severity_accuracy": {"1": 0.5},
            "mce": 61.25, "relative_mce": 80.5, "mce_protocol": "approximate", "frost_source": "procedural",
            "mce_approximations": ["no JPEG quality-85 round trip"], "severities": [1], "num_images": 8}
-    md = corruptions_section("corruptions", [{"model": {"name": "vit"}, "suites": {"corruptions": res}}]).markdown
-    assert "(approximate)" in md and "not comparable with the published ImageNet-C tables" in md
+    md = corruptions_section("corruptions", [attach({"model": {"name": "vit"}, "suites": {"corruptions": res}})]).markdown
+    assert "61.2 (not comparable)" in md and "mCE approximate: no JPEG quality-85 round trip" in md
     assert "frost layer: procedural" in md

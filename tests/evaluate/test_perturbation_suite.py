@@ -8,6 +8,7 @@ import torch
 
 from robustvit.data.perturbed import NpySequences, open_perturbation_source, perturbation_file_stem, read_video_frames
 from robustvit.errors import RobustvitError
+from robustvit.protocols import attach
 from robustvit.evaluation.runner import EvalConfig, run_eval
 from robustvit.evaluation.suites import create_suite
 from robustvit.evaluation.suites.perturbations import parse_perturbations
@@ -154,12 +155,12 @@ def test_report_section(tmp_path):
          "mean_flip_probability": 0.15, "mean_top5_distance": 1.5, "mfr": None, "mt5d": None, "difficulty": 1,
          "num_sequences": 10, "preset": "cifar", "source": None, "normalisation_reason": "no baseline given",
          "benchmark": "cifar-p", "encoding": "8-bit", "approximations": ["sequences at 16 px, not 32"]}
-    res = [{"model": {"name": "a"}, "suites": {"perturbations": s}},
-           {"model": {"name": "b"}, "suites": {"perturbations": {**s, "flip_probability": {"rotate": 0.3}}}}]
+    res = [attach({"model": {"name": "a"}, "suites": {"perturbations": s}}),
+           attach({"model": {"name": "b"}, "suites": {"perturbations": {**s, "flip_probability": {"rotate": 0.3}}}})]
     sec = perturbations_section("perturbations", res)
     assert "a FP" in sec.markdown and "b T5D" in sec.markdown and "0.3000" in sec.markdown
     assert "no baseline given" in sec.markdown and len(sec.figures) == 1 and sec.figures[0].name == "perturbations"
-    assert "CIFAR-10-P test perturbations" in sec.markdown and "Approximate" in sec.markdown and "16 px" in sec.markdown
+    assert "CIFAR-10-P test perturbations" in sec.markdown and "not comparable" in sec.markdown and "16 px" in sec.markdown
     import matplotlib.pyplot as plt
 
     plt.close(sec.figures[0].fig)
@@ -171,7 +172,7 @@ def test_cifar_p_test_set_and_protocol_labels(tmp_path, ckpt):
     r = _eval(ckpt, tmp_path / "a", "perturbations:limit=2")
     assert r["benchmark"] == "cifar-p" and r["perturbations"] == list(CIFAR_P_TEST_PERTURBATIONS)
     assert "spatter" in r["mean_over"] and "snow" not in r["mean_over"]
-    assert r["encoding"] == "8-bit" and r["protocol"] == "approximate" and "16 px, not 32" in r["approximations"][0]
+    assert r["encoding"] == "8-bit" and not r["protocol"]["comparable"] and "16 px, not 32" in r["approximations"][0]
 
 
 def test_imagenet_p_sequences_are_encoded_as_h264(tmp_path, ckpt):
@@ -218,4 +219,4 @@ def test_imagenet_p_geometry_warps_the_wider_image_then_crops(tmp_path):
     assert r["flip_probability"]["translate"] == pytest.approx(flip_probability(logits, noise=False))
     # in-memory images cannot be widened: the result says so
     r2 = _eval(ck, tmp_path / "o2", spec, data="synthshapes:test,count=4,size=32,classes=2")
-    assert any("Resize(256)" in a for a in r2["approximations"]) and r2["protocol"] == "approximate"
+    assert any("Resize(256)" in a for a in r2["approximations"]) and not r2["protocol"]["comparable"]

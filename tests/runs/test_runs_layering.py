@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 RUNS = Path(__file__).resolve().parents[2] / "src" / "robustvit" / "runs"
-BASE = {"errors", "utils", "registry", "options", "protocols", "runs"}
+BASE = {"_version", "errors", "utils", "registry", "options", "protocols", "runs"}
 
 
 def _robustvit_imports(path: Path) -> set[str]:

@@ -31,8 +31,8 @@ Result (``suites.perturbations``): ``flip_probability[name]``, ``top5_distance[n
 ``mean_over``), ``flip_rate[name]``, ``top5_distance_rate[name]``, ``mfr``, ``mt5d``, ``baseline``,
 ``normalisation_reason``, ``difficulty``, ``num_frames[name]``, ``num_sequences``, ``preset``, ``source``,
 ``benchmark`` (``imagenet-p`` or ``cifar-p``: which test set the means use), ``encoding`` (``x264``, ``8-bit``
-or null for stored sequences), ``protocol`` (the benchmark's name when generated sequences follow the
-released files, else ``approximate``) and ``approximations`` (how they differ).
+or null for stored sequences) and ``approximations`` (how generated sequences differ from the released files;
+:mod:`robustvit.protocols` turns them into the result's ``protocol`` entry).
 """
 
 from __future__ import annotations
@@ -278,8 +278,7 @@ class Perturbations(Suite):
             "num_frames": frames, "num_sequences": n_seq, "benchmark": self._benchmark(ctx),
             "encoding": self._encoding(ctx),
         }
-        approximations = self._approximations(ctx)
-        out.update(protocol="approximate" if approximations else out["benchmark"], approximations=approximations)
+        out["approximations"] = self._approximations(ctx)
         out.update(self._normalise(fp, t5d, test_set))
         return out
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.builder import Figure, Section, legend_outside, md_table, register_section
+from robustvit.plotting import place_legend
+from robustvit.report.section import Figure, Section, md_table, register_section
 
 GROUP = "adversarial"
 
@@ -50,7 +51,7 @@ def certify_section(key: str, results: list[dict[str, Any]]) -> Section | None:
         xs, ys = _curve(s)
         ax.step(xs, ys, where="post", label=name)
     ax.set_xlabel("L2 radius"), ax.set_ylabel("certified accuracy"), ax.set_ylim(0, 1)
-    ax.set_title("Randomized smoothing"), legend_outside(ax)
+    ax.set_title("Randomized smoothing"), place_legend(ax, outside=True)
     fig.tight_layout()
     return Section(f"Certified accuracy (`{key}`)", md, [Figure(_stem(key), fig, "certified accuracy vs L2 radius")])
 
