@@ -201,7 +201,9 @@ def _attack(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str,
 def _spatial(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
     if "reduced_grid" not in result:
         return "spatial-grid", ["unknown grid (reduced_grid not recorded)"]
-    return "spatial-grid", [f"reduced grid: {result.get('transforms')} transforms"] if result["reduced_grid"] else []
+    if not result["reduced_grid"]:
+        return "spatial-grid", []
+    return "spatial-grid", [f"reduced grid {result.get('grid')} instead of 9x9x31 ({result.get('transforms')} transforms)"]
 
 
 def corruption_counts(result: dict[str, Any]) -> tuple[int, int]:

@@ -82,7 +82,7 @@ def test_bad_options_are_one_line():
 
 def test_report_sections_and_leaderboard_columns(results):
     """The report draws the certified-accuracy curve and the patch table; the leaderboard row reads both suites
-    and labels n < 100,000 as a reduced certification."""
+    and labels n < 100,000 as a reduced certification (the protocol's deviation)."""
     import json
 
     from robustvit.report.builder import build_sections
@@ -96,4 +96,4 @@ def test_report_sections_and_leaderboard_columns(results):
     assert "| constant | 0.3000 | 0.3000 | 0.3000 | 0.0000 | zero_fill | 10 |" in patch.markdown
     row = rows(run)[0]
     assert row["certified_l2"] == 0.3 and row["certified_patch"] == 0.3
-    assert "reduced certification" in labels(run)
+    assert any("reduced: n = " in lab and "Cohen et al.: 100000" in lab for lab in labels(run))

@@ -15,7 +15,7 @@ from robustvit.models.probe import ProbeOutput
 #: Refusals that depend on the data, not on the model, so a static check cannot see them: the suites that read
 #: their own data set refuse a 7-class model, and CKA needs chunks of at least 4 images.
 DATA_BOUND = {"imagenet_a", "imagenet_r", "imagenet_sketch", "imagenet_v2", "shape_bias",
-              "seg_clean", "seg_corruptions", "det_clean", "det_corruptions", "fewshot"}   # need their own data
+              "seg_clean", "seg_corruptions", "det_clean", "det_corruptions", "fewshot", "model_vs_human"}   # need their own data
 
 
 @pytest.mark.parametrize("key", ["vit_gap", "resnet_cifar"])

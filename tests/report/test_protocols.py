@@ -123,7 +123,7 @@ def test_results_document_records_each_numbers_protocol():
 
 
 def test_certification_reduced_and_unknown_facts():
-    p = assess("certify", {"n": 1000, "n0": 100, "alpha": 0.001}, {"data": {"spec": "cifar10:test"}})
+    p = assess("certify", {"settings": {"n": 1000, "n0": 100, "alpha": 0.001}}, {"data": {"spec": "cifar10:test"}})
     assert p["name"] == "randomized-smoothing" and p["deviations"] == ["reduced: n = 1000 (Cohen et al.: 100000)"]
     q = assess("patch_occlusion", {"per_rho": {}}, {"data": {}})
     assert q["comparable"] is False and q["deviations"][0].startswith("unknown occlusion-noise space")

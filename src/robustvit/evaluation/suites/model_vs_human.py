@@ -134,6 +134,9 @@ class ModelVsHuman(Suite):
         if self.opts.root:
             dec = sixteen_class_decisions(ctx.model(batch.x), ctx.class_names)
             return {"decisions": dict(zip(map(str, batch.ids.tolist()), dec.tolist()))}
+        if not getattr(ctx.dataset, "classes", None):
+            raise RobustvitError("model_vs_human without root= generates its sets from the run's data: it needs data "
+                                 "with class names (ImageNet or the 16 categories); or give root=DIR")
         name, cond = part.split("/", 1)
         table = category_of_labels(list(ctx.dataset.classes)).to(batch.y.device)
         cat = table[batch.y]
