@@ -47,6 +47,8 @@ class Certify(Suite):
     name = "certify"
     description = "randomized smoothing (Cohen et al. 2019): certified L2 accuracy against radius"
     smoke: ClassVar[dict[str, Any]] = {"n0": 4, "n": 16, "batch": 64}
+    demo_skip = ("certifies a model trained with Gaussian noise (train --loss gaussian_noise); "
+                 "run `robustvit eval --suite certify` on one (docs/certified.md)")
 
     @dataclass
     class Options(SuiteOptions):
@@ -114,6 +116,8 @@ class CertifyPatch(Suite):
     name = "certify_patch"
     description = "derandomized smoothing (Levine & Feizi 2020; smoothed ViTs, Salman et al. 2022): certified patches"
     smoke: ClassVar[dict[str, Any]] = {"size": 4, "patch": [2], "stride": 8}
+    demo_skip = ("certifies a model trained with ablations (train --loss ablation); "
+                 "run `robustvit eval --suite certify_patch` on one (docs/certified.md)")
 
     @dataclass
     class Options(SuiteOptions):
