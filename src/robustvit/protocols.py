@@ -339,6 +339,13 @@ ANALYSIS_PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
              {"sigma": 1.0, "threshold_kind": "absolute"}),
     Protocol("attention_stability", "Guo et al. 2023 (AFAT), arXiv:2306.07881; RSPC's occlusion code",
              {"noise_space": "normalized", "rho": 0.1, "min_masks": 100}),
+    Protocol("lesion", "Bhojanapalli et al. 2021, arXiv:2103.14586, Fig. 8",
+             {"samples": 25, "random_parts": ("block", "attn", "mlp"), "keep_first": True}),
+    Protocol("correlation", "Bhojanapalli et al. 2021, arXiv:2103.14586, Fig. 7",
+             {"method": "pearson", "level": "block"}),
+    Protocol("perturbation_semantics", "Debenedetti et al. 2023, arXiv:2209.07399 (and the thesis)",
+             {"eps": 4 / 255, "eps_text": "4/255", "classifier": "a strong standard model", "vis_steps": 100,
+              "vis_eps": 15.0, "resolution": 224}),
 )}
 
 
@@ -371,9 +378,64 @@ def _stability(result: dict[str, Any], cond: dict[str, Any]) -> list[str]:
     return dev
 
 
+def _lesion(result: dict[str, Any], cond: dict[str, Any]) -> list[str]:
+    opts, removable = result.get("options") or {}, result.get("removable_parts")
+    if removable is None:                   # not recorded: the result's notes carry its departures
+        return []
+    if not opts.get("random", True):
+        return ["no random removals (random=0; the paper removes n random blocks / attention / MLP layers)"]
+    dev = []
+    samples = opts.get("samples", cond["samples"])
+    if samples != cond["samples"]:
+        dev.append(f"{samples} random subsets per n (the paper: {cond['samples']})")
+    parts = list(opts.get("random_parts") or cond["random_parts"])
+    names = {"block": "random", "attn": "random_attention", "mlp": "random_mlp"}
+    missing = [names[k] for k in cond["random_parts"] if k in removable and k not in parts]
+    if missing:
+        dev.append(f"random removals left out: {', '.join(missing)} (random_parts={'+'.join(parts)})")
+    if any(v is False for v in (result.get("random_first_kept") or {}).values()):
+        dev.append("random attention / MLP removals may include the first block (keep_first=0)")
+    return dev
+
+
+def _correlation(result: dict[str, Any], cond: dict[str, Any]) -> list[str]:
+    dev = []
+    asked = (result.get("options") or {}).get("method")
+    if asked == "cka" and result.get("method") == "cka" and result.get("family") not in ("cnn", "swin"):
+        dev.append("linear CKA (the paper uses |Pearson ρ| for ViTs; method=pearson)")
+    if result.get("level", cond["level"]) != cond["level"]:
+        dev.append("one representation per stage (the paper compares every block; level=block)")
+    return dev
+
+
+def _semantics(result: dict[str, Any], cond: dict[str, Any]) -> list[str]:
+    dev = []
+    clf, weights = result.get("classifier"), result.get("classifier_weights") or {}
+    if clf == "self":
+        dev.append("classifier = the analysed model itself (the thesis uses strong standard models)")
+    elif clf is not None and weights.get("source") == "random":
+        dev.append(f"classifier {clf} has random weights (allow_random=1): its accuracy measures nothing; the paper "
+                   "uses strong standard models")
+    eps = _num(result.get("eps_value"))
+    if eps is not None and abs(eps - cond["eps"]) > 1e-12:
+        dev.append(f"eps = {result.get('eps')} (the paper: {cond['eps_text']})")
+    vis = result.get("visualisation") or {}
+    steps = _num(vis.get("steps"))
+    if steps is not None and steps < cond["vis_steps"]:
+        dev.append(f"visualisation with {int(steps)} targeted PGD steps (the paper: {cond['vis_steps']})")
+    vis_eps, res = (result.get("options") or {}).get("vis_eps", vis.get("eps_l2_at_224")), vis.get("resolution")
+    if "eps_scaled" in vis and not vis["eps_scaled"] and list(res or []) != [cond["resolution"]] * 2:
+        dev.append(f"visualisation L2 ε = {vis_eps} unscaled at {res[0]}×{res[1]} px (the paper's ε is for "
+                   f"{cond['resolution']} px)")
+    elif _num(vis_eps) is not None and abs(float(vis_eps) - cond["vis_eps"]) > 1e-12:
+        dev.append(f"visualisation L2 ε = {vis_eps} at {cond['resolution']} px (the paper: {cond['vis_eps']})")
+    return dev
+
+
 #: Checks of an analysis's recorded settings against its paper's (:data:`ANALYSIS_PROTOCOLS`).
 ANALYSIS_CHECKERS: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[str]]] = {
-    "grouping": _grouping, "attention_stability": _stability}
+    "grouping": _grouping, "attention_stability": _stability, "lesion": _lesion, "correlation": _correlation,
+    "perturbation_semantics": _semantics}
 
 
 def subset_note(subset: dict[str, Any] | None) -> str | None:

@@ -148,6 +148,64 @@ def test_comparability_is_decided_only_in_protocols():
     assert bad == []
 
 
+#: ``comparable`` set as a key, keyword or item anywhere in ``src/``.
+ASSIGNED = re.compile(r"\bcomparable\s*=[^=]|[\"']comparable[\"']\s*\]\s*=[^=]|[\"']comparable[\"']\s*:")
+
+
+def test_no_module_but_protocols_sets_comparable():
+    """#35's "grep finds comparability decided nowhere but the protocols module", over all of ``src/``: outside
+    robustvit/protocols.py a ``comparable`` is only ever copied or combined from recorded entries (the line or
+    the one before reads ``.get("comparable")``) or unknown (None). The one exception is the weights record of
+    an untrained network (models/factory.py ``RANDOM_LABEL``), a fact of the weights that protocols reads."""
+    bad = []
+    for f in sorted(SRC.rglob("*.py")):
+        if f.name == "protocols.py" and f.parent == SRC:
+            continue
+        lines = f.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if not ASSIGNED.search(line) or line.lstrip().startswith("#"):
+                continue
+            derived = 'get("comparable")' in line or (i and 'get("comparable")' in lines[i - 1])
+            if not (derived or '"comparable": None' in line or line.startswith("RANDOM_LABEL")):
+                bad.append(f"{f.relative_to(SRC)}:{i + 1}: {line.strip()}")
+    assert bad == []
+    assert ASSIGNED.search('doc["comparable"] = not notes') and ASSIGNED.search("meta.update(comparable=x)")
+
+
+def test_run_notes_and_analysis_settings_are_decided_from_recorded_facts():
+    """The run-level notes (a sample of the data, a suite's own sample, random weights) and the analyses' paper
+    settings are computed by protocols from what the run recorded, with the texts the modules used to write."""
+    from robustvit.protocols import analysis_protocol, run_deviations
+
+    sample = {"method": "stratified", "seed": 3, "num_images": 8, "num_classes": 4, "of": 40}
+    doc = {"kind": "eval", "data": {"subset": sample}, "model": {"weights": {"source": "random", "note": "random!"}},
+           "suites": {"pgd": {"subset": None}, "spatial:limit=4": {"subset": {**sample, "num_images": 4,
+                                                                              "method": "first"}}}}
+    assert run_deviations(doc) == [
+        "8 of 40 images (a class-stratified sample, seed 3, 4 classes), not the whole data set or a published subset",
+        "spatial:limit=4: 4 of 40 images (the first images, 4 classes), not the whole data set or a published subset",
+        "random!"]
+    assert run_deviations({"data": {"subset": {**sample, "method": "file"}}, "model": {}}) == []
+    run = {"data": {}, "model": {}}
+    fan = analysis_protocol("grouping", {"sigma": 1.0, "threshold_kind": "absolute", "notes": []}, run)
+    assert fan == {"name": "grouping", "comparable": True, "deviations": []}
+    mild = analysis_protocol("grouping", {"sigma": 0.1, "threshold_kind": "absolute"}, run)
+    assert mild["deviations"] == ["noise σ = 0.1 (FAN writes the noise x ~ N(0, 1): σ = 1)"]
+    stab = {"noise_space": "pixel", "rho": 0.1, "num_masks": 100, "occluded_patches": 1, "num_patches": 16,
+            "options": {"patch_size": 0}, "model_patch_size": 4, "num_images": 10, "paper_images": None}
+    assert analysis_protocol("attention_stability", stab, run)["deviations"] == [
+        "occlusion noise U[0, 1) in pixel space (RSPC: in the normalised input space)"]
+    few = {**stab, "noise_space": "normalized", "rho": 0.01, "occluded_patches": 0, "options": {"patch_size": 8}}
+    assert analysis_protocol("attention_stability", few, run)["deviations"] == [
+        "rho = 0.01 of 16 patches rounds to none occluded", "rho = 0.01 of the patches occluded (AFAT: 0.1)",
+        "occluded 8-px patches, not the model's 4-px patches"]
+    corr = analysis_protocol("correlation", {"num_images": 100, "paper_images": 4096, "level": "block",
+                                             "notes": ["no CLS token"]}, run)
+    assert corr["deviations"] == ["100 images (the paper used 4096)", "no CLS token"]
+    legacy = analysis_protocol("attention_maps", {"comparable": False, "notes": []}, run)   # older results.json
+    assert legacy["comparable"] is False and legacy["deviations"] == ["not the paper's setting"]
+
+
 # ---- RobustBench's own code reads the export -----------------------------------------------------------------
 def robustbench_template(monkeypatch):
     """``robustbench.leaderboard.template`` without running the package's ``__init__`` (it loads the model zoo and
