@@ -263,6 +263,8 @@ def _perturbations(key: str, result: dict[str, Any], run: dict[str, Any]) -> tup
 
 def _occlusion(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
     space = result.get("noise_space")
+    if result.get("mode") == "drop":
+        return "afat-occlusion", ["patches zeroed (mode=drop; AFAT: noise)"]
     if space is None:
         return "afat-occlusion", ["unknown occlusion-noise space (noise_space not recorded)"]
     return "afat-occlusion", [] if space == "normalized" else [f"noise in {space} space (AFAT/RSPC: normalized)"]
@@ -350,7 +352,7 @@ ANALYSIS_PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
 
 
 def _grouping(result: dict[str, Any], cond: dict[str, Any]) -> list[str]:
-    dev = []
+    dev = [] if "sigma" in result else ["unknown noise σ (sigma not recorded)"]
     if result.get("threshold_kind", cond["threshold_kind"]) != cond["threshold_kind"]:
         dev.append("grouping convention relative: eigenvalues above eig_threshold × the largest and noise clamped "
                    "in pixel space (FAN: absolute threshold, unclipped Gaussian input noise; convention=fan)")
@@ -365,7 +367,9 @@ def _stability(result: dict[str, Any], cond: dict[str, Any]) -> list[str]:
     rho, patches = _num(result.get("rho")), result.get("num_patches")
     if rho and result.get("occluded_patches") == 0 and patches:
         dev.append(f"rho = {result['rho']} of {patches} patches rounds to none occluded")
-    if result.get("noise_space", cond["noise_space"]) != cond["noise_space"]:
+    if "noise_space" not in result:
+        dev.append("unknown occlusion-noise space (noise_space not recorded)")
+    elif result["noise_space"] != cond["noise_space"]:
         dev.append("occlusion noise U[0, 1) in pixel space (RSPC: in the normalised input space)")
     if rho is not None and rho != cond["rho"]:
         dev.append(f"rho = {result['rho']} of the patches occluded (AFAT: {cond['rho']})")

@@ -202,6 +202,10 @@ def test_run_notes_and_analysis_settings_are_decided_from_recorded_facts():
     corr = analysis_protocol("correlation", {"num_images": 100, "paper_images": 4096, "level": "block",
                                              "notes": ["no CLS token"]}, run)
     assert corr["deviations"] == ["100 images (the paper used 4096)", "no CLS token"]
+    assert analysis_protocol("attention_stability", {"rho": 0.1}, run)["deviations"] == [
+        "unknown occlusion-noise space (noise_space not recorded)"]                    # never assumed
+    assert assess("patch_occlusion", {"mode": "drop", "noise_space": None}, run)["deviations"] == [
+        "patches zeroed (mode=drop; AFAT: noise)"]
     legacy = analysis_protocol("attention_maps", {"comparable": False, "notes": []}, run)   # older results.json
     assert legacy["comparable"] is False and legacy["deviations"] == ["not the paper's setting"]
 
