@@ -213,7 +213,14 @@ def test_run_notes_and_analysis_settings_are_decided_from_recorded_facts():
 # ---- RobustBench's own code reads the export -----------------------------------------------------------------
 def robustbench_template(monkeypatch):
     """``robustbench.leaderboard.template`` without running the package's ``__init__`` (it loads the model zoo and
-    pkg_resources); the leaderboard code, ``ModelInfo`` and the enums are RobustBench's own."""
+    pkg_resources); the leaderboard code, ``ModelInfo`` and the enums are RobustBench's own.
+
+    The PyPI wheel of robustbench does not ship ``leaderboard/leaderboard.html.j2`` (only its GitHub repository
+    has it), so when that file is absent the test gives jinja a minimal stand-in template with one row per model
+    (name, clean accuracy, the leaderboard's accuracy field, ε). Everything else ``generate_leaderboard`` does is
+    RobustBench's code and runs here: the ``BenchmarkDataset`` / ``ThreatModel`` enums, ``ACC_FIELDS``, reading
+    ``<dir>/<dataset>/<threat_model>/*.json``, sorting by ``float(acc)`` and rendering; ``loader_calls`` records
+    that it asked for its own package template."""
     spec = importlib.util.find_spec("robustbench")
     if spec is None or spec.origin is None:
         pytest.skip("robustbench is not installed (`pip install --no-deps robustbench`; `make test` installs it)")
@@ -229,17 +236,21 @@ def robustbench_template(monkeypatch):
     from robustbench.leaderboard import template
     from robustbench.utils import ModelInfo
 
-    if not (root / "leaderboard" / "leaderboard.html.j2").is_file():    # the wheel ships no template
+    loader_calls: list[tuple] = []
+    if not (root / "leaderboard" / "leaderboard.html.j2").is_file():    # the PyPI wheel ships no template
         import jinja2
         row = ("{% for model in models %}<tr><td>{{ model.name }}</td><td>{{ model.clean_acc }}%</td>"
                "<td>{{ model[acc_field] }}%</td><td>{{ model.eps }}</td></tr>{% endfor %}")
-        monkeypatch.setattr(template, "PackageLoader",
-                            lambda *a: jinja2.DictLoader({"leaderboard.html.j2": f"<table>{row}</table>"}))
-    return template, ModelInfo
+
+        def stand_in(*args):
+            loader_calls.append(args)
+            return jinja2.DictLoader({"leaderboard.html.j2": f"<table>{row}</table>"})
+        monkeypatch.setattr(template, "PackageLoader", stand_in)
+    return template, ModelInfo, loader_calls
 
 
 def test_robustbench_export_renders_in_robustbench(monkeypatch, tmp_path, capsys):
-    template, model_info = robustbench_template(monkeypatch)
+    template, model_info, loader_calls = robustbench_template(monkeypatch)
     imagenet_c = {**corruptions(0.4, n=50_000, source="/data/ImageNet-C"), "mce": 61.234, "mce_protocol": "imagenet-c"}
     folders = [
         write_run(tmp_path / "a", run("vit_a", {"autoattack": attack("autoattack", 0.41234),
@@ -248,6 +259,7 @@ def test_robustbench_export_renders_in_robustbench(monkeypatch, tmp_path, capsys
                                                 "apgd": attack("apgd_ce", 0.3)})),
         write_run(tmp_path / "c", run("vit_c", {"autoattack": attack("autoattack", 0.2, version="custom",
                                                                      attacks=["apgd_ce"])})),
+        write_run(tmp_path / "e", run("vit_e", {"autoattack": attack("autoattack", 0.6)})),
         write_run(tmp_path / "d", run("vit_d", {"autoattack": attack("autoattack", 0.3, eps=4 / 255, n=50_000),
                                                 "corruptions": imagenet_c}, spec="imagenet:/val", n=50_000)),
     ]
@@ -257,7 +269,8 @@ def test_robustbench_export_renders_in_robustbench(monkeypatch, tmp_path, capsys
     assert re.search(r"not written to RobustBench: vit_c cifar10:test Linf: .*partial AutoAttack: attacks=apgd_ce", err)
     assert len([line for line in err.splitlines() if "vit_c" in line]) == 1
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*.json"))
-    assert files == ["cifar10/L2/vit_b.json", "cifar10/Linf/vit_a.json", "cifar10/corruptions/vit_a.json",
+    assert files == ["cifar10/L2/vit_b.json", "cifar10/Linf/vit_a.json", "cifar10/Linf/vit_e.json",
+                     "cifar10/corruptions/vit_a.json",
                      "imagenet/Linf/vit_d.json", "imagenet/corruptions/vit_d.json"]
     fields = set(model_info.__dataclass_fields__)
     for f in out.rglob("*.json"):
@@ -270,6 +283,8 @@ def test_robustbench_export_renders_in_robustbench(monkeypatch, tmp_path, capsys
     assert d["corruptions_acc"] == "40.00" and d["corruptions_mce"] == "61.23"
     html = template.generate_leaderboard("cifar10", "Linf", str(out))
     assert "vit_a" in html and "41.23%" in html and "vit_c" not in html
+    assert html.index("vit_e") < html.index("vit_a")          # RobustBench's sort: float(autoattack_acc), descending
+    assert loader_calls in ([], [("robustbench", "leaderboard")])
     assert "80.00%" in template.generate_leaderboard("cifar10", "corruptions", str(out))
     assert "55.00%" in template.generate_leaderboard("cifar10", "L2", str(out))
     assert "40.00%" in template.generate_leaderboard("imagenet", "corruptions", str(out))

@@ -37,6 +37,7 @@ from robustvit.models.wrapper import inference_settings
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import warn_if_random
+from robustvit.protocols import subset_note
 from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, count_flops, init_distributed,
                             model_record, open_shared_store, results_document, run_header, run_units, weights_id,
                             write_json, write_results)
@@ -429,7 +430,7 @@ def _passes(ctx: EvalContext, suites: list[Suite], plans: list[Plan], dataset: I
             method = suite.subset_method or cfg.subset_method
             sample = base if n is None or n >= len(base.indices) else base.sample(n, method)
             suite.subset_info = None if sample is ctx.subset else sample.record()
-            suite.subset_note = sample.note()
+            suite.subset_note = subset_note(sample.record())
             if sample is base or method == "first":       # the first n of the group's images
                 main.members[i] = None if sample is base else n
             else:
