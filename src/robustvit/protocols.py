@@ -1,11 +1,11 @@
 """Published evaluation protocols as data, and the one place that decides whether a number is comparable.
 
-Every headline number of an eval run carries ``protocol: {"name", "comparable", "deviations"}`` in its suite's
-result (:func:`attach`, called when ``results.json`` is written and when an older file is read). ``name`` is the
-published protocol the number is measured against (``robustbench:cifar10:Linf``, ``imagenet-c``, …; ``none`` for a
-suite no benchmark defines), ``deviations`` are one-line reasons, computed only from what the run recorded (suite
-settings, image counts, data spec and source, weights), why the number is not that protocol's, and
-``comparable`` is true when there are none. A fact the run did not record is a deviation (``unknown …``), never
+Every headline number of a run carries ``protocol: {"name", "comparable", "deviations"}`` in its suite's or
+analysis's result (:func:`attach`, called when ``results.json`` is written and when an older file is read).
+``name`` is the published protocol the number is measured against (``robustbench:cifar10:Linf``,
+``imagenet-c``, …; ``none`` for a suite no benchmark defines), ``deviations`` are one-line reasons, computed
+only from what the run recorded (suite settings, image counts, data spec and source, weights), why the number
+is not that protocol's, and ``comparable`` is true when there are none. A fact the run did not record is a deviation (``unknown …``), never
 assumed. Report, leaderboard and exports read these entries; nothing else decides comparability.
 
 Protocols (conditions in :data:`PROTOCOLS`):
@@ -20,7 +20,12 @@ Protocols (conditions in :data:`PROTOCOLS`):
   arXiv:2204.12451: imagecorruptions at native resolution, 16 corruptions × 5 severities), AFAT's patch occlusion
   (noise drawn in the model's normalised input space, as RSPC's code), the spatial grid of Engstrom et al. 2019
   (arXiv:1712.02779), randomized-smoothing certification (Cohen et al. 2019, arXiv:1902.02918: n = 100,000,
-  n0 = 100, α = 0.001), and the analyses' paper settings (their own recorded ``comparable``/``notes``).
+  n0 = 100, α = 0.001), and the analyses' paper settings (:data:`ANALYSIS_PROTOCOLS`, checked against the
+  settings each analysis records).
+
+The run-level ``notes`` (the run's sample of the data, a suite's own sample, random weights, an analysis run's
+deviations: :func:`run_deviations`) and the ``comparable`` of an exported data set (:func:`sample_entry`) are
+computed here too; other modules record facts only (``tests/report/test_protocols.py`` greps ``src/`` for it).
 
 >>> p = assess("autoattack", {"attack": "autoattack", "norm": "linf", "eps": 8 / 255, "version": "custom",
 ...            "attacks": ["apgd_ce"], "num_images": 10000, "n_target_classes": 9},
@@ -556,5 +561,6 @@ def wilson_interval(accuracy: float | None, n: int | None, z: float = 1.959964) 
 
 __all__ = ["ANALYSIS_CHECKERS", "ANALYSIS_PROTOCOLS", "BENCHMARK_CORRUPTIONS", "CHECKERS", "NO_PROTOCOL", "PROTOCOLS",
            "Protocol", "STANDARD_AUTOATTACK", "analysis_protocol", "assess", "attach", "base_name",
-           "corruption_counts", "dataset_of", "eps_text", "protocol_of", "run_deviations", "sample_entry", "subset_note",
+           "corruption_counts", "dataset_of", "eps_text", "protocol_of", "run_deviations", "sample_entry",
+           "subset_note",
            "threat_model", "wilson_interval"]
