@@ -1,11 +1,11 @@
 """Published evaluation protocols as data, and the one place that decides whether a number is comparable.
 
-Every headline number of an eval run carries ``protocol: {"name", "comparable", "deviations"}`` in its suite's
-result (:func:`attach`, called when ``results.json`` is written and when an older file is read). ``name`` is the
-published protocol the number is measured against (``robustbench:cifar10:Linf``, ``imagenet-c``, …; ``none`` for a
-suite no benchmark defines), ``deviations`` are one-line reasons, computed only from what the run recorded (suite
-settings, image counts, data spec and source, weights), why the number is not that protocol's, and
-``comparable`` is true when there are none. A fact the run did not record is a deviation (``unknown …``), never
+Every headline number of a run carries ``protocol: {"name", "comparable", "deviations"}`` in its suite's or
+analysis's result (:func:`attach`, called when ``results.json`` is written and when an older file is read).
+``name`` is the published protocol the number is measured against (``robustbench:cifar10:Linf``,
+``imagenet-c``, …; ``none`` for a suite no benchmark defines), ``deviations`` are one-line reasons, computed
+only from what the run recorded (suite settings, image counts, data spec and source, weights), why the number
+is not that protocol's, and ``comparable`` is true when there are none. A fact the run did not record is a deviation (``unknown …``), never
 assumed. Report, leaderboard and exports read these entries; nothing else decides comparability.
 
 Protocols (conditions in :data:`PROTOCOLS`):
@@ -20,7 +20,12 @@ Protocols (conditions in :data:`PROTOCOLS`):
   arXiv:2204.12451: imagecorruptions at native resolution, 16 corruptions × 5 severities), AFAT's patch occlusion
   (noise drawn in the model's normalised input space, as RSPC's code), the spatial grid of Engstrom et al. 2019
   (arXiv:1712.02779), randomized-smoothing certification (Cohen et al. 2019, arXiv:1902.02918: n = 100,000,
-  n0 = 100, α = 0.001), and the analyses' paper settings (their own recorded ``comparable``/``notes``).
+  n0 = 100, α = 0.001), and the analyses' paper settings (:data:`ANALYSIS_PROTOCOLS`, checked against the
+  settings each analysis records).
+
+The run-level ``notes`` (the run's sample of the data, a suite's own sample, random weights, an analysis run's
+deviations: :func:`run_deviations`) and the ``comparable`` of an exported data set (:func:`sample_entry`) are
+computed here too; other modules record facts only (``tests/report/test_protocols.py`` greps ``src/`` for it).
 
 >>> p = assess("autoattack", {"attack": "autoattack", "norm": "linf", "eps": 8 / 255, "version": "custom",
 ...            "attacks": ["apgd_ce"], "num_images": 10000, "n_target_classes": 9},
@@ -198,6 +203,14 @@ def _attack(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str,
     return NO_PROTOCOL, _flags(result)
 
 
+def _transfer(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    """A transfer matrix: no benchmark; its sources' random weights (``random_sources``) are deviations."""
+    random = result.get("random_sources") or []
+    dev = [f"random weights: {', '.join(map(str, random))} (untrained networks; the matrix is not comparable with "
+           "published tables)"] if random else []
+    return NO_PROTOCOL, dev + _flags(result)
+
+
 def _spatial(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
     if "reduced_grid" not in result:
         return "spatial-grid", ["unknown grid (reduced_grid not recorded)"]
@@ -255,6 +268,8 @@ def _perturbations(key: str, result: dict[str, Any], run: dict[str, Any]) -> tup
 
 def _occlusion(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
     space = result.get("noise_space")
+    if result.get("mode") == "drop":
+        return "afat-occlusion", ["patches zeroed (mode=drop; AFAT: noise)"]
     if space is None:
         return "afat-occlusion", ["unknown occlusion-noise space (noise_space not recorded)"]
     return "afat-occlusion", [] if space == "normalized" else [f"noise in {space} space (AFAT/RSPC: normalized)"]
@@ -298,7 +313,7 @@ def _certify(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str
 CHECKERS: dict[str, Checker] = {
     "autoattack": _autoattack, "spatial": _spatial, "corruptions": _corruptions, "perturbations": _perturbations,
     "patch_occlusion": _occlusion, "shape_bias": _named("cue-conflict"), "certify": _certify,
-    **{n: _attack for n in ("pgd", "apgd", "fgsm", "patch_fool", "transfer")},
+    "transfer": _transfer, **{n: _attack for n in ("pgd", "apgd", "fgsm", "patch_fool")},
     **{n: _named(n.replace("_", "-")) for n in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
 }
 
@@ -319,38 +334,201 @@ def assess(key: str, result: dict[str, Any], run: dict[str, Any]) -> dict[str, A
         name, dev = CHECKERS[base](key, result, run)
     else:
         name, dev = NO_PROTOCOL, []
-    if result.get("comparable") is False:          # a suite that records its own reason (e.g. transfer sources)
+    if result.get("comparable") is False:          # written by a suite that judged itself (older results)
         dev += [str(n) for n in result.get("notes") or []] or ["marked not comparable by the suite"]
     dev = list(dict.fromkeys(_common(result, run) + dev))
     return {"name": name, "comparable": not dev, "deviations": dev}
 
 
+#: The analyses' paper settings, by analysis name: what a result's recorded settings are checked against.
+ANALYSIS_PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
+    Protocol("grouping", "Zhou et al. 2022 (FAN), arXiv:2204.12451, Sec. 3 (noise x ~ N(0, 1))",
+             {"sigma": 1.0, "threshold_kind": "absolute"}),
+    Protocol("attention_stability", "Guo et al. 2023 (AFAT), arXiv:2306.07881; RSPC's occlusion code",
+             {"noise_space": "normalized", "rho": 0.1, "min_masks": 100}),
+    Protocol("lesion", "Bhojanapalli et al. 2021, arXiv:2103.14586, Fig. 8",
+             {"samples": 25, "random_parts": ("block", "attn", "mlp"), "keep_first": True}),
+    Protocol("correlation", "Bhojanapalli et al. 2021, arXiv:2103.14586, Fig. 7",
+             {"method": "pearson", "level": "block"}),
+    Protocol("perturbation_semantics", "Debenedetti et al. 2023, arXiv:2209.07399 (and the thesis)",
+             {"eps": 4 / 255, "eps_text": "4/255", "classifier": "a strong standard model", "vis_steps": 100,
+              "vis_eps": 15.0, "resolution": 224}),
+)}
+
+
+def _grouping(result: dict[str, Any], cond: dict[str, Any]) -> list[str]:
+    dev = [] if "sigma" in result else ["unknown noise σ (sigma not recorded)"]
+    if result.get("threshold_kind", cond["threshold_kind"]) != cond["threshold_kind"]:
+        dev.append("grouping convention relative: eigenvalues above eig_threshold × the largest and noise clamped "
+                   "in pixel space (FAN: absolute threshold, unclipped Gaussian input noise; convention=fan)")
+    sigma = _num(result.get("sigma"))
+    if sigma is not None and sigma != cond["sigma"]:
+        dev.append(f"noise σ = {result['sigma']} (FAN writes the noise x ~ N(0, 1): σ = {cond['sigma']:g})")
+    return dev
+
+
+def _stability(result: dict[str, Any], cond: dict[str, Any]) -> list[str]:
+    dev = []
+    rho, patches = _num(result.get("rho")), result.get("num_patches")
+    if rho and result.get("occluded_patches") == 0 and patches:
+        dev.append(f"rho = {result['rho']} of {patches} patches rounds to none occluded")
+    if "noise_space" not in result:
+        dev.append("unknown occlusion-noise space (noise_space not recorded)")
+    elif result["noise_space"] != cond["noise_space"]:
+        dev.append("occlusion noise U[0, 1) in pixel space (RSPC: in the normalised input space)")
+    if rho is not None and rho != cond["rho"]:
+        dev.append(f"rho = {result['rho']} of the patches occluded (AFAT: {cond['rho']})")
+    masks = _num(result.get("num_masks"))
+    if masks is not None and masks < cond["min_masks"]:
+        dev.append(f"{int(masks)} random masks per image (AFAT: 100–1000)")
+    ps, model_ps = (result.get("options") or {}).get("patch_size"), result.get("model_patch_size")
+    if ps and model_ps and ps != model_ps:
+        dev.append(f"occluded {ps}-px patches, not the model's {model_ps}-px patches")
+    return dev
+
+
+def _lesion(result: dict[str, Any], cond: dict[str, Any]) -> list[str]:
+    opts, removable = result.get("options") or {}, result.get("removable_parts")
+    if removable is None:                   # not recorded: the result's notes carry its departures
+        return []
+    if not opts.get("random", True):
+        return ["no random removals (random=0; the paper removes n random blocks / attention / MLP layers)"]
+    dev = []
+    samples = opts.get("samples", cond["samples"])
+    if samples != cond["samples"]:
+        dev.append(f"{samples} random subsets per n (the paper: {cond['samples']})")
+    parts = list(opts.get("random_parts") or cond["random_parts"])
+    names = {"block": "random", "attn": "random_attention", "mlp": "random_mlp"}
+    missing = [names[k] for k in cond["random_parts"] if k in removable and k not in parts]
+    if missing:
+        dev.append(f"random removals left out: {', '.join(missing)} (random_parts={'+'.join(parts)})")
+    if any(v is False for v in (result.get("random_first_kept") or {}).values()):
+        dev.append("random attention / MLP removals may include the first block (keep_first=0)")
+    return dev
+
+
+def _correlation(result: dict[str, Any], cond: dict[str, Any]) -> list[str]:
+    dev = []
+    asked = (result.get("options") or {}).get("method")
+    if asked == "cka" and result.get("method") == "cka" and result.get("family") not in ("cnn", "swin"):
+        dev.append("linear CKA (the paper uses |Pearson ρ| for ViTs; method=pearson)")
+    if result.get("level", cond["level"]) != cond["level"]:
+        dev.append("one representation per stage (the paper compares every block; level=block)")
+    return dev
+
+
+def _semantics(result: dict[str, Any], cond: dict[str, Any]) -> list[str]:
+    dev = []
+    clf, weights = result.get("classifier"), result.get("classifier_weights") or {}
+    if clf == "self":
+        dev.append("classifier = the analysed model itself (the thesis uses strong standard models)")
+    elif clf is not None and weights.get("source") == "random":
+        dev.append(f"classifier {clf} has random weights (allow_random=1): its accuracy measures nothing; the paper "
+                   "uses strong standard models")
+    eps = _num(result.get("eps_value"))
+    if eps is not None and abs(eps - cond["eps"]) > 1e-12:
+        dev.append(f"eps = {result.get('eps')} (the paper: {cond['eps_text']})")
+    vis = result.get("visualisation") or {}
+    steps = _num(vis.get("steps"))
+    if steps is not None and steps < cond["vis_steps"]:
+        dev.append(f"visualisation with {int(steps)} targeted PGD steps (the paper: {cond['vis_steps']})")
+    vis_eps, res = (result.get("options") or {}).get("vis_eps", vis.get("eps_l2_at_224")), vis.get("resolution")
+    if "eps_scaled" in vis and not vis["eps_scaled"] and list(res or []) != [cond["resolution"]] * 2:
+        dev.append(f"visualisation L2 ε = {vis_eps} unscaled at {res[0]}×{res[1]} px (the paper's ε is for "
+                   f"{cond['resolution']} px)")
+    elif _num(vis_eps) is not None and abs(float(vis_eps) - cond["vis_eps"]) > 1e-12:
+        dev.append(f"visualisation L2 ε = {vis_eps} at {cond['resolution']} px (the paper: {cond['vis_eps']})")
+    return dev
+
+
+#: Checks of an analysis's recorded settings against its paper's (:data:`ANALYSIS_PROTOCOLS`).
+ANALYSIS_CHECKERS: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[str]]] = {
+    "grouping": _grouping, "attention_stability": _stability, "lesion": _lesion, "correlation": _correlation,
+    "perturbation_semantics": _semantics}
+
+
+def subset_note(subset: dict[str, Any] | None) -> str | None:
+    """Why numbers on the sample ``subset`` (a ``data.subset`` record) are not the whole data set's (None: they
+    are: no sample, or a published list read with ``--subset FILE``)."""
+    if not isinstance(subset, dict) or subset.get("method") in ("all", "file", None):
+        return None
+    what = (f"a class-stratified sample, seed {subset.get('seed')}" if subset.get("method") == "stratified"
+            else "the first images")
+    cls = f", {subset['num_classes']} classes" if subset.get("num_classes") is not None else ""
+    return (f"{subset.get('num_images')} of {subset.get('of')} images ({what}{cls}), not the whole data set or a "
+            "published subset")
+
+
+def sample_entry(subset: dict[str, Any] | None) -> dict[str, Any]:
+    """``comparable`` and ``notes`` of images drawn as ``subset`` (e.g. an exported corrupted data set's)."""
+    note = subset_note(subset)
+    return {"comparable": note is None, "notes": [note] if note else []}
+
+
+def _random_weights(run: dict[str, Any]) -> list[str]:
+    w = (run.get("model") or {}).get("weights") or {}
+    if w.get("source") == "random" or w.get("comparable") is False:
+        return [str(w.get("note") or "random weights: the numbers describe an untrained network")]
+    return []
+
+
+def run_deviations(doc: dict[str, Any]) -> list[str]:
+    """The run-level notes of a results.json document: its sample of the data (run-wide, then each suite's own
+    ``limit=`` sample, prefixed with the suite key), random weights, and, for an analysis run, every analysis's
+    deviations."""
+    notes = []
+    run_note = subset_note((doc.get("data") or {}).get("subset"))
+    if run_note:
+        notes.append(run_note)
+    for key, res in (doc.get("suites") or {}).items():
+        note = subset_note(res.get("subset")) if isinstance(res, dict) else None
+        if note and note != run_note:
+            notes.append(f"{key}: {note}")
+    notes += _random_weights(doc)
+    analyses = doc.get("analyses") if doc.get("kind") == "analysis" else None
+    for res in (analyses or {}).values():
+        if isinstance(res, dict) and isinstance(res.get("protocol"), dict):
+            notes += [str(d) for d in res["protocol"].get("deviations") or []]
+    return list(dict.fromkeys(notes))
+
+
 def analysis_protocol(name: str, result: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-    """The ``protocol`` entry of an analysis: its paper setting, deviations as the analysis recorded them."""
-    dev = [str(n) for n in result.get("notes") or []] if result.get("comparable") is False else []
-    if result.get("comparable") is False and not dev:
+    """The ``protocol`` entry of an analysis result: its recorded settings checked against the paper's
+    (:data:`ANALYSIS_PROTOCOLS`), fewer images than the paper's (``paper_images``, the analysis's own fact), the
+    run's sample and weights, and every ``notes`` entry the analysis recorded (what it computed differently on this
+    architecture). A result written without these facts that calls itself not comparable keeps its reason."""
+    proto = ANALYSIS_PROTOCOLS.get(name)
+    dev = ANALYSIS_CHECKERS[name](result, proto.conditions) if proto is not None else []
+    n, paper = _num(result.get("num_images")), _num(result.get("paper_images"))
+    if n is not None and paper and n < paper:
+        dev.append(f"{int(n)} images (the paper used {int(paper)})")
+    dev += [str(x) for x in result.get("notes") or []]
+    if result.get("comparable") is False and not dev:    # written before analyses recorded their facts
         dev = ["not the paper's setting"]
     dev = list(dict.fromkeys(_common({}, run) + dev))
-    return {"name": f"{name} (paper setting)", "comparable": not dev, "deviations": dev}
+    return {"name": proto.name if proto is not None else f"{name} (paper setting)", "comparable": not dev,
+            "deviations": dev}
 
 
 def attach(doc: dict[str, Any], *, force: bool = False, analyses: bool = True) -> dict[str, Any]:
-    """Give every suite result (and, with ``analyses``, every analysis) of ``doc`` its ``protocol`` entry (kept
-    when already recorded, unless ``force``) and set the run-level ``comparable``: every entry comparable and no
-    run note. In place."""
+    """Give every suite result and every analysis result of ``doc`` its ``protocol`` entry (kept when already
+    recorded, unless ``force``; an analysis entry recomputed only with ``analyses`` too), record the run-level
+    ``notes`` (:func:`run_deviations`, with the notes already recorded) and set the run-level ``comparable``: every
+    entry comparable and no note. In place."""
     entries = []
     for key, res in (doc.get("suites") or {}).items():
         if isinstance(res, dict):
             if force or not isinstance(res.get("protocol"), dict):
                 res["protocol"] = assess(key, res, doc)
             entries.append(res["protocol"])
-    for name, res in (doc.get("analyses") or {}).items() if analyses and isinstance(doc.get("analyses"), dict) else ():
-        if isinstance(res, dict):
-            if force or not isinstance(res.get("protocol"), dict):
+    payload = doc.get("analyses")
+    for name, res in payload.items() if isinstance(payload, dict) else ():
+        if isinstance(res, dict) and name != "figures":
+            if (force and analyses) or not isinstance(res.get("protocol"), dict):
                 res["protocol"] = analysis_protocol(name, res, doc)
             entries.append(res["protocol"])
-    if entries or "comparable" not in doc:
-        doc["comparable"] = all(p["comparable"] for p in entries) and not doc.get("notes")
+    doc["notes"] = list(dict.fromkeys(run_deviations(doc) + [str(n) for n in doc.get("notes") or []]))
+    doc["comparable"] = all(p["comparable"] for p in entries) and not doc["notes"]
     return doc
 
 
@@ -381,6 +559,8 @@ def wilson_interval(accuracy: float | None, n: int | None, z: float = 1.959964) 
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-__all__ = ["BENCHMARK_CORRUPTIONS", "CHECKERS", "NO_PROTOCOL", "PROTOCOLS", "Protocol", "STANDARD_AUTOATTACK",
-           "analysis_protocol", "assess", "attach", "base_name", "corruption_counts", "dataset_of", "eps_text",
-           "protocol_of", "threat_model", "wilson_interval"]
+__all__ = ["ANALYSIS_CHECKERS", "ANALYSIS_PROTOCOLS", "BENCHMARK_CORRUPTIONS", "CHECKERS", "NO_PROTOCOL", "PROTOCOLS",
+           "Protocol", "STANDARD_AUTOATTACK", "analysis_protocol", "assess", "attach", "base_name",
+           "corruption_counts", "dataset_of", "eps_text", "protocol_of", "run_deviations", "sample_entry",
+           "subset_note",
+           "threat_model", "wilson_interval"]

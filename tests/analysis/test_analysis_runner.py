@@ -69,7 +69,7 @@ def test_cli_analyze_writes_json_keys_and_report(tmp_path, capsys):
     for name, ks in keys.items():
         r = json.loads((out / f"{name}.json").read_text())
         assert all(k in r for k in ks), name
-        assert r["model"] == "vit_cifar_micro" and r["num_images"] == 8 and r["seed"] == 0 and "comparable" in r
+        assert r["model"] == "vit_cifar_micro" and r["num_images"] == 8 and r["seed"] == 0 and "protocol" in r
         assert all((out / f).is_file() for f in r["figures"])
     les = json.loads((out / "lesion.json").read_text())
     assert set(les["single"]) == {"block", "attention", "mlp"} and len(les["single"]["block"]) == 4
@@ -128,7 +128,8 @@ def test_limit_is_a_stratified_sample_recorded_everywhere(cls_vit, tmp_path):
     assert json.loads((tmp_path / "lesion.json").read_text())["subset"] == record
     man = json.loads((tmp_path / "results.json").read_text())
     assert man["data"]["subset"] == record and man["run"]["limit"] == 5 and man["data"]["num_images"] == 5
-    assert res["comparable"] is False and any("5 of 20 images" in n for n in res["notes"])
+    assert res["protocol"]["comparable"] is False and "subset 5/20 (stratified)" in res["protocol"]["deviations"]
+    assert man["comparable"] is False and any(n.startswith("5 of 20 images") for n in man["notes"])
     with pytest.raises(RobustvitError, match="other settings.*subset"):       # resuming with another subset
         run_analyses(cls_vit, data, "lesion:samples=1:random=false", tmp_path, limit=5, batch_size=2, device="cpu",
                      subset_seed=1)

@@ -41,7 +41,7 @@ def test_cnn_level_block_is_cka_between_residual_block_outputs(tiny_resnet, tiny
     np.fill_diagonal(want, 1.0)
     assert np.allclose(np.array(r["all_tokens"]), want, atol=1e-5)
     stage = run_analyses(tiny_resnet, tiny_data, ["correlation"], None, batch_size=6, device="cpu")["correlation"]
-    assert stage["level"] == "stage" and any("level=block" in n for n in stage["notes"])
+    assert stage["level"] == "stage" and any("level=block" in n for n in stage["protocol"]["deviations"])
 
 
 def test_cls_token_vs_pooled_patch_tokens(cls_vit, tiny_data):

@@ -74,13 +74,13 @@ def test_relative_convention_keeps_the_old_numbers_and_is_not_comparable(cls_vit
     r = run_analyses(cls_vit, tiny_data, ["grouping:convention=relative:images=2"], None, batch_size=6,
                      device="cpu")["grouping"]
     assert r["eig_threshold"] == 0.05 and r["threshold_kind"] == "relative"
-    assert r["comparable"] is False and any("convention relative" in n for n in r["notes"])
+    assert r["protocol"]["comparable"] is False and any("convention relative" in n for n in r["protocol"]["deviations"])
     x, _ = tiny_data.get_batch(torch.arange(12))
     toks = _block_tokens(cls_vit, x)
     want = [_np_counts(t[:, 1:].double().numpy(), 0.05, relative=True).mean() for t in toks]
     assert r["significant_eigenvalues"] == pytest.approx(want, abs=1e-9)
     fan = run_analyses(cls_vit, tiny_data, ["grouping:images=2"], None, batch_size=6, device="cpu")["grouping"]
-    assert fan["comparable"] is True and fan["notes"] == []
+    assert fan["protocol"]["comparable"] is True and fan["protocol"]["deviations"] == []
     sig = run_analyses(cls_vit, tiny_data, ["grouping:images=2:sigma=0.1"], None, batch_size=6, device="cpu")["grouping"]
-    assert sig["comparable"] is False and sig["sigma"] == 0.1 and any("σ = 0.1" in n for n in sig["notes"])
+    assert sig["protocol"]["comparable"] is False and sig["sigma"] == 0.1 and any("σ = 0.1" in n for n in sig["protocol"]["deviations"])
     assert fan["sigma"] == 1.0

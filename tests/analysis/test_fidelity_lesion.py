@@ -79,7 +79,7 @@ def test_subsets_paper_defaults_first_block_kept_and_block_seeds_unchanged():
 
 def test_lesion_defaults_are_the_papers_and_deviations_are_named(cls_vit, tiny_data):
     r = run_analyses(cls_vit, tiny_data, ["lesion"], None, batch_size=12, device="cpu")["lesion"]
-    assert r["options"]["samples"] == 25 and r["comparable"] is True and r["notes"] == []
+    assert r["options"]["samples"] == 25 and r["protocol"]["comparable"] is True and r["protocol"]["deviations"] == []
     assert all(v["samples"] == 25 for k in ("random", "random_attention", "random_mlp") for v in r[k].values())
     assert r["random_first_kept"] == {"random": True, "random_attention": True, "random_mlp": True}
     for spec, words in (("lesion:samples=3", "3 random subsets per n (the paper: 25)"),
@@ -87,7 +87,7 @@ def test_lesion_defaults_are_the_papers_and_deviations_are_named(cls_vit, tiny_d
                         ("lesion:random_parts=block", "random removals left out: random_attention, random_mlp"),
                         ("lesion:samples=2:keep_first=0", "may include the first block")):
         r = run_analyses(cls_vit, tiny_data, [spec], None, batch_size=12, device="cpu")["lesion"]
-        assert r["comparable"] is False and any(words in n for n in r["notes"]), (spec, r["notes"])
+        assert r["protocol"]["comparable"] is False and any(words in n for n in r["protocol"]["deviations"]), (spec, r["protocol"]["deviations"])
     r = run_analyses(cls_vit, tiny_data, ["lesion:random_parts=attn+mlp:samples=2"], None, batch_size=12,
                      device="cpu")["lesion"]
     assert r["random"] == {} and sorted(r["random_mlp"]) == ["1", "2"]

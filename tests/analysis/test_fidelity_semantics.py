@@ -28,9 +28,9 @@ def test_a_bare_classifier_name_is_refused_in_one_line(cls_vit, tiny_data):
 
 def test_random_classifier_only_on_request_and_not_comparable(cls_vit, tiny_data):
     r = _run(cls_vit, tiny_data, FAST.replace("vis_steps=2", "vis_steps=100") + ":classifier=vit_cifar_tiny:allow_random=1")
-    assert r["comparable"] is False and r["classifier_weights"]["source"] == "random"
-    assert any("random weights" in n for n in r["notes"])
-    assert any("resized from 16×16" in n for n in r["notes"])          # vit_cifar_tiny takes 32 px
+    assert r["protocol"]["comparable"] is False and r["classifier_weights"]["source"] == "random"
+    assert any("random weights" in n for n in r["protocol"]["deviations"])
+    assert any("resized from 16×16" in n for n in r["protocol"]["deviations"])          # vit_cifar_tiny takes 32 px
 
 
 def test_classifier_weights_from_a_file_and_a_checkpoint_folder(cls_vit, tiny_data, tmp_path):
@@ -43,7 +43,7 @@ def test_classifier_weights_from_a_file_and_a_checkpoint_folder(cls_vit, tiny_da
     r = _run(cls_vit, tiny_data, FAST + f":classifier=vit_cifar_tiny:classifier_weights={tmp_path / 'clf.pth'}")
     assert r["classifier_weights"]["source"] == f"file:{tmp_path / 'clf.pth'}"
     assert r["classifier_weights"]["sha256"] == file_sha256(tmp_path / "clf.pth")
-    assert not any("random weights" in n for n in r["notes"])
+    assert not any("random weights" in n for n in r["protocol"]["deviations"])
     save_checkpoint(clf, tmp_path / "ckpt")
     r = _run(cls_vit, tiny_data, FAST + f":classifier={tmp_path / 'ckpt'}")
     assert r["classifier_weights"]["source"] == f"checkpoint:{tmp_path / 'ckpt'}"
@@ -58,9 +58,9 @@ def test_visualisation_eps_scales_with_resolution_and_deviations_are_named(cls_v
     r = _run(cls_vit, tiny_data, FAST)
     v = r["visualisation"]
     assert v["eps_l2"] == pytest.approx(15.0 * 16 / 224) and v["eps_l2_at_224"] == 15.0 and v["eps_scaled"] is True
-    assert r["classifier"] == "self" and r["comparable"] is False
-    assert any("analysed model itself" in n for n in r["notes"])
-    assert any("2 targeted PGD steps" in n for n in r["notes"])
+    assert r["classifier"] == "self" and r["protocol"]["comparable"] is False
+    assert any("analysed model itself" in n for n in r["protocol"]["deviations"])
+    assert any("2 targeted PGD steps" in n for n in r["protocol"]["deviations"])
     r = _run(cls_vit, tiny_data, FAST + ":vis_scale=0:eps=8/255")
     assert r["visualisation"]["eps_l2"] == 15.0
-    assert any("unscaled" in n for n in r["notes"]) and any("eps = 8/255" in n for n in r["notes"])
+    assert any("unscaled" in n for n in r["protocol"]["deviations"]) and any("eps = 8/255" in n for n in r["protocol"]["deviations"])

@@ -66,11 +66,11 @@ def test_centre_patch_maps_per_layer_clean_vs_occluded(cls_vit, tiny_data, tmp_p
 def test_stability_deviations_are_named(cls_vit, tiny_data):
     r = run_analyses(cls_vit, tiny_data, ["attention_stability:images=1:masks=100"], None, batch_size=12,
                      device="cpu")["attention_stability"]
-    assert r["options"]["rho"] == 0.1 and r["comparable"] is True and r["notes"] == []
+    assert r["options"]["rho"] == 0.1 and r["protocol"]["comparable"] is True and r["protocol"]["deviations"] == []
     r = run_analyses(cls_vit, tiny_data, ["attention_stability:images=1:masks=3:rho=0.3"], None, batch_size=12,
                      device="cpu")["attention_stability"]
-    assert r["comparable"] is False
-    assert any("3 random masks" in n for n in r["notes"]) and any("rho = 0.3" in n for n in r["notes"])
+    assert r["protocol"]["comparable"] is False
+    assert any("3 random masks" in n for n in r["protocol"]["deviations"]) and any("rho = 0.3" in n for n in r["protocol"]["deviations"])
 
 
 def _cait():
@@ -110,4 +110,4 @@ def test_cait_talking_heads_maps_give_a_full_histogram_and_a_picture(data32, tmp
 def test_pixel_noise_is_recorded_and_noted(cls_vit, tiny_data):
     r = run_analyses(cls_vit, tiny_data, ["attention_stability:images=1:masks=100:noise_space=pixel"], None,
                      batch_size=12, device="cpu")["attention_stability"]
-    assert r["noise_space"] == "pixel" and r["comparable"] is False and any("pixel space" in n for n in r["notes"])
+    assert r["noise_space"] == "pixel" and r["protocol"]["comparable"] is False and any("pixel space" in n for n in r["protocol"]["deviations"])

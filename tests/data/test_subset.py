@@ -10,6 +10,7 @@ from robustvit.data.base import FileImageDataset, TensorImageDataset
 from robustvit.data.subset import (SubsetDataset, dataset_labels, load_subset_file, make_subset, select_subset,
                                    subset_order)
 from robustvit.errors import RobustvitError
+from robustvit.protocols import subset_note
 
 SORTED = torch.arange(1000) // 50          # 20 classes of 50 images, sorted by class (like folder: data)
 
@@ -116,7 +117,7 @@ def test_subset_file_paths_indices_json(tmp_path):
     assert load_subset_file(f, ds).tolist() == [2, 5]
     sub = make_subset(ds, file=str(f))
     assert sub.record() == {"method": "file", "seed": None, "num_images": 2, "num_classes": 2, "of": 6, "file": str(f)}
-    assert sub.note() is None
+    assert subset_note(sub.record()) is None
 
 
 @pytest.mark.parametrize("text, match", [
@@ -139,7 +140,7 @@ def test_make_subset_records_and_draws():
     run = make_subset(ds, limit=100, seed=2)
     assert run.record() == {"method": "stratified", "seed": 2, "num_images": 100, "num_classes": 20, "of": 1000}
     assert torch.equal(run.indices, select_subset(SORTED, 100, "stratified", 2))
-    assert "100 of 1000 images" in run.note()
+    assert "100 of 1000 images" in subset_note(run.record())
     inner = run.draw(30, "stratified")
     assert set(inner.tolist()) <= set(run.indices.tolist())
     assert torch.bincount(SORTED[inner], minlength=20).max() <= 2
@@ -147,6 +148,6 @@ def test_make_subset_records_and_draws():
     first = make_subset(ds, limit=100, method="first")
     assert first.indices.tolist() == list(range(100)) and first.record()["num_classes"] == 2
     whole = make_subset(ds)
-    assert whole.whole and whole.record() is None and whole.note() is None
+    assert whole.whole and whole.record() is None and subset_note(whole.record()) is None
     with pytest.raises(RobustvitError, match="exclude each other"):
         make_subset(ds, limit=5, file="x.txt")

@@ -13,6 +13,7 @@ from torch import nn
 
 from robustvit.attacks import create_attack
 from robustvit.errors import RobustvitError
+from robustvit.protocols import assess
 from robustvit.utils import sum_stats
 from robustvit.evaluation.suites import Batch, EvalContext, create_suite
 from robustvit.evaluation.suites.adversarial import chunk_seed
@@ -243,7 +244,8 @@ def test_transfer_source_by_bare_name_is_refused_unless_random_is_allowed(tmp_pa
     suite = create_suite("transfer:eps=8/255:steps=2:sources=resnet_cifar18:allow_random=1")
     res, _ = _transfer_column(suite, target, tmp_path, models)
     assert set(res["accuracy"]) == {"m", "resnet_cifar18"}
-    assert res["comparable"] is False and "random weights: resnet_cifar18" in res["notes"][0]
+    dev = assess("transfer", res, {})["deviations"]          # the protocols module decides from the recorded fact
+    assert res["random_sources"] == ["resnet_cifar18"] and "random weights: resnet_cifar18" in dev[0]
     assert res["sources"]["resnet_cifar18"]["source"] == "random" and res["sources"]["resnet_cifar18"]["allow_random"]
     assert res["sources"]["m"]["source"] == "file:x"
 
@@ -257,7 +259,7 @@ def test_transfer_source_from_a_checkpoint_is_comparable_and_matches_white_box(t
     suite = create_suite(f"transfer:eps=8/255:steps=3:sources={tmp_path / 'src'}")
     res, batch = _transfer_column(suite, target, tmp_path, {"m": target})
     key = str(tmp_path / "src")
-    assert res["comparable"] is True and res["notes"] == []
+    assert res["random_sources"] == [] and assess("transfer", res, {})["comparable"] is True
     assert res["sources"][key]["source"] == f"checkpoint:{key}" and len(res["sources"][key]["sha256"]) == 64
     # the column entry: PGD crafted on the reloaded source (same weights, same seed), scored on the target
     batch.generator.manual_seed(7)
@@ -270,7 +272,7 @@ def test_transfer_source_from_a_checkpoint_is_comparable_and_matches_white_box(t
 def test_transfer_random_target_is_labelled_and_source_size_checked(tmp_path):
     target = _micro(0)                                  # create_model without weights: random
     res, _ = _transfer_column(create_suite("transfer:eps=8/255:steps=1"), target, tmp_path, {"m": target})
-    assert res["comparable"] is False and "random weights: m" in res["notes"][0]
+    assert res["random_sources"] == ["m"] and "random weights: m" in assess("transfer", res, {})["deviations"][0]
     with pytest.raises(RobustvitError, match="takes 32px images"):
         create_suite("transfer:sources=vit_cifar_micro:allow_random=1").parts(
             make_ctx(target, tmp_path, models={"m": target}))

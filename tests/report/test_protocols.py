@@ -148,10 +148,79 @@ def test_comparability_is_decided_only_in_protocols():
     assert bad == []
 
 
+#: ``comparable`` set as a key, keyword or item anywhere in ``src/``.
+ASSIGNED = re.compile(r"\bcomparable\s*=[^=]|[\"']comparable[\"']\s*\]\s*=[^=]|[\"']comparable[\"']\s*:")
+
+
+def test_no_module_but_protocols_sets_comparable():
+    """#35's "grep finds comparability decided nowhere but the protocols module", over all of ``src/``: outside
+    robustvit/protocols.py a ``comparable`` is only ever copied or combined from recorded entries (the line or
+    the one before reads ``.get("comparable")``) or unknown (None). The one exception is the weights record of
+    an untrained network (models/factory.py ``RANDOM_LABEL``), a fact of the weights that protocols reads."""
+    bad = []
+    for f in sorted(SRC.rglob("*.py")):
+        if f.name == "protocols.py" and f.parent == SRC:
+            continue
+        lines = f.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if not ASSIGNED.search(line) or line.lstrip().startswith("#"):
+                continue
+            derived = 'get("comparable")' in line or (i and 'get("comparable")' in lines[i - 1])
+            if not (derived or '"comparable": None' in line or line.startswith("RANDOM_LABEL")):
+                bad.append(f"{f.relative_to(SRC)}:{i + 1}: {line.strip()}")
+    assert bad == []
+    assert ASSIGNED.search('doc["comparable"] = not notes') and ASSIGNED.search("meta.update(comparable=x)")
+
+
+def test_run_notes_and_analysis_settings_are_decided_from_recorded_facts():
+    """The run-level notes (a sample of the data, a suite's own sample, random weights) and the analyses' paper
+    settings are computed by protocols from what the run recorded, with the texts the modules used to write."""
+    from robustvit.protocols import analysis_protocol, run_deviations
+
+    sample = {"method": "stratified", "seed": 3, "num_images": 8, "num_classes": 4, "of": 40}
+    doc = {"kind": "eval", "data": {"subset": sample}, "model": {"weights": {"source": "random", "note": "random!"}},
+           "suites": {"pgd": {"subset": None}, "spatial:limit=4": {"subset": {**sample, "num_images": 4,
+                                                                              "method": "first"}}}}
+    assert run_deviations(doc) == [
+        "8 of 40 images (a class-stratified sample, seed 3, 4 classes), not the whole data set or a published subset",
+        "spatial:limit=4: 4 of 40 images (the first images, 4 classes), not the whole data set or a published subset",
+        "random!"]
+    assert run_deviations({"data": {"subset": {**sample, "method": "file"}}, "model": {}}) == []
+    run = {"data": {}, "model": {}}
+    fan = analysis_protocol("grouping", {"sigma": 1.0, "threshold_kind": "absolute", "notes": []}, run)
+    assert fan == {"name": "grouping", "comparable": True, "deviations": []}
+    mild = analysis_protocol("grouping", {"sigma": 0.1, "threshold_kind": "absolute"}, run)
+    assert mild["deviations"] == ["noise σ = 0.1 (FAN writes the noise x ~ N(0, 1): σ = 1)"]
+    stab = {"noise_space": "pixel", "rho": 0.1, "num_masks": 100, "occluded_patches": 1, "num_patches": 16,
+            "options": {"patch_size": 0}, "model_patch_size": 4, "num_images": 10, "paper_images": None}
+    assert analysis_protocol("attention_stability", stab, run)["deviations"] == [
+        "occlusion noise U[0, 1) in pixel space (RSPC: in the normalised input space)"]
+    few = {**stab, "noise_space": "normalized", "rho": 0.01, "occluded_patches": 0, "options": {"patch_size": 8}}
+    assert analysis_protocol("attention_stability", few, run)["deviations"] == [
+        "rho = 0.01 of 16 patches rounds to none occluded", "rho = 0.01 of the patches occluded (AFAT: 0.1)",
+        "occluded 8-px patches, not the model's 4-px patches"]
+    corr = analysis_protocol("correlation", {"num_images": 100, "paper_images": 4096, "level": "block",
+                                             "notes": ["no CLS token"]}, run)
+    assert corr["deviations"] == ["100 images (the paper used 4096)", "no CLS token"]
+    assert analysis_protocol("attention_stability", {"rho": 0.1}, run)["deviations"] == [
+        "unknown occlusion-noise space (noise_space not recorded)"]                    # never assumed
+    assert assess("patch_occlusion", {"mode": "drop", "noise_space": None}, run)["deviations"] == [
+        "patches zeroed (mode=drop; AFAT: noise)"]
+    legacy = analysis_protocol("attention_maps", {"comparable": False, "notes": []}, run)   # older results.json
+    assert legacy["comparable"] is False and legacy["deviations"] == ["not the paper's setting"]
+
+
 # ---- RobustBench's own code reads the export -----------------------------------------------------------------
 def robustbench_template(monkeypatch):
     """``robustbench.leaderboard.template`` without running the package's ``__init__`` (it loads the model zoo and
-    pkg_resources); the leaderboard code, ``ModelInfo`` and the enums are RobustBench's own."""
+    pkg_resources); the leaderboard code, ``ModelInfo`` and the enums are RobustBench's own.
+
+    The PyPI wheel of robustbench does not ship ``leaderboard/leaderboard.html.j2`` (only its GitHub repository
+    has it), so when that file is absent the test gives jinja a minimal stand-in template with one row per model
+    (name, clean accuracy, the leaderboard's accuracy field, ε). Everything else ``generate_leaderboard`` does is
+    RobustBench's code and runs here: the ``BenchmarkDataset`` / ``ThreatModel`` enums, ``ACC_FIELDS``, reading
+    ``<dir>/<dataset>/<threat_model>/*.json``, sorting by ``float(acc)`` and rendering; ``loader_calls`` records
+    that it asked for its own package template."""
     spec = importlib.util.find_spec("robustbench")
     if spec is None or spec.origin is None:
         pytest.skip("robustbench is not installed (`pip install --no-deps robustbench`; `make test` installs it)")
@@ -167,17 +236,21 @@ def robustbench_template(monkeypatch):
     from robustbench.leaderboard import template
     from robustbench.utils import ModelInfo
 
-    if not (root / "leaderboard" / "leaderboard.html.j2").is_file():    # the wheel ships no template
+    loader_calls: list[tuple] = []
+    if not (root / "leaderboard" / "leaderboard.html.j2").is_file():    # the PyPI wheel ships no template
         import jinja2
         row = ("{% for model in models %}<tr><td>{{ model.name }}</td><td>{{ model.clean_acc }}%</td>"
                "<td>{{ model[acc_field] }}%</td><td>{{ model.eps }}</td></tr>{% endfor %}")
-        monkeypatch.setattr(template, "PackageLoader",
-                            lambda *a: jinja2.DictLoader({"leaderboard.html.j2": f"<table>{row}</table>"}))
-    return template, ModelInfo
+
+        def stand_in(*args):
+            loader_calls.append(args)
+            return jinja2.DictLoader({"leaderboard.html.j2": f"<table>{row}</table>"})
+        monkeypatch.setattr(template, "PackageLoader", stand_in)
+    return template, ModelInfo, loader_calls
 
 
 def test_robustbench_export_renders_in_robustbench(monkeypatch, tmp_path, capsys):
-    template, model_info = robustbench_template(monkeypatch)
+    template, model_info, loader_calls = robustbench_template(monkeypatch)
     imagenet_c = {**corruptions(0.4, n=50_000, source="/data/ImageNet-C"), "mce": 61.234, "mce_protocol": "imagenet-c"}
     folders = [
         write_run(tmp_path / "a", run("vit_a", {"autoattack": attack("autoattack", 0.41234),
@@ -186,6 +259,7 @@ def test_robustbench_export_renders_in_robustbench(monkeypatch, tmp_path, capsys
                                                 "apgd": attack("apgd_ce", 0.3)})),
         write_run(tmp_path / "c", run("vit_c", {"autoattack": attack("autoattack", 0.2, version="custom",
                                                                      attacks=["apgd_ce"])})),
+        write_run(tmp_path / "e", run("vit_e", {"autoattack": attack("autoattack", 0.6)})),
         write_run(tmp_path / "d", run("vit_d", {"autoattack": attack("autoattack", 0.3, eps=4 / 255, n=50_000),
                                                 "corruptions": imagenet_c}, spec="imagenet:/val", n=50_000)),
     ]
@@ -195,7 +269,8 @@ def test_robustbench_export_renders_in_robustbench(monkeypatch, tmp_path, capsys
     assert re.search(r"not written to RobustBench: vit_c cifar10:test Linf: .*partial AutoAttack: attacks=apgd_ce", err)
     assert len([line for line in err.splitlines() if "vit_c" in line]) == 1
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*.json"))
-    assert files == ["cifar10/L2/vit_b.json", "cifar10/Linf/vit_a.json", "cifar10/corruptions/vit_a.json",
+    assert files == ["cifar10/L2/vit_b.json", "cifar10/Linf/vit_a.json", "cifar10/Linf/vit_e.json",
+                     "cifar10/corruptions/vit_a.json",
                      "imagenet/Linf/vit_d.json", "imagenet/corruptions/vit_d.json"]
     fields = set(model_info.__dataclass_fields__)
     for f in out.rglob("*.json"):
@@ -208,6 +283,8 @@ def test_robustbench_export_renders_in_robustbench(monkeypatch, tmp_path, capsys
     assert d["corruptions_acc"] == "40.00" and d["corruptions_mce"] == "61.23"
     html = template.generate_leaderboard("cifar10", "Linf", str(out))
     assert "vit_a" in html and "41.23%" in html and "vit_c" not in html
+    assert html.index("vit_e") < html.index("vit_a")          # RobustBench's sort: float(autoattack_acc), descending
+    assert loader_calls in ([], [("robustbench", "leaderboard")])
     assert "80.00%" in template.generate_leaderboard("cifar10", "corruptions", str(out))
     assert "55.00%" in template.generate_leaderboard("cifar10", "L2", str(out))
     assert "40.00%" in template.generate_leaderboard("imagenet", "corruptions", str(out))

@@ -168,7 +168,7 @@ class Analysis:
     smoke: ClassVar[dict[str, Any]] = {}
     #: Whether it looks inside the model (the probe: tokens, attention); False when it only calls the model.
     requires_probe: ClassVar[bool] = False
-    #: The paper's number of images (a result on fewer says so in its notes); None: no such number.
+    #: The paper's number of images (recorded with each result; robustvit.protocols labels fewer); None: none.
     paper_images: ClassVar[int | None] = None
     #: The model families ``robustvit demo`` runs it on (``"vit"``, ``"cnn"``).
     demo: ClassVar[tuple[str, ...]] = ()

@@ -3,7 +3,7 @@ Classification", arXiv:2103.14586, Fig. 7): |Pearson ρ| between the flattened r
 block, over all tokens and over the CLS token only; linear CKA (Kornblith et al., arXiv:1905.00414) as an
 option, and always for Swin and CNNs (their layers differ in shape). For CNNs ``level=block`` gives
 linear CKA between the outputs of every pair of residual blocks, as in the paper's Fig. 33 (ResNet);
-the default for CNNs is one output per stage (``level=stage``), marked not comparable.
+the default for CNNs is one output per stage (``level=stage``), not the paper's setting.
 
 The "CLS" representation is the CLS token where the model has one (``has_class_token``), else the mean
 over the patch tokens (registers and other prefix tokens excluded), the pooled representation.
@@ -119,14 +119,10 @@ def compute_correlation(ctx: Context, o: CorrelationOptions) -> dict[str, Any]:
     if probe.family in ("swin", "cnn") and method == "pearson":
         method = "cka"
         notes.append(f"{probe.family}: layers differ in shape, so linear CKA is used instead of Pearson")
-    elif method == "cka" and probe.family != "cnn" and probe.family != "swin":
-        notes.append("linear CKA (the paper uses |Pearson ρ| for ViTs; method=pearson)")
     if level == "auto":
         level = "stage" if probe.family == "cnn" else "block"
     if level not in ("block", "stage"):
         raise RobustvitError(f"correlation level {level!r} is unknown; choose block or stage")
-    if level == "stage":
-        notes.append("one representation per stage (the paper compares every block; level=block)")
     if not has_class_token(probe):
         notes.append("no CLS token in the blocks: `cls_token` uses the mean over patch tokens (the pooled representation)")
     stat_fn = pearson_stats if method == "pearson" else cka_stats

@@ -14,11 +14,11 @@ Default ``convention=fan``, as FAN defines it:
 * **Noise decay.** Gaussian noise N(0, σ²) added to the network's normalised input (unclipped, i.e. σ·std per
   channel in pixels), and per block the relative feature perturbation ‖f(x+n) − f(x)‖ / ‖f(x)‖ of the patch
   tokens. σ = ``sigma``, default 1: the paper writes the noise x ~ N(0, 1); ``sigma=0.1`` (a milder reading)
-  is an option, recorded in the result and noted as a departure.
+  is an option, recorded in the result (:mod:`robustvit.protocols` labels it a departure from the paper).
 
-``convention=relative`` (robustvit's earlier variant, kept selectable): eigenvalues counted above
-``eig_threshold`` × the largest (default 0.05: scale-free, so models compare), noise added in pixel space
-and clamped to [0, 1]. It marks the result not comparable.
+``convention=relative`` (a selectable variant): eigenvalues counted above ``eig_threshold`` × the largest
+(default 0.05: scale-free, so models compare), noise added in pixel space and clamped to [0, 1]; recorded as
+``threshold_kind: relative``, which the protocols label not the paper's setting.
 
 Plus a spectral-clustering picture of the second-to-last block's tokens over the image (normalised
 affinity, k-means on the leading eigenvectors; Ng et al. 2001) — the picture of FAN's Fig. 4.
@@ -37,12 +37,13 @@ from robustvit.errors import RobustvitError
 from robustvit.models.wrapper import range_check_off
 from robustvit.options import option
 from robustvit.plotting import integer_ticks, save_figure
+from robustvit.protocols import ANALYSIS_PROTOCOLS
 
 CONVENTIONS = ("fan", "relative")
 #: Default thresholds per convention: absolute (FAN) and relative to the largest eigenvalue.
 DEFAULT_THRESHOLD = {"fan": 1e-3, "relative": 0.05}
-#: FAN's noise, as the paper writes it: x ~ N(0, 1).
-PAPER_SIGMA = 1.0
+#: FAN's noise, as the paper writes it: x ~ N(0, 1) (its paper setting: robustvit.protocols).
+PAPER_SIGMA = ANALYSIS_PROTOCOLS["grouping"].conditions["sigma"]
 
 
 @dataclass
@@ -131,12 +132,6 @@ def compute_grouping(ctx: Context, o: GroupingOptions) -> dict[str, Any]:
     gh, gw = probe.grid_size
     P = gh * gw
     sig = [e / n for e in st["eig"]]
-    notes = []
-    if relative:
-        notes.append("grouping convention relative: eigenvalues above eig_threshold × the largest and noise clamped "
-                     "in pixel space (FAN: absolute threshold, unclipped Gaussian input noise; convention=fan)")
-    if sigma != PAPER_SIGMA:
-        notes.append(f"noise σ = {sigma} (FAN writes the noise x ~ N(0, 1): σ = {PAPER_SIGMA:g})")
     rule = ("eigenvalues of softmax(Z)softmax(Z)ᵀ above eig_threshold × the largest; noise in pixel space, clamped"
             if relative else "eigenvalues of softmax(Z)softmax(Z)ᵀ above the absolute eig_threshold; "
             "Gaussian noise N(0, σ²) on the normalised input, unclipped")
@@ -144,7 +139,7 @@ def compute_grouping(ctx: Context, o: GroupingOptions) -> dict[str, Any]:
             "insignificant_eigenvalues": [P - v for v in sig], "noise_decay": [d / n for d in st["decay"]],
             "eig_threshold": thr, "threshold_kind": "relative" if relative else "absolute", "sigma": sigma,
             "num_patches": P, "cluster_block": blk, "clusters": labels.view(-1, gh, gw).cpu().tolist(),
-            "grid": [gh, gw], "rule": rule, "notes": notes, "_images": x.cpu()}
+            "grid": [gh, gw], "rule": rule, "_images": x.cpu()}
 
 
 def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:

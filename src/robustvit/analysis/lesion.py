@@ -7,7 +7,7 @@ attention layers"), with the same statistics. All accuracies are on the same ima
 
 The paper states the first-block rule for whole blocks; for attention-only and MLP-only removals it is
 silent, and robustvit applies the same rule (the first block's attention / MLP is kept, ``keep_first=1``;
-``keep_first=0`` draws from every block and marks the result not comparable). For CNNs the unit is a
+``keep_first=0`` draws from every block, recorded in ``random_first_kept``). For CNNs the unit is a
 residual block (its residual branch removed; shortcut and final activation kept, as in Veit et al.,
 arXiv:1605.06431) and only whole blocks are removed.
 
@@ -31,11 +31,12 @@ from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 from robustvit.plotting import integer_ticks, place_legend, save_figure
+from robustvit.protocols import ANALYSIS_PROTOCOLS
 from robustvit.utils import derive_seed
 
 
-#: The paper's number of random subsets per n (Bhojanapalli et al., Fig. 8).
-PAPER_SAMPLES = 25
+#: The paper's number of random subsets per n (Bhojanapalli et al., Fig. 8; its setting: robustvit.protocols).
+PAPER_SAMPLES = ANALYSIS_PROTOCOLS["lesion"].conditions["samples"]
 #: Random-removal kinds: probe remove mode → result key.
 RANDOM_KINDS = {"block": "random", "attn": "random_attention", "mlp": "random_mlp"}
 
@@ -137,21 +138,12 @@ def compute_lesion(ctx: Context, o: LesionOptions) -> dict[str, Any]:
                            "blocks": [subsets[(kind, n, s)] for s in range(samples)]}
         out[key] = res
     out["random_first_kept"] = {RANDOM_KINDS[k]: (keep_first if k != "block" else True) for k in kinds}
+    out["removable_parts"] = [k for k in RANDOM_KINDS if k in modes]
     notes = []
     if probe.family == "cnn":
         notes.append("CNN: a unit is a residual block; only whole blocks are removed (residual branch dropped)")
     elif "attn" not in modes:
         notes.append("blocks without one attention and one MLP branch: only whole blocks are removed")
-    if not random:
-        notes.append("no random removals (random=0; the paper removes n random blocks / attention / MLP layers)")
-    else:
-        if samples != PAPER_SAMPLES:
-            notes.append(f"{samples} random subsets per n (the paper: {PAPER_SAMPLES})")
-        missing = [RANDOM_KINDS[k] for k in ("block", "attn", "mlp") if k in modes and k not in random_parts]
-        if missing:
-            notes.append(f"random removals left out: {', '.join(missing)} (random_parts={'+'.join(random_parts)})")
-        if not keep_first and any(k != "block" for k in kinds):
-            notes.append("random attention / MLP removals may include the first block (keep_first=0)")
     out["notes"] = notes
     return out
 

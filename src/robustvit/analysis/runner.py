@@ -22,6 +22,7 @@ from robustvit.data.classmap import match_classes
 from robustvit.data.subset import Subset, SubsetDataset, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.models.wrapper import check_precision, inference_settings
+from robustvit.protocols import analysis_protocol
 from robustvit.registry import parse_spec
 from robustvit.runs import (UnitStore, model_record, results_document, run_header, weights_id, write_json,
                             write_results)
@@ -52,8 +53,6 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
     bf16; ``auto``: fp32) is how the model's own forward computes; the probe's self-check stays float32."""
     precision = check_precision("fp32" if precision == "auto" else precision)
     from robustvit.analysis.base import check_family, family_of, get_analysis
-    from robustvit.models.factory import RANDOM_LABEL, is_comparable
-
     specs = [s for s in (names.split(",") if isinstance(names, str) else names) if s.strip()]
     if not specs:
         raise RobustvitError("give at least one analysis (see `robustvit list analyses`)")
@@ -86,7 +85,6 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
     store = UnitStore(out) if out is not None else None
     ctx = make_context(model, view, batch_size=batch_size, seed=seed, device=device, store=store, progress=progress)
     subset_record = images.record() if images is not None else None
-    subset_note = images.note() if images is not None else None
     results: dict[str, dict[str, Any]] = {}
     weights = weights_id(model, source) if store is not None else None
     try:
@@ -106,27 +104,20 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
             with inference_settings(model, precision=precision):
                 res = a.compute(ctx, **opts)
             n = ctx.num_images if a.needs_data else 0
-            notes = list(res.pop("notes", []))
-            paper = a.paper_images
-            if paper and n < paper:
-                notes.append(f"{n} images (the paper used {paper})")
-            if a.needs_data and subset_note:
-                notes.append(subset_note)
-            if not is_comparable(model):
-                notes.append(RANDOM_LABEL["note"])
             head = {"analysis": a.name, "model": model_name, "family": family, "data": data_spec,
-                    "num_images": res.pop("num_images", n), "subset": subset_record if a.needs_data else None,
-                    "seed": seed, "batch_size": batch_size, "precision": precision, "options": opts,
-                    "comparable": not notes, "notes": notes,
+                    "num_images": res.pop("num_images", n), "paper_images": a.paper_images,
+                    "subset": subset_record if a.needs_data else None, "seed": seed, "batch_size": batch_size,
+                    "precision": precision, "options": opts, "notes": list(res.pop("notes", [])),
                     "seconds": round(before + time.time() - t0, 3)}
             res = {**head, **res}
+            facts = {"model": {"weights": getattr(model, "weights", None)}, "data": {"subset": head["subset"]}}
+            res["protocol"] = analysis_protocol(a.name, res, facts)      # comparability: robustvit.protocols
             if out is not None:
                 res["figures"] = a.plot(res, out)
                 write_json(out / f"{a.name}.json", _jsonable(res), indent=1)
             results[a.name] = res
         doc = analysis_document(model, model_name, source, data_spec, dataset, ctx, results, command, limit=limit,
-                                subset=subset_record, class_map=class_map, notes=[subset_note] if subset_note else [],
-                                precision=precision)
+                                subset=subset_record, class_map=class_map, precision=precision)
         if out is not None:
             write_results(out, keep_finished(out, doc))
     finally:
@@ -137,20 +128,16 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
 def analysis_document(model: nn.Module, name: str, source: str | None, data_spec: str, dataset: Any, ctx: Context,
                       results: dict[str, Any], command: str | None, *, limit: int | None = None,
                       subset: dict[str, Any] | None = None, class_map: str | Path | None = None,
-                      notes: list[str] | None = None, precision: str = "fp32") -> dict[str, Any]:
+                      precision: str = "fp32") -> dict[str, Any]:
     """The results.json document (kind ``analysis``) of analyses ``results`` ({name: result}): ``analyses`` holds
-    each result without its figure data, and ``figures`` every PNG written; ``notes`` are the run's and the
-    analyses' (each once)."""
-    from robustvit.models.factory import RANDOM_LABEL, is_comparable
-
+    each result without its figure data, and ``figures`` every PNG written; its ``notes`` (the run's sample and
+    weights, every analysis's deviations) come from :func:`robustvit.protocols.attach`."""
     analyses: dict[str, Any] = {k: _jsonable(r) for k, r in results.items()}
     figures = [f for r in analyses.values() for f in r.get("figures") or []]
-    all_notes = list(notes or []) + ([RANDOM_LABEL["note"]] if not is_comparable(model) else [])
-    all_notes += [n for r in analyses.values() for n in r.get("notes") or []]
     run = run_header(device=ctx.device, seed=ctx.seed, command=command, started=ctx.store.meta("started"),
                      batch_size=ctx.batch_size, limit=limit, precision=precision)
     data = {"spec": data_spec, "num_images": ctx.num_images, "num_unreadable": 0,
             "num_classes": getattr(dataset, "num_classes", None), "subset": subset}
     record = model_record(model, name, source, class_map, resize=getattr(dataset, "resize", None))
     return results_document("analysis", run=run, model=record, data=data,
-                            payload={**analyses, "figures": figures}, notes=list(dict.fromkeys(all_notes)))
+                            payload={**analyses, "figures": figures})

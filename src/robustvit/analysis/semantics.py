@@ -3,12 +3,12 @@ Transformers", arXiv:2209.07399, and his thesis): PGD perturbations δ of the mo
 rescaled to images by (δ + ε) / 2ε and classified by a ``classifier`` — top-1 / top-5 accuracy against the
 true labels measures how much class content the perturbations carry (robust models' perturbations look
 like the class). The paper classifies them with strong standard models; without ``classifier=`` the
-analysed model classifies its own perturbations (``comparable: false``).
+analysed model classifies its own perturbations (recorded as ``classifier: self``; not the paper's setting).
 
 ``classifier=`` takes a robustvit checkpoint folder, or a timm name with weights: ``classifier_pretrained=1``
 (timm / Hugging Face hub) or ``classifier_weights=FILE`` (a state-dict file). A bare timm name is refused:
-its random weights would measure nothing. ``allow_random=1`` accepts them and marks the result not
-comparable. The classifier's weights provenance is recorded under ``classifier_weights``.
+its random weights would measure nothing. ``allow_random=1`` accepts them (not the paper's setting
+either). The classifier's weights provenance is recorded under ``classifier_weights``.
 
 Plus the class-targeted visualisation: targeted PGD from uniform noise with a large L2 ε towards chosen
 classes, saved as an image grid. The thesis uses ε = 15 (``vis_eps``) at 224 × 224 px; an L2 ball's
@@ -31,6 +31,7 @@ from robustvit.attacks.pgd import class_visualisation
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 from robustvit.plotting import save_figure
+from robustvit.protocols import ANALYSIS_PROTOCOLS
 from robustvit.utils import derive_seed, parse_eps
 
 
@@ -45,10 +46,8 @@ def topk_correct(logits: torch.Tensor, y: torch.Tensor, k: int) -> int:
 
 
 #: The paper's settings: L∞ ε = 4/255 (ImageNet), targeted PGD-100 with L2 ε = 15 at 224 px.
-PAPER_EPS = 4 / 255
-PAPER_VIS_STEPS = 100
-PAPER_VIS_EPS = 15.0
-PAPER_RESOLUTION = 224
+PAPER = ANALYSIS_PROTOCOLS["perturbation_semantics"].conditions        # checked by robustvit.protocols
+PAPER_VIS_STEPS, PAPER_VIS_EPS, PAPER_RESOLUTION = PAPER["vis_steps"], PAPER["vis_eps"], PAPER["resolution"]
 
 
 @dataclass
@@ -125,20 +124,12 @@ def compute_semantics(ctx: Context, o: SemanticsOptions) -> dict[str, Any]:
         clf, prov = load_classifier(classifier, pretrained=classifier_pretrained, weights=classifier_weights,
                                     allow_random=allow_random, device=ctx.device,
                                     num_classes=getattr(getattr(ctx.model, "spec", None), "num_classes", None))
-        if prov.get("source") == "random":
-            notes.append(f"classifier {classifier} has random weights (allow_random=1): its accuracy measures "
-                         "nothing; the paper uses strong standard models")
     else:
         if classifier_pretrained or classifier_weights:
             raise RobustvitError("perturbation_semantics: classifier_pretrained / classifier_weights need "
                                  "classifier=NAME")
         clf = ctx.model
         prov = dict(getattr(ctx.model, "weights", None) or {"source": "the analysed model"})
-        notes.append("classifier = the analysed model itself (the thesis uses strong standard models)")
-    if abs(e - PAPER_EPS) > 1e-12:
-        notes.append(f"eps = {eps} (the paper: 4/255)")
-    if vis_steps < PAPER_VIS_STEPS:
-        notes.append(f"visualisation with {vis_steps} targeted PGD steps (the paper: {PAPER_VIS_STEPS})")
     spec = getattr(ctx.model, "spec", None)
     size = tuple(spec.input_size) if spec is not None else tuple(ctx.batch(0, 1)[0].shape[1:])
     clf_spec = getattr(clf, "spec", None)
@@ -169,15 +160,11 @@ def compute_semantics(ctx: Context, o: SemanticsOptions) -> dict[str, Any]:
     k = min(classes, num_classes or classes)
     target = torch.randperm(num_classes or k, generator=torch.Generator().manual_seed(ctx.seed))[:k]
     eps_l2 = scaled_vis_eps(vis_eps, size[1], size[2]) if vis_scale else float(vis_eps)
-    if not vis_scale and (size[1], size[2]) != (PAPER_RESOLUTION, PAPER_RESOLUTION):
-        notes.append(f"visualisation L2 ε = {vis_eps} unscaled at {size[1]}×{size[2]} px (the paper's ε is for 224 px)")
-    elif abs(vis_eps - PAPER_VIS_EPS) > 1e-12:
-        notes.append(f"visualisation L2 ε = {vis_eps} at 224 px (the paper: {PAPER_VIS_EPS})")
     imgs, cls = class_visualisation(ctx.model, target.tolist(), image_size=size, seed=ctx.seed, device=ctx.device,
                                     eps=eps_l2, steps=vis_steps)
     with torch.no_grad():
         hit = (ctx.model(imgs).argmax(1) == cls).float().mean().item()
-    return {"eps": eps, "steps": steps, "classifier": classifier or "self", "classifier_weights": prov,
+    return {"eps": eps, "eps_value": e, "steps": steps, "classifier": classifier or "self", "classifier_weights": prov,
             "top1": st["top1"] / n, "top5": st["top5"] / n, "attack_success_rate": st["attack_fooled"] / n,
             "visualisation": {"classes": cls.tolist(), "eps_l2": eps_l2, "eps_l2_at_224": float(vis_eps),
                               "eps_scaled": bool(vis_scale), "resolution": [size[1], size[2]], "steps": vis_steps,

@@ -32,10 +32,12 @@ from robustvit.corruptions.occlusion import (NOISE_SPACES, model_normalization, 
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 from robustvit.plotting import integer_ticks, save_figure
+from robustvit.protocols import ANALYSIS_PROTOCOLS
 
 BINS = 20
-PAPER_RHO = 0.1
-PAPER_MIN_MASKS = 100
+#: AFAT's occluded fraction and fewest masks per image (their paper setting: robustvit.protocols).
+PAPER_RHO = ANALYSIS_PROTOCOLS["attention_stability"].conditions["rho"]
+PAPER_MIN_MASKS = ANALYSIS_PROTOCOLS["attention_stability"].conditions["min_masks"]
 
 
 @dataclass
@@ -142,27 +144,18 @@ def compute_stability(ctx: Context, o: StabilityOptions) -> dict[str, Any]:
     heads = [len(c_) for c_ in cosine]
     flat = torch.cat(cosine)
     cp_clean, cp_occ = centre_patch_maps(probe, clean), centre_patch_maps(probe, occluded_maps)
-    notes = []
-    occluded = num_occluded(rho, (x.shape[-2] // ps) * (x.shape[-1] // ps))
-    if occluded == 0 and rho > 0:
-        notes.append(f"rho = {rho} of {(x.shape[-2] // ps) * (x.shape[-1] // ps)} patches rounds to none occluded")
-    if o.noise_space != "normalized":
-        notes.append("occlusion noise U[0, 1) in pixel space (RSPC: in the normalised input space)")
-    if rho != PAPER_RHO:
-        notes.append(f"rho = {rho} of the patches occluded (AFAT: {PAPER_RHO})")
-    if masks < PAPER_MIN_MASKS:
-        notes.append(f"{masks} random masks per image (AFAT: 100–1000)")
+    num_patches = (x.shape[-2] // ps) * (x.shape[-1] // ps)
+    occluded = num_occluded(rho, num_patches)
     spec_ps = getattr(getattr(ctx.model, "spec", None), "patch_size", None)
-    if patch_size and spec_ps and patch_size != spec_ps:
-        notes.append(f"occluded {patch_size}-px patches, not the model's {spec_ps}-px patches")
     out: dict[str, Any] = {
         "cosine": [tolist(c_, 6) for c_ in cosine], "heads": heads, "mean": float(flat.mean()), "rho": rho,
-        "patch_size": ps, "occluded_patches": occluded, "noise_space": o.noise_space,
+        "patch_size": ps, "model_patch_size": spec_ps, "num_patches": num_patches, "occluded_patches": occluded,
+        "noise_space": o.noise_space,
         "histogram": {"bins": [round(lo + (1 - lo) * i / BINS, 10) for i in range(BINS + 1)],
                       "counts": [int(v) for v in st["hist"]]},
         "image_mean": st["sum_image"] / st["n"],
         "mask_distribution": tolist(dist_t, 6), "num_masks": masks,
-        "centre_patch": None, "notes": notes,
+        "centre_patch": None,
         "_images": x.cpu(), "_occluded": xs[0].cpu(), "_layer": mid,
         "_clean_map": clean[mid][:1].mean(1)[0].cpu(), "_occluded_map": occluded_maps[mid][:1].mean(1)[0].cpu()}
     if cp_clean is not None and cp_occ is not None:

@@ -52,6 +52,7 @@ from robustvit.data.corrupted import CLASSES_FILE, LAYOUTS, read_classes_file
 from robustvit.data.subset import SubsetDataset, dataset_labels, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.progress import progress_bar
+from robustvit.protocols import sample_entry
 from robustvit.runs.atomic import replacing, write_bytes, write_json, write_text
 from robustvit.utils import derive_seed, resolve_device
 
@@ -180,8 +181,7 @@ class _Exporter:
         if len(set(classes)) != len(classes):
             raise RobustvitError(f"{self.cfg.data} has duplicate class names; cannot make one folder per class")
         self.classes = classes
-        note = self.images.note()
-        meta.update(comparable=note is None, notes=[note] if note else [])
+        meta.update(sample_entry(self.images.record()))
         if not self.images.whole:
             ids = self.images.indices.sort().values.tolist()
             write_text(self.out / SUBSET_FILE, "".join(f"{i}\n" for i in ids))

@@ -293,14 +293,6 @@ class Subset:
         return {"method": self.method, "seed": self.seed, "num_images": int(len(self.indices)),
                 "ids": hashlib.sha1(ids).hexdigest()[:16]}
 
-    def note(self) -> str | None:
-        """Why results on these images are not comparable with published whole-set numbers (None: they are)."""
-        if self.method in ("all", "file"):
-            return None
-        what = f"a class-stratified sample, seed {self.seed}" if self.method == "stratified" else "the first images"
-        cls = f", {self.num_classes} classes" if self.num_classes is not None else ""
-        return f"{len(self.indices)} of {self.total} images ({what}{cls}), not the whole data set or a published subset"
-
 
 def make_subset(ds: Any, *, limit: int | None = None, method: str = "stratified", seed: int = 0,
                 file: str | Path | None = None, labels: torch.Tensor | None = None) -> Subset:

@@ -36,7 +36,8 @@ from robustvit.evaluation.suites.base import PRECISION_CHOICES, Plan, suite_prec
 from robustvit.models.wrapper import inference_settings
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
-from robustvit.models.factory import RANDOM_LABEL, is_comparable, warn_if_random
+from robustvit.models.factory import warn_if_random
+from robustvit.protocols import subset_note
 from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, count_flops, init_distributed,
                             model_record, open_shared_store, results_document, run_header, run_units, weights_id,
                             write_json, write_results)
@@ -429,7 +430,7 @@ def _passes(ctx: EvalContext, suites: list[Suite], plans: list[Plan], dataset: I
             method = suite.subset_method or cfg.subset_method
             sample = base if n is None or n >= len(base.indices) else base.sample(n, method)
             suite.subset_info = None if sample is ctx.subset else sample.record()
-            suite.subset_note = sample.note()
+            suite.subset_note = subset_note(sample.record())
             if sample is base or method == "first":       # the first n of the group's images
                 main.members[i] = None if sample is base else n
             else:
@@ -617,7 +618,6 @@ def _finalize(ctx: EvalContext, store: UnitStore, run: _Run, plans: list[Plan], 
         if suite.subset_info is not None:
             res.setdefault("subset", suite.subset_info)
         suites_out[key] = res
-    notes = comparability_notes(ctx, suites, keys)
     run = run_header(device=ctx.device, seed=cfg.seed, command=cfg.command, started=store.meta("started"),
                      world_size=world, batch_size=cfg.batch_size, chunk_size=chunk, precision=cfg.precision,
                      compile=cfg.compile, deterministic=cfg.deterministic, decode=cfg.decode, limit=cfg.limit,
@@ -630,23 +630,7 @@ def _finalize(ctx: EvalContext, store: UnitStore, run: _Run, plans: list[Plan], 
     if cfg.flops:
         record["flops"] = count_flops(ctx.model)
     return results_document("eval", run=run, model=record,
-                            data=data, payload=suites_out, notes=notes)
-
-
-def comparability_notes(ctx: EvalContext, suites: list[Suite], keys: list[str]) -> list[str]:
-    """Why the results are not comparable with published whole-data-set numbers (empty: they are): a subset that
-    is not a published list (run-wide or a suite's ``limit=``), random weights."""
-    notes = []
-    run_note = ctx.subset.note() if ctx.subset is not None else None
-    if run_note:
-        notes.append(run_note)
-    for suite, key in zip(suites, keys):
-        note = getattr(suite, "subset_note", None)
-        if note and note != run_note:
-            notes.append(f"{key}: {note}")
-    if not is_comparable(ctx.model):
-        notes.append(RANDOM_LABEL["note"])
-    return notes
+                            data=data, payload=suites_out)
 
 
 __all__ = ["EvalConfig", "RESULTS_FILE", "RUN_OPTIONS", "SHARD_FILE", "build_model", "merge_shards", "run_eval"]

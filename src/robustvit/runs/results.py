@@ -2,9 +2,9 @@
 
 Every run folder holds ``results.json`` with ``schema`` (2), ``kind`` (``eval`` | ``analysis`` | ``train``),
 ``run`` (:func:`robustvit.runs.header.run_header`), ``model`` (:func:`robustvit.runs.header.model_record`),
-``data`` (spec, num_images, num_unreadable, num_classes, subset), ``comparable`` (every suite's ``protocol``
-entry comparable and no note; :mod:`robustvit.protocols`) and ``notes`` (why the numbers are not comparable with
-published ones), and the kind's payload: ``suites`` (eval: one result per suite key),
+``data`` (spec, num_images, num_unreadable, num_classes, subset), ``comparable`` (every suite's and analysis's
+``protocol`` entry comparable and no note) and ``notes`` (why the numbers are not comparable with published ones),
+both set by :func:`robustvit.protocols.attach`, and the kind's payload: ``suites`` (eval: one result per suite key),
 ``analyses`` (analysis: one result per analysis, without figure data, and ``figures``: the PNG files), ``train``
 (``config``, ``epochs``: the per-epoch metrics as ``metrics.jsonl`` has them, ``checkpoints``). The JSON Schema
 ships in the package (``results.schema.json``, :func:`schema`); :func:`validate_results` checks a document
@@ -40,10 +40,9 @@ def results_document(kind: str, *, run: dict[str, Any], model: dict[str, Any], d
     """A results.json document of ``kind``; ``payload`` is its ``suites`` / ``analyses`` / ``train``."""
     if kind not in KINDS:
         raise RobustvitError(f"unknown kind of run {kind!r}; use {', '.join(KINDS)}")
-    notes = list(notes or [])
     doc = {"schema": SCHEMA_VERSION, "kind": kind, "run": run, "model": model, "data": data_record(**data),
-           "comparable": not notes, "notes": notes, PAYLOAD[kind]: payload}
-    return attach_protocols(doc, force=True, analyses=False)   # each suite's protocol; the run's ``comparable``
+           "notes": list(notes or []), PAYLOAD[kind]: payload}
+    return attach_protocols(doc, force=True, analyses=False)   # each suite's protocol; the run's notes, comparable
 
 
 def data_record(spec: str = "", num_images: int = 0, num_unreadable: int = 0, num_classes: int | None = None,
@@ -112,7 +111,7 @@ def keep_finished(out_dir: str | Path, doc: dict[str, Any]) -> dict[str, Any]:
         figures = [f for r in kept.values() for f in r.get("figures") or []] + list(new.get("figures", []))
         payload = {**{k: v for k, v in payload.items() if k != "figures"}, "figures": figures}
     notes = list(dict.fromkeys(old.get("notes", []) + doc["notes"]))
-    return {**doc, key: payload, "notes": notes, "comparable": not notes}
+    return attach_protocols({**doc, key: payload, "notes": notes}, analyses=False)
 
 
 def read_results(path: str | Path) -> dict[str, Any]:

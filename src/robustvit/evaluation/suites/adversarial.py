@@ -631,8 +631,8 @@ class TransferSuite(AttackSuite):
 
     An extra source is a checkpoint folder, or a model name with ``source_pretrained=1`` (published weights) or
     ``source_weights=FILE`` (one source only); a bare name is refused (it would have random weights) unless
-    ``allow_random=1``. The result records every source's weights (``sources``) and is ``comparable: false``,
-    with a note, when any source or the target has random weights."""
+    ``allow_random=1``. The result records every source's weights (``sources``) and the networks with random
+    weights (``random_sources``, the target included; :mod:`robustvit.protocols` labels the matrix from them)."""
 
     name = "transfer"
     smoke = {"steps": 1, "checks": 0}
@@ -739,12 +739,10 @@ class TransferSuite(AttackSuite):
         random = [src for src in column if src in models and not is_comparable(models[src])]
         if not is_comparable(ctx.model) and ctx.model_name not in random:
             random.append(ctx.model_name)
-        notes = [f"random weights: {', '.join(random)} (untrained networks; the matrix is not comparable with "
-                 "published tables)"] if random else []
         return {"attack": self.attack_name, **settings, "target": ctx.model_name, "accuracy": column,
                 "matrix": {src: {ctx.model_name: acc} for src, acc in column.items()},
                 "clean_accuracy": clean, "num_images": first.get("n", 0), "sources": provenance,
-                "comparable": not random, "notes": notes, "flags": {},
+                "random_sources": random, "flags": {},
                 **nonfinite_result(self.key, max((s.get("nonfinite", 0) for s in stats.values()), default=0))}
 
 

@@ -19,7 +19,8 @@ from robustvit.report.section import Figure, GROUPS, Section, md_table
 GROUP = "inside"
 #: Result fields that describe the run, not the model.
 BOOKKEEPING = {"analysis", "model", "family", "data", "num_images", "subset", "seed", "batch_size", "options",
-               "comparable", "notes", "seconds", "figures", "headline", "schema", "patch_size", "num_masks"}
+               "comparable", "notes", "seconds", "figures", "headline", "schema", "patch_size", "num_masks",
+               "protocol", "paper_images", "eps_value", "model_patch_size", "num_patches", "removable_parts"}
 
 AnalysisRenderer = Callable[[str, list[tuple[str, dict[str, Any]]]], "Section | None"]
 #: Analysis sections: ``fn(name, [(model, result), …]) -> Section`` under an analysis-name pattern.
@@ -41,8 +42,15 @@ def headline(name: str, result: dict[str, Any]) -> dict[str, float]:
             if k not in BOOKKEEPING and k not in settings and isinstance(v, float)}
 
 
+def deviations(result: dict[str, Any]) -> list[str]:
+    """What an analysis result departs from its paper in: its ``protocol`` entry's deviations (results without
+    one: their ``notes``)."""
+    p = result.get("protocol")
+    return list(p.get("deviations") or []) if isinstance(p, dict) else list(result.get("notes") or [])
+
+
 def generic_section(name: str, found: list[tuple[str, dict[str, Any]]]) -> Section | None:
-    notes = [f"{m}: {'; '.join(r['notes'])}" for m, r in found if r.get("notes")]
+    notes = [f"{m}: {'; '.join(dev)}" for m, r in found if (dev := deviations(r))]
     figures = [Figure(f"analysis_{name}_{i}_{Path(f).stem}", Path(f),
                       f"{m}: {name.replace('_', ' ')} ({Path(f).stem.replace('_', ' ')})")
                for i, (m, r) in enumerate(found) for f in r.get("figures") or [] if Path(f).is_file()]
