@@ -212,35 +212,29 @@ def _print_config(a: argparse.Namespace) -> bool:
     return True
 
 
-def add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a model: robust losses, recipes, checkpoints, --resume, torchrun")
+def _add_training(sub: argparse._SubParsersAction, name: str, help: str) -> None:
+    p = sub.add_parser(name, help=help)
     _train_arguments(p)
-    p.set_defaults(func=cmd_train)
+    p.set_defaults(func=_cmd_training)
 
 
-def cmd_train(a: argparse.Namespace) -> int:
-    if _print_config(a):
-        return 0
-    from robustvit.training import train
-
-    path = train(_train_config(a), resume=a.resume)
-    print(f"saved {path}")
-    return 0
+def add_train(sub: argparse._SubParsersAction) -> None:
+    _add_training(sub, "train", "train a model: robust losses, recipes, checkpoints, --resume, torchrun")
 
 
 def add_finetune(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("finetune", help="fine-tune a model: new zero-initialised head, new resolution / patch size, "
-                       "(adversarial) training with any loss")
-    _train_arguments(p)
-    p.set_defaults(func=cmd_finetune)
+    _add_training(sub, "finetune", "fine-tune a model: new zero-initialised head, new resolution / patch size, "
+                  "(adversarial) training with any loss")
 
 
-def cmd_finetune(a: argparse.Namespace) -> int:
+def _cmd_training(a: argparse.Namespace) -> int:
+    """``train`` and ``finetune``: print the config, or run it and print where the checkpoint went."""
     if _print_config(a):
         return 0
+    from robustvit.training import train
     from robustvit.training.finetune import finetune
 
-    path = finetune(_train_config(a), resume=a.resume)
+    path = (finetune if a.command == "finetune" else train)(_train_config(a), resume=a.resume)
     print(f"saved {path}")
     return 0
 
@@ -650,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = _show_warning
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        again = "re-run it with --resume" if getattr(args, "func", None) in (cmd_train, cmd_finetune) else \
+        again = "re-run it with --resume" if getattr(args, "func", None) is _cmd_training else \
             "re-run the same command"
         print(f"robustvit: interrupted; {again} to resume", file=sys.stderr)
         return 130

@@ -158,6 +158,20 @@ def test_bad_images_spread_over_several_chunks_are_counted(tmp_path, bad_folder,
     assert res["data"]["num_unreadable"] == len(BAD) and res["data"]["num_images"] == 3
 
 
+def test_bad_images_are_counted_once_over_shards_resume_and_merge(tmp_path, bad_folder, capsys):
+    ck = _ckpt(tmp_path, classes=2)
+    data = f"folder:{bad_folder},size=8"
+    shards = [tmp_path / f"s{k}" for k in (1, 2)]
+    for k, d in enumerate(shards, 1):       # chunks of 2 images: the bad files fall in both shards
+        assert _eval(capsys, ck, data, d, "--shard", f"{k}/2", batch=2)[0] == 0
+    assert _eval(capsys, ck, data, shards[0], "--shard", "1/2", batch=2)[0] == 0      # resumed: nothing to run
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "m"), "--no-progress"]) == 0
+    res = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert res["data"]["num_unreadable"] == len(BAD) and res["data"]["num_images"] == 3
+    assert sorted(Path(f).name for f in res["data"]["unreadable_files"]) == sorted(BAD)
+    assert res["suites"]["clean"]["num_images"] == 3
+
+
 def _spec(ck: Path) -> dict:
     return json.loads((ck / "spec.json").read_text())
 

@@ -73,6 +73,26 @@ def test_merge_joins_shards_and_refuses_other_settings(tmp_path):
             m.merge_from(c)
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_unreadable_images_are_a_data_record_committed_with_their_chunk(tmp_path, kind):
+    store = UnitStore(tmp_path / "a") if kind == "sqlite" else MemoryStore()
+    with store.chunk():
+        store.put("t", "p", 0, {"n": 2}, 0.1)
+        store.put_unreadable({7: "a/x.png", 3: None})
+        if kind == "sqlite":        # nothing is visible before the chunk ends
+            assert store.unreadable() == {} and store.done() == set()
+    store.put_unreadable({7: "a/x.png"})                              # read again by another pass: one record
+    assert store.unreadable() == {3: None, 7: "a/x.png"}
+    assert store.done() == {("t", "p", 0)}                            # a record, not a unit
+    if kind == "sqlite":
+        other = UnitStore(tmp_path / "b")
+        other.put_unreadable({11: "b/y.png"})
+        store.merge_from(other)                                      # a shard's records join the merged store
+        assert store.unreadable() == {3: None, 7: "a/x.png", 11: "b/y.png"}
+        other.close()
+    store.close()
+
+
 def test_a_store_of_an_older_layout_is_refused_in_one_line(tmp_path):
     db = sqlite3.connect(tmp_path / "units.sqlite")
     db.execute("CREATE TABLE units (suite TEXT, part TEXT, chunk INTEGER, stats TEXT, seconds REAL, finished REAL)")

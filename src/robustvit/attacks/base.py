@@ -114,6 +114,28 @@ class Attack:
 
     # ---- public API -------------------------------------------------------------------------
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Attack a batch: the model in eval mode (every submodule's mode restored after), :meth:`perturb`, then
+        the result clipped to [0, 1] and, for ``bounded`` attacks, projected onto the ε-ball around ``x``.
+
+        Args:
+            x: clean images in [0, 1].
+            y: the true labels, or the target classes when ``targeted=True``.
+
+        Returns:
+            The adversarial images (detached; no gradient is left on the model's parameters).
+
+        Shape:
+            - x: :math:`(N, 3, H, W)` float in [0, 1].
+            - y: :math:`(N,)` integer class indices.
+            - Output: :math:`(N, 3, H, W)`, the dtype and device of ``x``.
+
+        Example:
+            >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10)).eval()
+            >>> x, y = torch.rand(4, 3, 8, 8), torch.tensor([0, 1, 2, 3])
+            >>> x_adv = create_attack("fgsm", net, eps="8/255")(x, y)
+            >>> x_adv.shape, bool((x_adv - x).abs().max() <= 8 / 255 + 1e-6)
+            (torch.Size([4, 3, 8, 8]), True)
+        """
         check_images(x, name="attack input")
         if y.shape != (x.shape[0],):
             raise RobustvitError(f"labels must have shape ({x.shape[0]},), got {tuple(y.shape)}")
@@ -125,7 +147,31 @@ class Attack:
         return self.project(x, x_adv.detach()) if self.bounded else x_adv.detach().clamp(0, 1)
 
     def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The algorithm: return adversarial images for clean ``x`` (model already in eval mode)."""
+        """The algorithm, which a subclass writes; call the attack (:meth:`__call__`) rather than this.
+
+        Args:
+            x: clean images in [0, 1], detached.
+            y: long labels (or targets) on the device of ``x``.
+
+        Returns:
+            Adversarial images; ``__call__`` clips and projects them, so this may return points outside the ball.
+
+        Shape:
+            - x: :math:`(N, 3, H, W)`.
+            - y: :math:`(N,)`.
+            - Output: :math:`(N, 3, H, W)`.
+
+        Example:
+            >>> class Noise(Attack):          # uniform noise in the ε-ball (left unregistered here)
+            ...     name = "noise_example"
+            ...     def perturb(self, x, y):
+            ...         return self.random_start(x, self.generator(x.device))
+            >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10)).eval()
+            >>> x = torch.rand(2, 3, 8, 8)
+            >>> x_adv = Noise(net, eps=0.1)(x, torch.zeros(2, dtype=torch.long))
+            >>> bool((x_adv - x).abs().max() <= 0.1 + 1e-6)
+            True
+        """
         raise NotImplementedError
 
     def memory_factor(self, num_classes: int) -> int:
@@ -203,14 +249,49 @@ register_attack = ATTACKS.register
 
 
 def list_attacks(pattern: str | None = None) -> list[str]:
-    """Registered attack names, optionally filtered by a shell-style pattern such as ``"apgd*"``."""
+    """The registered attack names (aliases left out), sorted.
+
+    Args:
+        pattern: a shell-style filter such as ``"apgd*"``; None: every attack.
+
+    Returns:
+        The names :func:`create_attack` and ``robustvit eval --suite NAME`` take.
+
+    Example:
+        >>> list_attacks("apgd*")
+        ['apgd_ce', 'apgd_dlr', 'apgd_t']
+    """
     return ATTACKS.list(pattern)
 
 
 def create_attack(name: str, model: nn.Module, **kwargs: Any) -> Attack:
-    """Build a registered attack: ``create_attack("pgd", model, eps="4/255", steps=10)``; ``name`` may be an
-    alias (``"patch-fool"``). The keywords are the attack's ``Options`` (strings from a spec are typed; an
-    unknown key or a bad value is a one-line error)."""
+    """Build a registered attack on ``model``.
+
+    Args:
+        name: a name from :func:`list_attacks` or an alias (``"patch-fool"``).
+        model: a classifier taking images in [0, 1] (e.g. from ``create_model``); the attack switches it to
+            eval mode while it runs.
+        kwargs: the attack's ``Options`` (``robustvit list attacks --options``): ``eps``, ``norm``, ``targeted``,
+            ``seed`` and its own, e.g. PGD's ``steps``; strings as in a spec are typed (``eps="4/255"``); an
+            unknown key or a bad value is a one-line ``RobustvitError``.
+
+    Returns:
+        The attack: call it as ``attack(x, y)`` (:meth:`Attack.__call__`).
+
+    Shape:
+        - x: :math:`(N, 3, H, W)` float in [0, 1]; y: :math:`(N,)` labels (targets when ``targeted=True``).
+        - Output: :math:`(N, 3, H, W)`, within ε of ``x`` in ``norm`` for bounded attacks.
+
+    Example:
+        >>> model = create_model("vit_cifar_micro", num_classes=10)
+        >>> atk = create_attack("pgd", model, eps="4/255", steps=2)
+        >>> atk.settings()["step_size"] == 2.5 * (4 / 255) / 2
+        True
+        >>> x, y = torch.rand(2, 3, 32, 32), torch.tensor([3, 7])
+        >>> x_adv = atk(x, y)
+        >>> x_adv.shape, bool((x_adv - x).abs().max() <= 4 / 255 + 1e-6)
+        (torch.Size([2, 3, 32, 32]), True)
+    """
     return ATTACKS.get(name)(model, **kwargs)
 
 

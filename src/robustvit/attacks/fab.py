@@ -29,15 +29,16 @@ Registered attacks:
 
 Defaults as the reference (:class:`FAB.Options`).
 
-Example::
+Example (a minimum-norm attack: ``last_distance`` holds the L∞ distance it found per image, inf where none):
 
-    import torch
-    from robustvit.attacks import create_attack
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 10)).eval()
-    x = torch.rand(4, 3, 16, 16); y = model(x).argmax(1)
-    atk = create_attack("fab_t", model, eps="8/255", steps=20, n_target_classes=3)
-    x_adv = atk(x, y)
-    atk.last_distance        # minimal L∞ distances found (inf where none)
+>>> from robustvit.attacks import create_attack
+>>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10)).eval()
+>>> x = torch.rand(3, 3, 8, 8)
+>>> atk = create_attack("fab_t", net, eps="8/255", steps=20, n_target_classes=3)
+>>> x_adv = atk(x, net(x).argmax(1))
+>>> found = torch.isfinite(atk.last_distance)
+>>> bool((atk.last_distance[found] <= 8 / 255 + 1e-6).all())
+True
 """
 
 from __future__ import annotations

@@ -29,15 +29,16 @@ found, the clean image is returned.
 
 Defaults as the reference (:class:`Square.Options`).
 
-Example::
+Example (a score-based attack: it only calls the model; ``last_queries`` counts the calls per image, at most
+``n_queries + 1`` with one restart):
 
-    import torch
-    from robustvit.attacks import create_attack
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 10)).eval()
-    x = torch.rand(4, 3, 16, 16); y = model(x).argmax(1)
-    atk = create_attack("square", model, eps="8/255", n_queries=200, seed=1)
-    x_adv = atk(x, y)
-    atk.last_queries          # queries used per image
+>>> from robustvit.attacks import create_attack
+>>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 10, 8), torch.nn.Flatten()).eval()
+>>> images = torch.rand(4, 3, 8, 8)
+>>> square = create_attack("square", model, eps="8/255", n_queries=50, seed=1)
+>>> adv = square(images, model(images).argmax(1))
+>>> int(square.last_queries.max()) <= 51
+True
 """
 
 from __future__ import annotations

@@ -53,6 +53,14 @@ class ImageDataset(Dataset):
         return self.get_batch(index)
 
 
+class BatchedImageDataset(ImageDataset):
+    """A data set that reads whole batches (``get_batch`` is its own); one item is a batch of one."""
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x, y = self.get_batch(torch.tensor([int(i)]))
+        return x[0], int(y[0])
+
+
 def _read_items(read: Any, index: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
     """``read(i)`` for every index: on :data:`READ_THREADS` threads in the main process, one after the other in a
     DataLoader worker process (the workers are the parallelism there; threads in a worker lose to the GIL on small

@@ -326,17 +326,18 @@ class CorruptedOptions:
     severity: int | None = option(None, min=1, max=5, help="its severity 1-5 (required)")
 
 
-@register_source("imagenet_c", options=CorruptedOptions)
-def imagenet_c(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
-    """``imagenet_c:ROOT,corruption=NAME,severity=S`` — one unit of an ImageNet-C tree."""
-    return _source("imagenet-c", arg, options, resize, strict)
+def _register(name: str, layout: str, doc: str) -> None:
+    """Register ``name`` as a data source of :class:`CorruptedOptions`: one unit of a ``layout`` tree."""
+    def source(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
+        return _source(layout, arg, options, resize, strict)
+    source.__doc__ = doc
+    register_source(name, source, options=CorruptedOptions)
 
 
-@register_source("cifar_c", options=CorruptedOptions)
-def cifar_c(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
-    """``cifar_c:ROOT,corruption=NAME,severity=S`` — one severity of a CIFAR-10-C / CIFAR-100-C file."""
-    return _source("cifar-c", arg, options, resize, strict)
+_register("imagenet_c", "imagenet-c", "``imagenet_c:ROOT,corruption=NAME,severity=S`` — one unit of an ImageNet-C tree.")
+_register("cifar_c", "cifar-c", "``cifar_c:ROOT,corruption=NAME,severity=S`` — one severity of a CIFAR-10-C / "
+          "CIFAR-100-C file.")
 
 
 __all__ = ["CLASSES_FILE", "CifarCSource", "CorruptedSource", "ImageNetCSource", "LAYOUTS", "NpyImageDataset",
-           "cifar_c", "detect_layout", "imagenet_c", "open_corrupted", "read_classes_file"]
+           "detect_layout", "open_corrupted", "read_classes_file"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,23 +153,35 @@ class CocoOptions:
     size: int | None = option(None, min=1, help="image side (default: as stored)")
 
 
+def _pairs(source: str, arg: str, options: dict[str, Any], split: str, folders: tuple[str, str], layout: str,
+           images: Callable[[Path], Iterable[Path]], mask_of: Callable[[Path, Path, Path], Path], what: str,
+           ) -> tuple[str, list[tuple[str, str]], list[str]]:
+    """The ``split``'s (image, mask) paths below ``ROOT/<folders[0]>/<split>`` and ``ROOT/<folders[1]>/<split>``
+    (``mask_of(image, image_dir, mask_dir)``; one-line errors for a missing folder or mask) and the images'
+    relative paths; ``options`` must hold nothing but ``split`` once ``size`` is taken."""
+    split = str(options.pop("split", split))
+    _no_more(options, source)
+    img_dir, mask_dir = Path(arg) / folders[0] / split, Path(arg) / folders[1] / split
+    if not img_dir.is_dir() or not mask_dir.is_dir():
+        raise RobustvitError(f"{source}:{arg} needs {img_dir} and {mask_dir} ({layout})")
+    samples, rel = [], []
+    for p in sorted(images(img_dir)):
+        m = mask_of(p, img_dir, mask_dir)
+        if not m.is_file():
+            raise RobustvitError(f"{source}: no {what} {m} for {p}")
+        samples.append((str(p), str(m)))
+        rel.append(str(p.relative_to(img_dir)))
+    return split, samples, rel
+
+
 @register_source("cityscapes", options=SegmentationOptions)
 def cityscapes(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``cityscapes:ROOT[,split=val,size=N]`` — Cityscapes fine annotations, 19 train-id classes."""
-    root, split = Path(arg), str(options.pop("split", "val"))
     size, native = _size(options, resize)
-    _no_more(options, "cityscapes")
-    img_dir, gt_dir = root / "leftImg8bit" / split, root / "gtFine" / split
-    if not img_dir.is_dir() or not gt_dir.is_dir():
-        raise RobustvitError(f"cityscapes:{arg} needs {img_dir} and {gt_dir} (torchvision's Cityscapes layout)")
-    samples, rel = [], []
-    for p in sorted(img_dir.rglob("*_leftImg8bit.png")):
-        stem = p.name[: -len("_leftImg8bit.png")]
-        m = gt_dir / p.parent.name / f"{stem}_gtFine_labelIds.png"
-        if not m.is_file():
-            raise RobustvitError(f"cityscapes: no label file {m} for {p}")
-        samples.append((str(p), str(m)))
-        rel.append(str(p.relative_to(img_dir)))
+    split, samples, rel = _pairs(
+        "cityscapes", arg, options, "val", ("leftImg8bit", "gtFine"), "torchvision's Cityscapes layout",
+        lambda d: d.rglob("*_leftImg8bit.png"),
+        lambda p, _, gt: gt / p.parent.name / f"{p.name[: -len('_leftImg8bit.png')]}_gtFine_labelIds.png", "label file")
     return SegmentationFileDataset(samples, rel, list(CITYSCAPES_CLASSES), f"cityscapes:{arg},split={split}", size,
                                    _lut(CITYSCAPES_TRAIN_IDS), native)
 
@@ -188,21 +201,14 @@ def _ade_names(root: Path) -> list[str]:
 @register_source("ade20k", options=SegmentationOptions)
 def ade20k(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``ade20k:ROOT[,split=validation,size=N]`` — ADE20K SceneParsing, 150 classes (0 = other → ignored)."""
-    root, split = Path(arg), str(options.pop("split", "validation"))
     size, native = _size(options, resize)
-    _no_more(options, "ade20k")
-    img_dir, ann_dir = root / "images" / split, root / "annotations" / split
-    if not img_dir.is_dir() or not ann_dir.is_dir():
-        raise RobustvitError(f"ade20k:{arg} needs {img_dir} and {ann_dir} (the ADEChallengeData2016 layout)")
-    samples, rel = [], []
-    for p in sorted(q for q in img_dir.rglob("*") if q.suffix.lower() in IMAGE_EXTENSIONS):
-        m = ann_dir / p.relative_to(img_dir).with_suffix(".png")
-        if not m.is_file():
-            raise RobustvitError(f"ade20k: no annotation {m} for {p}")
-        samples.append((str(p), str(m)))
-        rel.append(str(p.relative_to(img_dir)))
+    split, samples, rel = _pairs(
+        "ade20k", arg, options, "validation", ("images", "annotations"), "the ADEChallengeData2016 layout",
+        lambda d: (q for q in d.rglob("*") if q.suffix.lower() in IMAGE_EXTENSIONS),
+        lambda p, img, ann: ann / p.relative_to(img).with_suffix(".png"), "annotation")
     lut = _lut({k: k - 1 for k in range(1, 151)})
-    return SegmentationFileDataset(samples, rel, _ade_names(root), f"ade20k:{arg},split={split}", size, lut, native)
+    return SegmentationFileDataset(samples, rel, _ade_names(Path(arg)), f"ade20k:{arg},split={split}", size, lut,
+                                   native)
 
 
 # ---------------------------------------------------------------- stored corruptions

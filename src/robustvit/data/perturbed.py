@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from robustvit.corruptions.perturbations import PERTURBATION_GROUPS, is_noise
-from robustvit.data.base import ImageDataset
+from robustvit.data.base import BatchedImageDataset
 from robustvit.errors import RobustvitError
 
 #: The noise perturbations, whose stronger difficulties have their own files (``_2``, ``_3``).
@@ -61,7 +61,7 @@ class PerturbationSource:
         raise NotImplementedError
 
 
-class SequenceDataset(ImageDataset):
+class SequenceDataset(BatchedImageDataset):
     """A :class:`PerturbationSource` as a data set, for ``robustvit.data.loader``: item ``i`` is sequence ``i``,
     ``get_batch`` gives float frames (n, T, 3, H, W) and ``read_batch`` the uint8 ones, decoded in the loader's
     worker processes (ImageNet-P's videos) instead of inside a unit."""
@@ -73,10 +73,6 @@ class SequenceDataset(ImageDataset):
 
     def __len__(self) -> int:
         return len(self.source)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        x, y = self.get_batch(torch.tensor([int(i)]))
-        return x[0], int(y[0])
 
     def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.source.get_sequences(index)

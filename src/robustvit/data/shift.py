@@ -190,30 +190,19 @@ class ShiftOptions:
     crop_pct: float | None = option(None, min=0.0, max=1.0, help="centre-crop fraction (default: the model's)")
 
 
-@register_source("imagenet_r", options=ShiftOptions)
-def imagenet_r(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
-    """``imagenet_r:/path`` — ImageNet-R (200 wnid folders; labels = ImageNet-1k indices)."""
-    return _source("imagenet_r", arg, options, resize, strict)
+def _register(name: str, doc: str) -> None:
+    """Register ``name`` as a data source of :class:`ShiftOptions` that loads :func:`load_shift_dataset`."""
+    def source(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
+        return _source(name, arg, options, resize, strict)
+    source.__doc__ = doc
+    register_source(name, source, options=ShiftOptions)
 
 
-@register_source("imagenet_a", options=ShiftOptions)
-def imagenet_a(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
-    """``imagenet_a:/path`` — ImageNet-A (200 wnid folders; labels = ImageNet-1k indices)."""
-    return _source("imagenet_a", arg, options, resize, strict)
+_register("imagenet_r", "``imagenet_r:/path`` — ImageNet-R (200 wnid folders; labels = ImageNet-1k indices).")
+_register("imagenet_a", "``imagenet_a:/path`` — ImageNet-A (200 wnid folders; labels = ImageNet-1k indices).")
+_register("imagenet_sketch", "``imagenet_sketch:/path`` — ImageNet-Sketch (1000 wnid folders).")
+_register("imagenet_v2", "``imagenet_v2:/path`` — ImageNet-V2 (folders 0 … 999; label = the folder's integer).")
 
 
-@register_source("imagenet_sketch", options=ShiftOptions)
-def imagenet_sketch(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
-    """``imagenet_sketch:/path`` — ImageNet-Sketch (1000 wnid folders)."""
-    return _source("imagenet_sketch", arg, options, resize, strict)
-
-
-@register_source("imagenet_v2", options=ShiftOptions)
-def imagenet_v2(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
-    """``imagenet_v2:/path`` — ImageNet-V2 (folders 0 … 999; label = the folder's integer)."""
-    return _source("imagenet_v2", arg, options, resize, strict)
-
-
-__all__ = ["DEFAULT_FOLDERS", "SHIFT_SETS", "ShiftInfo", "imagenet_a", "imagenet_r", "imagenet_sketch", "imagenet_v2",
-           "imagenet_wnids", "load_classlist", "load_shift_dataset", "resolve_root", "shift_samples", "subset_indices",
-           "subset_wnids"]
+__all__ = ["DEFAULT_FOLDERS", "SHIFT_SETS", "ShiftInfo", "imagenet_wnids", "load_classlist", "load_shift_dataset",
+           "resolve_root", "shift_samples", "subset_indices", "subset_wnids"]

@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from robustvit.data.base import ImageDataset, to_float
+from robustvit.data.base import BatchedImageDataset, to_float
 from robustvit.errors import RobustvitError
 from robustvit.utils import derive_seed
 
@@ -258,7 +258,7 @@ def render_synthshapes(count: int, size: int = 32, seed: int = 0, classes: int =
     return x[:count], y, t
 
 
-class SynthShapesDataset(ImageDataset):
+class SynthShapesDataset(BatchedImageDataset):
     """synthshapes generated on demand: a batch renders only the chunks its images fall in, and rendered
     chunks are kept (shuffled training revisits them), so ``--limit 50`` at 224 px renders one chunk, not the
     whole split. Image ``i`` is the same as ``render_synthshapes(...)[0][i]``.
@@ -287,10 +287,6 @@ class SynthShapesDataset(ImageDataset):
 
     def __len__(self) -> int:
         return len(self.labels)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        x, y = self.get_batch(torch.tensor([int(i)]))
-        return x[0], int(y[0])
 
     def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = self.read_batch(index)

@@ -232,12 +232,14 @@ def _evaluate_model(run: _Run, key: str, loaders: "_Loaders") -> dict[str, dict[
     try:
         model.micro_batch = cfg.batch_size if cfg.batch_size < chunk else None
         plans = [suite.plan(ctx) for suite in run.suites]
-        _run_units(ctx, store, run.suites, plans, run.keys, run.dataset(key), cfg,
+        passes = _passes(ctx, run.suites, plans, run.dataset(key), cfg)
+        _run_units(ctx, store, run.suites, plans, run.keys, run.dataset(key), passes, cfg,
                    Worker.of(run.rank, run.world, run.shard), chunk, loaders, show=cfg.progress and run.rank == 0)
         barrier()
         if run.rank != 0 or run.shard is not None:
             return {}
-        doc = keep_finished(run.out(key), _finalize(ctx, store, run, plans, chunk))
+        counted = _counted_images(passes, plans, run.keys, chunk)
+        doc = keep_finished(run.out(key), _finalize(ctx, store, run, plans, chunk, counted))
         write_results(run.out(key), doc)
         return {key: doc}
     finally:
@@ -309,14 +311,16 @@ def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None
         store, chunk = run.open_store(key)
         try:
             plans = [suite.plan(ctx) for suite in run.suites]
-            for p in _passes(ctx, run.suites, plans, run.dataset(key), run.cfg):
+            passes = _passes(ctx, run.suites, plans, run.dataset(key), run.cfg)
+            for p in passes:
                 nchunks, _, units = _pass_units(p, plans, run.keys, chunk)
                 lost = pending_chunks(store, nchunks, units)
                 if lost:
                     raise RobustvitError(f"the shards lack {sum(len(u) for _, u in lost)} units of {key} "
                                          f"({lost[0][1][0][0]}, chunk {lost[0][0]}); re-run the unfinished shards, "
                                          "then merge")
-            doc = keep_finished(run.out(key), _finalize(ctx, store, run, plans, chunk))
+            counted = _counted_images(passes, plans, run.keys, chunk)
+            doc = keep_finished(run.out(key), _finalize(ctx, store, run, plans, chunk, counted))
         finally:
             store.close()
         doc["run"]["shard"] = shards
@@ -392,7 +396,7 @@ class _Pass:
     images: torch.Tensor
     members: dict[int, int | None]
     tag: str
-    data_part: str | None = None   # counts the run's images read (results.json ``data``) under this part
+    counts_data: bool = False      # its images are those results.json's ``data`` counts
 
 
 def _passes(ctx: EvalContext, suites: list[Suite], plans: list[Plan], dataset: ImageDataset,
@@ -440,7 +444,7 @@ def _passes(ctx: EvalContext, suites: list[Suite], plans: list[Plan], dataset: I
         group = ([main] if main.members else []) + list(extra.values())
         if ds is dataset and group:        # the widest pass counts the run's images (and the unreadable ones)
             widest = main if main.members else max(extra.values(), key=lambda p: len(p.images))
-            widest.data_part = "all" if main.members else f"sample:{len(widest.images)}"
+            widest.counts_data = True
         passes += group
     return passes
 
@@ -448,25 +452,35 @@ def _passes(ctx: EvalContext, suites: list[Suite], plans: list[Plan], dataset: I
 def _pass_units(p: _Pass, plans: list[Plan], keys: list[str], b: int
                 ) -> tuple[int, dict[int, int], Callable[[int], list[Unit]]]:
     """A pass's chunk count, each member's image count, and ``units(c)``: chunk c's units (those of the suites
-    whose images reach it, and the run's ``_data`` count)."""
+    whose images reach it)."""
     sizes = {i: len(p.images) if m is None else min(m, len(p.images)) for i, m in p.members.items()}
 
     def units(c: int) -> list[Unit]:
-        todo = [(keys[i], part) for i in p.members if c * b < sizes[i] for part in plans[i].parts]
-        return todo + ([("_data", p.data_part)] if p.data_part is not None else [])
+        return [(keys[i], part) for i in p.members if c * b < sizes[i] for part in plans[i].parts]
     return math.ceil(max(sizes.values()) / b), sizes, units
 
 
+def _counted_images(passes: list[_Pass], plans: list[Plan], keys: list[str], b: int) -> torch.Tensor:
+    """The images of the run's data set that results.json's ``data`` counts: those its widest pass reads (every
+    one was read by a chunk whose units are stored, and its unreadable files recorded with them)."""
+    for p in passes:
+        if p.counts_data:
+            _, sizes, _ = _pass_units(p, plans, keys, b)
+            return p.images[:max(sizes.values())]
+    return torch.empty(0, dtype=torch.long)
+
+
 def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], plans: list[Plan], keys: list[str],
-               dataset: ImageDataset, cfg: EvalConfig, worker: Worker, chunk: int, loaders: "_Loaders", *,
-               show: bool = False) -> None:
-    """Evaluate every unit not yet in the store that ``worker`` owns, pass by pass (:func:`_passes`), on the run
-    engine's scheduler. Chunk ``c`` of a pass holds its images c·B … (c+1)·B−1; ``Batch.index`` is each image's
+               dataset: ImageDataset, passes: list[_Pass], cfg: EvalConfig, worker: Worker, chunk: int,
+               loaders: "_Loaders", *, show: bool = False) -> None:
+    """Evaluate every unit not yet in the store that ``worker`` owns, pass by pass (``passes``, :func:`_passes`),
+    on the run engine's scheduler; the run's images that cannot be read are recorded in the store with the chunk
+    that read them. Chunk ``c`` of a pass holds its images c·B … (c+1)·B−1; ``Batch.index`` is each image's
     position in the pass (0 = the suite's first image), ``Batch.data_index`` its index in the data set."""
     b = chunk
     index = {k: i for i, k in enumerate(keys)}
     precision = [suite_precision(cfg.precision, ctx.device, s) for s in suites]
-    for group in _passes(ctx, suites, plans, dataset, cfg):
+    for group in passes:
         ds, images = group.dataset, group.images
         nchunks, sizes, units = _pass_units(group, plans, keys, b)
         span = max(sizes.values())                  # images read: up to the largest member's
@@ -502,17 +516,14 @@ def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], plans: l
                 yield from part_work(y, c, pending, pos, ids)
                 return
             keep = y != UNREADABLE
-            for task, part in pending:
-                if task == "_data":
-                    bad = ids[~keep].tolist()
-                    files = [ds.samples[j][0] for j in bad][:20] if hasattr(ds, "samples") else []
-                    yield (task, part), {"n": int(len(y)), "unreadable": len(bad), "files": files}
             if not bool(keep.all()):        # labels are on the CPU: no synchronisation
+                if ds is dataset:
+                    samples = getattr(ds, "samples", None)
+                    store.put_unreadable({j: samples[j][0] if samples is not None else None
+                                          for j in ids[~keep].tolist()})
                 x, y, ids, pos = x[keep.to(x.device)], y[keep], ids[keep], pos[keep]
             y = y.to(ctx.device, non_blocking=True)
             for task, part in pending:
-                if task == "_data":
-                    continue
                 i = index[task]
                 sel = pos < sizes[i]
                 dev = sel.to(x.device)
@@ -598,14 +609,16 @@ class _Loaders:
         self.part_loaders.clear()
 
 
-def _finalize(ctx: EvalContext, store: UnitStore, run: _Run, plans: list[Plan], chunk: int) -> dict[str, Any]:
-    """The model's results.json document, from its store: each suite's ``finalize`` on its summed statistics."""
+def _finalize(ctx: EvalContext, store: UnitStore, run: _Run, plans: list[Plan], chunk: int,
+              counted: torch.Tensor) -> dict[str, Any]:
+    """The model's results.json document, from its store: each suite's ``finalize`` on its summed statistics, and
+    the ``data`` record of the images ``counted`` (:func:`_counted_images`) with the unreadable ones the store
+    holds."""
     cfg, suites, keys, dataset = run.cfg, run.suites, run.keys, ctx.dataset
     world, source = run.world, run.sources[ctx.model_name]
-    data_units = store.stats("_data")      # one part: "all", or "sample:N" when every suite drew its own sample
-    data_items = data_units.get("all") or next(iter(data_units.values()), [])
-    data_stats = sum_stats([{k: v for k, v in s.items() if k != "files"} for s in data_items])   # counts only
-    files = [f for s in data_items for f in s.get("files", [])][:20]
+    unreadable = store.unreadable()
+    bad = [j for j in counted.tolist() if j in unreadable]
+    files = [f for f in (unreadable[j] for j in bad) if f is not None][:20]
     suites_out: dict[str, Any] = {}
     for suite, plan, key in zip(suites, plans, keys):
         stats = {part: sum_stats(items) for part, items in store.stats(key).items()}
@@ -622,9 +635,8 @@ def _finalize(ctx: EvalContext, store: UnitStore, run: _Run, plans: list[Plan], 
                      world_size=world, batch_size=cfg.batch_size, chunk_size=chunk, precision=cfg.precision,
                      compile=cfg.compile, deterministic=cfg.deterministic, decode=cfg.decode, limit=cfg.limit,
                      options={k: v for k, v in cfg.options.items() if v is not None}, shard=None)
-    n, bad = int(data_stats.get("n", 0)), int(data_stats.get("unreadable", 0))
-    data = {"spec": cfg.data, "num_images": n - bad, "num_unreadable": bad, "unreadable_files": files,
-            "num_classes": dataset.num_classes, "subset": ctx.subset.record() if ctx.subset else None}
+    data = {"spec": cfg.data, "num_images": len(counted) - len(bad), "num_unreadable": len(bad),
+            "unreadable_files": files, "num_classes": dataset.num_classes, "subset": ctx.subset.record() if ctx.subset else None}
     record = model_record(ctx.model, ctx.model_name, _source(source, ctx.model), cfg.class_map,
                           resize=getattr(dataset, "resize", None))
     if cfg.flops:

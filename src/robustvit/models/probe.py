@@ -136,7 +136,24 @@ def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-class ViTProbe:
+class _Tokens:
+    """The token layout both probes report: ``num_prefix_tokens`` (CLS, registers) then a ``grid_size`` grid."""
+
+    num_prefix_tokens: int
+    grid_size: tuple[int, int] | None
+
+    @property
+    def num_tokens(self) -> int:
+        assert self.grid_size is not None
+        return self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
+
+    @property
+    def patch_tokens(self) -> slice:
+        """The patch tokens of a probed sequence: ``tokens[:, probe.patch_tokens]``."""
+        return slice(self.num_prefix_tokens, None)
+
+
+class ViTProbe(_Tokens):
     """Run a ViT block by block. ``model``: a ``Normalized`` wrapper or a bare timm ViT (then inputs
     are passed to it as they are). ``check``: verify against the model's own forward on the first batch of
     each input size (see :meth:`verify`)."""
@@ -229,16 +246,6 @@ class ViTProbe:
         if kind == "parallel_things":
             return int(sum(getattr(b.attn, "num_heads", 1) for b in blk.attns))
         return int(getattr(blk.attn, "num_heads", 1))
-
-    @property
-    def num_tokens(self) -> int:
-        assert self.grid_size is not None
-        return self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
-
-    @property
-    def patch_tokens(self) -> slice:
-        """The patch tokens of a probed sequence: ``tokens[:, probe.patch_tokens]``."""
-        return slice(self.num_prefix_tokens, None)
 
     # ---- embedding and head -----------------------------------------------------------------------
     def embed(self, x: torch.Tensor) -> torch.Tensor:
@@ -610,7 +617,7 @@ def attention_module(blk: nn.Module) -> nn.Module | None:
     return getattr(blk, "attn", None)
 
 
-class BlockProbe:
+class BlockProbe(_Tokens):
     """Per-block outputs, attention maps and removals for models that ``ViTProbe`` does not run itself.
 
     Representations are (N, T, D): transformer tokens, Swin's (N, H, W, C) and a CNN's (N, C, H, W) as
@@ -661,16 +668,6 @@ class BlockProbe:
         self.has_class_token = inside and self.num_prefix_tokens > 0 and getattr(self.net, "cls_token", None) is not None
         reg = getattr(self.net, "reg_token", None)
         self.num_registers = int(reg.shape[1]) if inside and isinstance(reg, torch.Tensor) else 0
-
-    @property
-    def num_tokens(self) -> int:
-        assert self.grid_size is not None
-        return self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
-
-    @property
-    def patch_tokens(self) -> slice:
-        """The patch tokens of a probed sequence: ``tokens[:, probe.patch_tokens]``."""
-        return slice(self.num_prefix_tokens, None)
 
     def verify(self, x: torch.Tensor) -> dict[str, float]:
         """The hooks run the model's own forward: exact by construction; only the logits are compared (in float32)."""
@@ -824,10 +821,8 @@ def probe_input(model: nn.Module, n: int = 2) -> torch.Tensor | None:
     return x.to(device=dev, dtype=dt)
 
 
-def make_probe(model: nn.Module) -> ViTProbe | BlockProbe:
-    """``ViTProbe`` where it reproduces the model exactly — checked at once on a seeded probe batch at the
-    model's input size — else ``BlockProbe`` (hooks on the model's own forward: XCiT, Swin, FAN, CNNs, and
-    any ViT whose blocks the ViT probe does not reproduce)."""
+def _checked_vit_probe(model: nn.Module) -> ViTProbe | None:
+    """``ViTProbe(model)`` once it reproduced the model on a seeded probe batch at its input size, else None."""
     try:
         probe = ViTProbe(model)
         x = probe_input(model)
@@ -835,16 +830,17 @@ def make_probe(model: nn.Module) -> ViTProbe | BlockProbe:
             probe.verify(x)
         return probe
     except RobustvitError:
-        return BlockProbe(model)
+        return None
+
+
+def make_probe(model: nn.Module) -> ViTProbe | BlockProbe:
+    """``ViTProbe`` where it reproduces the model exactly — checked at once on a seeded probe batch at the
+    model's input size — else ``BlockProbe`` (hooks on the model's own forward: XCiT, Swin, FAN, CNNs, and
+    any ViT whose blocks the ViT probe does not reproduce)."""
+    probe = _checked_vit_probe(model)
+    return probe if probe is not None else BlockProbe(model)
 
 
 def is_probeable(model: nn.Module) -> bool:
     """Whether ``ViTProbe`` supports ``model`` and reproduces it (self-check on a seeded probe batch)."""
-    try:
-        probe = ViTProbe(model)
-        x = probe_input(model)
-        if x is not None:
-            probe.verify(x)
-        return True
-    except RobustvitError:
-        return False
+    return _checked_vit_probe(model) is not None

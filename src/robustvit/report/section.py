@@ -88,6 +88,26 @@ class _Registered:
         return self.fn(key, results)
 
 
+def key_stem(key: str, family: str) -> str:
+    """A figure's file stem for suite ``key`` of ``family`` (``"corruptions:severities=3"`` →
+    ``"corruptions_severities_3"``)."""
+    return family if key == family else family + "_" + "".join(
+        c if c.isalnum() else "_" for c in key[len(family):]).strip("_")
+
+
+def suite_runs(key: str, results: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """``(model name, suite result)`` of every run in ``results`` that holds suite ``key``."""
+    return [(r["model"]["name"], r["suites"][key]) for r in results if isinstance(r["suites"].get(key), dict)]
+
+
+def row_names(runs: list[tuple[str, dict[str, Any]]], field: str) -> list[str]:
+    """The keys of every run's ``field`` mapping, in the order first seen (the rows of a side-by-side table)."""
+    names: list[str] = []
+    for _, s in runs:
+        names += [n for n in (s.get(field) or {}) if n not in names]
+    return names
+
+
 def md_table(header: list[str], rows: list[list[Any]]) -> str:
     fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else ("–" if v is None else str(v))  # noqa: E731
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -96,4 +116,4 @@ def md_table(header: list[str], rows: list[list[Any]]) -> str:
 
 
 __all__ = ["EXTRA_SECTIONS", "GROUPS", "SECTIONS", "Figure", "Group", "Renderer", "Section", "SectionOptions",
-           "md_table", "register_extra_section", "register_section"]
+           "key_stem", "md_table", "register_extra_section", "register_section", "row_names", "suite_runs"]

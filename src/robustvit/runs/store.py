@@ -2,11 +2,13 @@
 
 A unit is (task, part, chunk) — a suite or an analysis, an independent piece of it (a corruption × severity,
 a lesioned block), and a chunk of images — holding JSON statistics that are additive over chunks (counts and
-sums, not means). Re-running the same command skips stored units, so a run killed even with SIGKILL loses at
-most the work in flight: the chunk being run (:meth:`UnitStore.chunk` commits its units in one transaction when
-it ends; a :meth:`UnitStore.put` outside one commits at once). The file is in WAL mode with
-``synchronous=NORMAL``: a commit costs no fsync (the WAL is synced at checkpoints), a killed process loses no
-committed unit, and a power cut or an OS crash may roll back the last commits but never corrupts the file.
+sums, not means). Beside the units, the store records facts about the run's data: its images that could not be
+read (:meth:`UnitStore.put_unreadable`), committed with the chunk that read them. Re-running the same command
+skips stored units, so a run killed even with SIGKILL loses at most the work in flight: the chunk being run
+(:meth:`UnitStore.chunk` commits its units in one transaction when it ends; a :meth:`UnitStore.put` outside one
+commits at once). The file is in WAL mode with ``synchronous=NORMAL``: a commit costs no fsync (the WAL is synced
+at checkpoints), a killed process loses no committed unit, and a power cut or an OS crash may roll back the last
+commits but never corrupts the file.
 Several processes (``torchrun`` ranks) write to it at once and share out the chunks by *claims*
 (:meth:`UnitStore.claim`); a shard (``--shard K/N``) writes its own file, and :meth:`UnitStore.merge_from`
 joins them.
@@ -33,6 +35,7 @@ RUN_SCOPE = "run"
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
 _COLUMNS = ("task", "part", "chunk", "stats", "seconds", "finished", "worker")
 _INSERT = "INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?, ?)"
+_INSERT_UNREADABLE = "INSERT OR REPLACE INTO unreadable VALUES (?, ?)"
 
 
 def now() -> str:
@@ -63,7 +66,7 @@ class UnitStore:
     def __init__(self, directory: str | Path, name: str = DB_NAME) -> None:
         self.path = Path(directory) / name
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._rows: list[tuple[Any, ...]] | None = None        # the open chunk's units (None: none open)
+        self._rows: list[tuple[str, tuple[Any, ...]]] | None = None   # the open chunk's writes (None: none open)
         self.db = sqlite3.connect(self.path, timeout=120, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")           # per connection: no fsync per commit under WAL
@@ -76,6 +79,7 @@ class UnitStore:
         self.db.execute("CREATE TABLE IF NOT EXISTS fingerprints (scope TEXT PRIMARY KEY, value TEXT)")
         self.db.execute("CREATE TABLE IF NOT EXISTS units (task TEXT, part TEXT, chunk INTEGER, stats TEXT, "
                         "seconds REAL, finished REAL, worker TEXT, PRIMARY KEY (task, part, chunk))")
+        self.db.execute("CREATE TABLE IF NOT EXISTS unreadable (idx INTEGER PRIMARY KEY, file TEXT)")
         self.db.execute("CREATE TABLE IF NOT EXISTS claims (tag TEXT, chunk INTEGER, worker TEXT, "
                         "PRIMARY KEY (tag, chunk))")
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('started', ?)", (now(),))
@@ -118,11 +122,13 @@ class UnitStore:
     def put(self, task: str, part: str, chunk: int, stats: Any, seconds: float, worker: str = "") -> None:
         """Store a unit: committed at once, or inside :meth:`chunk` with the chunk's other units when it ends.
         Tensors in ``stats`` are stored as plain numbers (:func:`to_plain`)."""
-        row = (task, part, int(chunk), _dumps(stats), float(seconds), time.time(), worker)
+        self._put(_INSERT, (task, part, int(chunk), _dumps(stats), float(seconds), time.time(), worker))
+
+    def _put(self, sql: str, row: tuple[Any, ...]) -> None:
         if self._rows is not None:
-            self._rows.append(row)
+            self._rows.append((sql, row))
         else:
-            self.db.execute(_INSERT, row)
+            self.db.execute(sql, row)
 
     @contextmanager
     def chunk(self) -> Iterator[None]:
@@ -144,10 +150,11 @@ class UnitStore:
         rows, self._rows = self._rows, None
         self._write(rows)
 
-    def _write(self, rows: list[tuple[Any, ...]]) -> None:
+    def _write(self, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
         if rows:
             with self.transaction():
-                self.db.executemany(_INSERT, rows)
+                for sql, row in rows:
+                    self.db.execute(sql, row)
 
     def get(self, task: str, part: str, chunk: int) -> Any:
         row = self.db.execute("SELECT stats FROM units WHERE task=? AND part=? AND chunk=?",
@@ -164,6 +171,17 @@ class UnitStore:
     def seconds(self, task: str) -> float:
         row = self.db.execute("SELECT SUM(seconds) FROM units WHERE task=?", (task,)).fetchone()
         return float(row[0] or 0.0)
+
+    # ------------------------------------------------------------------ data facts
+    def put_unreadable(self, images: dict[int, str | None]) -> None:
+        """Record images of the run's data set that could not be read: {index in the data set: its file, None where
+        the data set has no files}; committed with the chunk's units inside :meth:`chunk`, else at once."""
+        for idx, file in images.items():
+            self._put(_INSERT_UNREADABLE, (int(idx), file))
+
+    def unreadable(self) -> dict[int, str | None]:
+        """Every image recorded by :meth:`put_unreadable`: {index in the data set: file or None}."""
+        return dict(self.db.execute("SELECT idx, file FROM unreadable"))
 
     # ------------------------------------------------------------------ claims
     def claim(self, tag: str, chunk: int, worker: str) -> bool:
@@ -186,13 +204,14 @@ class UnitStore:
 
     # ------------------------------------------------------------------ shards
     def merge_from(self, other: "UnitStore") -> int:
-        """Copy ``other``'s units here (a shard's): fingerprints must agree; returns the units copied. The
-        earlier ``started`` of the two is kept."""
+        """Copy ``other``'s units and data facts here (a shard's): fingerprints must agree; returns the units
+        copied. The earlier ``started`` of the two is kept."""
         for scope, text in other.db.execute("SELECT scope, value FROM fingerprints"):
             self.check_fingerprint(json.loads(text), scope)
         rows = other.db.execute(f"SELECT {', '.join(_COLUMNS)} FROM units").fetchall()
         with self.transaction():
             self.db.executemany(_INSERT, rows)
+            self.db.executemany(_INSERT_UNREADABLE, other.db.execute("SELECT idx, file FROM unreadable").fetchall())
         started = [s for s in (self.meta("started"), other.meta("started")) if s]
         if started:
             self.set_meta("started", min(started))
@@ -226,6 +245,7 @@ class MemoryStore(UnitStore):
         self.prints: dict[str, str] = {}
         self.info: dict[str, str] = {"started": now()}
         self.held: dict[tuple[str, int], str] = {}
+        self.bad: dict[int, str | None] = {}
 
     def check_fingerprint(self, fingerprint: dict[str, Any], scope: str = RUN_SCOPE) -> None:
         pass
@@ -248,6 +268,12 @@ class MemoryStore(UnitStore):
     @contextmanager
     def chunk(self) -> Iterator[None]:
         yield
+
+    def put_unreadable(self, images: dict[int, str | None]) -> None:
+        self.bad.update({int(k): v for k, v in images.items()})
+
+    def unreadable(self) -> dict[int, str | None]:
+        return dict(self.bad)
 
     def claim(self, tag: str, chunk: int, worker: str) -> bool:
         if (tag, int(chunk)) in self.held:

@@ -52,6 +52,7 @@ From Python (any model, no CLI): :func:`evaluate_dense`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -189,6 +190,19 @@ class _DenseCorruptions(Suite):
             for i, yi in zip(g, y):
                 out[i] = yi
         return out
+
+    def _per_unit(self, stats: dict[str, dict[str, Any]], score: Callable[[dict[str, Any] | None], Any],
+                  metrics: tuple[str, ...]) -> list[dict[str, dict[str, float | None]]]:
+        """Per metric, ``{corruption: {severity: value}}`` from ``score`` of every unit's stats (None if unscored)."""
+        tables: list[dict[str, dict[str, float | None]]] = [{} for _ in metrics]
+        for name in self.names:
+            for t in tables:
+                t[name] = {}
+            for s in self.severities_of(name):
+                r = score(stats.get(f"{name}/{s}"))
+                for t, m in zip(tables, metrics):
+                    t[name][str(s)] = r and r[m]
+        return tables
 
     def _common(self, n: int) -> dict[str, Any]:
         return {"severities": list(self.severities), "corruptions": list(self.names) if self.corrupted else [],
@@ -334,14 +348,7 @@ class _Segmentation(_DenseCorruptions):
                    stride=list(self._strides(*inp)) if self.inference == "slide" and inp else self.stride)
         if not self.corrupted:
             return {**out, **self._common(n)}
-        miou: dict[str, dict[str, float | None]] = {}
-        pacc: dict[str, dict[str, float | None]] = {}
-        for name in self.names:
-            miou[name], pacc[name] = {}, {}
-            for s in self.severities_of(name):
-                r = self.scores(stats.get(f"{name}/{s}"), k)
-                miou[name][str(s)] = r and r["miou"]
-                pacc[name][str(s)] = r and r["pixel_accuracy"]
+        miou, pacc = self._per_unit(stats, lambda st: self.scores(st, k), ("miou", "pixel_accuracy"))
         per_corr = {nm: mean_or_none(list(v.values())) if v else None for nm, v in miou.items()}
         mean = mean_or_none([v for v in per_corr.values()])
         cats = {c: mean_or_none([per_corr[nm] for nm in names if nm in per_corr])
@@ -413,13 +420,7 @@ class _Detection(_DenseCorruptions):
                                "clean_map_75": clean and clean["map_75"], "clean_stats": clean and clean["stats"]}
         if not self.corrupted:
             return {**out, **self._common(n)}
-        m: dict[str, dict[str, float | None]] = {}
-        m50: dict[str, dict[str, float | None]] = {}
-        for name in self.names:
-            m[name], m50[name] = {}, {}
-            for s in self.severities:
-                r = self.scores(ds, stats.get(f"{name}/{s}"))
-                m[name][str(s)], m50[name][str(s)] = r and r["map"], r and r["map_50"]
+        m, m50 = self._per_unit(stats, lambda st: self.scores(ds, st), ("map", "map_50"))
         per_corr = {nm: mean_or_none(list(v.values())) for nm, v in m.items()}
         mean = mean_or_none(list(per_corr.values()))
         return {**out, "map": m, "map_50": m50, "corruption_map": per_corr, "mean_map": mean,

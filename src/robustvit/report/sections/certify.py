@@ -10,7 +10,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from robustvit.plotting import place_legend
-from robustvit.report.section import Figure, Section, md_table, register_section
+from robustvit.report.section import Figure, Section, md_table, register_section, suite_runs
 
 GROUP = "adversarial"
 
@@ -33,8 +33,7 @@ def _curve(s: dict[str, Any]) -> tuple[list[float], list[float]]:
 
 @register_section("certify*", order=80)
 def certify_section(key: str, results: list[dict[str, Any]]) -> Section | None:
-    runs = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
-    if not runs:
+    if not (runs := suite_runs(key, results)):
         return None
     radii = sorted({float(k) for _, s in runs for k in s.get("certified_accuracy", {})})
     keys = [f"{r:g}" for r in radii]
@@ -58,8 +57,7 @@ def certify_section(key: str, results: list[dict[str, Any]]) -> Section | None:
 
 @register_section("certify_patch*", order=81)
 def certify_patch_section(key: str, results: list[dict[str, Any]]) -> Section | None:
-    runs = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
-    if not runs:
+    if not (runs := suite_runs(key, results)):
         return None
     patches = sorted({int(k) for _, s in runs for k in s.get("certified_accuracy", {})})
     rows = [[name, s.get("clean_accuracy"), *(s.get("certified_accuracy", {}).get(str(m)) for m in patches),

@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt
 
 from robustvit.plotting import place_legend
 from robustvit.report.headline import protocol_notes
-from robustvit.report.section import (Figure, Section, md_table, register_extra_section,
-                                      register_section)
+from robustvit.report.section import (Figure, Section, key_stem, md_table, register_extra_section,
+                                      register_section, row_names, suite_runs)
 
 GROUP = "natural"
 
@@ -26,12 +26,9 @@ def _pct(v: Any, suffix: str = "") -> Any:
 
 @register_section("corruptions*", order=10)
 def corruptions_section(key: str, results: list[dict[str, Any]]) -> Section | None:
-    runs = [(r["model"]["name"], r["suites"][key]) for r in results if isinstance(r["suites"].get(key), dict)]
-    if not runs:
+    if not (runs := suite_runs(key, results)):
         return None
-    names: list[str] = []
-    for _, s in runs:
-        names += [n for n in (s.get("corruption_accuracy") or {}) if n not in names]
+    names = row_names(runs, "corruption_accuracy")
     header = ["corruption"] + [m for m, _ in runs]
     rows: list[list[Any]] = [[n] + [(s.get("corruption_accuracy") or {}).get(n) for _, s in runs] for n in names]
     rows.append(["**clean**"] + [s.get("clean_accuracy") for _, s in runs])
@@ -81,26 +78,18 @@ def corruptions_section(key: str, results: list[dict[str, Any]]) -> Section | No
     ax.set_title("Common corruptions: accuracy vs severity")
     place_legend(ax, outside=True, frameon=False)
     fig.tight_layout()
-    stem = "corruptions" if key == "corruptions" else "corruptions_" + "".join(
-        c if c.isalnum() else "_" for c in key[len("corruptions"):]).strip("_")
-    return Section(f"Common corruptions (`{key}`)", md, [Figure(stem, fig, "mean accuracy over corruptions per severity")])
-
-
-def _stem(key: str) -> str:
-    return "corruptions" if key == "corruptions" else "corruptions_" + "".join(
-        c if c.isalnum() else "_" for c in key[len("corruptions"):]).strip("_")
+    return Section(f"Common corruptions (`{key}`)", md,
+                   [Figure(key_stem(key, "corruptions"), fig, "mean accuracy over corruptions per severity")])
 
 
 @register_extra_section("corruptions*", order=11)
 def per_corruption_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     """Accuracy per corruption (mean over severities), models side by side (a bar chart)."""
-    runs = [(r["model"]["name"], r["suites"][key]) for r in results if isinstance(r["suites"].get(key), dict)]
-    names: list[str] = []
-    for _, s in runs:
-        names += [n for n in (s.get("corruption_accuracy") or {}) if n not in names]
+    runs = suite_runs(key, results)
+    names = row_names(runs, "corruption_accuracy")
     if not names:
         return None
-    stem = _stem(key)
+    stem = key_stem(key, "corruptions")
     fig, ax = plt.subplots(figsize=(max(6.0, 0.32 * len(names) * len(runs) + 2.5), 3.4))
     width = 0.8 / len(runs)
     for j, (model, s) in enumerate(runs):

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from robustvit.report.section import Section, md_table, register_section
+from robustvit.report.section import Section, md_table, register_section, suite_runs
 
 GROUP = "clean"
 
 
 @register_section("fewshot*", order=20)
 def fewshot_section(key: str, results: list[dict[str, Any]]) -> Section | None:
-    runs = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
-    if not runs:
+    if not (runs := suite_runs(key, results)):
         return None
     shots = sorted({int(k) for _, s in runs for k in s.get("accuracy", {})})
     rows = []

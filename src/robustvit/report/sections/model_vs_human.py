@@ -11,7 +11,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from robustvit.plotting import place_legend
-from robustvit.report.section import Figure, Section, md_table, register_section
+from robustvit.report.section import Figure, Section, md_table, register_section, suite_runs
 
 METRICS = (("ood_accuracy", "OOD accuracy"), ("accuracy_difference", "accuracy difference"),
            ("observed_consistency", "observed consistency"), ("error_consistency", "error consistency"))
@@ -19,8 +19,7 @@ METRICS = (("ood_accuracy", "OOD accuracy"), ("accuracy_difference", "accuracy d
 
 @register_section("model_vs_human*", order=42)
 def model_vs_human_section(key: str, results: list[dict[str, Any]]) -> Section | None:
-    runs = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
-    if not runs:
+    if not (runs := suite_runs(key, results)):
         return None
     images = runs[0][1].get("images", "")
     cols = [(k, label) for k, label in METRICS if any(k in s for _, s in runs)]

@@ -9,7 +9,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from robustvit.plotting import place_legend
-from robustvit.report.section import Figure, Section, md_table, register_section
+from robustvit.report.section import Figure, Section, md_table, register_section, suite_runs
 
 GROUP = "natural"
 
@@ -20,8 +20,7 @@ def _stem(key: str) -> str:
 
 @register_section("patch_occlusion*", order=30)
 def occlusion_section(key: str, results: list[dict[str, Any]]) -> Section | None:
-    runs = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
-    if not runs:
+    if not (runs := suite_runs(key, results)):
         return None
     rhos = sorted({float(k) for _, s in runs for k in s.get("per_rho", {})}, key=float)
     rho_keys = [f"{r:g}" for r in rhos]

@@ -13,19 +13,16 @@ import matplotlib.pyplot as plt
 
 from robustvit.plotting import place_legend
 from robustvit.report.headline import protocol_notes
-from robustvit.report.section import Figure, Section, md_table, register_section
+from robustvit.report.section import Figure, Section, key_stem, md_table, register_section, row_names, suite_runs
 
 GROUP = "natural"
 
 
 @register_section("perturbations*", order=20)
 def perturbations_section(key: str, results: list[dict[str, Any]]) -> Section | None:
-    runs = [(r["model"]["name"], r["suites"][key]) for r in results if isinstance(r["suites"].get(key), dict)]
-    if not runs:
+    if not (runs := suite_runs(key, results)):
         return None
-    names: list[str] = []
-    for _, s in runs:
-        names += [n for n in (s.get("flip_probability") or {}) if n not in names]
+    names = row_names(runs, "flip_probability")
     rows = []
     for n in names:
         row: list[Any] = [n]
@@ -61,6 +58,5 @@ def perturbations_section(key: str, results: list[dict[str, Any]]) -> Section | 
     ax.set_title("Perturbation sequences: flip probability (lower is more stable)")
     place_legend(ax, outside=True, frameon=False)
     fig.tight_layout()
-    stem = "perturbations" if key == "perturbations" else "perturbations_" + "".join(
-        c if c.isalnum() else "_" for c in key[len("perturbations"):]).strip("_")
-    return Section(f"Perturbation stability (`{key}`)", md, [Figure(stem, fig, "flip probability per perturbation")])
+    return Section(f"Perturbation stability (`{key}`)", md,
+                   [Figure(key_stem(key, "perturbations"), fig, "flip probability per perturbation")])

@@ -8,15 +8,14 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.section import Figure, Section, md_table, register_section
+from robustvit.report.section import Figure, Section, md_table, register_section, suite_runs
 
 GROUP = "natural"
 
 
 @register_section("shape_bias*", order=40)
 def shape_bias_section(key: str, results: list[dict[str, Any]]) -> Section | None:
-    runs = [(r["model"]["name"], r["suites"][key]) for r in results if key in r["suites"]]
-    if not runs:
+    if not (runs := suite_runs(key, results)):
         return None
     rows = [[n, s.get("shape_bias"), s.get("shape_accuracy"), s.get("texture_accuracy"), s.get("shape_decisions"),
              s.get("texture_decisions"), s.get("other_decisions"), s.get("num_stimuli"), s.get("excluded")]

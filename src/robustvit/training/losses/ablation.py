@@ -14,8 +14,7 @@ from torch import nn
 
 from robustvit.certify.ablation import ABLATIONS, Ablation, AblatedModel
 from robustvit.options import option
-from robustvit.training.losses.base import LossOutput, TrainingLoss, _rank, classification_loss, register_loss
-from robustvit.utils import derive_seed
+from robustvit.training.losses.base import LossOutput, TrainingLoss, classification_loss, register_loss
 
 
 @register_loss
@@ -47,9 +46,7 @@ class AblationLoss(TrainingLoss):
         return self._ablated[1]
 
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
-        gen = torch.Generator()
-        gen.manual_seed(derive_seed(self.options.seed, "ablation", int(self.calls), _rank()))
-        self.calls += 1
+        gen = self.seeded_generator(self.options.seed, "ablation")
         h, w = x.shape[-2:]
         starts = self.band.positions(h, w)
         pos = starts[torch.randint(len(starts), (1,), generator=gen)]

@@ -46,8 +46,7 @@ from robustvit.corruptions.occlusion import NOISE_SPACES, model_normalization, o
 from robustvit.errors import RobustvitError
 from robustvit.models.probe import ViTProbe
 from robustvit.options import option
-from robustvit.training.losses.base import LossOutput, TrainingLoss, _rank, classification_loss, register_loss
-from robustvit.utils import derive_seed
+from robustvit.training.losses.base import LossOutput, TrainingLoss, classification_loss, register_loss
 
 
 def num_occluded(rho: float, num_patches: int) -> int:
@@ -169,9 +168,7 @@ class AFAT(TrainingLoss):
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
         if not hasattr(self, "grid"):
             self.setup(model)
-        gen = torch.Generator(device=x.device)
-        gen.manual_seed(derive_seed(self.seed, "afat", int(self.calls), _rank()))
-        self.calls += 1
+        gen = self.seeded_generator(self.seed, "afat", x.device)
         n = x.shape[0]
         if self.corruptor is not None:
             occ = self.corruptor(x)

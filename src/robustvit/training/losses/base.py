@@ -17,6 +17,7 @@ from torch import nn
 
 from robustvit.options import NoOptions, option_names, parse_options
 from robustvit.registry import Registry
+from robustvit.utils import derive_seed
 
 LossOutput = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
 
@@ -72,6 +73,15 @@ class TrainingLoss(nn.Module):
     def resolved(self) -> dict[str, Any]:
         """Choices the loss made itself in ``setup`` (MPP's corruption ``space``), for ``results.json``."""
         return {}
+
+    def seeded_generator(self, seed: int, what: str, device: torch.device | str = "cpu") -> torch.Generator:
+        """A generator for this call's random draws, seeded from ``seed``, ``what``, the call counter ``calls`` (a
+        buffer the loss registers: saved with it, so a resumed run replays the draws) and the data-parallel rank;
+        counts the call."""
+        gen = torch.Generator(device=device)
+        gen.manual_seed(derive_seed(seed, what, int(self.calls), _rank()))
+        self.calls += 1
+        return gen
 
     def optimized_parameters(self) -> list[tuple[str, nn.Parameter]]:
         """(name, parameter) pairs of this loss that the trainer's optimizer trains with the model (MPP's

@@ -14,8 +14,7 @@ from torch import nn
 from robustvit.certify.smoothing import add_noise
 from robustvit.models.wrapper import range_check_off
 from robustvit.options import option
-from robustvit.training.losses.base import LossOutput, TrainingLoss, _rank, classification_loss, register_loss
-from robustvit.utils import derive_seed
+from robustvit.training.losses.base import LossOutput, TrainingLoss, classification_loss, register_loss
 
 
 @register_loss(aliases=("gaussian-noise",))
@@ -37,9 +36,7 @@ class GaussianNoise(TrainingLoss):
         self.register_buffer("calls", torch.zeros((), dtype=torch.long))
 
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
-        gen = torch.Generator(device=x.device)
-        gen.manual_seed(derive_seed(self.options.seed, "noise", int(self.calls), _rank()))
-        self.calls += 1
+        gen = self.seeded_generator(self.options.seed, "noise", x.device)
         with range_check_off(model):
             logits = model(add_noise(x, self.options.sigma, gen))
         return classification_loss(logits, y, self.options.label_smoothing), logits, None

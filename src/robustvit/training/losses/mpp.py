@@ -46,8 +46,7 @@ from torch import nn
 from robustvit.errors import RobustvitError
 from robustvit.models.probe import ViTProbe
 from robustvit.options import option
-from robustvit.training.losses.base import LossOutput, TrainingLoss, _rank, register_loss
-from robustvit.utils import derive_seed
+from robustvit.training.losses.base import LossOutput, TrainingLoss, register_loss
 
 KEEP, MASK, RANDOM = 0, 1, 2
 
@@ -227,9 +226,7 @@ class MaskedPatchPrediction(TrainingLoss):
         if self.space == "pixels" and x.shape[-2] // gh != self.patch:
             raise RobustvitError(f"mpp: {tuple(x.shape[-2:])} images, but the model was set up for "
                                  f"{tuple(model.spec.input_size[-2:])}: train at the model's input size")
-        gen = torch.Generator(device=x.device)
-        gen.manual_seed(derive_seed(self.options.seed, "mpp", int(self.calls), _rank()))
-        self.calls += 1
+        gen = self.seeded_generator(self.options.seed, "mpp", x.device)
         o = self.options
         c = sample_corruption(len(x), gh * gw, gen, o.mask_ratio, o.p_mask, o.p_random, x.device)
         feats = self.corrupt_and_encode(model, x, c)
