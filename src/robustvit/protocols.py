@@ -121,7 +121,7 @@ def _common(result: dict[str, Any], run: dict[str, Any]) -> list[str]:
     """Deviations of any suite: untrained weights, a sample instead of the data set, unreadable images."""
     out: list[str] = []
     weights = (run.get("model") or {}).get("weights") or {}
-    if weights.get("source") == "random" or weights.get("comparable") is False:
+    if weights.get("source") == "random" or weights.get("random"):
         out.append("random weights")
     sub = (run.get("data") or {}).get("subset")
     if isinstance(sub, dict) and sub.get("method") not in ("all", "file", None):

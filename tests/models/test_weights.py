@@ -23,7 +23,7 @@ def test_weights_file_gives_identical_logits_and_is_recorded(tmp_path):
         assert torch.equal(src(x), loaded(x))
     assert loaded.weights == {"pretrained": True, "source": f"file:{path}",
                               "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-    assert src.weights == {"pretrained": False, "source": "random", "comparable": False,
+    assert src.weights == {"pretrained": False, "source": "random", "random": True,
                            "note": "random weights: the numbers describe an untrained network"}
 
 
@@ -33,7 +33,7 @@ def test_eval_warns_and_records_random_weights(tmp_path, capsys):
     assert "robustvit: warning: vit_cifar_micro has random weights" in capsys.readouterr().err
     res = json.loads(next((tmp_path / "a").rglob("results.json")).read_text())
     assert res["model"]["pretrained"] is False and res["model"]["weights"]["source"] == "random"
-    assert res["model"]["weights"]["comparable"] is False and "random weights" in res["model"]["weights"]["note"]
+    assert res["model"]["weights"]["random"] is True and "random weights" in res["model"]["weights"]["note"]
     # the same command again draws other random weights: its units must not join the first run's
     for cmd in (["eval", "--suite", "clean"], ["analyze", "correlation"]):
         out = str(tmp_path / cmd[0])
@@ -81,7 +81,7 @@ def test_build_named_model_refuses_silent_random_weights(tmp_path):
 
     from robustvit.errors import RobustvitError
     from robustvit.models import save_checkpoint
-    from robustvit.models.factory import build_named_model, is_comparable
+    from robustvit.models.factory import build_named_model, has_random_weights
 
     with pytest.raises(RobustvitError) as e:
         build_named_model("resnet18", role="classifier")
@@ -89,7 +89,7 @@ def test_build_named_model_refuses_silent_random_weights(tmp_path):
     assert "\n" not in msg and msg.startswith("classifier resnet18 would have random weights")
     assert all(s in msg for s in ("pretrained=1", "weights=FILE", "checkpoint folder", "allow_random=1"))
     rnd = build_named_model("resnet18", num_classes=10, allow_random=True, role="classifier")
-    assert rnd.weights["source"] == "random" and rnd.weights["comparable"] is False and not is_comparable(rnd)
+    assert rnd.weights["source"] == "random" and rnd.weights["random"] is True and has_random_weights(rnd)
     torch.manual_seed(0)
     src = create_model("resnet18", num_classes=10).eval()
     path = tmp_path / "w.safetensors"
@@ -98,7 +98,7 @@ def test_build_named_model_refuses_silent_random_weights(tmp_path):
     x = torch.rand(2, 3, 32, 32)
     for m in (build_named_model("resnet18", num_classes=10, weights=path, role="classifier"),
               build_named_model(str(tmp_path / "ck"), role="classifier")):
-        assert is_comparable(m) and m.weights["pretrained"] is True
+        assert not has_random_weights(m) and m.weights["pretrained"] is True
         with torch.no_grad():
             assert torch.equal(m.eval()(x), src(x))
     with pytest.raises(RobustvitError, match="not both"):

@@ -155,8 +155,7 @@ ASSIGNED = re.compile(r"\bcomparable\s*=[^=]|[\"']comparable[\"']\s*\]\s*=[^=]|[
 def test_no_module_but_protocols_sets_comparable():
     """#35's "grep finds comparability decided nowhere but the protocols module", over all of ``src/``: outside
     robustvit/protocols.py a ``comparable`` is only ever copied or combined from recorded entries (the line or
-    the one before reads ``.get("comparable")``) or unknown (None). The one exception is the weights record of
-    an untrained network (models/factory.py ``RANDOM_LABEL``), a fact of the weights that protocols reads."""
+    the one before reads ``.get("comparable")``) or unknown (None)."""
     bad = []
     for f in sorted(SRC.rglob("*.py")):
         if f.name == "protocols.py" and f.parent == SRC:
@@ -166,7 +165,7 @@ def test_no_module_but_protocols_sets_comparable():
             if not ASSIGNED.search(line) or line.lstrip().startswith("#"):
                 continue
             derived = 'get("comparable")' in line or (i and 'get("comparable")' in lines[i - 1])
-            if not (derived or '"comparable": None' in line or line.startswith("RANDOM_LABEL")):
+            if not (derived or '"comparable": None' in line):
                 bad.append(f"{f.relative_to(SRC)}:{i + 1}: {line.strip()}")
     assert bad == []
     assert ASSIGNED.search('doc["comparable"] = not notes') and ASSIGNED.search("meta.update(comparable=x)")

@@ -105,7 +105,7 @@ def create_model(name: str | None = None, *, pretrained: bool = False, num_class
     spec = spec_from_timm(name, net, build_kwargs)
     weights: dict[str, Any] = {"pretrained": bool(pretrained), "source": f"timm:{name}" if pretrained else "random"}
     if not pretrained:
-        weights.update(RANDOM_LABEL)
+        weights.update(RANDOM_RECORD)
     if checkpoint is not None:
         load_state_dict_file(net, checkpoint, name)
         weights = {"pretrained": True, "source": f"file:{checkpoint}", "sha256": file_sha256(checkpoint)}
@@ -115,7 +115,7 @@ def create_model(name: str | None = None, *, pretrained: bool = False, num_class
 
 
 #: What a model with random weights carries in ``weights`` (and so in results.json ``model.weights``).
-RANDOM_LABEL: dict[str, Any] = {"comparable": False, "note": "random weights: the numbers describe an untrained network"}
+RANDOM_RECORD: dict[str, Any] = {"random": True, "note": "random weights: the numbers describe an untrained network"}
 
 
 def build_named_model(spec: str | Path, *, pretrained: bool = False, weights: str | Path | None = None,
@@ -126,7 +126,7 @@ def build_named_model(spec: str | Path, *, pretrained: bool = False, weights: st
     ``spec`` is a checkpoint folder, or a model name with ``pretrained=True`` (published weights through timm),
     or a model name with ``weights=FILE`` (a state dict for that architecture). A bare name with none of these
     would have random weights: refused with a one-line :class:`RobustvitError`, unless ``allow_random=True``,
-    and then ``model.weights`` carries ``comparable: False`` and a note. ``option_prefix`` names the caller's
+    and then ``model.weights`` carries ``random: True`` and a note. ``option_prefix`` names the caller's
     options in that message (``source_`` → ``source_pretrained=1``). ``kwargs`` go to :func:`create_model`.
 
     >>> build_named_model("resnet18", role="transfer source")          # doctest: +SKIP
@@ -146,7 +146,7 @@ def build_named_model(spec: str | Path, *, pretrained: bool = False, weights: st
                              "name, or allow_random=1 (results then marked not comparable)")
     model = create_model(spec, pretrained=pretrained, checkpoint=weights, **kwargs)
     if model.weights.get("source") == "random":
-        model.weights.update({**RANDOM_LABEL, "allow_random": True})
+        model.weights.update({**RANDOM_RECORD, "allow_random": True})
     return model
 
 
@@ -168,10 +168,10 @@ def rebuild(model: Normalized, **kwargs) -> Normalized:
     return new
 
 
-def is_comparable(model: nn.Module) -> bool:
-    """False for a model whose recorded weights are random (``RANDOM_LABEL``); True otherwise (incl. unknown)."""
+def has_random_weights(model: nn.Module) -> bool:
+    """Whether the model's recorded weights are random (``RANDOM_RECORD``); False when unknown."""
     w = getattr(model, "weights", None)
-    return not (isinstance(w, dict) and (w.get("source") == "random" or w.get("comparable") is False))
+    return isinstance(w, dict) and (w.get("source") == "random" or bool(w.get("random")))
 
 
 def warn_if_random(name: str, model: Normalized) -> None:

@@ -55,7 +55,7 @@ from robustvit.errors import RobustvitError
 from robustvit.evaluation.suites.base import (CIFAR_SOURCES, SUITES, Batch, EvalContext, Suite, SuiteOptions,
                                             nonfinite_result, register_suite)
 from robustvit.metrics.accuracy import correct, nonfinite_rows, robust_accuracy
-from robustvit.models.factory import build_named_model, is_comparable
+from robustvit.models.factory import build_named_model, has_random_weights
 from robustvit.models.wrapper import inference_settings
 from robustvit.models.probe import is_probeable
 from robustvit.options import Eps, option, option_names, parse_options
@@ -736,8 +736,8 @@ class TransferSuite(AttackSuite):
         settings = {k: v for k, v in kw.items() if isinstance(v, (bool, int, float, str))}
         models = self.sources(ctx)
         provenance = {src: dict(getattr(models.get(src), "weights", None) or {"source": "unknown"}) for src in column}
-        random = [src for src in column if src in models and not is_comparable(models[src])]
-        if not is_comparable(ctx.model) and ctx.model_name not in random:
+        random = [src for src in column if src in models and has_random_weights(models[src])]
+        if has_random_weights(ctx.model) and ctx.model_name not in random:
             random.append(ctx.model_name)
         return {"attack": self.attack_name, **settings, "target": ctx.model_name, "accuracy": column,
                 "matrix": {src: {ctx.model_name: acc} for src, acc in column.items()},
