@@ -154,3 +154,18 @@ def test_bad_suite_option_exits_2(capsys, tmp_path):
     code, _, err = run(capsys, "eval", "--model", "resnet_cifar18", "--data", "synthshapes:test", "--suite",
                        "clean:limit=", "--out", str(tmp_path / "e"))
     assert code == 2 and "limit" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["evall"]])
+def test_help_version_and_a_bad_command_import_no_torch(argv):
+    """``robustvit --help``, ``--version`` and an unknown command answer from the commands' names and help alone
+    (#33: they took 5–6 s importing torch); the chosen command's own parser still has every option."""
+    code = ("import sys\nfrom robustvit.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip().splitlines()[-1] == "NO-TORCH", proc.stdout + proc.stderr
+    from robustvit.cli import build_parser
+
+    full = build_parser(["eval", "--help"])
+    sub = next(a for a in full._actions if a.__class__.__name__ == "_SubParsersAction")
+    assert "--chunk-size" in sub.choices["eval"].format_help() and "--loss" not in sub.choices["eval"].format_help()

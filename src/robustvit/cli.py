@@ -240,11 +240,11 @@ def _cmd_training(a: argparse.Namespace) -> int:
 
 
 def add_eval(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate models with suites; resumable; writes results.json")
     from robustvit.attacks.base import NORMS
     from robustvit.data.loader import DECODERS
     from robustvit.evaluation.suites import list_suites
 
-    p = sub.add_parser("eval", help="evaluate models with suites; resumable; writes results.json")
     p.add_argument("--model", required=True, help="model name(s) or checkpoint folder(s), comma-separated")
     p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
     p.add_argument("--suite", default="clean", help=f"comma-separated suites (name[:key=value…]); available: "
@@ -393,11 +393,11 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_demo, add_tr
 
 
 def add_corrupt(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("corrupt", help="write a corrupted copy of a data set in the ImageNet-C or CIFAR-10-C layout (resumable)")
     from robustvit.corruptions.params import PRESET_SIZES
     from robustvit.data.corrupted import LAYOUTS
     from robustvit.data.export import IMAGE_FORMATS
 
-    p = sub.add_parser("corrupt", help="write a corrupted copy of a data set in the ImageNet-C or CIFAR-10-C layout (resumable)")
     p.add_argument("--data", required=True, help="data spec, e.g. imagenet:/val or cifar10:test or synthshapes:test")
     p.add_argument("--out", required=True, help="output folder (re-running skips finished corruption × severity units)")
     p.add_argument("--format", dest="layout", choices=LAYOUTS, default="imagenet-c",
@@ -436,10 +436,10 @@ COMMANDS.append(add_finetune)
 
 
 def add_analyze(sub: argparse._SubParsersAction) -> None:
-    from robustvit.models.wrapper import PRECISIONS
-
     p = sub.add_parser("analyze", help="explain a model: layer correlation, lesion, restricted attention, attention "
                        "distance/maps, grouping, stability, perturbation semantics (resumable)")
+    from robustvit.models.wrapper import PRECISIONS
+
     p.add_argument("analyses", help="comma-separated analyses, each name[:key=value…] (see `robustvit list analyses`)")
     p.add_argument("--model", required=True, help="model name or checkpoint folder")
     p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
@@ -501,10 +501,10 @@ def cmd_merge(a: argparse.Namespace) -> int:
 COMMANDS.append(add_merge)
 
 def add_leaderboard(sub: argparse._SubParsersAction) -> None:
-    from robustvit.leaderboard import FORMATS, TABLE_COLUMNS
-
     p = sub.add_parser("leaderboard", help="one table of many runs: a row per model × data × threat model "
                        "(clean, corruptions, PGD, AutoAttack, … and comparability labels)")
+    from robustvit.leaderboard import FORMATS, TABLE_COLUMNS
+
     p.add_argument("runs", nargs="*", help="run folders (results.json); with --db they are added to the database")
     p.add_argument("--db", metavar="FILE", help="SQLite database: add the runs, then show every run it holds")
     p.add_argument("--format", dest="fmt", choices=list(FORMATS), default="md",
@@ -527,10 +527,10 @@ def cmd_leaderboard(a: argparse.Namespace) -> int:
 
 
 def add_study(sub: argparse._SubParsersAction) -> None:
-    from robustvit.evaluation.suites.base import PRECISION_CHOICES
-
     p = sub.add_parser("study", help="evaluate and analyse several models from a YAML spec (resumable), then "
                        "write OUT/report.html and OUT/leaderboard.*")
+    from robustvit.evaluation.suites.base import PRECISION_CHOICES
+
     p.add_argument("spec", help="YAML file with models, data, limit, suites, analyses, out")
     p.add_argument("--out", help="output folder (overrides the spec's out)")
     p.add_argument("--device", default="auto")
@@ -554,15 +554,36 @@ COMMANDS.append(add_leaderboard)
 COMMANDS.append(add_study)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="robustvit", description="Evaluate, explain and harden the robustness of "
                                 "Vision Transformers (and CNN baselines).")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # with argv, only the command it names gets its options (they import torch); the others their name and help
+    chosen = None if argv is None else next((t for t in argv if not t.startswith("-")), "")
     for add in COMMANDS:
-        add(sub)
+        try:
+            add(sub if chosen is None or add.__name__ == f"add_{chosen}" else _NameOnly(sub))
+        except _Listed:
+            pass
     return p
+
+
+class _Listed(Exception):
+    """Raised by :class:`_NameOnly` once a command's name and help are listed."""
+
+
+class _NameOnly:
+    """The sub-parsers of the commands not being run: ``add_parser`` lists the name and help, then stops the
+    command's ``add_*`` function (``robustvit --help`` and ``--version`` answer without importing torch)."""
+
+    def __init__(self, sub: argparse._SubParsersAction) -> None:
+        self.sub = sub
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        self.sub.add_parser(name, help=kwargs.get("help"))
+        raise _Listed
 
 
 def _version() -> str:
@@ -636,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     args: argparse.Namespace | None = None
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
         args.argv = argv
         if getattr(args, "frost_dir", None):
             os.environ["ROBUSTVIT_FROST_DIR"] = args.frost_dir      # read by robustvit.corruptions.frost

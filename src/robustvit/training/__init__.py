@@ -1,11 +1,30 @@
 """Training: the loop (``train``), its config, recipes (typed sets of config fields), pluggable (robust)
 losses (the package :mod:`robustvit.training.losses`), ε schedules, batched augmentation and fine-tuning
-(``finetune``)."""
+(``finetune``).
 
-from robustvit.training.config import TrainConfig
-from robustvit.training.losses import TrainingLoss, create_loss, list_losses, parse_loss_options, register_loss
-from robustvit.training.recipes import Recipe, get_recipe, list_recipes, register_recipe
-from robustvit.training.trainer import train
+The names below load their module on first use, so that the CLI can build ``robustvit train --help`` from
+:class:`TrainConfig` without importing the loop and the losses (torch, timm).
+"""
 
-__all__ = ["Recipe", "TrainConfig", "TrainingLoss", "create_loss", "get_recipe", "list_losses", "list_recipes",
-           "parse_loss_options", "register_loss", "register_recipe", "train"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Public name → the module that defines it.
+EXPORTS = {
+    "TrainConfig": "robustvit.training.config",
+    **dict.fromkeys(("TrainingLoss", "create_loss", "list_losses", "parse_loss_options", "register_loss"),
+                    "robustvit.training.losses"),
+    **dict.fromkeys(("Recipe", "get_recipe", "list_recipes", "register_recipe"), "robustvit.training.recipes"),
+    "train": "robustvit.training.trainer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in EXPORTS:
+        return getattr(importlib.import_module(EXPORTS[name]), name)
+    raise AttributeError(f"module 'robustvit.training' has no attribute {name!r}")
+
+
+__all__ = sorted(EXPORTS)
