@@ -564,24 +564,27 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     chosen = None if argv is None else next((t for t in argv if not t.startswith("-")), "")
     for add in COMMANDS:
         try:
-            add(sub if chosen is None or add.__name__ == f"add_{chosen}" else _NameOnly(sub))
+            add(_Commands(sub, chosen))
         except _Listed:
             pass
     return p
 
 
 class _Listed(Exception):
-    """Raised by :class:`_NameOnly` once a command's name and help are listed."""
+    """Raised by :class:`_Commands` once a command that is not run has its name and help."""
 
 
-class _NameOnly:
-    """The sub-parsers of the commands not being run: ``add_parser`` lists the name and help, then stops the
-    command's ``add_*`` function (``robustvit --help`` and ``--version`` answer without importing torch)."""
+class _Commands:
+    """The sub-parsers as the ``add_*`` functions see them: the chosen command (every one when None) gets its
+    parser; any other is listed by name and help, and its ``add_*`` function stops there (so ``robustvit --help``
+    and ``--version`` answer without importing torch)."""
 
-    def __init__(self, sub: argparse._SubParsersAction) -> None:
-        self.sub = sub
+    def __init__(self, sub: argparse._SubParsersAction, chosen: str | None) -> None:
+        self.sub, self.chosen = sub, chosen
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        if self.chosen is None or name == self.chosen:
+            return self.sub.add_parser(name, **kwargs)
         self.sub.add_parser(name, help=kwargs.get("help"))
         raise _Listed
 
