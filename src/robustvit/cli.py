@@ -38,6 +38,9 @@ def add_weights_args(p: argparse.ArgumentParser) -> None:
                    help="load timm's pretrained weights (Hugging Face hub or its cache; HF_HUB_OFFLINE is respected)")
     p.add_argument("--weights", metavar="FILE",
                    help="a .safetensors/.pth state dict for the named architecture (loaded tensors-only)")
+    p.add_argument("--model-dir", metavar="DIR",
+                   help="robustbench:DATASET/THREAT/NAME models: the folder of RobustBench's weights, "
+                   "DIR/DATASET/THREAT/NAME.pt (default ./models); hf: models: the Hugging Face cache folder")
 
 
 def add_subset_args(p: argparse.ArgumentParser, what: str = "evaluate") -> None:
@@ -245,7 +248,8 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     from robustvit.data.loader import DECODERS
     from robustvit.evaluation.suites import list_suites
 
-    p.add_argument("--model", required=True, help="model name(s) or checkpoint folder(s), comma-separated")
+    p.add_argument("--model", required=True, help="model name(s), checkpoint folder(s) or source specs (tv:NAME, "
+                   "robustbench:DATASET/THREAT/NAME, hf:REPO_OR_DIR; docs/models.md), comma-separated")
     p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
     p.add_argument("--suite", default="clean", help=f"comma-separated suites (name[:key=value…]); available: "
                    f"{', '.join(list_suites())} (their options: `robustvit list suites --options`)")
@@ -287,7 +291,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
                      compile=a.compile, deterministic=a.deterministic, seed=a.seed, strict=a.strict, workers=a.workers,
                      decode=a.decode,
                      options={"eps": a.eps, "norm": a.norm, "steps": a.steps}, progress=not a.no_progress,
-                     pretrained=a.pretrained, weights=a.weights, class_map=a.class_map,
+                     pretrained=a.pretrained, weights=a.weights, model_dir=a.model_dir, class_map=a.class_map,
                      subset_method=a.subset_method, subset=a.subset, subset_seed=a.subset_seed, shard=a.shard,
                      command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
     results = run_eval(cfg)
@@ -464,7 +468,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     from robustvit.models import is_checkpoint_dir
     from robustvit.models.factory import warn_if_random
 
-    model = build_model(a.model, pretrained=a.pretrained, weights=a.weights, data=a.data)
+    model = build_model(a.model, pretrained=a.pretrained, weights=a.weights, data=a.data, model_dir=a.model_dir)
     warn_if_random(a.model, model)
     dataset = dataset_for_model(a.data, model.spec)
     name = model.spec.architecture if is_checkpoint_dir(a.model) else a.model

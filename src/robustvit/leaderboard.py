@@ -7,7 +7,9 @@ replaces its row). Every number shows its image count and 95 % Wilson interval; 
 of each cell from its published protocol (:mod:`robustvit.protocols`). ``--format json`` writes robustvit's own
 entries (RobustBench's field names, one ``corruptions`` entry per model, each number with its count, interval and
 protocol); ``--format robustbench --out DIR`` writes ``DIR/<dataset>/<threat_model>/<model>.json`` as RobustBench's
-``model_info`` files (Croce et al. 2021, arXiv:2010.09670) for the comparable numbers only.
+``model_info`` files (Croce et al. 2021, arXiv:2010.09670) for the comparable numbers only. A model whose source
+publishes numbers (results.json ``model.reported``: RobustBench's zoo) shows them as ``reported_clean`` and
+``reported_autoattack`` beside robustvit's measurements.
 
 Example::
 
@@ -32,6 +34,7 @@ from robustvit.errors import RobustvitError
 from robustvit.protocols import dataset_of
 from robustvit.report.headline import COLUMNS, PERCENT_COLUMNS, eps_text, rows as headline_rows
 from robustvit.report.load import load_runs, merge_by_model, model_name
+from robustvit.report.scorecard import REPORTED, reported_cells
 from robustvit.runs.atomic import write_text
 
 FORMATS = ("md", "csv", "latex", "html", "json", "robustbench")
@@ -39,9 +42,9 @@ FORMATS = ("md", "csv", "latex", "html", "json", "robustbench")
 NOTE = ("Cells: accuracy in % [95 % Wilson score interval] (n = images measured); mCE and mFR in %, lower is "
         "better. Labels name each cell's deviations from its published protocol (robustvit.protocols).")
 #: Every column of a row, in table order.
-TABLE_COLUMNS = ("model", "data", "threat_model", "eps", *COLUMNS, "params", "labels")
+TABLE_COLUMNS = ("model", "data", "threat_model", "eps", *COLUMNS, *REPORTED, "params", "labels")
 HEADERS = {"model": "model", "data": "data", "threat_model": "threat model", "eps": "ε", "params": "params",
-           "labels": "labels", **{k: h for k, (h, _) in COLUMNS.items()}}
+           "labels": "labels", **{k: h for k, (h, _) in COLUMNS.items()}, **{k: f"{h} (%)" for k, (_, h) in REPORTED.items()}}
 
 
 def run_id(run: dict[str, Any]) -> str:
@@ -116,7 +119,8 @@ def table_rows(runs: list[dict[str, Any]], sort: str | None = None) -> list[dict
     """The leaderboard rows of eval runs (the runs of one model on one data set merged; newer runs first win)."""
     evals = [r for r in runs if r.get("suites")]
     evals.sort(key=lambda r: str((r.get("run") or {}).get("finished") or ""), reverse=True)
-    out = [row for entry in merge_by_model(evals, by_data=True) for row in headline_rows(entry)]
+    out = [{**row, **reported_cells(entry)} for entry in merge_by_model(evals, by_data=True)
+           for row in headline_rows(entry)]
     out.sort(key=lambda r: (str(r["model"]), str(r["data"]), r["threat_model"], -(r["eps"] or 0)))
     return sort_rows(out, sort) if sort else out
 
@@ -204,6 +208,7 @@ def json_entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for field, col in (("clean_acc", "clean"), ("autoattack_acc", "autoattack"), ("apgd_acc", "apgd"),
                                ("pgd_acc", "pgd")):
                 put(e, field, r, col)
+            e.update({c: _pct(r[c]) for c in REPORTED if r.get(c) is not None})     # published, not measured
             _verdict(e, r, ("clean", "autoattack", "apgd", "pgd"))
             out.append(e)
         if (r["model"], data) in done or (r.get("corruption_mean") is None and r.get("mce") is None):

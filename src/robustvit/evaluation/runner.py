@@ -37,6 +37,7 @@ from robustvit.models.wrapper import inference_settings
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import warn_if_random
+from robustvit.models.sources import build_from_source
 from robustvit.protocols import subset_note
 from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, count_flops, init_distributed,
                             model_record, open_shared_store, results_document, run_header, run_units, weights_id,
@@ -76,6 +77,8 @@ class EvalConfig:
     command: str | None = None
     pretrained: bool = False        # timm models: load timm's pretrained weights (HF hub / cache)
     weights: str | None = None      # a .safetensors/.pth state dict for the (single) named architecture
+    model_dir: str | None = None    # robustbench: models: the zoo's weights, <dir>/<dataset>/<threat_model>/<name>.pt;
+    #                                 hf: models: the Hugging Face cache folder
     class_map: str | None = None    # JSON: the model classes of each data class (a 1000-class model on fewer classes)
     subset_method: str = "stratified"   # how --limit N (and suites' limit=) draw images: stratified or first
     subset: str | None = None       # a file listing the images (indices or paths relative to the data root)
@@ -176,7 +179,8 @@ def _prepare(cfg: EvalConfig) -> _Run:
     models: dict[str, Normalized] = {}
     sources: dict[str, str | nn.Module] = {}
     for label, name in (cfg.models.items() if isinstance(cfg.models, dict) else ((None, m) for m in cfg.models)):
-        m = build_model(name, pretrained=cfg.pretrained, weights=cfg.weights, data=cfg.data).to(device).eval()
+        m = build_model(name, pretrained=cfg.pretrained, weights=cfg.weights, data=cfg.data,
+                        model_dir=cfg.model_dir).to(device).eval()
         if cfg.compile:
             m.model.compile(dynamic=True)       # in place: the state dict (and the run's fingerprint) is unchanged
         if shard is not None and m.weights.get("source") == "random":
@@ -357,27 +361,22 @@ def run_settings(deterministic: bool) -> Iterator[None]:
         matmul.allow_tf32, cudnn.allow_tf32 = old[1:]
 
 
-DETECTOR_PREFIX = "tv:"
-
-
 def build_model(source: str | Normalized, *, pretrained: bool = False, weights: str | None = None,
-                data: str | None = None) -> Normalized:
-    """The one way a run builds its model: a robustvit model object as it is; ``tv:NAME`` a torchvision detector
-    (the ``det_*`` suites; random weights get the class count of ``data``); else a timm / robustvit name or a
-    checkpoint folder (:func:`robustvit.models.create_model`; ``pretrained`` applies to names only, ``weights``: a
-    state-dict file for the named architecture)."""
+                data: str | None = None, model_dir: str | None = None) -> Normalized:
+    """The one way a run builds its model: a robustvit model object as it is; ``PREFIX:NAME`` by the model source
+    registered under ``PREFIX`` (:mod:`robustvit.models.sources`: ``tv:`` detectors, whose random weights get the
+    class count of ``data``; ``robustbench:`` with its weights under ``model_dir``; ``hf:``); else a timm / robustvit
+    name or a checkpoint folder (:func:`robustvit.models.create_model`; ``pretrained`` applies to names only,
+    ``weights``: a state-dict file for the named architecture)."""
     if not isinstance(source, str):
         if not isinstance(source, Normalized):
             raise RobustvitError("a model object must be a robustvit Normalized model; use robustvit.evaluate(), "
                                  "which wraps an nn.Module with its normalisation")
         return source
-    if source.startswith(DETECTOR_PREFIX):
-        from robustvit.models.detection import create_detector
-
-        if weights is not None:
-            raise RobustvitError(f"--weights does not apply to the torchvision detector {source}; use --pretrained")
-        k = None if pretrained or data is None else create_dataset(data).num_classes
-        return create_detector(source[len(DETECTOR_PREFIX):], pretrained=pretrained, num_classes=k)
+    classes = (lambda: None) if data is None else (lambda: create_dataset(data).num_classes)
+    model = build_from_source(source, pretrained=pretrained, weights=weights, model_dir=model_dir, num_classes=classes)
+    if model is not None:
+        return model
     return create_model(source, pretrained=pretrained and not is_checkpoint_dir(source), checkpoint=weights)
 
 

@@ -31,8 +31,21 @@ def _cell(r: dict[str, Any], key: str) -> str | None:
     return text + (f" (n={n})" if n else "")
 
 
+#: The published numbers a model's source knows (results.json ``model.reported``: RobustBench's ``model_info``), as
+#: columns beside robustvit's own: column → (field of ``reported``, header).
+REPORTED = {"reported_clean": ("clean_acc", "reported clean"),
+            "reported_autoattack": ("autoattack_acc", "reported AutoAttack")}
+
+
+def reported_cells(run: dict[str, Any]) -> dict[str, Any]:
+    """``reported_clean`` / ``reported_autoattack`` (fractions) of a run whose model records published numbers."""
+    rep = (run.get("model") or {}).get("reported") or {}
+    return {col: rep[key] for col, (key, _) in REPORTED.items() if isinstance(rep.get(key), (int, float))}
+
+
 def scorecard_section(results: list[dict[str, Any]]) -> Section:
-    rows = [scorecard_row(r) for r in results]
+    rows = [{**scorecard_row(r), **reported_cells(r)} for r in results]
+    shown = [c for c in REPORTED if any(r.get(c) is not None for r in rows)]
     cols = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
     eps = {eps_text(r["eps"], r["threat_model"]) for r in rows
            if r["eps"] is not None and any(r[c] is not None for c in ATTACK_COLUMNS)}
@@ -43,6 +56,7 @@ def scorecard_section(results: list[dict[str, Any]]) -> Section:
         if c in ATTACK_COLUMNS and one_eps:
             h += f" ε={one_eps}"
         header.append(h if c in PERCENT_COLUMNS else f"{h} (%)")
+    header += [f"{REPORTED[c][1]} (%)" for c in shown]
     table = []
     for r in rows:
         cells: list[Any] = [r["model"]]
@@ -51,12 +65,14 @@ def scorecard_section(results: list[dict[str, Any]]) -> Section:
             if v is not None and c in ATTACK_COLUMNS and not one_eps and r["eps"] is not None:
                 v += f" (ε={eps_text(r['eps'], r['threat_model'])})"
             cells.append(v)
+        cells += [None if r.get(c) is None else f"{100 * r[c]:.1f}" for c in shown]
         table.append(cells + [r["labels"]])
     md = md_table(header + ["labels"], table)
     md += ("\n\nTop-1 accuracy in % with its 95 % Wilson score interval and the number of images it was measured "
            "on (mCE and mFR: lower is better; corruption and occlusion means: the interval of one accuracy on that "
            "many images, wider than the mean's). PGD, APGD and AutoAttack: robust accuracy at the strongest L∞ "
-           "budget measured. Labels name each cell's deviations from its published protocol; the notes of each "
+           "budget measured. \"Reported\": the numbers published for the model (RobustBench's model_info), not "
+           "measured here. Labels name each cell's deviations from its published protocol; the notes of each "
            "run are listed under \"Models\".")
     return Section("Scorecard", md)
 

@@ -32,8 +32,9 @@ def model_record(model: torch.nn.Module, name: str, source: str | None = None,
                  class_map: str | None = None, resize: Any = None) -> dict[str, Any]:
     """The ``model`` record of a robustvit model (``Normalized``: ``spec``, ``weights``): name, source (what
     built it: a timm name, a checkpoint folder, ``python:<class>``), parameters, spec, weights, preprocessing,
-    class map. ``resize``: the preprocessing the data was read with (``size``, ``crop_pct``, ``interpolation``;
-    e.g. ``folder:…,crop_pct=0.5``), recorded instead of the model's own."""
+    class map, and the published numbers its source knows (``reported``: RobustBench's zoo). ``resize``: the
+    preprocessing the data was read with (``size``, ``crop_pct``, ``interpolation``; e.g. ``folder:…,crop_pct=0.5``),
+    recorded instead of the model's own."""
     spec = getattr(model, "spec", None)
     weights = getattr(model, "weights", None)
     pre = spec.preprocessing() if spec is not None else None
@@ -44,7 +45,8 @@ def model_record(model: torch.nn.Module, name: str, source: str | None = None,
             "spec": spec.to_dict() if spec is not None else {"family": "other", "input_size": [3, 0, 0]},
             "pretrained": weights.get("pretrained") if isinstance(weights, dict) else None,
             "weights": weights, "preprocessing": pre,
-            "class_map": None if class_map is None else str(class_map)}
+            "class_map": None if class_map is None else str(class_map),
+            **({"reported": model.reported} if getattr(model, "reported", None) else {})}
 
 
 def count_flops(model: torch.nn.Module) -> int | None:
