@@ -24,7 +24,7 @@ $(VENV)/.installed: $(VENV)/.torch pyproject.toml
 
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) install -q -e ".[test]"
-	$(PIP) install -q --no-deps "robustbench==1.1.1"   # its leaderboard code reads the RobustBench export (tests/report)
+	$(PIP) install -q --no-deps "robustbench==1.1.1"   # RobustBench export (tests/report), its zoo (robustbench: models)
 	touch $@
 
 install: $(VENV)/.installed

@@ -79,7 +79,7 @@ def test_robustbench_eval_is_the_zoo_architecture_with_its_weights(zoo, tmp_path
 
     out = tmp_path / "out"
     assert main(["eval", "--model", spec, "--model-dir", str(models), "--data", DATA, "--suite", "clean",
-                 "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+                 "--out", str(out), "--no-progress", "--device", "cpu", "--workers", "0"]) == 0
     res = json.loads((out / "results.json").read_text())
     rec = res["model"]
     assert rec["name"] == spec and rec["source"] == spec
@@ -172,7 +172,7 @@ def test_hf_eval_and_analyze_offline(tmp_path, capsys):
     _hf_model("vit", tmp_path / "tiny_vit")
     out = tmp_path / "out"
     assert main(["eval", "--model", f"hf:{tmp_path / 'tiny_vit'}", "--data", DATA, "--suite", "clean", "--out",
-                 str(out), "--no-progress", "--device", "cpu"]) == 0
+                 str(out), "--no-progress", "--device", "cpu", "--workers", "0"]) == 0
     rec = json.loads((out / "results.json").read_text())["model"]
     assert rec["name"] == "hf:tiny_vit" and rec["source"] == f"hf:{tmp_path / 'tiny_vit'}"
     assert rec["preprocessing"]["mean"] == [0.5] * 3 and rec["weights"]["processor"]["resize"] == "height_width"

@@ -127,6 +127,10 @@ def build_hf(name: str, *, pretrained: bool, weights: str | None, model_dir: str
         raise RobustvitError(f"hf:{name}: no such folder; give a folder written by save_pretrained (config.json, "
                              "model.safetensors, preprocessor_config.json) or a hub name such as org/model")
     kwargs: dict[str, Any] = {"cache_dir": model_dir} if model_dir else {}
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()           # its "Loading weights" bar would interleave with robustvit's output
     try:
         net = AutoModelForImageClassification.from_pretrained(name, **kwargs)
         proc = AutoImageProcessor.from_pretrained(name, **kwargs)
@@ -136,6 +140,9 @@ def build_hf(name: str, *, pretrained: bool, weights: str | None, model_dir: str
         raise RobustvitError(f"hf:{name}: cannot load an image classifier from {where}: {first[:200]}; give a local "
                              "folder written by save_pretrained (with its preprocessor_config.json), or the hub name "
                              "with the model in the Hugging Face cache and HF_HUB_OFFLINE=1 offline") from None
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     pre = processor_preprocessing(proc)
     config = net.config
     k = int(config.num_labels)

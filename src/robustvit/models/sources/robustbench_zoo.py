@@ -50,8 +50,9 @@ def robustbench_utils() -> types.ModuleType:
     """``robustbench.utils`` (``load_model``, ``all_models``, the enums through it), importing the package without
     its ``__init__`` when that fails on what only its evaluation code needs."""
     cached = sys.modules.get("robustbench.utils")
-    if cached is not None:
+    if cached is not None and getattr(cached, "all_models", None):
         return cached
+    sys.modules.pop("robustbench.utils", None)       # one imported against a stand-in of the zoo (no models)
     try:
         import robustbench.utils as utils
         return utils
