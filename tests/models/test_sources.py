@@ -28,7 +28,7 @@ def test_registry_knows_the_sources_and_leaves_other_names_alone():
     assert split_source("hf:google/vit-base-patch16-224") == ("hf", "google/vit-base-patch16-224")
     assert split_source("hf-hub:timm/vit_tiny_patch16_224") is None          # timm's own prefix
     assert build_model("resnet_cifar18").spec.architecture == "resnet_cifar18"
-    with pytest.raises(RobustvitError, match="--model-dir applies to robustbench"):
+    with pytest.raises(RobustvitError, match="--model-dir applies to robustbench: and hf:"):
         build_model("resnet_cifar18", model_dir="models")
     with pytest.raises(RobustvitError, match="names no model"):
         build_model("hf:")

@@ -37,7 +37,7 @@ from robustvit.models.wrapper import inference_settings
 from robustvit.progress import progress_bar
 from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import warn_if_random
-from robustvit.models.sources import build_from_source
+from robustvit.models.sources import build_from_source, split_source
 from robustvit.protocols import subset_note
 from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, count_flops, init_distributed,
                             model_record, open_shared_store, results_document, run_header, run_units, weights_id,
@@ -176,11 +176,14 @@ def _prepare(cfg: EvalConfig) -> _Run:
     rank, world, device = init_distributed(device)
     if cfg.weights is not None and len(cfg.models) != 1:
         raise RobustvitError("--weights FILE applies to one model; evaluate the models one at a time")
+    if cfg.model_dir is not None and not any(isinstance(m, str) and split_source(m) is not None for m in given):
+        raise RobustvitError("--model-dir applies to robustbench: and hf: models; none is given")
     models: dict[str, Normalized] = {}
     sources: dict[str, str | nn.Module] = {}
     for label, name in (cfg.models.items() if isinstance(cfg.models, dict) else ((None, m) for m in cfg.models)):
+        own_dir = cfg.model_dir if isinstance(name, str) and split_source(name) is not None else None
         m = build_model(name, pretrained=cfg.pretrained, weights=cfg.weights, data=cfg.data,
-                        model_dir=cfg.model_dir).to(device).eval()
+                        model_dir=own_dir).to(device).eval()
         if cfg.compile:
             m.model.compile(dynamic=True)       # in place: the state dict (and the run's fingerprint) is unchanged
         if shard is not None and m.weights.get("source") == "random":

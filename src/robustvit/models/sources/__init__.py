@@ -65,7 +65,7 @@ def build_from_source(spec: str, *, pretrained: bool = False, weights: str | Non
     split = split_source(spec)
     if split is None:
         if model_dir is not None:
-            raise RobustvitError(f"--model-dir applies to robustbench: models, not to {spec}")
+            raise RobustvitError(f"--model-dir applies to robustbench: and hf: models, not to {spec}")
         return None
     prefix, name = split
     if not name:
