@@ -157,7 +157,7 @@ def build_robustbench(name: str, *, pretrained: bool, weights: str | None, model
     root = Path(model_dir or "models")
     folder = root / dataset / tm.value
     ensemble = isinstance(entry.get("gdrive_id"), list)
-    files = ([folder / f"{model_name}_m{i}.pt" for i in range(len(entry["gdrive_id"]))] if ensemble
+    files = ([folder / f"{model_name}.pt_m{i}.pt" for i in range(len(entry["gdrive_id"]))] if ensemble
              else [folder / f"{model_name}.pt"])
     timm_name = f"{model_name.lower().replace('-', '_')}_{dataset}_{tm.value.lower()}"
     hosted = timm.is_model(timm_name)                  # RobustBench loads these from the Hugging Face hub
@@ -165,9 +165,12 @@ def build_robustbench(name: str, *, pretrained: bool, weights: str | None, model
     try:
         net = utils.load_model(model_name, model_dir=str(root), dataset=ds, threat_model=tm)
     except Exception as e:  # RobustBench's loader and downloader raise anything (requests, gdown, torch.load)
-        if offline or hosted:
-            where = "the Hugging Face hub (timm)" if hosted else f"{files[0]}"
-            raise RobustvitError(f"robustbench:{name}: no weights at {where} and the download failed "
+        if hosted:
+            raise RobustvitError(f"robustbench:{name}: RobustBench loads it as timm's {timm_name} from the Hugging "
+                                 f"Face hub, which failed ({type(e).__name__}); put it in the hub cache (then "
+                                 "HF_HUB_OFFLINE=1 works offline)") from None
+        if offline:
+            raise RobustvitError(f"robustbench:{name}: no weights at {files[0]} and the download failed "
                                  f"({type(e).__name__}); give --model-dir DIR holding {dataset}/{tm.value}/"
                                  f"{model_name}.pt (RobustBench's models/ layout)") from None
         raise RobustvitError(f"robustbench:{name}: cannot load {files[0]} ({type(e).__name__}: "
@@ -188,8 +191,8 @@ def build_robustbench(name: str, *, pretrained: bool, weights: str | None, model
                          _combined(shas), **({"files": {str(f): s for f, s in zip(files, shas)}} if ensemble else {})}
     else:                                    # ImageNet "Standard" models: torchvision's weights
         model.weights = {**record, "source": f"robustbench:{name}"}
-    model.reported = reported_numbers(find_model_info(dataset, tm.value, model_name, root,
-                                                               Path(utils.__file__).parent))
+    info = find_model_info(dataset, tm.value, model_name, root, Path(utils.__file__).parent)
+    model.reported = reported_numbers(info)
     return model
 
 
