@@ -103,6 +103,13 @@ def test_robustbench_eval_is_the_zoo_architecture_with_its_weights(zoo, tmp_path
     assert entry["reported_autoattack"] == "41.44" and entry["reported_clean"] == "84.36"
     cols = next(csv.DictReader(io.StringIO(format_rows(rows, "csv"))))
     assert float(cols["reported_autoattack"]) == pytest.approx(0.4144)
+    from robustvit.report.load import load_run
+    from robustvit.report.scorecard import scorecard_section
+
+    table = scorecard_section([load_run(out)]).markdown.splitlines()
+    head = [h.strip() for h in table[0].strip("|").split("|")]
+    cells = dict(zip(head, (c.strip() for c in table[2].strip("|").split("|"))))
+    assert cells["reported clean (%)"] == "84.4" and cells["reported AutoAttack (%)"] == "41.4"
 
 
 def test_robustbench_missing_weights_are_one_line_naming_model_dir(zoo, tmp_path, monkeypatch, capsys):
@@ -184,3 +191,14 @@ def test_hf_eval_and_analyze_offline(tmp_path, capsys):
     code = main(["eval", "--model", f"hf:{tmp_path / 'missing'}", "--data", DATA, "--out", str(tmp_path / "m")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "no such folder" in err and len(err.splitlines()) == 1
+
+
+def test_hf_processors_robustvit_cannot_follow_are_refused():
+    T = pytest.importorskip("transformers")
+    from robustvit.models.sources.huggingface import processor_preprocessing
+
+    assert processor_preprocessing(T.ConvNextImageProcessor(size={"shortest_edge": 384}))["resize"] == "height_width"
+    for proc, what in ((T.ViTImageProcessor(size={"height": 32, "width": 48}), "non-square"),
+                       (T.ViTImageProcessor(do_rescale=False), "no rescaling")):
+        with pytest.raises(RobustvitError, match=what):
+            processor_preprocessing(proc)
