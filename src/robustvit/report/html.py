@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 import re
 
+from robustvit.report.verdict import BEST
+
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _EM = re.compile(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])")
 
@@ -18,7 +20,8 @@ STYLE = (
     "figcaption{color:#555;font-size:.9em}.note{color:#555;font-size:.92em}code{background:#f3f3f3;padding:0 .2em}"
     "#scorecard{font-size:.95em}#scorecard td.labels{text-align:left;color:#8a4b00;font-size:.88em}"
     "nav{margin:.4em 0 1em;font-size:.95em}nav a{margin-right:1em}details{margin:.4em 0}"
-    "summary{cursor:pointer;color:#444}.warn{color:#8a4b00}"
+    "summary{cursor:pointer;color:#444}.warn{color:#8a4b00}td.best{background:#e6f4ea;font-weight:600}"
+    ".facts{color:#666;font-size:.86em;font-weight:normal}#scorecard-title+p{font-size:1.1em;margin:.5em 0}"
 )
 
 
@@ -72,12 +75,25 @@ def markdown(md: str, table_id: str | None = None) -> str:
 
 
 def _numeric(cell: str) -> bool:
+    cell = cell.replace("**", "").replace(BEST, "").replace("  ", " ")
     return re.fullmatch(r"[–\-+]?[\d.,]*\d[\d.,]*( ?[%MkG])?( ± [\d.]+)?( \(.*\))?( \[.*\])?|–|", cell.strip()) is not None
 
 
+#: A number's facts after it: the gap to clean ``(−38.1)``, the interval ``[35.0, 47.6]``, the images ``(n=200)``.
+_FACTS = re.compile(r"(?: \([−+][\d.]+\))?(?: \[[\d., ]+\])?(?: \(n=\d+\))?(?= \(ε=|$)")
+
+
 def _td(cell: str) -> str:
-    """A cell; text (not a number) is left-aligned."""
-    return f"<td>{inline(cell)}</td>" if _numeric(cell) else f"<td class='text'>{inline(cell)}</td>"
+    """A cell; text (not a number) is left-aligned; the best of a column (``BEST``) gets class ``best`` and a
+    title; a number's gap, interval and count are set smaller (``span.facts``)."""
+    if not _numeric(cell):
+        return f"<td class='text'>{inline(cell)}</td>"
+    m = _FACTS.search(cell)
+    body = inline(cell) if not m or not m.group(0) else (
+        inline(cell[:m.start()]) + f"<span class='facts'>{inline(m.group(0))}</span>" + inline(cell[m.end():]))
+    if BEST in cell:
+        return f"<td class='best' title='best of this column'>{body}</td>"
+    return f"<td>{body}</td>"
 
 
 def page(title: str, body: list[str]) -> str:
