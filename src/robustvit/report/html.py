@@ -76,7 +76,7 @@ def markdown(md: str, table_id: str | None = None) -> str:
 
 def _numeric(cell: str) -> bool:
     cell = cell.replace("**", "").replace(BEST, "").replace("  ", " ")
-    return re.fullmatch(r"[–\-+]?[\d.,]*\d[\d.,]*( ?[%MkG])?( ± [\d.]+)?( \(.*\))?( \[.*\])?|–|", cell.strip()) is not None
+    return re.fullmatch(r"[–\-+]?[\d.,]*\d[\d.,]*( ?[%MkG])?( ± [\d.]+)?( \(.*\)| \[.*\])*|–|", cell.strip()) is not None
 
 
 #: A number's facts after it: the gap to clean ``(−38.1)``, the interval ``[35.0, 47.6]``, the images ``(n=200)``.
