@@ -145,9 +145,10 @@ def test_near_chance_is_warned(tmp_path):
     lo, hi = wilson(0.12, 100)
     assert lo <= 0.1 <= hi and not wilson(0.85, 100)[0] <= 0.1
     md = scorecard_section(load_results([tmp_path / "E"])).markdown
-    warn = [line for line in md.splitlines() if line.startswith("**Warning:**")]
-    assert len(warn) == 1 and "**guess** is near chance (1/10 = 10.0 %) on clean" in warn[0]
-    assert md.index("**Warning:**") < md.index("| model")                               # above the table
+    warn = [line for line in md.splitlines() if line.startswith("**Warning:")]
+    assert len(warn) == 1 and warn[0].startswith("**Warning: near chance** (1/10 = 10.0 %)")
+    assert "**guess** on clean" in warn[0] and "good" not in warn[0]
+    assert md.index("**Warning:") < md.index("| model")                               # above the table
 
 
 def test_inside_the_models_table_is_filled_and_shows_clean_accuracy_once():

@@ -116,21 +116,24 @@ def attacks_compared(row: dict[str, Any]) -> str | None:
 
 
 def near_chance(rows: list[dict[str, Any]]) -> list[str]:
-    """A warning per model whose clean or robust accuracy has chance (1 / classes) inside its 95 % interval."""
-    out, seen = [], set()
+    """One warning naming each model whose clean or robust accuracy has chance (1 / classes) inside its 95 %
+    interval, and those columns; none when no model is near chance."""
+    found: dict[str, tuple[int, list[str]]] = {}
     for r in rows:
         k = r.get("num_classes")
-        if not k or r.get("model") in seen:
+        if not k or r.get("model") in found:
             continue
-        chance = 1 / k
         cols = [COLUMNS[c][0] for c in COLUMNS if c not in NO_INTERVAL and r.get(f"{c}_ci95")
-                and r[f"{c}_ci95"][0] <= chance <= r[f"{c}_ci95"][1]]
+                and r[f"{c}_ci95"][0] <= 1 / k <= r[f"{c}_ci95"][1]]
         if cols:
-            seen.add(r.get("model"))
-            out.append(f"**Warning:** **{r['model']}** is near chance (1/{int(k)} = {100 * chance:.1f} %) on "
-                       f"{', '.join(cols)}: chance lies within the 95 % interval of "
-                       + ("that accuracy." if len(cols) == 1 else "those accuracies."))
-    return out
+            found[str(r.get("model"))] = (int(k), cols)
+    if not found:
+        return []
+    ks = {k for k, _ in found.values()}
+    chance = f" (1/{next(iter(ks))} = {100 / next(iter(ks)):.1f} %)" if len(ks) == 1 else ""
+    return [f"**Warning: near chance**{chance}, within the 95 % interval of: "
+            + "; ".join(f"**{m}** on {', '.join(cols)}" + ("" if chance else f" (1/{k})") for m, (k, cols) in found.items())
+            + "."]
 
 
 def cell_text(row: dict[str, Any], col: str, best: bool = False) -> str | None:
