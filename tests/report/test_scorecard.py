@@ -89,6 +89,21 @@ def test_best_cell_of_each_column_is_marked(parent, tmp_path):
     assert "**90.0** ▲" in md and "**40.0** ▲" in md and "**10.0** ▲" not in md
 
 
+def test_leaderboard_compares_models_not_a_models_rows(tmp_path):
+    """A model with two threat models has two leaderboard rows; its clean accuracy is compared with the other
+    model's once, never with itself, and marked best on both of its rows."""
+    a = run("a", 0.9, 0.4, 0.45, n=500)
+    a["suites"]["pgd:eps=1/255"] = {"attack": "pgd", "eps": 1 / 255, "norm": "linf", "accuracy": 0.8, "num_images": 500}
+    write_run(tmp_path / "E" / "a", a)
+    write_run(tmp_path / "E" / "b", run("b", 0.6, 0.3, 0.35, n=500))
+    rows = leaderboard([tmp_path / "E"])
+    assert len(rows) == 3
+    md = format_rows(rows, "md")
+    said = [line for line in md.splitlines() if "clean images" in line]
+    assert said == ["**a** is more accurate than **b** on clean images by 30.0 points (95 % intervals do not overlap)."]
+    assert "tie" not in md and md.count("**90.0** ▲") == 2
+
+
 def test_gap_to_clean_equals_an_independent_computation(parent, tmp_path):
     rows = {r["model"]: r for r in leaderboard([parent])}
     # AutoAttack's own images had clean accuracy 0.85: the gap is taken on them, not on the clean column's 0.90

@@ -39,11 +39,15 @@ def _group(row: dict[str, Any], col: str) -> tuple[Any, ...]:
     return (row.get("data"), row.get("threat_model"), row.get("eps")) if col in ATTACK_COLUMNS else (row.get("data"),)
 
 
-def _groups(rows: list[dict[str, Any]], col: str) -> list[list[int]]:
+def _groups(rows: list[dict[str, Any]], col: str, per_model: bool = False) -> list[list[int]]:
+    """Indices of the rows whose ``col`` may be compared, in groups of two or more; with ``per_model`` one row
+    per model (a leaderboard repeats a model's clean and shift columns on each of its threat models)."""
     out: dict[tuple[Any, ...], list[int]] = {}
     for i, r in enumerate(rows):
         if isinstance(r.get(col), (int, float)):
-            out.setdefault(_group(r, col), []).append(i)
+            g = out.setdefault(_group(r, col), [])
+            if not (per_model and any(rows[j].get("model") == r.get("model") for j in g)):
+                g.append(i)
     return [g for g in out.values() if len(g) > 1]
 
 
@@ -80,7 +84,7 @@ def compare(rows: list[dict[str, Any]]) -> list[str]:
     next best, by how many points, and whether their 95 % intervals overlap ("not significant")."""
     out = []
     for c in ORDER:
-        for g in _groups(rows, c):
+        for g in _groups(rows, c, per_model=True):
             a, b = sorted((rows[i] for i in g), key=lambda r: -r[c])[:2]
             diff, caveat = 100 * (a[c] - b[c]), _different_images(a, b, c)
             what = _what(c, a).format(b=f"**{b['model']}**" + (f" (the next best of {len(g)})" if len(g) > 2 else ""))
