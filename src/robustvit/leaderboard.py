@@ -1,15 +1,16 @@
 """``robustvit leaderboard``: one table of many runs — one row per model × data × threat model.
 
-Columns are the headline numbers of ``robustvit.report.headline`` (clean, corruption mean / mCE, PGD,
-AutoAttack, occlusion, shape bias, spatial, ImageNet-R/-A/-Sketch/-V2, mFR) with the comparability labels.
-A folder without ``results.json`` stands for every run below it. ``--db FILE`` keeps runs in an SQLite
-database, so runs made months apart sit in one table (re-adding a run replaces its row). Every number shows its
-image count and 95 % Wilson interval, a robustness number its gap to clean (``<column>_gap``), the best of each
-column its mark (:mod:`robustvit.report.verdict`, whose sentences open the Markdown and HTML tables); the labels
-name the deviations of each cell from its published protocol (:mod:`robustvit.protocols`). ``--format json`` writes robustvit's own
-entries (RobustBench's field names, one ``corruptions`` entry per model, each number with its count, interval and
-protocol); ``--format robustbench --out DIR`` writes ``DIR/<dataset>/<threat_model>/<model>.json`` as RobustBench's
-``model_info`` files (Croce et al. 2021, arXiv:2010.09670) for the comparable numbers only.
+Columns are the headline numbers of ``robustvit.report.headline`` (clean, corruption mean / mCE, PGD, AutoAttack,
+occlusion, shape bias, spatial, ImageNet-R/-A/-Sketch/-V2, mFR) with the comparability labels. A folder without
+``results.json`` stands for every run below it. ``--db FILE`` keeps runs in an SQLite database, so runs made
+months apart sit in one table (re-adding a run replaces its row). Every number shows its image count and 95 %
+Wilson interval, a robustness number its gap to clean (``<column>_gap``), the best of each column its mark
+(:mod:`robustvit.report.verdict`, whose sentences open the Markdown and HTML tables); the labels name the
+deviations of each cell from its published protocol (:mod:`robustvit.protocols`). ``--format json`` writes
+robustvit's own entries (RobustBench's field names, one ``corruptions`` entry per model, each number with its
+count, interval and protocol); ``--format robustbench --out DIR`` writes
+``DIR/<dataset>/<threat_model>/<model>.json`` as RobustBench's ``model_info`` files (Croce et al. 2021,
+arXiv:2010.09670) for the comparable numbers only.
 
 Example::
 

@@ -31,8 +31,8 @@ def wilson(p: float, n: int, z: float = 1.959964) -> tuple[float, float]:
     return c - h, c + h
 
 
-def run(name: str, clean: float, aa: float, pgd: float, n: int = 1000, aa_n: int | None = None, aa_clean: float | None = None,
-        classes: int = 10, **suites):
+def run(name: str, clean: float, aa: float, pgd: float, n: int = 1000, aa_n: int | None = None,
+        aa_clean: float | None = None, classes: int = 10, **suites):
     """An eval run whose suites record their image counts; AutoAttack's own clean accuracy may differ from the
     clean column (its images are a part of the clean suite's)."""
     res = eval_result(name, clean, {}, suites={
@@ -50,9 +50,9 @@ def parent(tmp_path):
     """``eval --model vit,cnn --out E`` lays out E/<model>/; one more run two levels down; an analysis beside vit."""
     e = tmp_path / "E"
     write_run(e / "vit", run("vit", 0.80, 0.40, 0.45, spatial={"accuracy": 0.5, "num_images": 1000}))
+    lesion = {"clean_accuracy": 0.8, "num_blocks": 3, "single": {"block": [0.2, 0.7, 0.6]}}
     write_run(e / "vit" / "analysis", {"schema": 2, "kind": "analysis", "model": {"name": "vit"}, "data": {}, "run": {},
-                                       "comparable": True, "notes": [], "analyses": {"lesion": {
-                                           "clean_accuracy": 0.8, "num_blocks": 3, "single": {"block": [0.2, 0.7, 0.6]}}}})
+                                       "comparable": True, "notes": [], "analyses": {"lesion": lesion}})
     write_run(e / "more" / "deep" / "cnn", run("cnn", 0.90, 0.10, 0.12, aa_clean=0.85))
     return e
 

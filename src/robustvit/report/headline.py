@@ -11,12 +11,13 @@ corruptions and severities evaluated, Hendrycks & Dietterich, arXiv:1903.12261),
 AFAT), ``shape_bias`` (Geirhos et al., arXiv:1811.12231), ``spatial`` (worst-of-grid, Engstrom et al.),
 ``imagenet_r``/``imagenet_a``/``imagenet_sketch``/``imagenet_v2``, ``mfr`` (mean flip rate, %, lower is better).
 
-Each number comes with its cell facts: ``<column>_n`` (images it was measured on), ``<column>_ci95`` (95 %
-Wilson score interval, for accuracies) and ``<column>_protocol`` (the suite's ``protocol`` entry,
+Each number comes with its cell facts: ``<column>_n`` (images it was measured on), ``<column>_ci95`` (95 % Wilson
+score interval, for accuracies) and ``<column>_protocol`` (the suite's ``protocol`` entry,
 :mod:`robustvit.protocols`). Each robustness accuracy (``GAP_COLUMNS``) also has ``<column>_gap``: its value minus
 the clean accuracy of the same images (the suite's own ``clean_accuracy``; the ``clean`` column where the suite
-records none), a fraction like the value (−0.381 is 38.1 points below clean). ``labels`` joins the deviations of the row's own cells (``autoattack: partial
-AutoAttack …``); ``comparable`` holds when every cell of the row is comparable.
+records none), a fraction like the value (−0.381 is 38.1 points below clean). ``labels`` joins the deviations of
+the row's own cells (``autoattack: partial AutoAttack …``); ``comparable`` holds when every cell of the row is
+comparable.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ STYLE = (
     "#scorecard{font-size:.95em}#scorecard td.labels{text-align:left;color:#8a4b00;font-size:.88em}"
     "nav{margin:.4em 0 1em;font-size:.95em}nav a{margin-right:1em}details{margin:.4em 0}"
     "summary{cursor:pointer;color:#444}.warn{color:#8a4b00}td.best{background:#e6f4ea;font-weight:600}"
-    ".gap,.facts{color:#666;font-size:.86em;font-weight:normal}.facts{display:block}#scorecard-title+p{font-size:1.1em;margin:.5em 0}"
+    ".gap,.facts{color:#666;font-size:.86em;font-weight:normal}.facts{display:block}"
+    "#scorecard-title+p{font-size:1.1em;margin:.5em 0}"
 )
 
 
@@ -77,7 +78,8 @@ def markdown(md: str, table_id: str | None = None) -> str:
 
 def _numeric(cell: str) -> bool:
     cell = cell.replace("**", "").replace(BEST, "").replace("  ", " ")
-    return re.fullmatch(r"[–\-+]?[\d.,]*\d[\d.,]*( ?[%MkG])?( ± [\d.]+)?( \(.*\)| \[.*\])*|–|", cell.strip()) is not None
+    number = r"[–\-+]?[\d.,]*\d[\d.,]*( ?[%MkG])?( ± [\d.]+)?( \(.*\)| \[.*\])*|–|"
+    return re.fullmatch(number, cell.strip()) is not None
 
 
 #: A number's facts after it: the gap to clean ``(−38.1)``, the interval ``[35.0, 47.6]``, the images ``(n=200)``.
@@ -108,7 +110,8 @@ def _labels_td(cell: str) -> str:
     if not parts or cell in ("comparable", "–"):
         return f"<td class='labels'>{inline(cell)}</td>"
     split = any(p.startswith("attacks on different images") for p in parts)
-    summary = f"{len(parts)} deviation{'s' if len(parts) > 1 else ''}" + ("; attacks on different images" if split else "")
+    summary = (f"{len(parts)} deviation{'s' if len(parts) > 1 else ''}"
+               + ("; attacks on different images" if split else ""))
     return f"<td class='labels'><details><summary>{inline(summary)}</summary>{inline(cell)}</details></td>"
 
 

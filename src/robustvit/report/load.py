@@ -93,7 +93,8 @@ def find_runs(path: str | Path) -> list[Path]:
     if p.is_file() or (p / RESULTS_FILE).is_file():
         return [p]
     if not p.is_dir():
-        raise RobustvitError(f"{p} holds no results.json (no such folder); pass folders written by `robustvit eval`, `analyze` or `train`")
+        raise RobustvitError(f"{p} holds no results.json (no such folder); pass folders written by `robustvit eval`, "
+                             "`analyze` or `train`")
     found = sorted(f.parent for f in p.rglob(RESULTS_FILE) if f.is_file())
     runs = [f for f in found if not (f.name in JOINED and f.parent in found)]
     if not runs:

@@ -109,7 +109,8 @@ def attacks_compared(row: dict[str, Any]) -> str | None:
         return None
     na, np_ = row.get("autoattack_n"), row.get("pgd_n")
     if na is None or np_ is None:
-        return f"{row['model']}: AutoAttack and PGD do not record their images; their robust accuracies are not compared."
+        return (f"{row['model']}: AutoAttack and PGD do not record their images; their robust accuracies are not "
+                "compared.")
     if na != np_:
         return (f"{row['model']}: AutoAttack (n={na}) and PGD (n={np_}) ran on different images; their robust "
                 "accuracies are not compared.")
@@ -136,7 +137,8 @@ def near_chance(rows: list[dict[str, Any]]) -> list[str]:
     ks = {k for k, _ in found.values()}
     chance = f" (1/{next(iter(ks))} = {100 / next(iter(ks)):.1f} %)" if len(ks) == 1 else ""
     return [f"**Warning: near chance**{chance}, within the 95 % interval of: "
-            + "; ".join(f"**{m}** on {', '.join(cols)}" + ("" if chance else f" (1/{k})") for m, (k, cols) in found.items())
+            + "; ".join(f"**{m}** on {', '.join(cols)}" + ("" if chance else f" (1/{k})")
+                        for m, (k, cols) in found.items())
             + "."]
 
 
