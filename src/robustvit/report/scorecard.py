@@ -49,9 +49,9 @@ def scorecard_section(results: list[dict[str, Any]]) -> Section:
     md += (f"\n\nTop-1 accuracy in % ({BEST} and bold: the best of its column), its gap to the clean accuracy of "
            "the same images in points, its 95 % Wilson score interval and the number of images it was measured on "
            "(mCE and mFR: lower is better; corruption and occlusion means: the interval of one accuracy on that "
-           "many images, wider than the mean's). PGD, APGD and AutoAttack: robust accuracy at the strongest L∞ budget measured. "
-           "Two models differ significantly when their intervals do not overlap. Labels name each cell's deviations "
-           "from its published protocol; the notes of each run are listed under \"Models\".")
+           "many images, wider than the mean's). PGD, APGD and AutoAttack: robust accuracy at the strongest L∞ "
+           "budget measured. Two models differ significantly when their intervals do not overlap. Labels name each "
+           "cell's deviations from its published protocol; the notes of each run are listed under \"Models\".")
     return Section("Scorecard", md, details=comparisons[1:] + attacks, summary="Every comparison the table supports")
 
 
