@@ -66,6 +66,8 @@ def test_study_end_to_end_and_resume(tmp_path):
     assert html.index("<table") == html.index("<table id='scorecard'>")
     md = (out / "report.md").read_text()
     assert "robustness_vs_size.png" in md and "figures/transfer_matrix" in md and "adversarial_accuracy_vs_eps.png" in md
+    inside = md.split("## Inside the models")[1].split("\n## ")[0]          # the table filled, not a bare header
+    assert "| attention distance: first block (px) |" in inside and "| attention distance: last block (px) |" in inside
     rows = list(csv.DictReader((out / "leaderboard.csv").open()))
     clean = {name: json.loads((out / name / "results.json").read_text())["suites"]["clean"]["top1"] for name in ("vit", "cnn")}
     assert {(r["model"], float(r["clean"])) for r in rows} == {(n, c) for n, c in clean.items()}

@@ -306,7 +306,8 @@ def cmd_eval(a: argparse.Namespace) -> int:
 
 def add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="side-by-side Markdown + HTML report of result folders")
-    p.add_argument("results", nargs="+", help="folders holding results.json (or the files)")
+    p.add_argument("results", nargs="+", help="run folders (results.json, or the files); a parent folder stands "
+                   "for every run below it")
     p.add_argument("--out", required=True, help="output folder for report.md / report.html")
     p.add_argument("--title", default="robustvit report")
     p.set_defaults(func=cmd_report)
@@ -509,7 +510,8 @@ def add_leaderboard(sub: argparse._SubParsersAction) -> None:
                        "(clean, corruptions, PGD, AutoAttack, … and comparability labels)")
     from robustvit.leaderboard import FORMATS, TABLE_COLUMNS
 
-    p.add_argument("runs", nargs="*", help="run folders (results.json); with --db they are added to the database")
+    p.add_argument("runs", nargs="*", help="run folders (results.json; a parent folder: every run below it); with "
+                   "--db they are added to the database")
     p.add_argument("--db", metavar="FILE", help="SQLite database: add the runs, then show every run it holds")
     p.add_argument("--format", dest="fmt", choices=list(FORMATS), default="md",
                    help="md (default), csv (raw fractions), latex, html, json (robustvit's entries, RobustBench's "

@@ -1,15 +1,18 @@
 """``robustvit leaderboard``: one table of many runs — one row per model × data × threat model.
 
-Columns are the headline numbers of ``robustvit.report.headline`` (clean, corruption mean / mCE, PGD,
-AutoAttack, occlusion, shape bias, spatial, ImageNet-R/-A/-Sketch/-V2, mFR) with the comparability labels.
-``--db FILE`` keeps runs in an SQLite database, so runs made months apart sit in one table (re-adding a run
-replaces its row). Every number shows its image count and 95 % Wilson interval; the labels name the deviations
-of each cell from its published protocol (:mod:`robustvit.protocols`). ``--format json`` writes robustvit's own
-entries (RobustBench's field names, one ``corruptions`` entry per model, each number with its count, interval and
-protocol); ``--format robustbench --out DIR`` writes ``DIR/<dataset>/<threat_model>/<model>.json`` as RobustBench's
-``model_info`` files (Croce et al. 2021, arXiv:2010.09670) for the comparable numbers only. A model whose source
-publishes numbers (results.json ``model.reported``: RobustBench's zoo) shows them as ``reported_clean`` and
-``reported_autoattack`` beside robustvit's measurements.
+Columns are the headline numbers of ``robustvit.report.headline`` (clean, corruption mean / mCE, PGD, AutoAttack,
+occlusion, shape bias, spatial, ImageNet-R/-A/-Sketch/-V2, mFR) with the comparability labels. A folder without
+``results.json`` stands for every run below it. ``--db FILE`` keeps runs in an SQLite database, so runs made
+months apart sit in one table (re-adding a run replaces its row). Every number shows its image count and 95 %
+Wilson interval, a robustness number its gap to clean (``<column>_gap``), the best of each column its mark
+(:mod:`robustvit.report.verdict`, whose sentences open the Markdown and HTML tables); the labels name the
+deviations of each cell from its published protocol (:mod:`robustvit.protocols`). ``--format json`` writes
+robustvit's own entries (RobustBench's field names, one ``corruptions`` entry per model, each number with its
+count, interval and protocol); ``--format robustbench --out DIR`` writes
+``DIR/<dataset>/<threat_model>/<model>.json`` as RobustBench's ``model_info`` files (Croce et al. 2021,
+arXiv:2010.09670) for the comparable numbers only. A model whose source publishes numbers (results.json
+``model.reported``: RobustBench's zoo) shows them as ``reported_clean`` and ``reported_autoattack`` beside
+robustvit's measurements.
 
 Example::
 
@@ -32,15 +35,18 @@ from typing import Any, NoReturn
 
 from robustvit.errors import RobustvitError
 from robustvit.protocols import dataset_of
-from robustvit.report.headline import COLUMNS, PERCENT_COLUMNS, eps_text, rows as headline_rows
+from robustvit.report.headline import COLUMNS, GAP_COLUMNS, PERCENT_COLUMNS, eps_text, rows as headline_rows
 from robustvit.report.load import load_runs, merge_by_model, model_name
 from robustvit.report.scorecard import REPORTED, reported_cells
+from robustvit.report.verdict import BEST, best_cells, cell_text, summary
 from robustvit.runs.atomic import write_text
 
 FORMATS = ("md", "csv", "latex", "html", "json", "robustbench")
 #: What a cell shows, under every table.
-NOTE = ("Cells: accuracy in % [95 % Wilson score interval] (n = images measured); mCE and mFR in %, lower is "
-        "better. Labels name each cell's deviations from its published protocol (robustvit.protocols).")
+NOTE = (f"Cells: accuracy in % (bold and {BEST}: the best of its column among rows of one data set and threat "
+        "model) (gap to the clean accuracy of the same images, in points) [95 % Wilson score interval] (n = images "
+        "measured); mCE and mFR in %, lower is better. Labels name each cell's deviations from its published "
+        "protocol (robustvit.protocols).")
 #: Every column of a row, in table order.
 TABLE_COLUMNS = ("model", "data", "threat_model", "eps", *COLUMNS, *REPORTED, "params", "labels")
 HEADERS = {"model": "model", "data": "data", "threat_model": "threat model", "eps": "ε", "params": "params",
@@ -137,20 +143,25 @@ def sort_rows(rows: list[dict[str, Any]], column: str) -> list[dict[str, Any]]:
     return (sorted(num, key=lambda r: r[key], reverse=not lower) + sorted(text, key=lambda r: r[key]) + missing)
 
 
-def _cell(key: str, v: Any, row: dict[str, Any] | None = None) -> str:
+def _cell(key: str, row: dict[str, Any], best: bool = False) -> str:
+    v = row.get(key)
     if v is None:
         return "–"
     if key == "eps":
-        return eps_text(v, str((row or {}).get("threat_model") or "Linf"))
+        return eps_text(v, str(row.get("threat_model") or "Linf"))
     if key == "params":
         return f"{v / 1e6:.2f} M"
-    if isinstance(v, float):
-        text = f"{v:.1f}" if key in PERCENT_COLUMNS else f"{100 * v:.1f}"
-        n, ci = (row or {}).get(f"{key}_n"), (row or {}).get(f"{key}_ci95")
-        if ci:
-            text += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
-        return text + (f" (n={n})" if n else "")
+    if isinstance(v, float) and key in COLUMNS:
+        return cell_text(row, key, best) or "–"
     return str(v)
+
+
+def _tex(s: str) -> str:
+    """A cell as LaTeX: special characters escaped, the best value (``**x** ▲``) in bold."""
+    for a, b in (("\\", "\\textbackslash{}"), ("_", "\\_"), ("%", "\\%"), ("&", "\\&"), ("ε", "$\\epsilon$"),
+                 ("–", "--"), ("−", "$-$")):
+        s = s.replace(a, b)
+    return re.sub(r"\*\*(.+?)\*\* " + BEST, r"\\textbf{\1}", s)
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[str]:
@@ -165,10 +176,11 @@ def _header(c: str) -> str:
 
 
 def _csv_columns(rows: list[dict[str, Any]]) -> list[str]:
-    """The table's columns, each number followed by ``<column>_n`` and ``<column>_ci95``."""
+    """The table's columns, each number followed by ``<column>_n``, ``<column>_ci95`` and, for robustness
+    accuracies, ``<column>_gap`` (the gap to the clean accuracy of the same images, a fraction)."""
     out: list[str] = []
     for c in _columns(rows):
-        out += [c, f"{c}_n", f"{c}_ci95"] if c in COLUMNS else [c]
+        out += ([c, f"{c}_n", f"{c}_ci95"] + ([f"{c}_gap"] if c in GAP_COLUMNS else [])) if c in COLUMNS else [c]
     return out + ["comparable"]
 
 
@@ -186,7 +198,8 @@ def _verdict(entry: dict[str, Any], row: dict[str, Any], columns: tuple[str, ...
 def json_entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """robustvit's own JSON: one entry per model × data × threat model (``Linf``/``L2``), and one ``corruptions``
     entry per model × data with corruption numbers. Accuracies as RobustBench writes them (two-decimal percent
-    strings), each with ``<field>_n``, ``<field>_ci95`` (percent) and ``<field>_protocol``."""
+    strings), each with ``<field>_n``, ``<field>_ci95`` (percent), ``<field>_protocol`` and, for robustness
+    accuracies, ``<field>_gap`` (to the clean accuracy of the same images, in points)."""
     out: list[dict[str, Any]] = []
     done: set[tuple[Any, Any]] = set()
 
@@ -198,6 +211,9 @@ def json_entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ci = row.get(f"{col}_ci95")
         entry[f"{field}_ci95"] = None if ci is None else [round(100 * ci[0], 2), round(100 * ci[1], 2)]
         entry[f"{field}_protocol"] = row.get(f"{col}_protocol")
+        if col in GAP_COLUMNS:
+            gap = row.get(f"{col}_gap")
+            entry[f"{field}_gap"] = None if gap is None else round(100 * gap, 2)
 
     for r in rows:
         data = str(r.get("data") or "")
@@ -288,22 +304,29 @@ def format_rows(rows: list[dict[str, Any]], fmt: str = "md") -> str:
         w.writerows([["" if r.get(c) is None else json.dumps(r[c]) if isinstance(r.get(c), list) else r.get(c)
                       for c in ccols] for r in rows])
         return buf.getvalue()
-    cells = [[_cell(c, r.get(c), r) for c in cols] for r in rows]
+    best = best_cells(rows, cols)
+    cells = [[_cell(c, r, (i, c) in best) for c in cols] for i, r in enumerate(rows)]
     heads = [_header(c) for c in cols]
+    said = summary(rows)
     if fmt == "md":
         esc = lambda s: s.replace("|", "\\|")  # noqa: E731
         lines = ["| " + " | ".join(heads) + " |", "|" + "|".join("---" for _ in cols) + "|"]
         body = "\n".join(lines + ["| " + " | ".join(esc(v) for v in row) + " |" for row in cells]) + "\n"
-        return body + f"\n{NOTE}\n"
+        return "".join(f"{s}\n\n" for s in said) + body + f"\n{NOTE}\n"
     if fmt == "latex":
-        tex = lambda s: s.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&").replace("ε", "$\\epsilon$").replace("–", "--")  # noqa: E731
+        tex = _tex
         lines = ["\\begin{tabular}{" + "l" * 4 + "r" * (len(cols) - 5) + "l}", "\\toprule",
                  " & ".join(tex(h) for h in heads) + " \\\\", "\\midrule"]
         lines += [" & ".join(tex(v) for v in row) + " \\\\" for row in cells]
         return "\n".join(lines + ["\\bottomrule", "\\end{tabular}"]) + "\n"
+    from robustvit.report.html import inline
+
     head = "".join(f"<th>{html.escape(h)}</th>" for h in heads)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in cells)
-    return f"<table id='leaderboard'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n<p>{html.escape(NOTE)}</p>\n"
+    body = "".join("<tr>" + "".join(f"<td class='best' title='best of this column'>{inline(v)}</td>" if BEST in v
+                                    else f"<td>{inline(v)}</td>" for v in row) + "</tr>" for row in cells)
+    top = "".join(f"<p>{inline(s)}</p>\n" for s in said)
+    return (f"{top}<table id='leaderboard'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n"
+            f"<p>{html.escape(NOTE)}</p>\n")
 
 
 def leaderboard(paths: list[str | Path], db: str | Path | None = None, fmt: str = "md", out: str | Path | None = None,

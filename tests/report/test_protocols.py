@@ -106,7 +106,7 @@ def test_cells_show_their_own_image_counts_and_intervals():
     assert row["autoattack_ci95"] == pytest.approx(wilson_interval(0.15, 20), abs=1e-6)
     assert "attacks on different images: PGD n=200, AutoAttack n=20" in row["labels"]
     md = scorecard_section([normalise(doc)]).markdown
-    assert "15.0 [5.2, 36.0] (n=20)" in md and "13.5 [9.4, 18.9] (n=200)" in md and "Wilson" in md
+    assert "15.0 (−75.0) [5.2, 36.0] (n=20)" in md and "13.5 (−76.5) [9.4, 18.9] (n=200)" in md and "Wilson" in md
     csv_head = format_rows([row], "csv").splitlines()[0].split(",")
     assert {"autoattack_n", "autoattack_ci95", "pgd_n", "pgd_ci95"} <= set(csv_head)
 

@@ -89,7 +89,8 @@ def test_scorecard_first_fixed_order_no_markdown(folders, tmp_path):
     imgs = re.findall(r"<img [^>]*>", html)
     assert len(imgs) == len(list((tmp_path / "rep" / "figures").glob("*.png"))) >= 8
     assert all(re.search(r"alt='[^']+'", i) for i in imgs)
-    assert "lesion: clean accuracy" in md and "made up analysis: score" in md               # generic, from the schema
+    assert "| clean accuracy (analysis images) | 0.8000 |" in md and "lesion: one block removed, worst" in md
+    assert "made up analysis: score" in md                                                    # generic, from the schema
     assert "figures/training.png" in md and "transfer_matrix.png" in md and "robustness_vs_size.png" in md
     assert "corruptions_per_corruption.png" in md and "adversarial_accuracy_vs_eps.png" in md
 

@@ -185,6 +185,14 @@ def compute_restricted(ctx: Context, o: RestrictedOptions) -> dict[str, Any]:
             "cls_only": o.cls_only, "has_class_token": bool(n_cls), "num_registers": regs, "notes": notes}
 
 
+def cls_only_title(result: dict[str, Any]) -> str:
+    """What the ``cls_only_*`` curves restrict, from the tokens the result recorded: a model without a class
+    token has its patches attend only to themselves."""
+    if result.get("has_class_token") is False:
+        return "Patches attend only to themselves (no class token)"
+    return "Patches attend only to CLS" + (" and themselves" if result.get("cls_only") == "cls_self" else "")
+
+
 def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
@@ -203,7 +211,7 @@ def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
     ax.plot(ks, [result["cls_only_last"][str(k)] for k in ks], marker="s", label="last k blocks")
     ax.set_xlabel("k (blocks)"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
     integer_ticks(ax, "x"), place_legend(ax)
-    ax.set_title("Patches attend only to CLS" + (" and themselves" if result.get("cls_only") == "cls_self" else ""))
+    ax.set_title(cls_only_title(result))
     fig.suptitle(f"Restricted attention — {result.get('model', '')}")
     fig.tight_layout()
     return [save_figure(fig, out / "restricted_attention.png")]

@@ -11,10 +11,13 @@ corruptions and severities evaluated, Hendrycks & Dietterich, arXiv:1903.12261),
 AFAT), ``shape_bias`` (Geirhos et al., arXiv:1811.12231), ``spatial`` (worst-of-grid, Engstrom et al.),
 ``imagenet_r``/``imagenet_a``/``imagenet_sketch``/``imagenet_v2``, ``mfr`` (mean flip rate, %, lower is better).
 
-Each number comes with its cell facts: ``<column>_n`` (images it was measured on), ``<column>_ci95`` (95 %
-Wilson score interval, for accuracies) and ``<column>_protocol`` (the suite's ``protocol`` entry,
-:mod:`robustvit.protocols`). ``labels`` joins the deviations of the row's own cells (``autoattack: partial
-AutoAttack …``); ``comparable`` holds when every cell of the row is comparable.
+Each number comes with its cell facts: ``<column>_n`` (images it was measured on), ``<column>_ci95`` (95 % Wilson
+score interval, for accuracies) and ``<column>_protocol`` (the suite's ``protocol`` entry,
+:mod:`robustvit.protocols`). Each robustness accuracy (``GAP_COLUMNS``) also has ``<column>_gap``: its value minus
+the clean accuracy of the same images (the suite's own ``clean_accuracy``; the ``clean`` column where the suite
+records none), a fraction like the value (−0.381 is 38.1 points below clean). ``labels`` joins the deviations of
+the row's own cells (``autoattack: partial AutoAttack …``); ``comparable`` holds when every cell of the row is
+comparable.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ SOURCES: dict[str, tuple[str, str]] = {
 }
 #: Columns without a binomial interval (not a fraction of images classified correctly).
 NO_INTERVAL = ("mce", "mfr", "shape_bias")
+#: Robustness accuracies shown with their gap to clean (``<column>_gap``): every accuracy column but ``clean``.
+GAP_COLUMNS = tuple(c for c in COLUMNS if c != "clean" and c not in NO_INTERVAL)
 
 
 def eps_text(eps: float | None, threat: str = "Linf") -> str:
@@ -72,13 +77,14 @@ def _count(s: dict[str, Any]) -> int | None:
     return int(n) if n else None
 
 
-Cell = tuple[float | None, int | None, dict[str, Any] | None]
+#: A cell: value, images, protocol entry and (optionally) the clean accuracy of the same images.
+Cell = tuple[Any, ...]
 
 
 def _first(suites: dict[str, Any], name: str, field: str) -> Cell:
     for key, s in suites.items():
         if base_name(key) == name and isinstance(s, dict) and _num(s.get(field)) is not None:
-            return _num(s[field]), _count(s), s.get("protocol")
+            return _num(s[field]), _count(s), s.get("protocol"), _num(s.get("clean_accuracy"))
     return None, None, None
 
 
@@ -87,7 +93,8 @@ def _certified(suites: dict[str, Any], name: str, at: str | None) -> Cell:
     for key, s in suites.items():
         acc = s.get("certified_accuracy") if base_name(key) == name and isinstance(s, dict) else None
         if isinstance(acc, dict) and acc:
-            return _num(acc.get(at if at is not None else next(iter(acc)))), _count(s), s.get("protocol")
+            return (_num(acc.get(at if at is not None else next(iter(acc)))), _count(s), s.get("protocol"),
+                    _num(s.get("clean_accuracy")))
     return None, None, None
 
 
@@ -97,7 +104,7 @@ def _occlusion(suites: dict[str, Any]) -> Cell:
             vals = [_num(e.get("mean")) for e in s["per_rho"].values() if isinstance(e, dict)]
             vals = [v for v in vals if v is not None]
             if vals:
-                return sum(vals) / len(vals), _count(s), s.get("protocol")
+                return sum(vals) / len(vals), _count(s), s.get("protocol"), _num(s.get("clean_accuracy"))
     return None, None, None
 
 
@@ -112,7 +119,8 @@ def threat_models(suites: dict[str, Any]) -> list[tuple[str, float]]:
 
 def _attack(suites: dict[str, Any], name: str, norm: str, eps: float) -> Cell:
     """The strongest matching suite of ``name`` (lowest robust accuracy)."""
-    found = [(_num(s.get("accuracy")), _count(s), s.get("protocol")) for key, s in suites.items()
+    found = [(_num(s.get("accuracy")), _count(s), s.get("protocol"), _num(s.get("clean_accuracy")))
+             for key, s in suites.items()
              if base_name(key) == name and isinstance(s, dict) and _num(s.get("eps")) is not None
              and str(s.get("norm") or "linf") == norm and abs(float(s["eps"]) - eps) < 1e-6]
     found = [c for c in found if c[0] is not None]
@@ -120,10 +128,19 @@ def _attack(suites: dict[str, Any], name: str, norm: str, eps: float) -> Cell:
 
 
 def _put(row: dict[str, Any], col: str, cell: Cell) -> None:
-    v, n, proto = cell
+    v, n, proto, *same = cell
     row[col], row[f"{col}_n"], row[f"{col}_protocol"] = v, n, proto
     ci = None if col in NO_INTERVAL else wilson_interval(v, n)
     row[f"{col}_ci95"] = None if ci is None else [round(ci[0], 6), round(ci[1], 6)]
+    if col in GAP_COLUMNS:          # the clean accuracy of the same images; filled from ``clean`` by ``_gaps``
+        row[f"{col}_gap"] = None if v is None or not same or same[0] is None else round(v - same[0], 6)
+
+
+def _gaps(row: dict[str, Any]) -> None:
+    """``<column>_gap`` from the ``clean`` column where the suite recorded no clean accuracy of its own."""
+    for c in GAP_COLUMNS:
+        if row.get(c) is not None and row.get(f"{c}_gap") is None and row.get("clean") is not None:
+            row[f"{c}_gap"] = round(row[c] - row["clean"], 6)
 
 
 def _labels(row: dict[str, Any], run: dict[str, Any]) -> list[str]:
@@ -169,7 +186,9 @@ def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     suites = run.get("suites") or {}
     model = run.get("model") or {}
     base: dict[str, Any] = {"model": model.get("name"), "data": (run.get("data") or {}).get("spec"),
-                            "params": model.get("params"), "flops": model.get("flops")}
+                            "params": model.get("params"), "flops": model.get("flops"),
+                            "num_classes": _num((model.get("spec") or {}).get("num_classes"))
+                            or _num(((run.get("data") or {}).get("subset") or {}).get("num_classes"))}
     for col, (suite, fld) in SOURCES.items():
         _put(base, col, _first(suites, suite, fld))
     _put(base, "occlusion", _occlusion(suites))
@@ -177,7 +196,7 @@ def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     _put(base, "certified_patch", _certified(suites, "certify_patch", None))
     if base["clean"] is None:   # an attack suite's clean accuracy on its own images
         for name in ("pgd", "autoattack", "apgd"):
-            v, n, proto = _first(suites, name, "clean_accuracy")
+            v, n, proto, *_ = _first(suites, name, "clean_accuracy")
             if v is not None:
                 _put(base, "clean", (v, n, proto))
                 break
@@ -186,6 +205,7 @@ def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
         row = {**base, "threat_model": "none" if eps is None else ("L2" if norm == "l2" else "Linf"), "eps": eps}
         for col in ATTACK_COLUMNS:
             _put(row, col, (None, None, None) if eps is None else _attack(suites, col, norm, eps))
+        _gaps(row)
         lab = _labels(row, run)
         shown = [row.get(f"{c}_protocol") for c in COLUMNS if row.get(c) is not None]
         row["comparable"] = all(p is not None and p.get("comparable") for p in shown) if shown else bool(run.get("comparable"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 import re
 
+from robustvit.report.verdict import BEST
+
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _EM = re.compile(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])")
 
@@ -18,7 +20,9 @@ STYLE = (
     "figcaption{color:#555;font-size:.9em}.note{color:#555;font-size:.92em}code{background:#f3f3f3;padding:0 .2em}"
     "#scorecard{font-size:.95em}#scorecard td.labels{text-align:left;color:#8a4b00;font-size:.88em}"
     "nav{margin:.4em 0 1em;font-size:.95em}nav a{margin-right:1em}details{margin:.4em 0}"
-    "summary{cursor:pointer;color:#444}.warn{color:#8a4b00}"
+    "summary{cursor:pointer;color:#444}.warn{color:#8a4b00}td.best{background:#e6f4ea;font-weight:600}"
+    ".gap,.facts{color:#666;font-size:.86em;font-weight:normal}.facts{display:block}"
+    "#scorecard-title+p{font-size:1.1em;margin:.5em 0}"
 )
 
 
@@ -61,7 +65,8 @@ def markdown(md: str, table_id: str | None = None) -> str:
             th = "".join(f"<th class='text'>{inline(c)}</th>" if j in text_cols else f"<th>{inline(c)}</th>"
                          for j, c in enumerate(head))
             out.append(f"<div class='scroll'><table{tid}><thead><tr>{th}</tr></thead><tbody>"
-                       + "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in rest)
+                       + "".join("<tr>" + "".join(_labels_td(c) if tid and head[j] == "labels" else _td(c)
+                                                  for j, c in enumerate(r)) + "</tr>" for r in rest)
                        + "</tbody></table></div>")
             rows = []
         if line.strip():
@@ -72,12 +77,42 @@ def markdown(md: str, table_id: str | None = None) -> str:
 
 
 def _numeric(cell: str) -> bool:
-    return re.fullmatch(r"[–\-+]?[\d.,]*\d[\d.,]*( ?[%MkG])?( ± [\d.]+)?( \(.*\))?( \[.*\])?|–|", cell.strip()) is not None
+    cell = cell.replace("**", "").replace(BEST, "").replace("  ", " ")
+    number = r"[–\-+]?[\d.,]*\d[\d.,]*( ?[%MkG])?( ± [\d.]+)?( \(.*\)| \[.*\])*|–|"
+    return re.fullmatch(number, cell.strip()) is not None
+
+
+#: A number's facts after it: the gap to clean ``(−38.1)``, the interval ``[35.0, 47.6]``, the images ``(n=200)``.
+_FACTS = re.compile(r"(?P<gap> \([−+][\d.]+\))?(?P<ci>(?: \[[\d., ]+\])?(?: \(n=\d+\))?)(?= \(ε=|$)")
 
 
 def _td(cell: str) -> str:
-    """A cell; text (not a number) is left-aligned."""
-    return f"<td>{inline(cell)}</td>" if _numeric(cell) else f"<td class='text'>{inline(cell)}</td>"
+    """A cell; text (not a number) is left-aligned; the best of a column (``BEST``) gets class ``best`` and a
+    title; a number's gap to clean is set smaller beside it (``span.gap``), its interval and count on a line
+    below (``span.facts``)."""
+    if not _numeric(cell):
+        return f"<td class='text'>{inline(cell)}</td>"
+    m = _FACTS.search(cell)
+    body = inline(cell)
+    if m and m.group(0):
+        gap = f"<span class='gap'>{inline(m.group('gap'))}</span>" if m.group("gap") else ""
+        ci = f"<span class='facts'>{inline(m.group('ci'))}</span>" if m.group("ci") else ""
+        body = inline(cell[:m.start()]) + gap + ci + inline(cell[m.end():])
+    if BEST in cell:
+        return f"<td class='best' title='best of this column'>{body}</td>"
+    return f"<td>{body}</td>"
+
+
+def _labels_td(cell: str) -> str:
+    """The scorecard's labels, folded: how many deviations (and whether the attacks ran on different images),
+    the list on a click."""
+    parts = [p for p in cell.split("; ") if p]
+    if not parts or cell in ("comparable", "–"):
+        return f"<td class='labels'>{inline(cell)}</td>"
+    split = any(p.startswith("attacks on different images") for p in parts)
+    summary = (f"{len(parts)} deviation{'s' if len(parts) > 1 else ''}"
+               + ("; attacks on different images" if split else ""))
+    return f"<td class='labels'><details><summary>{inline(summary)}</summary>{inline(cell)}</details></td>"
 
 
 def page(title: str, body: list[str]) -> str:

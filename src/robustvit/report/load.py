@@ -81,9 +81,32 @@ def load_run(path: str | Path) -> dict[str, Any]:
     return run
 
 
+#: Folders below an eval run that ``load_run`` joins to it (not runs of their own when a parent folder is searched).
+JOINED = ("analysis", "train")
+
+
+def find_runs(path: str | Path) -> list[Path]:
+    """The run folders ``path`` names: itself when it holds ``results.json`` (or is that file), else every folder
+    below it, at any depth and in sorted order, that holds one, except the ``analysis/`` and ``train/`` folders
+    of a run found (``load_run`` joins them). One line when there is none."""
+    p = Path(path)
+    if p.is_file() or (p / RESULTS_FILE).is_file():
+        return [p]
+    if not p.is_dir():
+        raise RobustvitError(f"{p} holds no results.json (no such folder); pass folders written by `robustvit eval`, "
+                             "`analyze` or `train`")
+    found = sorted(f.parent for f in p.rglob(RESULTS_FILE) if f.is_file())
+    runs = [f for f in found if not (f.name in JOINED and f.parent in found)]
+    if not runs:
+        raise RobustvitError(f"{p} holds no results.json at any depth; pass folders written by `robustvit eval`, "
+                             "`analyze` or `train`")
+    return runs
+
+
 def load_runs(paths: list[str | Path]) -> list[dict[str, Any]]:
-    """``load_run`` for each path, in order."""
-    return [load_run(p) for p in paths]
+    """``load_run`` for each run folder the paths name (``find_runs``: a parent folder stands for every run
+    below it), in order."""
+    return [load_run(f) for p in paths for f in find_runs(p)]
 
 
 def normalise(res: dict[str, Any]) -> dict[str, Any]:

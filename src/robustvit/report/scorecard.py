@@ -12,23 +12,10 @@ from matplotlib.ticker import NullFormatter
 from robustvit.plotting import place_legend
 from robustvit.report.section import Figure, Section, md_table
 from robustvit.report.headline import ATTACK_COLUMNS, COLUMNS, PERCENT_COLUMNS, eps_text, labels, scorecard_row
+from robustvit.report.verdict import BEST, attacks_compared, best_cells, cell_text, compare, near_chance
 
 SIZE_SERIES = (("clean", "clean"), ("corruption_mean", "corruptions (mean)"), ("pgd", "PGD"),
                ("autoattack", "AutoAttack"), ("imagenet_r", "ImageNet-R"), ("imagenet_a", "ImageNet-A"))
-
-
-def _cell(r: dict[str, Any], key: str) -> str | None:
-    """A cell: the number, its 95 % Wilson interval and the images it was measured on."""
-    v = r.get(key)
-    if v is None:
-        return None
-    if key in PERCENT_COLUMNS:
-        return f"{v:.1f}"
-    text = f"{100 * v:.1f}"
-    ci, n = r.get(f"{key}_ci95"), r.get(f"{key}_n")
-    if ci:
-        text += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
-    return text + (f" (n={n})" if n else "")
 
 
 #: The published numbers a model's source knows (results.json ``model.reported``: RobustBench's ``model_info``), as
@@ -44,6 +31,8 @@ def reported_cells(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def scorecard_section(results: list[dict[str, Any]]) -> Section:
+    """One row per model; above the table the verdict (the comparison the 95 % intervals support on the strongest
+    attack measured) and the near-chance warnings; every other comparison folded under it."""
     rows = [{**scorecard_row(r), **reported_cells(r)} for r in results]
     shown = [c for c in REPORTED if any(r.get(c) is not None for r in rows)]
     cols = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
@@ -57,24 +46,29 @@ def scorecard_section(results: list[dict[str, Any]]) -> Section:
             h += f" ε={one_eps}"
         header.append(h if c in PERCENT_COLUMNS else f"{h} (%)")
     header += [f"{REPORTED[c][1]} (%)" for c in shown]
+    best = best_cells(rows, cols)
     table = []
-    for r in rows:
+    for i, r in enumerate(rows):
         cells: list[Any] = [r["model"]]
         for c in cols:
-            v = _cell(r, c)
+            v = cell_text(r, c, (i, c) in best)
             if v is not None and c in ATTACK_COLUMNS and not one_eps and r["eps"] is not None:
                 v += f" (ε={eps_text(r['eps'], r['threat_model'])})"
             cells.append(v)
         cells += [None if r.get(c) is None else f"{100 * r[c]:.1f}" for c in shown]
         table.append(cells + [r["labels"]])
-    md = md_table(header + ["labels"], table)
-    md += ("\n\nTop-1 accuracy in % with its 95 % Wilson score interval and the number of images it was measured "
-           "on (mCE and mFR: lower is better; corruption and occlusion means: the interval of one accuracy on that "
+    comparisons = compare(rows)
+    attacks = [s for r in rows if (s := attacks_compared(r))]
+    top = comparisons[:1] + near_chance(rows)
+    md = "\n\n".join(top + [md_table(header + ["labels"], table)])
+    md += (f"\n\nTop-1 accuracy in % ({BEST} and bold: the best of its column), its gap to the clean accuracy of "
+           "the same images in points, its 95 % Wilson score interval and the number of images it was measured on "
+           "(mCE and mFR: lower is better; corruption and occlusion means: the interval of one accuracy on that "
            "many images, wider than the mean's). PGD, APGD and AutoAttack: robust accuracy at the strongest L∞ "
-           "budget measured. \"Reported\": the numbers published for the model (RobustBench's model_info), not "
-           "measured here. Labels name each cell's deviations from its published protocol; the notes of each "
-           "run are listed under \"Models\".")
-    return Section("Scorecard", md)
+           "budget measured. Two models differ significantly when their intervals do not overlap. \"Reported\": "
+           "the numbers published for the model (RobustBench's model_info), not measured here. Labels name each "
+           "cell's deviations from its published protocol; the notes of each run are listed under \"Models\".")
+    return Section("Scorecard", md, details=comparisons[1:] + attacks, summary="Every comparison the table supports")
 
 
 def _weights(model: dict[str, Any]) -> str:

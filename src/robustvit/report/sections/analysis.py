@@ -1,9 +1,12 @@
 """The "Inside the models" group: one table of every analysis's headline numbers, models side by side, then
 one section per analysis with its notes and the figures it wrote.
 
-Generic over the results schema: a result's ``headline`` ({label: number}) is shown when present, else its
-top-level real numbers (counts, options and bookkeeping fields excluded); ``figures`` are the PNGs the analysis wrote. An analysis
-with its own view registers a renderer (``register_analysis_section``); none is needed to appear here.
+Generic over the results schema: a result's ``headline`` ({label: number}) is shown when present, else the
+numbers its registered reader picks from the result (``register_analysis_headline``, e.g. the lesion's worst
+single block), else its top-level real numbers (counts, options and bookkeeping fields excluded). The clean
+accuracy on the analysis images is one row, however many analyses report it. ``figures`` are the PNGs the analysis
+wrote. An analysis with its own view registers a renderer (``register_analysis_section``); none is needed to
+appear here.
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ AnalysisRenderer = Callable[[str, list[tuple[str, dict[str, Any]]]], "Section | 
 #: Analysis sections: ``fn(name, [(model, result), …]) -> Section`` under an analysis-name pattern.
 ANALYSIS_SECTIONS: Registry[AnalysisRenderer] = Registry("report analysis section", package="robustvit.report.sections")
 register_analysis_section = ANALYSIS_SECTIONS.register
+HeadlineReader = Callable[[dict[str, Any]], dict[str, float]]
+#: The headline numbers of an analysis without a ``headline`` field: ``fn(result) -> {label: number}``.
+ANALYSIS_HEADLINES: Registry[HeadlineReader] = Registry("analysis headline", package="robustvit.report.sections")
+register_analysis_headline = ANALYSIS_HEADLINES.register
+#: The label of the one clean-accuracy row of the table.
+CLEAN = "clean accuracy (analysis images)"
 
 
 def _label(name: str, key: str) -> str:
@@ -37,6 +46,8 @@ def headline(name: str, result: dict[str, Any]) -> dict[str, float]:
     which are integers, and the analysis's own options are left out)."""
     if isinstance(result.get("headline"), dict):
         return {_label(name, k): v for k, v in result["headline"].items()}
+    if name in ANALYSIS_HEADLINES.list():
+        return {_label(name, k): v for k, v in ANALYSIS_HEADLINES.get(name)(result).items() if v is not None}
     settings = set(result.get("options") or {})   # the analysis's own options are settings, not results
     return {_label(name, k): v for k, v in result.items()
             if k not in BOOKKEEPING and k not in settings and isinstance(v, float)}
@@ -68,14 +79,19 @@ def analysis_sections(results: list[dict[str, Any]]) -> list[Section]:
     if not names:
         return []
     models = [r["model"]["name"] for r in results if r.get("analyses")]
-    values: dict[str, dict[str, Any]] = {}
+    values: dict[str, dict[str, Any]] = {CLEAN: {}}
     for r in results:
         for n, res in (r.get("analyses") or {}).items():
+            clean = res.get("clean_accuracy")
+            if isinstance(clean, float) and values[CLEAN].get(r["model"]["name"], clean) == clean:
+                values[CLEAN][r["model"]["name"]] = clean   # one row; an analysis on other images keeps its own
             for label, v in headline(n, res).items():
-                values.setdefault(label, {})[r["model"]["name"]] = v
+                if not (label == _label(n, "clean_accuracy") and values[CLEAN].get(r["model"]["name"]) == v):
+                    values.setdefault(label, {})[r["model"]["name"]] = v
+    values = {k: v for k, v in values.items() if v}
     md = md_table(["measure"] + models, [[lab] + [vals.get(m) for m in models] for lab, vals in values.items()])
-    out = [Section(GROUPS[GROUP], md + "\n\nNumbers as each analysis reports them; the figures below show the "
-                   "full curves and maps.", group=GROUP)]
+    out = [Section(GROUPS[GROUP], md + "\n\nThe headline numbers of each analysis (accuracies as fractions); the "
+                   "figures below show the full curves and maps.", group=GROUP)] if values else []
     for n in names:
         found = [(r["model"]["name"], r["analyses"][n]) for r in results if n in (r.get("analyses") or {})]
         matches = [p for p in ANALYSIS_SECTIONS.list() if fnmatch.fnmatch(n, p)]
