@@ -89,3 +89,16 @@ def test_ablation_loss_trains_a_six_channel_cnn_on_levine_feizi_input():
     torch.testing.assert_close(inp[:, :3][..., kept[0]], x[..., kept[0]])
     assert conv.weight.grad[:, :3].abs().sum() > 0 and conv.weight.grad[:, 3:].abs().sum() > 0
     assert loss_fn.resolved() == {"tokens": "zero_fill", "encoding": "levine_feizi"}
+
+
+def test_loss_spec_on_the_command_line_carries_its_options():
+    """``--loss smoothadv:sigma=0.5:m=2`` is the loss and its options; ``--loss-option`` overrides the spec's."""
+    from robustvit.training import TrainConfig
+    from robustvit.training.tasks import create_task
+
+    cfg = TrainConfig.from_dict({}, "command line", {"model": "vit_cifar_micro", "data": "synthshapes:train",
+                                                     "out": "unused", "loss": "smoothadv:sigma=0.5:eps=1/4:m=2",
+                                                     "loss_options": {"m": 3}})
+    cfg.validate()
+    opts = create_task(cfg).build_loss().options
+    assert cfg.loss == "smoothadv" and (opts.sigma, opts.eps, opts.m) == (0.5, 0.25, 3)
