@@ -26,6 +26,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "conformance"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from families import ADAPTATIONS, FAMILIES, adaptation_check, build  # noqa: E402
 
