@@ -165,6 +165,8 @@ def test_levine_feizi_six_channel_input_matches_their_code():
         ref = torch.stack([model.net(lf_reference(z, p, 4)) for p in (3, 30)])
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(model(x), model.net(torch.cat([z, 1 - z], 1)), rtol=1e-5, atol=1e-6)
+        model.micro_batch = 3                                                 # keep is cut with the images
+        torch.testing.assert_close(ablated(x, band.keep(torch.tensor([3, 30]), 32, 32)), ref, rtol=1e-5, atol=1e-6)
     with pytest.raises(RobustvitError, match="cannot drop ablated tokens: it takes Levine & Feizi's 6-channel"):
         AblatedModel(model, "drop")
     with pytest.raises(RobustvitError, match=r"encoding=rgb needs a network with 3 input channels; .* takes 6"):
