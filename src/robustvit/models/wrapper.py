@@ -30,9 +30,10 @@ class Normalized(nn.Module):
     the other pixels as 0 (before normalisation); a network with 6 input channels (timm's ``in_chans=6`` in
     ``spec.kwargs``) takes Levine & Feizi's ablation input (arXiv:2002.10733, alevine0/patchSmoothing):
     ``cat(z·keep, (1 − z)·keep)`` of the normalised image z, every pixel kept when ``keep`` is None.
-    The input contract is enforced: a
-    batch with values outside [0, 1] (± ``RANGE_TOL``) or NaN raises a one-line :class:`RobustvitError` (values
-    below 0 usually mean the images were normalised already — normalisation happens here, inside the model).
+
+    The input contract is enforced: a batch with values outside [0, 1] (± ``RANGE_TOL``) or NaN raises a one-line
+    :class:`RobustvitError` (values below 0 usually mean the images were normalised already — normalisation happens
+    here, inside the model).
     On the CPU every call is checked (one ``aminmax`` pass over the input). On an accelerator the check must
     not synchronise the device on every call: the first call is checked at once, later calls only update a
     running minimum and maximum on the device, read (one synchronisation) every ``check_every`` calls, and a
