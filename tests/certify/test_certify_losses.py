@@ -78,14 +78,14 @@ def test_ablation_loss_trains_a_six_channel_cnn_on_levine_feizi_input():
     seen: list[torch.Tensor] = []
     conv = model.net.stem[0]
     conv.register_forward_hook(lambda m, i, o: seen.append(i[0].detach()))
-    x, y = torch.rand(4, 3, 32, 32) * 0.9 + 0.05, torch.randint(0, 5, (4,))
+    x, y = torch.rand(4, 3, 16, 16) * 0.9 + 0.05, torch.randint(0, 5, (4,))
     loss_fn = create_loss("ablation", size="4")
     loss, _, _ = loss_fn(model, x, y, 0)
     loss.backward()
     inp = seen[-1]
     kept = (inp[:, :3] != 0).all(1).all(1)                                 # (N, W) kept columns
-    assert inp.shape == (4, 6, 32, 32) and kept.sum(1).tolist() == [4] * 4
-    torch.testing.assert_close(inp[:, 3:] + inp[:, :3], kept[:, None, None, :].float().expand(-1, 3, 32, -1))
+    assert inp.shape == (4, 6, 16, 16) and kept.sum(1).tolist() == [4] * 4
+    torch.testing.assert_close(inp[:, 3:] + inp[:, :3], kept[:, None, None, :].float().expand(-1, 3, 16, -1))
     torch.testing.assert_close(inp[:, :3][..., kept[0]], x[..., kept[0]])
     assert conv.weight.grad[:, :3].abs().sum() > 0 and conv.weight.grad[:, 3:].abs().sum() > 0
     assert loss_fn.resolved() == {"tokens": "zero_fill", "encoding": "levine_feizi"}
