@@ -167,6 +167,8 @@ def test_levine_feizi_six_channel_input_matches_their_code():
         torch.testing.assert_close(model(x), model.net(torch.cat([z, 1 - z], 1)), rtol=1e-5, atol=1e-6)
         model.micro_batch = 3                                                 # keep is cut with the images
         torch.testing.assert_close(ablated(x, band.keep(torch.tensor([3, 14]), 16, 16)), ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RobustvitError, match=r"keep must be the retained pixels \(N, H, W\) = \(2, 16, 16\)"):
+        model(x, keep=torch.ones(2, 16, 15, dtype=torch.bool))
     with pytest.raises(RobustvitError, match="cannot drop ablated tokens: it takes Levine & Feizi's 6-channel"):
         AblatedModel(model, "drop")
     with pytest.raises(RobustvitError, match=r"encoding=rgb needs a network with 3 input channels; .* takes 6"):
