@@ -7,7 +7,12 @@ the same model, images and settings through
 * derandomized smoothing: ``robustvit.certify.ablation_counts`` + ``patch_certificate`` (zero-filled column
   ablations) vs ART's ``PyTorchDeRandomizedSmoothing(algorithm="salman2021")`` on the same module (ART's "CNN" mode:
   zero-filled ablations, argmax votes) — deterministic, so they must agree exactly; robustvit's token dropping
-  (Salman et al.'s ViT mode, which ART offers only for its own ViT architectures at 224 px) is timed beside them.
+  (Salman et al.'s ViT mode, which ART offers only for its own ViT architectures at 224 px) is timed beside them;
+* Levine & Feizi's setting (``--parts patch_lf`` with a model built with 6 input channels and no normalisation):
+  ``encoding=levine_feizi`` and θ-threshold votes vs ART's ``algorithm="levine2020"`` (its own x and 1 − x channels,
+  softmax ≥ θ) on the same network — deterministic, so the vote counts must agree exactly; the certificates differ
+  only where ART applies Levine & Feizi's tie-break (a margin of exactly 2Δ certifies when the top class has the
+  smaller index; robustvit's margin is strict).
 
     python benchmarks/certify_agreement.py --model CHECKPOINT --data folder:CIFAR10/test [--limit 20] [--n 500]
 
@@ -107,6 +112,44 @@ def patches(model, x, y, size: int, patch: list[int], batch: int) -> dict:
     return out
 
 
+def patches_lf(model, x, y, size: int, patch: list[int], threshold: float, batch: int) -> dict:
+    from art.estimators.certification.derandomized_smoothing import PyTorchDeRandomizedSmoothing
+
+    if model.in_chans != 6 or any(model.spec.mean) or any(v != 1 for v in model.spec.std):
+        raise SystemExit("patch_lf needs a model built with in_chans=6 and trained with --no-normalize (ART's "
+                         "levine2020 feeds the network x and 1 − x of the [0, 1] image)")
+    k = model.spec.num_classes
+    h, w = x.shape[-2:]
+    band = Ablation("column", size)
+    t = time.perf_counter()
+    with torch.no_grad():
+        ours = ablation_counts(AblatedModel(model, encoding="levine_feizi"), x, band, k, batch, threshold)
+    t_ours = time.perf_counter() - t
+    art = PyTorchDeRandomizedSmoothing(model=model.net, loss=torch.nn.CrossEntropyLoss(),
+                                       input_shape=tuple(x.shape[1:]), nb_classes=k, ablation_size=size,
+                                       algorithm="levine2020", ablation_type="column", threshold=threshold,
+                                       logits=True, device_type="cpu", verbose=False)
+    ablate = art.ablator.forward                                    # the in-place ablation of ART 1.20 (see patches)
+    art.ablator.forward = lambda b, **kw: ablate(np.copy(b), **kw)
+    t = time.perf_counter()
+    art_counts = np.zeros((len(x), k))
+    with torch.no_grad():
+        for pos in range(w):
+            art_counts += (torch.softmax(model.net(art.ablator.forward(x.numpy(), column_pos=pos)), 1)
+                           >= threshold).numpy()
+    t_art = time.perf_counter() - t
+    out = {"ablation": "column", "size": size, "threshold": threshold, "images": len(y),
+           "same_counts": bool((ours.numpy() == art_counts).all()), "patch": {},
+           "seconds": {"robustvit": round(t_ours, 2), "art_counts": round(t_art, 2)}}
+    for m in patch:
+        acc, cert = art.eval_and_certify(x.numpy(), y.numpy(), size_to_certify=m, batch_size=batch, verbose=False)
+        pred, ok = patch_certificate(ours, band.delta(m, h, w))
+        out["patch"][str(m)] = {"art": {"clean": float(acc), "certified": float(cert)},
+                                "robustvit": {"clean": float((pred == y).float().mean()),
+                                              "certified": float((ok & (pred == y)).float().mean())}}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="a checkpoint folder or model name")
@@ -121,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--patch", default="2,4,5")
     ap.add_argument("--batch", type=int, default=400)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--parts", default="smoothing,patch", help="which comparisons to run")
+    ap.add_argument("--threshold", type=float, default=0.2, help="θ of patch_lf (Levine & Feizi's CIFAR-10: 0.2)")
+    ap.add_argument("--parts", default="smoothing,patch", help="which comparisons to run (smoothing, patch, "
+                    "patch_lf)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = create_model(args.model).eval()
@@ -134,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         res["smoothing"] = smoothing(model, x, y, args.sigma, args.n0, args.n, args.alpha, args.batch)
     if "patch" in parts:
         res["patch"] = patches(pmodel, x, y, args.size, [int(p) for p in args.patch.split(",")], args.batch)
+    if "patch_lf" in parts:
+        res["patch_lf"] = patches_lf(pmodel, x, y, args.size, [int(p) for p in args.patch.split(",")], args.threshold,
+                                     args.batch)
     print(json.dumps(res, indent=1))
     return 0
 

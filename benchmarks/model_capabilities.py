@@ -26,9 +26,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "conformance"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from families import ADAPTATIONS, FAMILIES, adaptation_check, build  # noqa: E402
 
+from certify_models import collect as certify_collect, render as certify_render, replace_section  # noqa: E402
 from robustvit.capabilities import capabilities, mark  # noqa: E402
 
 GROUPS = ("analyses", "attacks", "suites")
@@ -197,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     rows = collect(a.only.split(",") if a.only else None, a.images)
-    Path(a.out).write_text(keep_hand_written(render(rows, a.images), Path(a.out)))
+    only = a.only.split(",") if a.only else None
+    text = replace_section(render(rows, a.images), certify_render(certify_collect(only)))
+    Path(a.out).write_text(keep_hand_written(text, Path(a.out)))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1, default=str))
     print(f"wrote {a.out}")

@@ -103,3 +103,76 @@ def test_token_dropping_refused_where_it_does_not_apply(tiny_resnet):
         AblatedModel(tiny_resnet, "drop")
     auto = AblatedModel(tiny_resnet)
     assert auto.mode == "zero_fill" and "zero-filled" in auto.note
+
+
+class Scores(nn.Module):
+    """Log-probabilities p0 when no retained pixel is bright, p1 when one is (softmax gives them back)."""
+
+    def __init__(self, p0: list[float], p1: list[float]) -> None:
+        super().__init__()
+        self.register_buffer("l0", torch.tensor(p0).log())
+        self.register_buffer("l1", torch.tensor(p1).log())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bright = (x.flatten(1).amax(1) > 0).float()[:, None]
+        return self.l0 + (self.l1 - self.l0) * bright
+
+
+@pytest.mark.parametrize("theta, votes", [(None, [28, 4, 0]), (0.25, [28, 32, 4]), (0.4, [28, 4, 4]),
+                                          (0.6, [0, 0, 0])])
+def test_threshold_votes_closed_form(theta, votes):
+    """Levine & Feizi's θ voting: a position votes for every class with softmax ≥ θ (several or none). With
+    p0 = (0.5, 0.3, 0.2) on the 28 bands missing the bright column and p1 = (0.1, 0.45, 0.45) on the 4 holding it,
+    the counts are (28·[0.5 ≥ θ] + 4·[0.1 ≥ θ], …); the certificate compares the top two counts."""
+    net = wrap_module(Scores([0.5, 0.3, 0.2], [0.1, 0.45, 0.45]), mean=(0, 0, 0), std=(1, 1, 1), num_classes=3,
+                      input_size=32)
+    x = torch.zeros(1, 3, 32, 32)
+    x[0, :, :, 9] = 1.0
+    band = Ablation("column", 4)
+    counts = ablation_counts(AblatedModel(net, "zero_fill"), x, band, 3, batch=64, threshold=theta)
+    assert counts[0].tolist() == votes
+    top = sorted(votes, reverse=True)
+    pred, cert = patch_certificate(counts, band.delta(1, 32, 32))          # Δ = 4
+    assert pred.item() == votes.index(top[0]) and cert.item() == (top[0] - top[1] > 8)
+
+
+def lf_reference(z: torch.Tensor, pos: int, size: int) -> torch.Tensor:
+    """alevine0/patchSmoothing's ``utils_band.py`` column input, as they write it: channels z and 1 − z on the band
+    pos … pos + size − 1 (wrapping), 0 elsewhere."""
+    w = z.shape[-1]
+    c1, c2 = torch.zeros_like(z), torch.zeros_like(z)
+    if pos + size > w:
+        c1[..., pos:], c2[..., pos:] = z[..., pos:], 1. - z[..., pos:]
+        c1[..., :pos + size - w], c2[..., :pos + size - w] = z[..., :pos + size - w], 1. - z[..., :pos + size - w]
+    else:
+        c1[..., pos:pos + size], c2[..., pos:pos + size] = z[..., pos:pos + size], 1. - z[..., pos:pos + size]
+    return torch.cat([c1, c2], 1)
+
+
+def test_levine_feizi_six_channel_input_matches_their_code():
+    """A CNN built with in_chans=6 gets Levine & Feizi's input (normalised image z, then z and 1 − z kept on the
+    band); the un-ablated image is cat(z, 1 − z); 3-channel models refuse the encoding in one line."""
+    from robustvit.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("resnet_cifar18", width_mult=0.0625, num_classes=5, in_chans=6).eval()
+    ablated = AblatedModel(model, encoding="levine_feizi")
+    assert (ablated.encoding, ablated.mode, ablated.note) == ("levine_feizi", "zero_fill", None)
+    x, band = torch.rand(2, 3, 16, 16), Ablation("column", 4)
+    z = (x - model.mean) / model.std
+    with torch.no_grad():
+        got = ablated(x, band.keep(torch.tensor([3, 14]), 16, 16))
+        ref = torch.stack([model.net(lf_reference(z, p, 4)) for p in (3, 14)])
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(model(x), model.net(torch.cat([z, 1 - z], 1)), rtol=1e-5, atol=1e-6)
+        model.micro_batch = 3                                                 # keep is cut with the images
+        torch.testing.assert_close(ablated(x, band.keep(torch.tensor([3, 14]), 16, 16)), ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RobustvitError, match=r"keep must be the retained pixels \(N, H, W\) = \(2, 16, 16\)"):
+        model(x, keep=torch.ones(2, 16, 15, dtype=torch.bool))
+    with pytest.raises(RobustvitError, match="cannot drop ablated tokens: it takes Levine & Feizi's 6-channel"):
+        AblatedModel(model, "drop")
+    with pytest.raises(RobustvitError, match=r"encoding=rgb needs a network with 3 input channels; .* takes 6"):
+        AblatedModel(model, encoding="rgb")
+    with pytest.raises(RobustvitError, match=r"^encoding=levine_feizi needs a network with 6 input channels; this "
+                                             r"model's takes 3 \(build it with in_chans=6"):
+        AblatedModel(create_model("resnet_cifar18", width_mult=0.0625, num_classes=5), encoding="levine_feizi")

@@ -63,5 +63,42 @@ def test_ablation_loss_drops_vit_tokens_with_gradients(tiny_vit):
     loss_fn = create_loss("ablation", size="4")
     loss, _, _ = loss_fn(tiny_vit.train(), x, y, 0)
     loss.backward()
-    assert loss_fn.resolved() == {"tokens": "drop"}
+    assert loss_fn.resolved() == {"tokens": "drop", "encoding": "rgb"}
     assert tiny_vit.net.patch_embed.proj.weight.grad.abs().sum() > 0
+
+
+def test_ablation_loss_trains_a_six_channel_cnn_on_levine_feizi_input():
+    """A CNN built with in_chans=6 trains on x and 1 − x of the kept band (zero elsewhere): the first convolution's
+    input has those channels and both halves get gradients; the loss says which encoding it used."""
+    from robustvit.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("resnet_cifar18", width_mult=0.0625, num_classes=5, in_chans=6).train()
+    model.mean.zero_(), model.std.fill_(1.0)                         # [0, 1] pixels, as Levine & Feizi's CIFAR code
+    seen: list[torch.Tensor] = []
+    conv = model.net.stem[0]
+    conv.register_forward_hook(lambda m, i, o: seen.append(i[0].detach()))
+    x, y = torch.rand(4, 3, 16, 16) * 0.9 + 0.05, torch.randint(0, 5, (4,))
+    loss_fn = create_loss("ablation", size="4")
+    loss, _, _ = loss_fn(model, x, y, 0)
+    loss.backward()
+    inp = seen[-1]
+    kept = (inp[:, :3] != 0).all(1).all(1)                                 # (N, W) kept columns
+    assert inp.shape == (4, 6, 16, 16) and kept.sum(1).tolist() == [4] * 4
+    torch.testing.assert_close(inp[:, 3:] + inp[:, :3], kept[:, None, None, :].float().expand(-1, 3, 16, -1))
+    torch.testing.assert_close(inp[:, :3][..., kept[0]], x[..., kept[0]])
+    assert conv.weight.grad[:, :3].abs().sum() > 0 and conv.weight.grad[:, 3:].abs().sum() > 0
+    assert loss_fn.resolved() == {"tokens": "zero_fill", "encoding": "levine_feizi"}
+
+
+def test_loss_spec_on_the_command_line_carries_its_options():
+    """``--loss smoothadv:sigma=0.5:m=2`` is the loss and its options; ``--loss-option`` overrides the spec's."""
+    from robustvit.training import TrainConfig
+    from robustvit.training.tasks import create_task
+
+    cfg = TrainConfig.from_dict({}, "command line", {"model": "vit_cifar_micro", "data": "synthshapes:train",
+                                                     "out": "unused", "loss": "smoothadv:sigma=0.5:eps=1/4:m=2",
+                                                     "loss_options": {"m": 3}})
+    cfg.validate()
+    opts = create_task(cfg).build_loss().options
+    assert cfg.loss == "smoothadv" and (opts.sigma, opts.eps, opts.m) == (0.5, 0.25, 3)

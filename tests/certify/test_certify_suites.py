@@ -4,6 +4,8 @@ settings, ``per_image`` and locuslab's tab-separated table; an interrupted run r
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from scipy.stats import norm
@@ -24,9 +26,16 @@ class Constant(nn.Module):
         return logits
 
 
+@functools.lru_cache(maxsize=1)
+def data_labels() -> list[int]:
+    data = create_dataset(DATA)
+    return [int(data[i][1]) for i in range(10)]
+
+
 CERTIFY = "certify:sigma=0.5:n0=5:n=40:alpha=0.01:radii=0+0.5+0.6+0.7"
 PATCH = "certify_patch:ablation=column:size=4:patch=2+4+5"
 SCALED = "certify_patch:size=19:patch=32:reference=224"           # on 16 px: size 1, patch 2
+THETA = "certify_patch:size=4:patch=2:threshold=0.05"             # softmax 0.23 / 0.085: every class votes
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +43,7 @@ def results(tmp_path_factory):
     """One run of every spec (the run engine's start-up dominates a tiny run)."""
     out = tmp_path_factory.mktemp("certify")
     with pytest.warns(UserWarning, match="ablated pixels zero-filled: Constant is not a timm VisionTransformer"):
-        res = evaluate(Constant(), DATA, [CERTIFY, PATCH, SCALED, "clean"], out=out, mean=(0, 0, 0), std=(1, 1, 1),
+        res = evaluate(Constant(), DATA, [CERTIFY, PATCH, SCALED, THETA, "clean"], out=out, mean=(0, 0, 0), std=(1, 1, 1),
                        num_classes=10, input_size=16, name="constant", device="cpu", batch_size=4)
     out.joinpath("full.json").write_text(__import__("json").dumps(res))
     return out, res["suites"]
@@ -43,7 +52,7 @@ def results(tmp_path_factory):
 def test_certify_suite_closed_form_and_locuslab_table(results):
     out, suites = results
     res = suites[CERTIFY]
-    labels = [int(create_dataset(DATA)[i][1]) for i in range(10)]
+    labels = data_labels()
     share = sum(lab == 8 for lab in labels) / 10
     radius = 0.5 * norm.ppf(0.01 ** (1 / 40))                    # 0.6166…: every draw votes class 8
     assert share == 0.3 and res["certified_accuracy"] == {"0": share, "0.5": share, "0.6": share, "0.7": 0.0}
@@ -65,7 +74,17 @@ def test_certify_patch_suite_closed_form(results):
     assert clean == 0.3 and cp["certified_accuracy"] == {"2": clean, "4": clean, "5": 0.0}
     assert cp["clean_accuracy"] == clean and cp["ablated_accuracy"] == pytest.approx(clean)
     assert cp["tokens"] == "zero_fill" and "not a timm VisionTransformer" in cp["tokens_note"]
+    assert cp["encoding"] == "rgb" and cp["settings"]["votes"] == "argmax"
     assert cp["settings"]["positions"] == 16 and cp["settings"]["delta"] == [5, 7, 8]
+
+
+def test_certify_patch_threshold_votes(results):
+    """θ = 0.05 below every class's softmax: all 10 classes get all 16 votes, the tie goes to class 0, no margin."""
+    cp = results[1][THETA]
+    labels = data_labels()
+    assert cp["clean_accuracy"] == sum(lab == 0 for lab in labels) / 10 and cp["certified_accuracy"] == {"2": 0.0}
+    assert cp["ablated_accuracy"] is None and cp["settings"]["threshold"] == 0.05
+    assert cp["settings"]["votes"] == "every class with softmax >= 0.05"
 
 
 def test_reference_scales_sizes(results):

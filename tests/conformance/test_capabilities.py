@@ -118,4 +118,5 @@ def test_docs_generator_renders_a_family(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| vit_gap | `vit_cifar_micro`"))
     assert "| ViTProbe | ✓ | — | 0 | 9/0/0 | 12/0/0 |" in row
     assert "| vit_gap | ✓ | ✓ | ✓ | ✓ |" in text
+    assert "| vit_gap | drop | ✓ |" in text                  # the certification section (benchmarks/certify_models.py)
     assert "## Failures\n\nNone." in text

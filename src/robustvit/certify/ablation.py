@@ -12,8 +12,13 @@ arXiv:2110.07719): a ViT *drops* the tokens whose pixels are all ablated (the cl
 retained pixel stay, with their position embeddings) — the same prediction rule, fewer tokens, faster. Here a timm
 ``VisionTransformer`` is re-run block by block through :class:`robustvit.models.probe.ViTProbe` (checked against the
 model's own forward) on the kept tokens. Other models see the zero-filled image: ablated pixels are 0 before the
-model's normalisation. Levine & Feizi also append the ablation mask as extra channels (their 6-channel input); a
-3-channel model cannot take them, so robustvit zero-fills without them (a documented deviation).
+model's normalisation — or, for a network with 6 input channels (timm's ``in_chans=6``), Levine & Feizi's own
+input: ``cat(z·keep, (1 − z)·keep)`` of the normalised image z (alevine0/patchSmoothing, ``utils_band.py``), built
+by the model wrapper (:class:`robustvit.models.Normalized`).
+
+Votes: each position votes for its argmax class (Salman et al.), or — with a threshold θ — for every class whose
+softmax probability is at least θ (Levine & Feizi's ``predict_and_certify``: a position may vote for several classes
+or for none); the certificate counts votes either way.
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ from torch import nn
 
 from robustvit.errors import RobustvitError
 from robustvit.models.probe import ViTProbe
+from robustvit.models.wrapper import Normalized
 
 ABLATIONS = ("column", "block")
 #: How ablated pixels reach the model: ``drop`` (ViT tokens removed, Salman et al.) or ``zero_fill``.
 TOKEN_MODES = ("drop", "zero_fill")
+#: What a zero-filled model takes: ``rgb`` (3 channels, ablated pixels 0) or ``levine_feizi`` (6 channels).
+ENCODINGS = ("rgb", "levine_feizi")
 
 
 @dataclass(frozen=True)
@@ -79,30 +87,47 @@ class Ablation:
 class AblatedModel:
     """The base classifier on ablated images: ``ablated(x, keep)`` → logits (P, N, K) for images x (N, 3, H, W) in
     [0, 1] and retained-pixel masks ``keep`` (P, H, W). ``tokens``: ``drop`` (ViTs; refused in one line where it does
-    not apply), ``zero_fill``, or ``auto`` (drop where it applies, else zero-fill; :attr:`note` says why)."""
+    not apply), ``zero_fill``, or ``auto`` (drop where it applies, else zero-fill; :attr:`note` says why).
+    ``encoding``: ``rgb`` (3 channels), ``levine_feizi`` (Levine & Feizi's 6-channel input; the model's network
+    must take 6 channels) or ``auto`` (what the model's network takes)."""
 
-    def __init__(self, model: nn.Module, tokens: Literal["auto", "drop", "zero_fill"] = "auto") -> None:
+    def __init__(self, model: nn.Module, tokens: Literal["auto", "drop", "zero_fill"] = "auto",
+                 encoding: Literal["auto", "rgb", "levine_feizi"] = "auto") -> None:
         self.model = model
         self.note: str | None = None
         self.probe: ViTProbe | None = None
         if tokens not in ("auto", *TOKEN_MODES):
             raise RobustvitError(f"tokens must be auto, drop or zero_fill, got {tokens!r}")
+        if encoding not in ("auto", *ENCODINGS):
+            raise RobustvitError(f"encoding must be auto, rgb or levine_feizi, got {encoding!r}")
+        chans = int(getattr(model, "in_chans", 3))
+        self.encoding = "levine_feizi" if chans == 6 else "rgb"
+        if encoding != "auto" and encoding != self.encoding:
+            fix = ("build it with in_chans=6, e.g. train --model-kwargs '{\"in_chans\": 6}'"
+                   if encoding == "levine_feizi" else "use encoding=levine_feizi or auto")
+            raise RobustvitError(f"encoding={encoding} needs a network with {6 if encoding == 'levine_feizi' else 3} "
+                                 f"input channels; this model's takes {chans} ({fix})")
         if tokens != "zero_fill":
-            why = _cannot_drop(model)
+            why = _cannot_drop(model) if self.encoding == "rgb" else "it takes Levine & Feizi's 6-channel input"
             if why is None:
                 self.probe = ViTProbe(model)
             elif tokens == "drop":
                 raise RobustvitError(f"cannot drop ablated tokens: {why}; use tokens=zero_fill")
-            else:
+            elif self.encoding == "rgb":
                 self.note = f"ablated pixels zero-filled: {why}"
         self.mode = "drop" if self.probe is not None else "zero_fill"
 
     def __call__(self, x: torch.Tensor, keep: torch.Tensor, kept: int | None = None) -> torch.Tensor:
         """Logits (P, N, K). ``kept``: the number of patch tokens every mask keeps (drop mode; all masks of one call
         keep as many, see :meth:`token_groups`); None reads it from the first mask (free for a mask on the CPU)."""
-        xa = (x[None] * keep.to(x.device)[:, None, None].to(x.dtype)).flatten(0, 1)   # (P·N, 3, H, W), ablated = 0
+        kd = keep.to(x.device)
         if self.probe is None:
-            return self.model(xa).unflatten(0, (len(keep), len(x)))
+            xa = x[None].expand(len(kd), *x.shape).flatten(0, 1)                     # (P·N, 3, H, W)
+            ka = kd[:, None].expand(-1, len(x), -1, -1).flatten(0, 1)                # (P·N, H, W)
+            if isinstance(self.model, Normalized):                  # zero-filled, or the 6-channel input
+                return self.model(xa, keep=ka).unflatten(0, (len(kd), len(x)))
+            return self.model(xa * ka[:, None].to(x.dtype)).unflatten(0, (len(kd), len(x)))
+        xa = (x[None] * kd[:, None, None].to(x.dtype)).flatten(0, 1)                  # ablated pixels 0
         probe = self.probe
         cells = self.token_cells(keep)                                           # (P, T): tokens with a kept pixel
         kept = int(cells[0].sum()) if kept is None else kept
@@ -147,15 +172,19 @@ def _cannot_drop(model: nn.Module) -> str | None:
 
 
 def ablation_counts(ablated: AblatedModel, x: torch.Tensor, ablation: Ablation, num_classes: int,
-                    batch: int = 256) -> torch.Tensor:
-    """Votes of the base classifier over every ablation position: long (N, K) on the device (each position votes
-    for its argmax class). ``batch``: images per forward (positions × images)."""
+                    batch: int = 256, threshold: float | None = None) -> torch.Tensor:
+    """Votes of the base classifier over every ablation position: long (N, K) on the device. Each position votes for
+    its argmax class (``threshold`` None), or for every class whose softmax probability is at least ``threshold``
+    (Levine & Feizi's θ: several classes or none). ``batch``: images per forward (positions × images)."""
     n, _, h, w = x.shape
     counts = torch.zeros(n, num_classes, dtype=torch.long, device=x.device)
     per_call = max(1, batch // max(n, 1))
     for pos, kept in ablated.token_groups(ablation, h, w, per_call, x.device):
-        pred = ablated(x, ablation.keep(pos, h, w), kept).argmax(-1)            # (P, N)
-        counts += F.one_hot(pred, num_classes).sum(0)
+        logits = ablated(x, ablation.keep(pos, h, w), kept)                     # (P, N, K)
+        if threshold is None:
+            counts += F.one_hot(logits.argmax(-1), num_classes).sum(0)
+        else:
+            counts += (logits.float().softmax(-1) >= threshold).sum(0)
     return counts
 
 

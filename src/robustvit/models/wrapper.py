@@ -25,9 +25,15 @@ RANGE_TOL = 1e-6
 class Normalized(nn.Module):
     """Applies ``(x − mean) / std`` then the wrapped network; ``spec`` describes the model.
 
-    Input: float (N, 3, H, W) in [0, 1]; output: logits (N, num_classes). The input contract is enforced: a
-    batch with values outside [0, 1] (± ``RANGE_TOL``) or NaN raises a one-line :class:`RobustvitError` (values
-    below 0 usually mean the images were normalised already — normalisation happens here, inside the model).
+    Input: float (N, 3, H, W) in [0, 1]; output: logits (N, num_classes). ``keep`` (bool (N, H, W), optional): the
+    retained pixels of an ablated image (derandomized smoothing, :mod:`robustvit.certify`): a 3-channel network sees
+    the other pixels as 0 (before normalisation); a network with 6 input channels (timm's ``in_chans=6`` in
+    ``spec.kwargs``) takes Levine & Feizi's ablation input (arXiv:2002.10733, alevine0/patchSmoothing):
+    ``cat(z·keep, (1 − z)·keep)`` of the normalised image z, every pixel kept when ``keep`` is None.
+
+    The input contract is enforced: a batch with values outside [0, 1] (± ``RANGE_TOL``) or NaN raises a one-line
+    :class:`RobustvitError` (values below 0 usually mean the images were normalised already — normalisation happens
+    here, inside the model).
     On the CPU every call is checked (one ``aminmax`` pass over the input). On an accelerator the check must
     not synchronise the device on every call: the first call is checked at once, later calls only update a
     running minimum and maximum on the device, read (one synchronisation) every ``check_every`` calls, and a
@@ -64,23 +70,42 @@ class Normalized(nn.Module):
         self._range_calls = 0
         self._range: tuple[torch.Tensor, torch.Tensor] | None = None    # device-side running (min, max)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    @property
+    def in_chans(self) -> int:
+        """Input channels of the wrapped network: 3 (the image) or 6 (Levine & Feizi's ablation input)."""
+        return int(self.spec.kwargs.get("in_chans", 3))
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         if x.ndim != 4 or x.shape[1] != 3:
             raise RobustvitError(f"model input must have shape (N, 3, H, W), got {tuple(x.shape)}")
+        if self.in_chans not in (3, 6):
+            raise RobustvitError(f"the network takes {self.in_chans} input channels; robustvit wraps networks of 3 "
+                                 "(RGB) or 6 (RGB and its ablation encoding) channels")
+        if keep is not None and keep.shape != (len(x), *x.shape[2:]):
+            raise RobustvitError(f"keep must be the retained pixels (N, H, W) = {(len(x), *x.shape[2:])}, got "
+                                 f"{tuple(keep.shape)}")
         if not x.is_floating_point():
             raise RobustvitError(f"model input must be float in [0, 1], got dtype {x.dtype}; use x.float() / 255")
         if self.check_range and x.numel() and not _tracing(x):
             self._check_range(x)
         mb = self.micro_batch
         if mb is None or len(x) <= mb:
-            return self._logits(x)
+            return self._logits(x, keep)
+        keeps = [None] * len(x.split(mb)) if keep is None else keep.split(mb)
         if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters())):
-            return torch.cat([checkpoint(self._logits, part, use_reentrant=False) for part in x.split(mb)])
-        return torch.cat([self._logits(part) for part in x.split(mb)])
+            return torch.cat([checkpoint(self._logits, part, k, use_reentrant=False)
+                              for part, k in zip(x.split(mb), keeps)])
+        return torch.cat([self._logits(part, k) for part, k in zip(x.split(mb), keeps)])
 
-    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+    def _logits(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        k = None if keep is None else keep[:, None].to(x.dtype)
+        if k is not None and self.in_chans == 3:
+            x = x * k
+        z = (x - self.mean.to(x.dtype)) / self.std.to(x.dtype)
+        if self.in_chans == 6:
+            z = torch.cat([z, 1 - z], 1) if k is None else torch.cat([z * k, (1 - z) * k], 1)
         with computing_in(self.precision, x.device):
-            logits = self.model((x - self.mean.to(x.dtype)) / self.std.to(x.dtype))
+            logits = self.model(z)
         logits = logits.to(x.dtype)
         if self.class_index is not None:            # a class map: the best logit of each data class's model classes
             logits = logits[:, self.class_index].amax(-1)

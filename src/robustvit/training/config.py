@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 
 from robustvit.errors import RobustvitError
-from robustvit.options import option, options_dict, parse_options
+from robustvit.options import option, options_dict, parse_options, parse_spec
 from robustvit.training.recipes import get_recipe
 from robustvit.training.schedules import EpsSchedule
 
@@ -59,7 +59,7 @@ class TrainConfig:
     mixup: float = option(0.0, min=0, help="timm Mixup alpha (0 = off)")
     cutmix: float = option(0.0, min=0, help="timm CutMix alpha (0 = off)")
     random_erasing: float = option(0.0, min=0, max=1, help="timm RandomErasing probability (0 = off)")
-    loss: str = option("ce", help="training loss (see `robustvit list losses`)")
+    loss: str = option("ce", help="training loss, name[:key=value…] (see `robustvit list losses`)")
     loss_options: dict[str, Any] = option(default_factory=dict, help="the loss's options (--loss-option K=V)")
     eps: str | None = option(None, help="adversarial training budget, e.g. 4/255 (none: the loss's default)")
     attack_steps: int | None = option(None, min=1, help="steps of the inner attack (pgd_at, trades; none: the "
@@ -128,6 +128,9 @@ class TrainConfig:
         missing = [k for k in ("model", "data", "out") if merged.get(k) is None]
         if missing:
             raise RobustvitError(f"training needs {', '.join('--' + m for m in missing)} (or --config FILE)")
+        if isinstance(merged.get("loss"), str) and ":" in merged["loss"]:     # --loss name:key=value… (spec grammar)
+            name, opts = parse_spec(merged["loss"], "training loss")
+            merged = {**merged, "loss": name, "loss_options": {**opts, **(merged.get("loss_options") or {})}}
         return parse_options(cls, merged, what=source)
 
     def loss_kwargs(self) -> dict[str, Any]:

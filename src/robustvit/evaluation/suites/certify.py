@@ -9,7 +9,10 @@ correctly with a certified L2 radius (pixel units, [0, 1] images) at least that 
 ``certify_patch:ablation=column:size=19:patch=32`` — Levine & Feizi (NeurIPS 2020, arXiv:2002.10733) with the
 ViT token dropping of Salman et al. (CVPR 2022, arXiv:2110.07719): the base classifier on every ablation position,
 ``certified_accuracy`` {patch side: fraction certified and correct}, ``clean_accuracy`` (the smoothed classifier's),
-``tokens`` (``drop`` or ``zero_fill``, with ``tokens_note`` saying why tokens were not dropped). Sizes are pixels of
+``tokens`` (``drop`` or ``zero_fill``, with ``tokens_note`` saying why tokens were not dropped), ``encoding``
+(``rgb``, or ``levine_feizi``: Levine & Feizi's 6-channel input, for networks built with 6 input channels).
+``threshold=θ`` counts, per position, every class whose softmax is at least θ (Levine & Feizi's voting; default:
+the argmax). Sizes are pixels of
 the evaluated image, or of an image of side ``reference`` scaled to it (``reference=224:size=19:patch=32`` gives
 size 3 and patch 5 on 32×32 images).
 """
@@ -131,6 +134,11 @@ class CertifyPatch(Suite):
                                                                         "al.; auto: where it applies) or zero-fill")
         stride: int = option(1, min=1, help="pixels between band positions (1: every position; Δ = ⌈(m + s − 1) / "
                                             "stride⌉ per axis)")
+        encoding: Literal["auto", "rgb", "levine_feizi"] = option("auto", help="rgb (3 channels, ablated pixels 0) or "
+                                                      "levine_feizi (6 channels: x and 1 − x, 0 where ablated; the "
+                                                      "network must take 6); auto: what the network takes")
+        threshold: float | None = option(None, min=0, max=1, help="vote for every class whose softmax is at least "
+                                         "this (Levine & Feizi's θ; none: each position votes for its argmax)")
         batch: int = option(256, min=1, help="ablated images per forward")
 
     def __init__(self, **options: Any) -> None:
@@ -140,7 +148,7 @@ class CertifyPatch(Suite):
     def ablated(self, ctx: EvalContext) -> AblatedModel:
         key = id(ctx.model)
         if key not in self._ablated:
-            self._ablated[key] = AblatedModel(ctx.model, self.opts.tokens)
+            self._ablated[key] = AblatedModel(ctx.model, self.opts.tokens, self.opts.encoding)
             if self._ablated[key].note:
                 warnings.warn(f"suite {self.key}: {self._ablated[key].note}", stacklevel=2)
         return self._ablated[key]
@@ -153,7 +161,8 @@ class CertifyPatch(Suite):
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         h, w = batch.x.shape[-2:]
         band = Ablation(self.opts.ablation, self.pixels(self.opts.size, w), self.opts.stride)
-        counts = ablation_counts(self.ablated(ctx), batch.x, band, ctx.num_classes, self.opts.batch)
+        counts = ablation_counts(self.ablated(ctx), batch.x, band, ctx.num_classes, self.opts.batch,
+                                 self.opts.threshold)
         out: dict[str, Any] = {"n": int(len(batch.y)), "votes_true": counts.gather(1, batch.y[:, None]).sum(),
                                "certified": []}
         for m in self.opts.patch:
@@ -172,13 +181,17 @@ class CertifyPatch(Suite):
         res: dict[str, Any] = {
             "certified_accuracy": {str(m): c / n for m, c in zip(self.opts.patch, s["certified"])},
             "clean_accuracy": s["correct"] / n,
-            "ablated_accuracy": s["votes_true"] / (n * positions) if positions else None,
-            "num_images": s["n"], "tokens": ablated.mode,
+            "ablated_accuracy": (s["votes_true"] / (n * positions) if positions and self.opts.threshold is None
+                                 else None),                                # θ votes are not the base's accuracy
+            "num_images": s["n"], "tokens": ablated.mode, "encoding": ablated.encoding,
             "settings": {"ablation": self.opts.ablation, "size": self.opts.size, "patch": list(self.opts.patch),
                          "reference": self.opts.reference, "stride": self.opts.stride, "positions": positions,
+                         "threshold": self.opts.threshold,
                          "size_pixels": self.pixels(self.opts.size, side) if side else None,
                          "patch_pixels": [self.pixels(m, side) for m in self.opts.patch] if side else None,
                          "delta": [band.delta(self.pixels(m, side), side, side) for m in self.opts.patch] if side else None,
+                         "votes": ("argmax" if self.opts.threshold is None
+                                   else f"every class with softmax >= {self.opts.threshold:g}"),
                          "rule": "top count − runner-up > 2Δ; Δ = ⌈(m + s − 1) / stride⌉ (column), its square (block)"}}
         if ablated.note:
             res["tokens_note"] = ablated.note

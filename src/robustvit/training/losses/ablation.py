@@ -1,8 +1,10 @@
 """``ablation``: training the base classifier of derandomized smoothing — cross-entropy on images of which only one
 column band (or block) of ``size`` pixels is kept, at a position drawn per batch (Levine & Feizi, NeurIPS 2020,
 arXiv:2002.10733; Salman et al., CVPR 2022, arXiv:2110.07719, whose ViTs also drop the fully ablated tokens while
-training: ``tokens=auto`` does so where :class:`robustvit.certify.AblatedModel` can). The logits it returns for the
-training accuracy are the ablated images'. Positions are seeded from ``seed`` and a call counter saved with the loss."""
+training: ``tokens=auto`` does so where :class:`robustvit.certify.AblatedModel` can). A network built with 6 input
+channels (``--model-kwargs '{"in_chans": 6}'``) trains on Levine & Feizi's ablation input (x and 1 − x, 0 where
+ablated; ``encoding``). The logits it returns for the training accuracy are the ablated images'. Positions are seeded
+from ``seed`` and a call counter saved with the loss."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ class AblationLoss(TrainingLoss):
         size: int = option(4, min=1, help="retained band width in pixels of the training images")
         tokens: Literal["auto", "drop", "zero_fill"] = option("auto", help="drop the ablated ViT tokens (auto: where "
                                                                         "it applies) or zero-fill the pixels")
+        encoding: Literal["auto", "rgb", "levine_feizi"] = option("auto", help="rgb (3 channels) or levine_feizi "
+                                                                  "(6 channels); auto: what the network takes")
         label_smoothing: float = option(0.0, min=0, max=1, help="label smoothing of hard targets")
         seed: int = option(0, help="seed of the ablation positions")
 
@@ -42,7 +46,7 @@ class AblationLoss(TrainingLoss):
 
     def ablated(self, model: nn.Module) -> AblatedModel:
         if self._ablated is None or self._ablated[0] != id(model):
-            self._ablated = (id(model), AblatedModel(model, self.options.tokens))
+            self._ablated = (id(model), AblatedModel(model, self.options.tokens, self.options.encoding))
         return self._ablated[1]
 
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
@@ -56,5 +60,6 @@ class AblationLoss(TrainingLoss):
     def resolved(self) -> dict[str, object]:
         if self._ablated is None:
             return {}
-        return {"tokens": self._ablated[1].mode, **({"tokens_note": self._ablated[1].note} if self._ablated[1].note
-                                                   else {})}
+        ablated = self._ablated[1]
+        return {"tokens": ablated.mode, "encoding": ablated.encoding,
+                **({"tokens_note": ablated.note} if ablated.note else {})}
