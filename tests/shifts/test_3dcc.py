@@ -81,7 +81,7 @@ def test_layout_is_detected_and_one_unit_reads_as_a_data_source(tree):
     assert detect_layout(root) == "imagenet-3dcc"
     src = open_corrupted(root)
     assert src.corruptions == list(CORRUPTIONS_3DCC) and src.imagenet_like and src.num_images == 4
-    ds = create_dataset(f"imagenet_3dcc:{root},corruption=fog_3d,severity=2")
+    ds = create_dataset(f"imagenet_c:{root},corruption=fog_3d,severity=2")
     x, y = ds.get_batch(torch.arange(4))
     f = root / "fog_3d" / "2" / imagenet_wnids()[1] / "ILSVRC2012_val_00000000.JPEG"
     assert y.tolist() == [0, 0, 1, 1]

@@ -21,8 +21,8 @@ Every unit (one corruption at one severity) is an :class:`~robustvit.data.base.I
 images in [0, 1]; images are listed in the same order in every unit (class folders sorted, files sorted),
 which for ImageNet-C is the order of ``imagenet:/path/to/val`` and for CIFAR-C that of ``cifar10:test``.
 
-Data specs (``--data``): ``imagenet_c:ROOT,corruption=fog,severity=3``, ``imagenet_3dcc:ROOT,corruption=fog_3d,severity=3``
-and ``cifar_c:ROOT,corruption=fog,severity=3``.
+Data specs (``--data``): ``imagenet_c:ROOT,corruption=fog,severity=3`` (an ImageNet-3DCC tree too:
+``imagenet_c:ImageNet-3DCC,corruption=fog_3d,severity=3``) and ``cifar_c:ROOT,corruption=fog,severity=3``.
 
 >>> src = open_corrupted("/data/CIFAR-10-C")                      # doctest: +SKIP
 >>> ds = src.unit("fog", 3); x, y = ds.get_batch(torch.arange(8))  # doctest: +SKIP
@@ -231,7 +231,7 @@ class ImageNetCSource(CorruptedSource):
                             if p.suffix.lower() in IMG_EXTENSIONS and p.is_file()]
             if not samples:
                 raise RobustvitError(f"{d} has no images with extensions {', '.join(IMG_EXTENSIONS)}")
-            spec = f"{self.layout.replace('-', '_')}:{self.root},corruption={name},severity={severity}"
+            spec = f"imagenet_c:{self.root},corruption={name},severity={severity}"
             self._units[key] = FileImageDataset(samples, self.classes, spec,
                                                 None if self.image_size is None else Resize(self.image_size, 1.0),
                                                 self.strict)
@@ -342,6 +342,8 @@ def _source(layout: str, arg: str, options: dict[str, Any], resize: Resize | Non
     except ValueError:
         raise RobustvitError(f"severity must be an integer 1-5, got {sev!r}") from None
     size = None if resize is None else resize.size
+    if layout == "imagenet-c" and detect_layout(arg) == "imagenet-3dcc":      # the same tree, 3DCC's names
+        layout = "imagenet-3dcc"
     return open_corrupted(arg, layout, image_size=size, strict=strict).unit(name, severity)
 
 
@@ -359,8 +361,7 @@ def _register(name: str, layout: str, doc: str) -> None:
     register_source(name, source, options=CorruptedOptions)
 
 
-_register("imagenet_c", "imagenet-c", "``imagenet_c:ROOT,corruption=NAME,severity=S`` — one unit of an ImageNet-C tree.")
-_register("imagenet_3dcc", "imagenet-3dcc", "``imagenet_3dcc:ROOT,corruption=NAME,severity=S`` — one unit of an "
+_register("imagenet_c", "imagenet-c", "``imagenet_c:ROOT,corruption=NAME,severity=S`` — one unit of an ImageNet-C or "
           "ImageNet-3DCC tree.")
 _register("cifar_c", "cifar-c", "``cifar_c:ROOT,corruption=NAME,severity=S`` — one severity of a CIFAR-10-C / "
           "CIFAR-100-C file.")
