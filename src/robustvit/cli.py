@@ -329,9 +329,9 @@ LISTS: dict[str, Callable[[str | None], list[str]]] = {
     "models": _lister("robustvit.models", "list_models"),
     "suites": _lister("robustvit.evaluation.suites", "list_suites"),
     "attacks": _lister("robustvit.attacks", "list_attacks"),
-    "corruptions": lambda pattern=None: [n for g in (None, "imagenet_c_bar")      # ImageNet-C's, then ImageNet-C̄'s
-                                         for n in _lister("robustvit.corruptions", "list_corruptions")(g)
-                                         if pattern is None or fnmatch.fnmatch(n, pattern)],
+    "corruptions": lambda pattern=None: list(dict.fromkeys(                     # ImageNet-C's, -C̄'s, CIFAR-10-C̄'s
+        n for g in (None, "imagenet_c_bar", "cifar10_c_bar") for n in _lister("robustvit.corruptions", "list_corruptions")(g)
+        if pattern is None or fnmatch.fnmatch(n, pattern))),
     "data": _lister("robustvit.data", "list_sources"),
     "losses": _lister("robustvit.training", "list_losses"),
     "recipes": _lister("robustvit.training", "list_recipes"),

@@ -121,7 +121,7 @@ def parse_corruptions(spec: str) -> list[str]:
         if n not in CORRUPTIONS:
             raise unknown_name("corruption", n, CORRUPTIONS.list() + list(groups),
                                hint="give a group (all, benchmark, noise, blur, weather, digital, extra, "
-                                    "imagenet_c_bar) or names joined by +")
+                                    "imagenet_c_bar, cifar10_c_bar) or names joined by +")
         if n not in names:
             names.append(n)
     if not names:
