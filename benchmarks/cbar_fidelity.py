@@ -3,8 +3,9 @@
 The reference is ``imagenet_c_bar/corrupt.py`` of facebookresearch/augmentation-corruption (MIT), run from a
 checkout given with ``--ref`` (its ``make_imagenet_c_bar.py`` applies ``build_transform(name, level,
 'imagenet')`` to Resize 256 + CenterCrop 224 uint8 images; ``make_cifar10_c_bar.py`` the same at 32 px). Its
-module imports scikit-image for corruptions outside C̄; where scikit-image is missing those two names are
-stubbed (none of the 10 C̄ corruptions calls them).
+module imports scikit-image; where it is missing, its names are stubbed (none of ImageNet-C̄'s corruptions calls
+them; CIFAR-10-C̄'s ``lines`` needs scikit-image, the ``bench`` extra). Its ``lines`` uses ``np.int``, which
+NumPy 1.24 removed: the benchmark restores it as ``int``.
 
 Images: matplotlib's grace_hopper photo (Resize 256 + CenterCrop 224) and CIFAR-10 test images (32 px, and
 bicubically upsampled to 224) from a CIFAR-10 JPEG tarball (``--cifar``).
@@ -62,6 +63,8 @@ def load_reference(ref: Path) -> types.ModuleType:
                 setattr(m, n, lambda *a, **k: (_ for _ in ()).throw(RuntimeError("stub")))
             sys.modules[mod] = m
         sys.modules["skimage"].draw, sys.modules["skimage"].color = sys.modules["skimage.draw"], sys.modules["skimage.color"]
+    if not hasattr(np, "int"):          # the reference's ``lines`` uses np.int, gone from NumPy 1.24
+        np.int = int  # type: ignore[attr-defined]
     import corrupt as ref_corrupt  # type: ignore[import-not-found]
     return ref_corrupt
 
@@ -121,6 +124,10 @@ def to_draw(ref_corrupt: types.ModuleType, name: str, params: dict, s: int) -> d
         return {"order": torch.as_tensor(order, dtype=torch.long)[None]}
     if name == "circular_motion_blur":
         return {}
+    if name == "lines":
+        k = int(params["density"] * s)
+        return {"angle": t(params["angle"]), "variation": t(params["angle_variation"]),
+                "lines": t(np.random.RandomState(seed=params["seed"]).uniform(size=3 * k).reshape(k, 3))}
     rs = np.random.RandomState(seed=params["seed"]) if "seed" in params else None
     if name == "sparkles":
         lengths = np.zeros((5, 199))

@@ -30,7 +30,7 @@ def _bilinear_black(img: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.n
 def test_group_holds_cifar10_c_bar_in_its_order_outside_all():
     assert CORRUPTION_GROUPS["cifar10_c_bar"] == (
         "blue_noise_sample", "checkerboard_cutout", "inverse_sparkles", "pinch_and_twirl", "ripple", "brownish_noise",
-        "circular_motion_blur", "sparkles", "transverse_chromatic_abberation")
+        "circular_motion_blur", "lines", "sparkles", "transverse_chromatic_abberation")
     assert "ripple" not in CORRUPTION_GROUPS["all"] and CORRUPTIONS.get("ripple").params(5, "cifar").level == 8.0
 
 
@@ -101,9 +101,60 @@ def test_circular_motion_blur_is_the_weighted_mean_of_scipy_rotations():
 
 
 @pytest.mark.parametrize("name", ["ripple", "pinch_and_twirl", "transverse_chromatic_abberation",
-                                  "circular_motion_blur"])
+                                  "circular_motion_blur", "lines"])
 def test_seeded_batched_and_in_range(name):
     x = _image(3, 16).float()
     a, b = corrupt(x, name, 3, seed=1), corrupt(x, name, 3, seed=1)
     assert torch.equal(a, b) and a.shape == x.shape and 0 <= float(a.min()) and float(a.max()) <= 1
     assert not torch.equal(a, x)
+
+
+def _skimage_line_aa(y1: int, x1: int, y2: int, x2: int) -> list[tuple[int, int, float]]:
+    """scikit-image 0.16.2's ``line_aa`` loop (Zingl), written out: (row, column, value) in emission order."""
+    out = []
+    dx, dy = abs(x1 - x2), abs(y1 - y2)
+    err = dx - dy
+    sx, sy = (1 if x1 < x2 else -1), (1 if y1 < y2 else -1)
+    ed = 1 if dx + dy == 0 else float(np.float32(math.sqrt(dx * dx + dy * dy)))
+    x, y = x1, y1
+    while True:
+        out.append((y, x, abs(err - dx + dy) / ed))
+        e, x0 = err, x
+        if 2 * e >= -dx:
+            if x == x2:
+                break
+            if e + dy < ed:
+                out.append((y + sy, x, abs(e + dy) / ed))
+            err -= dy
+            x += sx
+        if 2 * e <= dy:
+            if y == y2:
+                break
+            if dx - e < ed:
+                out.append((y, x0 + sx, abs(dx - e) / ed))
+            err += dx
+            y += sy
+    return [(r, c, 1 - v) for r, c, v in out]
+
+
+def test_lines_rasterise_as_skimage_and_blend_line_after_line():
+    x = _image(2)
+    g = torch.Generator().manual_seed(3)
+    draw = {"angle": torch.rand(2, generator=g, dtype=torch.float64) * 2 * math.pi,
+            "variation": torch.rand(2, generator=g, dtype=torch.float64) * 0.9 + 0.1,
+            "lines": torch.rand(2, 6, 3, generator=g, dtype=torch.float64)}
+    y = _apply("lines", x, 4, draw)                      # level 2.0: int(0.2 · 32) = 6 lines
+    for i in range(2):
+        out = x[i].numpy().copy()
+        for u in draw["lines"][i].tolist():
+            a = draw["angle"][i].item() + 2 * math.pi * draw["variation"][i].item() * (u[2] - 0.5)
+            px, py = 32 * u[0], 32 * u[1]
+            s, c = math.sin(a) * 32, math.cos(a) * 32
+            last = {}
+            for r, col, v in _skimage_line_aa(int(px - c), int(py - s), int(px + c), int(py + s)):
+                if 0 <= r < 32 and 0 <= col < 32:
+                    last[(r, col)] = v                  # numpy's repeated-index assignment: the last wins
+            for (r, col), v in last.items():
+                out[:, r, col] = (1 - v) * out[:, r, col] + v * 128 / 255
+        assert np.allclose(y[i].numpy(), out, atol=1e-12), i
+        assert (y[i] != x[i]).any()

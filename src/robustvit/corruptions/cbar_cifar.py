@@ -1,6 +1,6 @@
 """The corruptions of CIFAR-10-C̄ that ImageNet-C̄ lacks (Mintun, Kirillov & Xie, NeurIPS 2021, arXiv:2102.11273):
-circular motion blur, pinch and twirl, ripple and transverse chromatic aberration, group ``cifar10_c_bar`` (with
-the five shared with ImageNet-C̄, :mod:`robustvit.corruptions.cbar`).
+circular motion blur, lines, pinch and twirl, ripple and transverse chromatic aberration, group ``cifar10_c_bar``
+(with the five shared with ImageNet-C̄, :mod:`robustvit.corruptions.cbar`).
 
 Each follows ``imagenet_c_bar/corrupt.py`` of facebookresearch/augmentation-corruption, with the levels of its
 ``cifar10_c_bar.csv`` (both presets; the reference generates CIFAR-10-C̄ only) and ``float_parameter(level, m)
@@ -11,8 +11,7 @@ bilinear reads with black outside the image (its ``bilinear_interpolation``; ``g
 values, mirrored taps) and scipy's ``rotate(reshape=False)`` (cubic B-spline interpolation: the mirror-boundary
 prefilter, then the spline, black outside the image). Lengths the reference states in units of its square side
 S (32) use the shorter side of the image. Deviations: no rounding to uint8 (the reference truncates, or for
-the zoom rounds, its output; ``jpeg_quality`` adds the step of the released files); lines are not implemented
-(scikit-image's anti-aliased line rasteriser, drawn line after line), so the group holds nine corruptions.
+the zoom rounds, its output, lines after each line; ``jpeg_quality`` adds the step of the released files).
 """
 
 from __future__ import annotations
@@ -210,3 +209,80 @@ def circular_motion_blur(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch
         taps = coef[:, :, index.to(x.device).reshape(-1)].view(n, c, h * w, 16)
         out += f * (taps * weight.to(device=x.device, dtype=x.dtype)).sum(-1)
     return (out / sum(factors)).view(n, c, h, w)
+
+
+# ---------------------------------------------------------------- lines
+def line_aa(r1: torch.Tensor, c1: torch.Tensor, r2: torch.Tensor, c2: torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """scikit-image's ``draw.line_aa`` (Zingl's anti-aliased line; as in 0.16.2, the version the reference pins:
+    the distance normaliser ``ed`` a float32 square root) for many segments at once: integer end points (M,) →
+    rows, columns, values and a validity mask (M, T), in the order it emits them."""
+    dx, dy = (c1 - c2).abs(), (r1 - r2).abs()
+    sx = torch.where(c1 < c2, 1, -1)
+    sy = torch.where(r1 < r2, 1, -1)
+    ed = torch.where(dx + dy == 0, 1.0, torch.sqrt((dx * dx + dy * dy).double()).float().double())
+    x, y, err = c1.clone(), r1.clone(), dx - dy
+    active = torch.ones_like(dx, dtype=torch.bool)
+    rows, cols, vals, valid = [], [], [], []
+
+    def emit(r: torch.Tensor, c: torch.Tensor, v: torch.Tensor, ok: torch.Tensor) -> None:
+        rows.append(r.clone()); cols.append(c.clone()); vals.append(1 - v); valid.append(ok.clone())  # noqa: E702
+
+    for _ in range(int(2 * (dx + dy).max()) + 2 if len(dx) else 0):
+        emit(y, x, (err - dx + dy).abs() / ed, active)
+        e, x_prime = err.clone(), x.clone()
+        step_x = active & (2 * e >= -dx)
+        stop = step_x & (x == c2)
+        active = active & ~stop
+        step_x = step_x & ~stop
+        emit(y + sy, x, (e + dy).abs() / ed, step_x & (e + dy < ed))
+        err = torch.where(step_x, err - dy, err)
+        x = torch.where(step_x, x + sx, x)
+        step_y = active & (2 * e <= dy)
+        stop = step_y & (y == r2)
+        active = active & ~stop
+        step_y = step_y & ~stop
+        emit(y, x_prime + sx, (dx - e).abs() / ed, step_y & (dx - e < ed))
+        err = torch.where(step_y, err + dx, err)
+        y = torch.where(step_y, y + sy, y)
+    if not rows:
+        z = torch.zeros(len(dx), 0, dtype=torch.long, device=dx.device)
+        return z, z, z.double(), z.bool()
+    return torch.stack(rows, 1), torch.stack(cols, 1), torch.stack(vals, 1), torch.stack(valid, 1)
+
+
+def _sample_lines(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
+    k = int(p.level * 1.0 / 10 * min(size))
+    return {"angle": rand((n,), g, like) * 2 * math.pi, "variation": rand((n,), g, like) * 0.9 + 0.1,
+            "lines": rand((n, k, 3), g, like)}
+
+
+@corruption("lines", GROUP, ("level",), _levels((0.5, 1.0, 1.5, 2.0, 2.5)), sample=_sample_lines)
+def lines(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
+    """int(0.1·level·S) anti-aliased grey (128/255) lines of half-length S through uniform points, at angle
+    θ + 2π·v·(u − ½) (θ, v ∈ U(0.1, 1) per image), rasterised by scikit-image's ``line_aa`` and blended
+    (1 − a)·x + a·128/255 one line after the other (a pixel a line emits twice takes its last value, as the
+    reference's array assignment); lines' end points truncated to integers as the reference."""
+    n, c, h, w = x.shape
+    s = min(h, w)
+    u = d["lines"].to(device=x.device, dtype=torch.float64)               # (n, k, 3): row, column, angle draws
+    k = u.shape[1]
+    ang = d["angle"].to(x.device).double()[:, None] + 2 * math.pi * d["variation"].to(x.device).double()[:, None] * (u[..., 2] - 0.5)
+    xr, yc = s * u[..., 0], s * u[..., 1]
+    ds, dc = torch.sin(ang) * s, torch.cos(ang) * s
+    ends = [torch.trunc(v).long().reshape(-1) for v in (xr - dc, yc - ds, xr + dc, yc + ds)]
+    rr, cc, val, ok = line_aa(*ends)                                      # (n·k, T)
+    t = rr.shape[1]
+    ok = ok & (rr >= 0) & (cc >= 0) & (rr < h) & (cc < w)
+    pix = torch.where(ok, rr * w + cc, h * w).view(n, k, t)
+    order = torch.arange(t, device=x.device).expand(n, t)
+    out = x.reshape(n, c, h * w).clone()
+    for j in range(k):
+        last = torch.full((n, h * w + 1), -1, dtype=torch.long, device=x.device)
+        last.scatter_reduce_(1, pix[:, j], order, reduce="amax")       # the last emission of each pixel wins
+        last = last[:, :h * w]
+        touched = last >= 0
+        a = torch.gather(val.view(n, k, t)[:, j], 1, last.clamp_min(0)).to(x.dtype)
+        a = torch.where(touched, a, torch.zeros_like(a))[:, None]
+        out = (1 - a) * out + a * (128 / 255)
+    return out.view(n, c, h, w)
