@@ -403,7 +403,7 @@ def add_corrupt(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", dest="layout", choices=LAYOUTS, default="imagenet-c",
                    help="imagenet-c: OUT/<corruption>/<severity>/<class>/<name>.JPEG; cifar-c: OUT/<corruption>.npy + labels.npy")
     p.add_argument("--corruptions", default="all", help="a group (all, benchmark, noise, blur, weather, digital, extra, "
-                   "imagenet_c_bar) or names joined by , or + (default all 19)")
+                   "imagenet_c_bar, cifar10_c_bar) or names joined by , or + (default all 19)")
     p.add_argument("--severities", default="1-5", help="e.g. 1-5, 3 or 1,3,5 (cifar-c needs all 5)")
     p.add_argument("--preset", choices=tuple(PRESET_SIZES), help="parameter table (default: by image size)")
     p.add_argument("--image-format", choices=tuple(IMAGE_FORMATS), default="jpeg",
