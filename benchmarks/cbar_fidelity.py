@@ -3,8 +3,9 @@
 The reference is ``imagenet_c_bar/corrupt.py`` of facebookresearch/augmentation-corruption (MIT), run from a
 checkout given with ``--ref`` (its ``make_imagenet_c_bar.py`` applies ``build_transform(name, level,
 'imagenet')`` to Resize 256 + CenterCrop 224 uint8 images; ``make_cifar10_c_bar.py`` the same at 32 px). Its
-module imports scikit-image for corruptions outside C̄; where scikit-image is missing those two names are
-stubbed (none of the 10 C̄ corruptions calls them).
+module imports scikit-image; where it is missing, its names are stubbed (none of ImageNet-C̄'s corruptions calls
+them; CIFAR-10-C̄'s ``lines`` needs scikit-image, the ``bench`` extra). Its ``lines`` uses ``np.int``, which
+NumPy 1.24 removed: the benchmark restores it as ``int``.
 
 Images: matplotlib's grace_hopper photo (Resize 256 + CenterCrop 224) and CIFAR-10 test images (32 px, and
 bicubically upsampled to 224) from a CIFAR-10 JPEG tarball (``--cifar``).
@@ -15,7 +16,8 @@ parameters (``sample_parameters``) and corrupt each image, and then:
 - **replay**: the reference's draw converted to robustvit's draw (every random field the reference derives
   from its per-image ``RandomState`` seed — noise phases, ray lengths, Perlin tables, checkerboard cells — is
   recomputed from that seed) and applied by robustvit in float64; ``mad``: mean |Δ| in grey levels after
-  truncating robustvit's output to uint8 as the reference does; ``p99``: the 99th percentile of |Δ|;
+  truncating robustvit's output to uint8 as the reference does (rounding for transverse chromatic aberration,
+  whose scipy ``zoom`` of uint8 channels rounds); ``p99``: the 99th percentile of |Δ|;
   ``off``: the share of values that differ by more than one grey level. This measures the implementation.
 - **distribution**: the mean |corrupted − clean| (grey levels) of the reference with its own sampler and of
   robustvit with its own (``corrupt(x, name, severity, seed=round)``, float32, truncated to uint8 as the
@@ -45,7 +47,8 @@ from PIL import Image
 
 from robustvit.corruptions import CORRUPTIONS, corrupt, list_corruptions
 
-NAMES = list_corruptions("imagenet_c_bar")
+NAMES = list_corruptions("imagenet_c_bar") + [n for n in list_corruptions("cifar10_c_bar")
+                                              if n not in list_corruptions("imagenet_c_bar")]
 
 
 def load_reference(ref: Path) -> types.ModuleType:
@@ -60,6 +63,8 @@ def load_reference(ref: Path) -> types.ModuleType:
                 setattr(m, n, lambda *a, **k: (_ for _ in ()).throw(RuntimeError("stub")))
             sys.modules[mod] = m
         sys.modules["skimage"].draw, sys.modules["skimage"].color = sys.modules["skimage.draw"], sys.modules["skimage.color"]
+    if not hasattr(np, "int"):          # the reference's ``lines`` uses np.int, gone from NumPy 1.24
+        np.int = int  # type: ignore[attr-defined]
     import corrupt as ref_corrupt  # type: ignore[import-not-found]
     return ref_corrupt
 
@@ -110,6 +115,19 @@ def to_draw(ref_corrupt: types.ModuleType, name: str, params: dict, s: int) -> d
                 "scale": t(params["scale"] / s)}
     if name == "caustic_refraction":
         return {"time": t(params["time"]), "size": t(params["size"] / s)}
+    if name == "ripple":
+        return {"wavelengths": t(np.asarray(params["wavelengths"]) / s), "phases": t(params["phases"])}
+    if name == "pinch_and_twirl":
+        return {"signs": t(np.sign(params["angles"]))}
+    if name == "transverse_chromatic_abberation":
+        order = np.argsort(np.argsort(params["scales"]))          # each channel's rank among 1, 1 + s/2, 1 + s
+        return {"order": torch.as_tensor(order, dtype=torch.long)[None]}
+    if name == "circular_motion_blur":
+        return {}
+    if name == "lines":
+        k = int(params["density"] * s)
+        return {"angle": t(params["angle"]), "variation": t(params["angle_variation"]),
+                "lines": t(np.random.RandomState(seed=params["seed"]).uniform(size=3 * k).reshape(k, 3))}
     rs = np.random.RandomState(seed=params["seed"]) if "seed" in params else None
     if name == "sparkles":
         lengths = np.zeros((5, 199))
@@ -137,9 +155,11 @@ def to_draw(ref_corrupt: types.ModuleType, name: str, params: dict, s: int) -> d
     raise KeyError(name)
 
 
-def to_uint8(y: torch.Tensor) -> np.ndarray:
-    """(1, 3, H, W) in [0, 1] → (H, W, 3) uint8 by truncation, as the reference's ``astype(np.uint8)``."""
-    return np.floor(y[0].permute(1, 2, 0).double().numpy() * 255 + 1e-6).clip(0, 255).astype(np.uint8)
+def to_uint8(y: torch.Tensor, rounding: bool = False) -> np.ndarray:
+    """(1, 3, H, W) in [0, 1] → (H, W, 3) uint8 by truncation, as the reference's ``astype(np.uint8)`` (or by
+    rounding, as scipy's ``zoom`` of a uint8 array)."""
+    v = y[0].permute(1, 2, 0).double().numpy() * 255
+    return (np.round(v) if rounding else np.floor(v + 1e-6)).clip(0, 255).astype(np.uint8)
 
 
 def ours_distance(x: torch.Tensor, imgs: np.ndarray, name: str, severity: int, seed: int, preset: str) -> float:
@@ -164,7 +184,8 @@ def measure(ref_corrupt, name: str, preset: str, severity: int, level: float, im
             params = transform.sample_parameters()
             ref = transform.transform(img.copy(), **params)
             x = torch.as_tensor(img).permute(2, 0, 1)[None].double() / 255
-            ours = to_uint8(spec.apply(x, p, to_draw(ref_corrupt, name, params, s)))
+            ours = to_uint8(spec.apply(x, p, to_draw(ref_corrupt, name, params, s)),
+                            rounding=name == "transverse_chromatic_abberation")
             diffs.append(np.abs(ours.astype(np.int16) - ref.astype(np.int16)).ravel())
             ref_abs.append(np.abs(ref.astype(np.float64) - img).mean())
         ref_mean.append(float(np.mean(ref_abs)))
@@ -201,7 +222,7 @@ def main() -> None:
     rows = json.loads(a.out.read_text()) if a.out.exists() else {}
     for preset in a.presets.split(","):
         for name in a.names.split(","):
-            level_row = levels[preset].get(name, levels["imagenet"][name])
+            level_row = levels[preset].get(name) or levels["imagenet"].get(name) or levels["cifar"][name]
             for sev in (int(v) for v in a.severities.split(",")):
                 key = f"{preset}/{name}/{sev}"
                 if key in rows or not len(imgs[preset]):

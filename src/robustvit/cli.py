@@ -334,9 +334,9 @@ LISTS: dict[str, Callable[[str | None], list[str]]] = {
     "models": _lister("robustvit.models", "list_models"),
     "suites": _lister("robustvit.evaluation.suites", "list_suites"),
     "attacks": _lister("robustvit.attacks", "list_attacks"),
-    "corruptions": lambda pattern=None: [n for g in (None, "imagenet_c_bar")      # ImageNet-C's, then ImageNet-C̄'s
-                                         for n in _lister("robustvit.corruptions", "list_corruptions")(g)
-                                         if pattern is None or fnmatch.fnmatch(n, pattern)],
+    "corruptions": lambda pattern=None: list(dict.fromkeys(                     # ImageNet-C's, -C̄'s, CIFAR-10-C̄'s
+        n for g in (None, "imagenet_c_bar", "cifar10_c_bar") for n in _lister("robustvit.corruptions", "list_corruptions")(g)
+        if pattern is None or fnmatch.fnmatch(n, pattern))),
     "data": _lister("robustvit.data", "list_sources"),
     "losses": _lister("robustvit.training", "list_losses"),
     "recipes": _lister("robustvit.training", "list_recipes"),
@@ -408,7 +408,7 @@ def add_corrupt(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", dest="layout", choices=LAYOUTS, default="imagenet-c",
                    help="imagenet-c: OUT/<corruption>/<severity>/<class>/<name>.JPEG; cifar-c: OUT/<corruption>.npy + labels.npy")
     p.add_argument("--corruptions", default="all", help="a group (all, benchmark, noise, blur, weather, digital, extra, "
-                   "imagenet_c_bar) or names joined by , or + (default all 19)")
+                   "imagenet_c_bar, cifar10_c_bar) or names joined by , or + (default all 19)")
     p.add_argument("--severities", default="1-5", help="e.g. 1-5, 3 or 1,3,5 (cifar-c needs all 5)")
     p.add_argument("--preset", choices=tuple(PRESET_SIZES), help="parameter table (default: by image size)")
     p.add_argument("--image-format", choices=tuple(IMAGE_FORMATS), default="jpeg",

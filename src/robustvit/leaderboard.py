@@ -7,10 +7,12 @@ months apart sit in one table (re-adding a run replaces its row). Every number s
 Wilson interval, a robustness number its gap to clean (``<column>_gap``), the best of each column its mark
 (:mod:`robustvit.report.verdict`, whose sentences open the Markdown and HTML tables); the labels name the
 deviations of each cell from its published protocol (:mod:`robustvit.protocols`). ``--format json`` writes
-robustvit's own entries (RobustBench's field names, one ``corruptions`` entry per model, each number with its
+robustvit's own entries (RobustBench's field names, one ``corruptions`` and one ``corruptions_3d``
+(ImageNet-3DCC) entry per model, each number with its
 count, interval and protocol); ``--format robustbench --out DIR`` writes
 ``DIR/<dataset>/<threat_model>/<model>.json`` as RobustBench's ``model_info`` files (Croce et al. 2021,
-arXiv:2010.09670) for the comparable numbers only. A model whose source publishes numbers (results.json
+arXiv:2010.09670) for the comparable numbers only (as RobustBench's ``update_json``, ``corruptions_acc_3d`` /
+``corruptions_mce_3d`` go into the model's file under ``corruptions/``). A model whose source publishes numbers (results.json
 ``model.reported``: RobustBench's zoo) shows them as ``reported_clean`` and ``reported_autoattack`` beside
 robustvit's measurements.
 
@@ -197,9 +199,10 @@ def _verdict(entry: dict[str, Any], row: dict[str, Any], columns: tuple[str, ...
 
 def json_entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """robustvit's own JSON: one entry per model × data × threat model (``Linf``/``L2``), and one ``corruptions``
-    entry per model × data with corruption numbers. Accuracies as RobustBench writes them (two-decimal percent
-    strings), each with ``<field>_n``, ``<field>_ci95`` (percent), ``<field>_protocol`` and, for robustness
-    accuracies, ``<field>_gap`` (to the clean accuracy of the same images, in points)."""
+    (ImageNet-C and -like) and one ``corruptions_3d`` (ImageNet-3DCC) entry per model × data with such numbers.
+    Accuracies as RobustBench writes them (two-decimal percent strings), each with ``<field>_n``, ``<field>_ci95``
+    (percent), ``<field>_protocol`` and, for robustness accuracies, ``<field>_gap`` (to the clean accuracy of the
+    same images, in points)."""
     out: list[dict[str, Any]] = []
     done: set[tuple[Any, Any]] = set()
 
@@ -227,14 +230,18 @@ def json_entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             e.update({c: _pct(r[c]) for c in REPORTED if r.get(c) is not None})     # published, not measured
             _verdict(e, r, ("clean", "autoattack", "apgd", "pgd"))
             out.append(e)
-        if (r["model"], data) in done or (r.get("corruption_mean") is None and r.get("mce") is None):
+        if (r["model"], data) in done:
             continue
         done.add((r["model"], data))
-        e = {**ident, "threat_model": "corruptions"}
-        for field, col in (("clean_acc", "clean"), ("corruptions_acc", "corruption_mean"), ("corruptions_mce", "mce")):
-            put(e, field, r, col)
-        _verdict(e, r, ("clean", "corruption_mean", "mce"))
-        out.append(e)
+        for threat, suffix, (acc, mce) in (("corruptions", "", ("corruption_mean", "mce")),
+                                           ("corruptions_3d", "_3d", ("corruption_mean_3d", "mce_3d"))):
+            if r.get(acc) is None and r.get(mce) is None:
+                continue
+            e = {**ident, "threat_model": threat}
+            for field, col in (("clean_acc", "clean"), (f"corruptions_acc{suffix}", acc), (f"corruptions_mce{suffix}", mce)):
+                put(e, field, r, col)
+            _verdict(e, r, ("clean", acc, mce))
+            out.append(e)
     return out
 
 
@@ -245,12 +252,13 @@ def robustbench_entries(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
     written, skipped = [], []
     for e in json_entries(rows):
         threat, ds = e["threat_model"], e["dataset"]
-        acc = "autoattack_acc" if threat in ("Linf", "L2") else "corruptions_acc"
+        acc = {"Linf": "autoattack_acc", "L2": "autoattack_acc", "corruptions_3d": "corruptions_acc_3d"}.get(
+            threat, "corruptions_acc")
         proto = e.get(f"{acc}_protocol") or {}
         why = []
         if e.get(acc) is None:
-            why.append(f"no {'AutoAttack' if acc == 'autoattack_acc' else '15 × 5 corruptions'} number")
-        elif not str(proto.get("name", "")).startswith(f"robustbench:{ds}:{threat}"):
+            why.append(f"no {ACC_WHAT[acc]} number")
+        elif str(proto.get("name", "")) != f"robustbench:{ds}:{threat}":
             why.append(f"{proto.get('name') or 'no'} protocol, not RobustBench {ds} {threat}")
         cells = [e.get(f"{f}_protocol") or {} for f in ("clean_acc", acc) if e.get(f) is not None]
         why = list(dict.fromkeys(why + [d for p in cells for d in p.get("deviations") or []]))
@@ -264,27 +272,37 @@ def robustbench_entries(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
         if threat in ("Linf", "L2"):
             entry.update(eps=e["eps"], autoattack_acc=e["autoattack_acc"])
         else:
-            entry["corruptions_acc"] = e["corruptions_acc"]
-            if ds == "imagenet" and e.get("corruptions_mce") is not None:
-                entry["corruptions_mce"] = e["corruptions_mce"]
+            mce = acc.replace("_acc", "_mce")
+            entry[acc] = e[acc]
+            if ds == "imagenet" and e.get(mce) is not None:
+                entry[mce] = e[mce]
         written.append({"threat_model": threat, "entry": entry})
     return written, skipped
 
 
+#: What a RobustBench entry's number is, by its field.
+ACC_WHAT = {"autoattack_acc": "AutoAttack", "corruptions_acc": "15 × 5 corruptions",
+            "corruptions_acc_3d": "ImageNet-3DCC 12 × 5 corruptions"}
+
+
 def write_robustbench(rows: list[dict[str, Any]], out: str | Path) -> list[Path]:
     """Write ``out/<dataset>/<threat_model>/<model>.json`` for each comparable entry (RobustBench's
-    ``model_info`` layout); one line on stderr for each entry left out. Returns the files written."""
+    ``model_info`` layout; ``corruptions_3d`` into the model's ``corruptions/`` file, merged with its
+    ``corruptions`` entry as RobustBench's ``update_json``); one line on stderr for each entry left out. Returns the
+    files written."""
     written, skipped = robustbench_entries(rows)
     for line in skipped:
         print(f"robustvit: {line}", file=sys.stderr)
-    files = []
+    files: dict[Path, dict[str, Any]] = {}
     for w in written:
         e = w["entry"]
-        path = Path(out) / e["dataset"] / w["threat_model"] / (re.sub(r"[^A-Za-z0-9_.+-]+", "_", e["name"]) + ".json")
+        folder = "corruptions" if w["threat_model"] == "corruptions_3d" else w["threat_model"]
+        path = Path(out) / e["dataset"] / folder / (re.sub(r"[^A-Za-z0-9_.+-]+", "_", e["name"]) + ".json")
+        files[path] = {**files.get(path, {}), **e}
+    for path, e in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, json.dumps(e, indent=2) + "\n")
-        files.append(path)
-    return files
+    return list(files)
 
 
 def format_rows(rows: list[dict[str, Any]], fmt: str = "md") -> str:

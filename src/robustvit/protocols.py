@@ -14,7 +14,9 @@ Protocols (conditions in :data:`PROTOCOLS`):
   APGD-CE, APGD-T, FAB-T, Square; 9 target classes, 5,000 Square queries) at ε = 8/255 (L∞) or 0.5 (L2) on the
   10,000 CIFAR-10/100 test images, ε = 4/255 on ImageNet's validation set or its published 5,000-image list;
   ``corruptions``: the mean over 15 corruptions × 5 severities of the released CIFAR-10-C / CIFAR-100-C /
-  ImageNet-C files (Hendrycks & Dietterich 2019, arXiv:1903.12261), mCE normalised by AlexNet's errors.
+  ImageNet-C files (Hendrycks & Dietterich 2019, arXiv:1903.12261), mCE normalised by AlexNet's errors;
+  ``corruptions_3d``: the same over the 12 corruptions × 5 severities of the released ImageNet-3DCC files (Kar et
+  al. 2022, arXiv:2203.01441), mCE normalised by AlexNet's errors on ImageNet-3DCC.
 * ImageNet-P (mFR, Hendrycks & Dietterich), ImageNet-R/-A/-Sketch/-V2 (whole sets), cue-conflict shape bias
   (Geirhos et al. 2019, arXiv:1811.12231), Cityscapes-C / COCO-C as FAN builds them (Zhou et al. 2022,
   arXiv:2204.12451: imagecorruptions at native resolution, 16 corruptions × 5 severities), AFAT's patch occlusion
@@ -48,6 +50,10 @@ BENCHMARK_CORRUPTIONS = ("gaussian_noise", "shot_noise", "impulse_noise", "defoc
                          "motion_blur", "zoom_blur", "snow", "frost", "fog", "brightness", "contrast",
                          "elastic_transform", "pixelate", "jpeg_compression")
 SEVERITIES = (1, 2, 3, 4, 5)
+#: ImageNet-3DCC's 12 corruptions (Kar et al. 2022, arXiv:2203.01441), in RobustBench's order
+#: (``robustbench.data.CORRUPTIONS_3DCC``).
+CORRUPTIONS_3DCC = ("near_focus", "far_focus", "bit_error", "color_quant", "flash", "fog_3d", "h265_abr", "h265_crf",
+                    "iso_noise", "low_light", "xy_motion_blur", "z_motion_blur")
 #: Cityscapes-C / COCO-C as FAN (its Table 14, ``coco_c_test_all.sh``): the 15 plus speckle noise, unscaled.
 DENSE_CORRUPTIONS = 16
 #: Test-set sizes RobustBench evaluates on (ImageNet: the whole validation set or its published 5,000 list).
@@ -68,6 +74,9 @@ def _rb(dataset: str, threat: str, eps: float | None, eps_text: str | None) -> P
     if threat == "corruptions":
         cond.update(corruptions=15, severities=5, source="released files", mce_baseline="AlexNet"
                     if dataset == "imagenet" else None)
+    elif threat == "corruptions_3d":
+        cond.update(corruptions=len(CORRUPTIONS_3DCC), severities=5, source="released ImageNet-3DCC files",
+                    mce_baseline="AlexNet on ImageNet-3DCC")
     else:
         cond.update(attack="autoattack", version="standard", members=STANDARD_AUTOATTACK, eps=eps,
                     eps_text=eps_text, n_target_classes=9, square_queries=5000)
@@ -79,7 +88,7 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     _rb("cifar10", "Linf", 8 / 255, "8/255"), _rb("cifar10", "L2", 0.5, "0.5"),
     _rb("cifar100", "Linf", 8 / 255, "8/255"), _rb("imagenet", "Linf", 4 / 255, "4/255"),
     _rb("cifar10", "corruptions", None, None), _rb("cifar100", "corruptions", None, None),
-    _rb("imagenet", "corruptions", None, None),
+    _rb("imagenet", "corruptions", None, None), _rb("imagenet", "corruptions_3d", None, None),
     *(Protocol(n, "Hendrycks & Dietterich 2019, arXiv:1903.12261", {"metric": "mFR", "source": "released files"})
       for n in ("imagenet-p", "cifar-10-p")),
     *(Protocol(n, p, {"images": "whole set"}) for n, p in (
@@ -226,7 +235,30 @@ def corruption_counts(result: dict[str, Any]) -> tuple[int, int]:
     return len(names & set(BENCHMARK_CORRUPTIONS)), len(sev & set(SEVERITIES))
 
 
+def _corruptions_3d(result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    """ImageNet-3DCC read from the released files: RobustBench's ``corruptions_3d`` when all 12 × 5 were read
+    from a 1000-class tree on 5,000 or 50,000 images."""
+    cond = PROTOCOLS["robustbench:imagenet:corruptions_3d"].conditions
+    dev: list[str] = []
+    nc = len(set(result.get("corruptions") or []) & set(CORRUPTIONS_3DCC))
+    ns = len({int(s) for s in result.get("severities") or [] if str(s).isdigit()} & set(SEVERITIES))
+    if (nc, ns) != (cond["corruptions"], cond["severities"]):
+        dev.append(f"{nc} of {cond['corruptions']} corruptions × {ns} of {cond['severities']} severities")
+    classes = _num(result.get("num_classes"))
+    if classes is None:
+        dev.append("unknown number of classes (num_classes not recorded)")
+    elif int(classes) != 1000:
+        dev.append(f"{int(classes)} classes, not ImageNet-1k's 1000")
+    dev += _split(run)
+    n = _num(result.get("num_images"))
+    if n is not None and not _common(result, run) and int(n) not in TEST_IMAGES["imagenet"]:
+        dev.append(f"{int(n):,} images (protocol: 5,000 or 50,000)")
+    return "robustbench:imagenet:corruptions_3d", dev
+
+
 def _corruptions(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    if result.get("source_layout") == "imagenet-3dcc":
+        return _corruptions_3d(result, run)
     dataset = dataset_of(run)
     dev: list[str] = []
     if dataset is None:
@@ -559,7 +591,8 @@ def wilson_interval(accuracy: float | None, n: int | None, z: float = 1.959964) 
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-__all__ = ["ANALYSIS_CHECKERS", "ANALYSIS_PROTOCOLS", "BENCHMARK_CORRUPTIONS", "CHECKERS", "NO_PROTOCOL", "PROTOCOLS",
+__all__ = ["ANALYSIS_CHECKERS", "ANALYSIS_PROTOCOLS", "BENCHMARK_CORRUPTIONS", "CHECKERS", "CORRUPTIONS_3DCC",
+           "NO_PROTOCOL", "PROTOCOLS",
            "Protocol", "STANDARD_AUTOATTACK", "analysis_protocol", "assess", "attach", "base_name",
            "corruption_counts", "dataset_of", "eps_text", "protocol_of", "run_deviations", "sample_entry",
            "subset_note",

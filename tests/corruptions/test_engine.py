@@ -38,7 +38,8 @@ def test_registry_groups_and_constants():
     assert sum(parts, []) == list(BENCHMARK_CORRUPTIONS)
     assert parts[2] == ["snow", "frost", "fog", "brightness"]
     assert list_corruptions("extra") == ["speckle_noise", "gaussian_blur", "spatter", "saturate"]
-    assert set(CORRUPTION_GROUPS) == {"noise", "blur", "weather", "digital", "extra", "benchmark", "all", "imagenet_c_bar"}
+    assert set(CORRUPTION_GROUPS) == {"noise", "blur", "weather", "digital", "extra", "benchmark", "all", "imagenet_c_bar",
+                                      "cifar10_c_bar"}
     assert set(DETERMINISTIC) == {"defocus_blur", "zoom_blur", "brightness", "contrast", "pixelate",
                                   "jpeg_compression", "gaussian_blur", "saturate"}
 

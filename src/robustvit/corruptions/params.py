@@ -43,8 +43,13 @@ BENCHMARK_CORRUPTIONS: tuple[str, ...] = (
     "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression")
 #: The 4 held-out corruptions of the paper (its validation set).
 EXTRA_CORRUPTIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
-#: Groups that are benchmarks of their own (ImageNet-C̄, Mintun et al. 2021): listed by their group, not in ``all``.
-SEPARATE_BENCHMARKS: tuple[str, ...] = ("imagenet_c_bar",)
+#: Groups that are benchmarks of their own (ImageNet-C̄, CIFAR-10-C̄, Mintun et al. 2021): listed by their group,
+#: not in ``all``.
+SEPARATE_BENCHMARKS: tuple[str, ...] = ("imagenet_c_bar", "cifar10_c_bar")
+#: CIFAR-10-C̄'s corruptions (its ``cifar10_c_bar.csv`` order); five are ImageNet-C̄'s (their group is that one).
+CIFAR10_C_BAR: tuple[str, ...] = (
+    "blue_noise_sample", "checkerboard_cutout", "inverse_sparkles", "pinch_and_twirl", "ripple", "brownish_noise",
+    "circular_motion_blur", "lines", "sparkles", "transverse_chromatic_abberation")
 
 
 def corruption_groups() -> dict[str, tuple[str, ...]]:
@@ -60,6 +65,9 @@ def corruption_groups() -> dict[str, tuple[str, ...]]:
     names = dict.fromkeys((*BENCHMARK_GROUPS, "extra", *(s.group for s in specs)))
     groups = {g: tuple(s.name for s in specs if s.group == g) for g in names}
     order = {n: i for i, n in enumerate(BENCHMARK_CORRUPTIONS)}
+    if groups.get("cifar10_c_bar"):               # the registered ones of CIFAR-10-C̄, shared ones included
+        registered = {s.name for s in specs}
+        groups["cifar10_c_bar"] = tuple(n for n in CIFAR10_C_BAR if n in registered)
     groups["benchmark"] = BENCHMARK_CORRUPTIONS
     groups["all"] = tuple(sorted((s.name for s in specs if s.group not in SEPARATE_BENCHMARKS),
                                  key=lambda n: order.get(n, len(order))))
@@ -113,7 +121,7 @@ def parse_corruptions(spec: str) -> list[str]:
         if n not in CORRUPTIONS:
             raise unknown_name("corruption", n, CORRUPTIONS.list() + list(groups),
                                hint="give a group (all, benchmark, noise, blur, weather, digital, extra, "
-                                    "imagenet_c_bar) or names joined by +")
+                                    "imagenet_c_bar, cifar10_c_bar) or names joined by +")
         if n not in names:
             names.append(n)
     if not names:

@@ -1,13 +1,18 @@
-"""Readers for the released common-corruption data sets: ImageNet-C (folder tree) and CIFAR-10-C / CIFAR-100-C (.npy).
+"""Readers for the released common-corruption data sets: ImageNet-C and ImageNet-3DCC (folder trees) and
+CIFAR-10-C / CIFAR-100-C (.npy).
 
 Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
-ICLR 2019 (arXiv:1903.12261). Layouts:
+ICLR 2019 (arXiv:1903.12261); Kar et al., "3D Common Corruptions and Data Augmentation", CVPR 2022
+(arXiv:2203.01441). Layouts:
 
 * **ImageNet-C**: ``ROOT/<corruption>/<severity 1-5>/<wnid>/<file>.JPEG`` (224 × 224 JPEG-85 files; 50,000
   per corruption × severity). Labels: when ``ROOT/classes.txt`` exists (written by ``robustvit corrupt``)
   its lines are the class names in label order; else, when every class folder is an ImageNet wnid, the
   index of the wnid among the 1000 sorted wnids (so a subset of folders keeps ImageNet-1k labels); else the
   sorted folder names (torchvision ``ImageFolder``).
+* **ImageNet-3DCC** (EPFL-VILAB/3DCommonCorruptions' ``tools/download_imagenet_3dcc.sh``, read by RobustBench's
+  ``load_imagenet3dcc``): the same tree, ``ROOT/<corruption>/<severity 1-5>/<wnid>/<file>.JPEG``, with the 12
+  corruptions of :data:`CORRUPTIONS_3DCC` (detected by those folder names); labels as ImageNet-C's.
 * **CIFAR-10-C / CIFAR-100-C**: ``ROOT/<corruption>.npy`` uint8 (5·N, 32, 32, 3) — rows N·(s−1) … N·s−1 are
   severity s (N = 10,000 for the release) — and ``ROOT/labels.npy`` (5·N,) (or (N,)). Optional
   ``ROOT/classes.txt``.
@@ -16,7 +21,8 @@ Every unit (one corruption at one severity) is an :class:`~robustvit.data.base.I
 images in [0, 1]; images are listed in the same order in every unit (class folders sorted, files sorted),
 which for ImageNet-C is the order of ``imagenet:/path/to/val`` and for CIFAR-C that of ``cifar10:test``.
 
-Data specs (``--data``): ``imagenet_c:ROOT,corruption=fog,severity=3`` and ``cifar_c:ROOT,corruption=fog,severity=3``.
+Data specs (``--data``): ``imagenet_c:ROOT,corruption=fog,severity=3`` (an ImageNet-3DCC tree too:
+``imagenet_c:ImageNet-3DCC,corruption=fog_3d,severity=3``) and ``cifar_c:ROOT,corruption=fog,severity=3``.
 
 >>> src = open_corrupted("/data/CIFAR-10-C")                      # doctest: +SKIP
 >>> ds = src.unit("fog", 3); x, y = ds.get_batch(torch.arange(8))  # doctest: +SKIP
@@ -37,9 +43,12 @@ from robustvit.data.base import FileImageDataset, ImageDataset, Resize, to_float
 from robustvit.data.sources import register_source
 from robustvit.errors import RobustvitError
 from robustvit.options import option
+from robustvit.protocols import CORRUPTIONS_3DCC
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".tif", ".tiff", ".webp")
+#: The layouts ``robustvit corrupt`` writes; ``imagenet-3dcc`` is read only (:data:`READ_LAYOUTS`).
 LAYOUTS = ("imagenet-c", "cifar-c")
+READ_LAYOUTS = (*LAYOUTS, "imagenet-3dcc")
 CLASSES_FILE = "classes.txt"
 SEVERITIES = (1, 2, 3, 4, 5)
 
@@ -58,7 +67,7 @@ def read_classes_file(root: Path) -> list[str] | None:
 
 
 def detect_layout(root: str | Path) -> str:
-    """``"imagenet-c"`` or ``"cifar-c"`` from what ROOT holds; a one-line error otherwise."""
+    """``"imagenet-c"``, ``"imagenet-3dcc"`` or ``"cifar-c"`` from what ROOT holds; a one-line error otherwise."""
     root = Path(root).expanduser()
     if not root.is_dir():
         raise RobustvitError(f"corruption data folder {root} does not exist; give the root of an ImageNet-C tree "
@@ -66,10 +75,15 @@ def detect_layout(root: str | Path) -> str:
     names = set(_all_corruptions())
     if (root / "labels.npy").is_file() or any((root / f"{n}.npy").is_file() for n in names):
         return "cifar-c"
-    if any((root / n).is_dir() for n in names):
-        return "imagenet-c"
-    raise RobustvitError(f"{root} holds neither ImageNet-C folders (<corruption>/<severity>/<class>/) nor CIFAR-C "
-                         f"files (<corruption>.npy + labels.npy); corruptions are {', '.join(sorted(names))}")
+    c2d, c3d = any((root / n).is_dir() for n in names), any((root / n).is_dir() for n in CORRUPTIONS_3DCC)
+    if c2d and c3d:
+        raise RobustvitError(f"{root} holds both ImageNet-C and ImageNet-3DCC corruption folders; give each tree "
+                             "its own folder (e.g. ImageNet-C/ and ImageNet-3DCC/)")
+    if c2d or c3d:
+        return "imagenet-3dcc" if c3d else "imagenet-c"
+    raise RobustvitError(f"{root} holds neither ImageNet-C / ImageNet-3DCC folders (<corruption>/<severity>/<class>/) "
+                         f"nor CIFAR-C files (<corruption>.npy + labels.npy); corruptions are "
+                         f"{', '.join(sorted(names))}; ImageNet-3DCC's are {', '.join(CORRUPTIONS_3DCC)}")
 
 
 class NpyImageDataset(ImageDataset):
@@ -138,8 +152,8 @@ class CorruptedSource:
 
     @property
     def imagenet_like(self) -> bool:
-        """True for a 1000-class ImageNet-C tree (the AlexNet normalisation of mCE applies)."""
-        return self.layout == "imagenet-c" and len(self.classes) == 1000
+        """True for a 1000-class ImageNet-C or -3DCC tree (the AlexNet normalisation of mCE applies)."""
+        return self.layout in ("imagenet-c", "imagenet-3dcc") and len(self.classes) == 1000
 
     def check(self, name: str, severity: int) -> None:
         if name not in self.corruptions:
@@ -166,9 +180,12 @@ class ImageNetCSource(CorruptedSource):
             self.image_size = size
             self._units.clear()
 
+    #: The corruption folders this layout may hold.
+    names: tuple[str, ...] = ()
+
     @cached_property
     def corruptions(self) -> list[str]:  # type: ignore[override]
-        return [n for n in _all_corruptions() if (self.root / n).is_dir()]
+        return [n for n in self.names or _all_corruptions() if (self.root / n).is_dir()]
 
     def severities(self, name: str) -> list[int]:
         return [s for s in SEVERITIES if (self.root / name / str(s)).is_dir()]
@@ -214,11 +231,18 @@ class ImageNetCSource(CorruptedSource):
                             if p.suffix.lower() in IMG_EXTENSIONS and p.is_file()]
             if not samples:
                 raise RobustvitError(f"{d} has no images with extensions {', '.join(IMG_EXTENSIONS)}")
-            self._units[key] = FileImageDataset(samples, self.classes, f"imagenet_c:{self.root},corruption={name},"
-                                                f"severity={severity}",
+            spec = f"imagenet_c:{self.root},corruption={name},severity={severity}"
+            self._units[key] = FileImageDataset(samples, self.classes, spec,
                                                 None if self.image_size is None else Resize(self.image_size, 1.0),
                                                 self.strict)
         return self._units[key]
+
+
+class ImageNet3DCCSource(ImageNetCSource):
+    """ImageNet-3DCC (Kar et al. 2022): ImageNet-C's tree with the 12 corruptions of :data:`CORRUPTIONS_3DCC`."""
+
+    layout = "imagenet-3dcc"
+    names = CORRUPTIONS_3DCC
 
 
 class CifarCSource(CorruptedSource):
@@ -290,13 +314,14 @@ class CifarCSource(CorruptedSource):
 
 def open_corrupted(root: str | Path, layout: str | None = None, *, image_size: int | None = None,
                    strict: bool = False) -> CorruptedSource:
-    """Open an ImageNet-C tree or a CIFAR-C folder (``layout`` detected when None)."""
+    """Open an ImageNet-C / ImageNet-3DCC tree or a CIFAR-C folder (``layout`` detected when None)."""
     layout = layout or detect_layout(root)
-    if layout not in LAYOUTS:
-        raise RobustvitError(f"unknown corruption layout {layout!r}; use {' or '.join(LAYOUTS)}")
+    if layout not in READ_LAYOUTS:
+        raise RobustvitError(f"unknown corruption layout {layout!r}; use {', '.join(READ_LAYOUTS)}")
     if not Path(root).expanduser().is_dir():
         raise RobustvitError(f"corruption data folder {root} does not exist")
-    src: CorruptedSource = (ImageNetCSource(root, image_size, strict) if layout == "imagenet-c" else CifarCSource(root))
+    trees = {"imagenet-c": ImageNetCSource, "imagenet-3dcc": ImageNet3DCCSource}
+    src: CorruptedSource = trees[layout](root, image_size, strict) if layout in trees else CifarCSource(root)
     if not src.corruptions:
         raise RobustvitError(f"{root} holds no {layout} data for any corruption")
     return src
@@ -317,6 +342,8 @@ def _source(layout: str, arg: str, options: dict[str, Any], resize: Resize | Non
     except ValueError:
         raise RobustvitError(f"severity must be an integer 1-5, got {sev!r}") from None
     size = None if resize is None else resize.size
+    if layout == "imagenet-c" and detect_layout(arg) == "imagenet-3dcc":      # the same tree, 3DCC's names
+        layout = "imagenet-3dcc"
     return open_corrupted(arg, layout, image_size=size, strict=strict).unit(name, severity)
 
 
@@ -334,10 +361,11 @@ def _register(name: str, layout: str, doc: str) -> None:
     register_source(name, source, options=CorruptedOptions)
 
 
-_register("imagenet_c", "imagenet-c", "``imagenet_c:ROOT,corruption=NAME,severity=S`` — one unit of an ImageNet-C tree.")
+_register("imagenet_c", "imagenet-c", "``imagenet_c:ROOT,corruption=NAME,severity=S`` — one unit of an ImageNet-C or "
+          "ImageNet-3DCC tree.")
 _register("cifar_c", "cifar-c", "``cifar_c:ROOT,corruption=NAME,severity=S`` — one severity of a CIFAR-10-C / "
           "CIFAR-100-C file.")
 
 
-__all__ = ["CLASSES_FILE", "CifarCSource", "CorruptedSource", "ImageNetCSource", "LAYOUTS", "NpyImageDataset",
-           "detect_layout", "open_corrupted", "read_classes_file"]
+__all__ = ["CLASSES_FILE", "CORRUPTIONS_3DCC", "CifarCSource", "CorruptedSource", "ImageNet3DCCSource", "ImageNetCSource",
+           "LAYOUTS", "NpyImageDataset", "READ_LAYOUTS", "detect_layout", "open_corrupted", "read_classes_file"]

@@ -5,9 +5,12 @@ these data sets with ``code/image_manipulation.py`` of rgeirhos/generalisation-h
 (arXiv:2106.07411) ships the images at the conditions of :data:`GENERATED`. Each function follows that code:
 greyscale is scikit-image's ``rgb2gray`` (0.2125 R + 0.7154 G + 0.0721 B); low-/high-pass filters are scipy's
 ``gaussian_filter`` with ``mode='constant', cval=0.4423`` (the images' mean grey); filter widths are in pixels
-of the 224 px images and scale with the image side. Not generated (read from the released files only):
-power equalisation (needs the set's mean amplitude spectrum), false colour (needs the experiment monitor's
-gamma table) and the Eidolon sets (the Eidolon factory).
+of the 224 px images and scale with the image side. Power equalisation and false colour need two tables the
+reference ships next to its code (``code/mean_power_spectrum_grey.npy``: the mean amplitude spectrum of the
+experiment's 224 px greyscale images; ``code/x_gamma_function.npy``: the lab monitor's measured gamma, 256
+values): :func:`load_tables` reads the user's copy (robustvit does not redistribute them). Not generated: the
+Eidolon sets (Koenderink et al.'s Eidolon factory, a multi-scale disarray of the image's local structure that
+robustvit does not reimplement) — read them from the released files (``root=DIR``).
 
 >>> x = torch.rand(2, 3, 32, 32)
 >>> bool(torch.allclose(apply_condition(x, "contrast", "c100"), greyscale(x), atol=1e-6))
@@ -18,8 +21,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from robustvit.corruptions.filters import gaussian_kernel1d
@@ -116,37 +122,132 @@ def colour(x: torch.Tensor, condition: str) -> torch.Tensor:
     return x if condition == "cr" else greyscale(x)
 
 
+#: The reference's table files (rgeirhos/generalisation-humans-DNNs, ``code/``).
+SPECTRUM_FILE, GAMMA_FILE = "mean_power_spectrum_grey.npy", "x_gamma_function.npy"
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The reference's mean amplitude spectrum (224, 224), centred, and monitor gamma table (256,), float64."""
+
+    spectrum: torch.Tensor
+    gamma: torch.Tensor
+
+
+def load_tables(folder: str | Path) -> Tables:
+    """Read ``mean_power_spectrum_grey.npy`` and ``x_gamma_function.npy`` from ``folder`` (the reference's
+    ``code/``); one-line errors for a missing or malformed file."""
+    folder = Path(folder).expanduser()
+    arrays = []
+    for name, ndim in ((SPECTRUM_FILE, 2), (GAMMA_FILE, 1)):
+        f = folder / name
+        if not f.is_file():
+            raise RobustvitError(f"{f} is missing; give the code/ folder of rgeirhos/generalisation-humans-DNNs, "
+                                 f"which holds {SPECTRUM_FILE} and {GAMMA_FILE}")
+        try:
+            a = np.asarray(np.load(f), dtype=np.float64)
+        except (OSError, ValueError) as e:
+            raise RobustvitError(f"cannot read {f} as a .npy array ({e})") from None
+        a = a.reshape(-1) if ndim == 1 else a
+        if a.ndim != ndim or (ndim == 1 and (len(a) != 256 or np.any(np.diff(a) <= 0))):
+            raise RobustvitError(f"{f} holds {a.shape}; expected " + ("a 2-D amplitude spectrum" if ndim == 2 else
+                                 "256 increasing monitor outputs"))
+        arrays.append(torch.from_numpy(a.copy()))
+    return Tables(*arrays)
+
+
+def power_equalisation(x: torch.Tensor, spectrum: torch.Tensor) -> torch.Tensor:
+    """Greyscale; the centred spectrum's amplitudes replaced by ``spectrum`` (H, W), its phases kept; the real
+    part, clipped (``equalise_power_spectrum``)."""
+    h, w = x.shape[-2:]
+    if tuple(spectrum.shape) != (h, w):
+        raise RobustvitError(f"power-equalisation: the mean spectrum is {tuple(spectrum.shape)} but the images are "
+                             f"{h} × {w}; run at {spectrum.shape[-1]} px (the reference's images)")
+    g = greyscale(x)[:, :1].double()
+    phase = torch.fft.fftshift(torch.fft.fft2(g), dim=(-2, -1)).angle()
+    f = torch.polar(spectrum.to(device=x.device, dtype=torch.float64).expand_as(phase), phase)
+    out = torch.fft.ifft2(torch.fft.ifftshift(f, dim=(-2, -1))).real
+    return out.clamp(0, 1).to(x.dtype).expand(-1, 3, -1, -1)
+
+
+#: Cone sensitivities of the monitor's primaries (rows L, M, S; columns R, G, B), the cone activity of its white
+#: point and the cone-contrast → DKL matrix (Brainard 1996), from the reference's ``get_opponent_colours``.
+CONES = ((0.1619982647, 0.208049264, 0.0389347448), (0.0330275785, 0.2496504557, 0.0618343518),
+         (0.0015524055, 0.0198861001, 0.1890224274))
+CONES_WHITE = (0.20449114, 0.17225619, 0.10523047)
+DKL = ((9.27590805, 9.27590805, 0.0), (7.86421647, -9.33587662, 0.0), (-3.39709047, -3.39709047, 12.16230246))
+
+
+def opponent_colours(x: torch.Tensor) -> torch.Tensor:
+    """Linear RGB (N, 3, H, W) → cone activities → DKL (luminance, L−M, S−(L+M)) around the white point; both
+    chromatic axes negated; back to RGB (unclipped)."""
+    m = torch.tensor(CONES, dtype=torch.float64, device=x.device)
+    n = torch.tensor(DKL, dtype=torch.float64, device=x.device)
+    flip = torch.diag(torch.tensor([1.0, -1.0, -1.0], dtype=torch.float64, device=x.device))
+    white = torch.tensor(CONES_WHITE, dtype=torch.float64, device=x.device).view(1, 3, 1, 1)
+    delta = torch.einsum("ij,njhw->nihw", m, x.double()) - white
+    cones = torch.einsum("ij,njhw->nihw", torch.linalg.inv(n) @ flip @ n, delta) + white
+    return torch.einsum("ij,njhw->nihw", torch.linalg.inv(m), cones)
+
+
+def false_colour(x: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """Each value taken to 8 bits and through the monitor's gamma table, opponent colours
+    (:func:`opponent_colours`), clipped, and back to the nearest of the 256 levels (``false_colour``)."""
+    table = gamma.to(device=x.device, dtype=torch.float64)
+    linear = table[(x.double() * 255).round().clamp(0, 255).long()]
+    y = opponent_colours(linear).clamp(0, 1).contiguous()
+    hi = torch.searchsorted(table, y).clamp(1, 255)       # table[hi−1] < y ≤ table[hi]
+    lo = hi - 1
+    nearest = torch.where((y - table[lo]) <= (table[hi] - y), lo, hi)   # ties: the lower level, as argmin
+    return (nearest.double() / 255).to(x.dtype)
+
+
+def _needs(tables: Tables | None, dataset: str) -> Tables:
+    if tables is None:
+        raise RobustvitError(f"{dataset} needs the reference's tables ({SPECTRUM_FILE}, {GAMMA_FILE}): pass "
+                             "tables=DIR (the code/ folder of rgeirhos/generalisation-humans-DNNs)")
+    return tables
+
+
 def _scaled(std: float, x: torch.Tensor) -> float:
     return std * min(x.shape[-2:]) / REFERENCE_SIDE
 
 
-Maker = Callable[[torch.Tensor, str, torch.Generator], torch.Tensor]
+Maker = Callable[[torch.Tensor, str, torch.Generator, "Tables | None"], torch.Tensor]
 
 #: The data sets generated on the fly: name → (its conditions in model-vs-human's order, the manipulation).
 GENERATED: Mapping[str, tuple[tuple[str, ...], Maker]] = {
-    "colour": (("cr", "bw"), lambda x, c, g: colour(x, c)),
+    "colour": (("cr", "bw"), lambda x, c, g, t: colour(x, c)),
     "contrast": (("c100", "c50", "c30", "c15", "c10", "c05", "c03", "c01"),
-                 lambda x, c, g: contrast(x, int(c[1:]) / 100)),
+                 lambda x, c, g, t: contrast(x, int(c[1:]) / 100)),
     "high-pass": (("inf", "3.0", "1.5", "1.0", "0.7", "0.55", "0.45", "0.4"),
-                  lambda x, c, g: high_pass(x, _scaled(float(c), x))),
-    "low-pass": (("0", "1", "3", "5", "7", "10", "15", "40"), lambda x, c, g: low_pass(x, _scaled(float(c), x))),
+                  lambda x, c, g, t: high_pass(x, _scaled(float(c), x))),
+    "low-pass": (("0", "1", "3", "5", "7", "10", "15", "40"), lambda x, c, g, t: low_pass(x, _scaled(float(c), x))),
     "phase-scrambling": (("0", "30", "60", "90", "120", "150", "180"),
-                         lambda x, c, g: phase_scrambling(x, float(c), g)),
-    "rotation": (("0", "90", "180", "270"), lambda x, c, g: rotation(x, int(c))),
+                         lambda x, c, g, t: phase_scrambling(x, float(c), g)),
+    # "0": the greyscale original, as every greyscale set's control; "pow": equalised
+    "power-equalisation": (("0", "pow"), lambda x, c, g, t: greyscale(x) if c == "0" else
+                           power_equalisation(x, _needs(t, "power-equalisation").spectrum)),
+    # "True": the image; "False": opponent colours
+    "false-colour": (("True", "False"), lambda x, c, g, t: x if c == "True" else
+                     false_colour(x, _needs(t, "false-colour").gamma)),
+    "rotation": (("0", "90", "180", "270"), lambda x, c, g, t: rotation(x, int(c))),
     "uniform-noise": (("0.0", "0.03", "0.05", "0.1", "0.2", "0.35", "0.6", "0.9"),
-                      lambda x, c, g: uniform_noise(x, float(c), g)),
+                      lambda x, c, g, t: uniform_noise(x, float(c), g)),
 }
+#: Generated sets that need the reference's :class:`Tables`.
+NEEDS_TABLES = ("power-equalisation", "false-colour")
 
 
-def apply_condition(x: torch.Tensor, dataset: str, condition: str,
-                    generator: torch.Generator | None = None) -> torch.Tensor:
-    """Images ``x`` (N, 3, H, W) in [0, 1] as in ``dataset`` at ``condition`` (e.g. ``contrast``, ``c05``)."""
+def apply_condition(x: torch.Tensor, dataset: str, condition: str, generator: torch.Generator | None = None,
+                    tables: Tables | None = None) -> torch.Tensor:
+    """Images ``x`` (N, 3, H, W) in [0, 1] as in ``dataset`` at ``condition`` (e.g. ``contrast``, ``c05``);
+    ``tables`` (:func:`load_tables`) for power-equalisation and false-colour."""
     if dataset not in GENERATED:
         raise unknown_name("generated model-vs-human data set", dataset, GENERATED,
-                           hint="power-equalisation, false-colour and the Eidolon sets are read from the released "
-                                "files (root=DIR)")
+                           hint="the Eidolon sets are not generated: read the released files (root=DIR)")
     conditions, make = GENERATED[dataset]
     if condition not in conditions:
         raise RobustvitError(f"{dataset} has no condition {condition!r}; its conditions: {', '.join(conditions)}")
     g = generator if generator is not None else torch.Generator(device=x.device).manual_seed(0)
-    return make(x, condition, g).contiguous()
+    return make(x, condition, g, tables).contiguous()

@@ -53,6 +53,24 @@ ALEXNET_ERRORS: dict[str, tuple[float, float, float, float, float]] = {
     "saturate": (0.59342, 0.65514, 0.51174, 0.70834, 0.82260),
 }
 
+#: Top-1 error of AlexNet on ImageNet-3DCC (Kar et al. 2022, arXiv:2203.01441), severities 1 → 5: RobustBench's
+#: normaliser of ``corruptions_mce_3d`` (1 − the AlexNet row of ``model_info/imagenet/corruptions/
+#: unaggregated_results_3d.csv``, measured on its 5,000-image list; AlexNet's ``corruptions_acc_3d`` = 28.47 %).
+ALEXNET_ERRORS_3DCC: dict[str, tuple[float, float, float, float, float]] = {
+    "near_focus": (0.5384, 0.5808, 0.6178, 0.6446, 0.6718),
+    "far_focus": (0.5278, 0.6098, 0.6686, 0.7100, 0.7414),
+    "bit_error": (0.5568, 0.6000, 0.6728, 0.7370, 0.8502),
+    "color_quant": (0.4490, 0.4612, 0.4982, 0.6694, 0.9032),
+    "flash": (0.7142, 0.7520, 0.7918, 0.8440, 0.9042),
+    "fog_3d": (0.5626, 0.7192, 0.8148, 0.8672, 0.9040),
+    "h265_abr": (0.5020, 0.5164, 0.5506, 0.6374, 0.6306),
+    "h265_crf": (0.4972, 0.4988, 0.5114, 0.5504, 0.5682),
+    "iso_noise": (0.8692, 0.8948, 0.9342, 0.9714, 0.9880),
+    "low_light": (0.7168, 0.7636, 0.8126, 0.8754, 0.9440),
+    "xy_motion_blur": (0.6972, 0.7910, 0.8470, 0.8844, 0.9046),
+    "z_motion_blur": (0.7208, 0.7692, 0.8070, 0.8340, 0.8484),
+}
+
 #: Mean AlexNet error over severities (the constants of the official ``test.py``).
 ALEXNET_MEAN_ERRORS: dict[str, float] = {k: sum(v) / 5 for k, v in ALEXNET_ERRORS.items()}
 
@@ -141,5 +159,5 @@ def mean_or_none(values: Sequence[float | None]) -> float | None:
     return float(sum(vals)) / len(vals)  # type: ignore[arg-type]
 
 
-__all__ = ["ALEXNET_CLEAN_ERROR", "ALEXNET_ERRORS", "ALEXNET_MEAN_ERRORS", "NOISE_CORRUPTIONS", "alexnet_errors",
+__all__ = ["ALEXNET_CLEAN_ERROR", "ALEXNET_ERRORS", "ALEXNET_ERRORS_3DCC", "ALEXNET_MEAN_ERRORS", "NOISE_CORRUPTIONS", "alexnet_errors",
            "corruption_error", "mce", "mean_or_none", "relative_corruption_error", "relative_mce", "retention"]

@@ -6,7 +6,8 @@ run without attack suites has one row with threat model ``none``.
 
 Columns (top-1 accuracy in [0, 1] unless stated): ``clean``, ``corruption_mean`` (mean over the benchmark
 corruptions and severities evaluated, Hendrycks & Dietterich, arXiv:1903.12261), ``mce`` (AlexNet-normalised,
-%, lower is better), ``pgd``, ``apgd``, ``autoattack`` (robust accuracy at the row's threat model; the
+%, lower is better), ``corruption_mean_3d`` / ``mce_3d`` (ImageNet-3DCC, Kar et al., arXiv:2203.01441:
+RobustBench's ``corruptions_acc_3d`` / ``corruptions_mce_3d``), ``pgd``, ``apgd``, ``autoattack`` (robust accuracy at the row's threat model; the
 ``autoattack`` column only from the ``autoattack`` suite), ``occlusion`` (mean over the ρ values measured,
 AFAT), ``shape_bias`` (Geirhos et al., arXiv:1811.12231), ``spatial`` (worst-of-grid, Engstrom et al.),
 ``imagenet_r``/``imagenet_a``/``imagenet_sketch``/``imagenet_v2``, ``mfr`` (mean flip rate, %, lower is better).
@@ -32,6 +33,8 @@ COLUMNS: dict[str, tuple[str, bool]] = {
     "clean": ("clean", False),
     "corruption_mean": ("corruption mean", False),
     "mce": ("mCE (%)", True),
+    "corruption_mean_3d": ("3DCC mean", False),
+    "mce_3d": ("3DCC mCE (%)", True),
     "pgd": ("PGD", False),
     "apgd": ("APGD", False),
     "autoattack": ("AutoAttack", False),
@@ -50,15 +53,16 @@ ID_COLUMNS = ("model", "data", "threat_model", "eps")
 ATTACK_COLUMNS = ("pgd", "apgd", "autoattack")
 THREAT_SUITES = ("pgd", "autoattack", "apgd", "fgsm")
 #: Columns in percent already (no interval: not a proportion of images).
-PERCENT_COLUMNS = ("mce", "mfr")
+PERCENT_COLUMNS = ("mce", "mce_3d", "mfr")
 #: Column → (suite, field) of the number, for the columns read from one suite field.
 SOURCES: dict[str, tuple[str, str]] = {
     "clean": ("clean", "top1"), "corruption_mean": ("corruptions", "mean_accuracy"), "mce": ("corruptions", "mce"),
+    "corruption_mean_3d": ("corruptions", "corruptions_acc_3d"), "mce_3d": ("corruptions", "corruptions_mce_3d"),
     "shape_bias": ("shape_bias", "shape_bias"), "spatial": ("spatial", "accuracy"), "mfr": ("perturbations", "mfr"),
     **{n: (n, "top1") for n in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
 }
 #: Columns without a binomial interval (not a fraction of images classified correctly).
-NO_INTERVAL = ("mce", "mfr", "shape_bias")
+NO_INTERVAL = ("mce", "mce_3d", "mfr", "shape_bias")
 #: Robustness accuracies shown with their gap to clean (``<column>_gap``): every accuracy column but ``clean``.
 GAP_COLUMNS = tuple(c for c in COLUMNS if c != "clean" and c not in NO_INTERVAL)
 

@@ -7,13 +7,15 @@ from AFAT. Metrics: ``robustvit.metrics.corruption``.
 Every image of the run's data set is corrupted on the device (``robustvit.corruptions.corrupt``) with the
 unit's seeded generator (so a unit replays exactly); or, with ``source=DIR``, the images are read from a
 released (or ``robustvit corrupt``-written) ImageNet-C tree or CIFAR-10/100-C folder
-(``robustvit.data.corrupted``; that suite is :class:`StoredCorruptions`, built by the same name). One part per
-corruption × severity, plus ``clean``.
+(``robustvit.data.corrupted``; that suite is :class:`StoredCorruptions`, built by the same name). A released
+ImageNet-3DCC tree (Kar et al., CVPR 2022, arXiv:2203.01441; its 12 corruptions × 5 severities) is read the same
+way, ``corruptions:source=ImageNet-3DCC``. One part per corruption × severity, plus ``clean``.
 
 Options (``corruptions:corruptions=noise:severities=1-3``):
 
 * ``corruptions``: a group (``all`` — default, 19 —, ``benchmark`` (15), ``noise``, ``blur``, ``weather``,
-  ``digital``, ``extra``) or ``+``-separated names (``fog+snow``);
+  ``digital``, ``extra``) or ``+``-separated names (``fog+snow``); from an ImageNet-3DCC tree: ``all`` (its 12)
+  or names among ``robustvit.protocols.CORRUPTIONS_3DCC`` (``near_focus+fog_3d``);
 * ``severities``: ``1-5`` (default), ``3``, ``1+3+5``;
 * ``preset``: ``imagenet`` or ``cifar`` parameter table (default: by image size, see ``docs/corruptions.md``);
 * ``jpeg_quality``: JPEG round trip after truncation to uint8, as the released ImageNet-C files (quality 85).
@@ -37,6 +39,11 @@ ImageNet-C-like data, else null with ``mce_reason``), ``mce_protocol`` (``imagen
 the released files: 224 px, JPEG 85, the frost photographs; else ``approximate``, with the differences in
 ``mce_approximations``), ``frost_source`` (``photos:<folder>`` or ``procedural``, when frost was made in
 memory), ``preset``, ``jpeg_quality``, ``severities``, ``corruptions``, ``source``, ``num_images``.
+ImageNet-3DCC (RobustBench's ``corruptions_3d`` threat model): ``corruptions_acc_3d`` (the mean accuracy over the
+3DCC corruptions × severities evaluated, a fraction) and ``corruptions_mce_3d`` (percent: the mean over the 12 of
+Σ_s E_s / Σ_s E_s^AlexNet with RobustBench's AlexNet errors on ImageNet-3DCC,
+``robustvit.metrics.corruption.ALEXNET_ERRORS_3DCC``; null unless all 12 × 5 of a 1000-class tree were evaluated,
+``mce_reason`` says why), ``ce_3d`` (per corruption, percent); ``num_classes`` (the stored tree's classes).
 """
 
 from __future__ import annotations
@@ -58,9 +65,10 @@ from robustvit.errors import RobustvitError
 from robustvit.evaluation.suites.base import (Batch, EvalContext, Plan, Suite, SuiteOptions, data_source_of,
                                             register_suite)
 from robustvit.metrics.accuracy import correct
-from robustvit.metrics.corruption import (ALEXNET_ERRORS, NOISE_CORRUPTIONS, corruption_error, mean_or_none,
-                                          relative_corruption_error, retention)
+from robustvit.metrics.corruption import (ALEXNET_ERRORS, ALEXNET_ERRORS_3DCC, NOISE_CORRUPTIONS, corruption_error,
+                                          mean_or_none, relative_corruption_error, retention)
 from robustvit.options import option
+from robustvit.protocols import CORRUPTIONS_3DCC
 
 GROUP_NAMES = ("noise", "blur", "weather", "digital", "extra")
 CLEAN = "clean"
@@ -104,9 +112,13 @@ class CorruptionSuite(Suite):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.names = parse_corruptions(self.opts.corruptions)
-        self.severities = parse_severities(self.opts.severities)
         self.source = self.opts.source
+        self.names = self._parse_names(self.opts.corruptions)
+        self.severities = parse_severities(self.opts.severities)
+
+    def _parse_names(self, spec: str) -> list[str]:
+        """The corruption names of the ``corruptions=`` option."""
+        return parse_corruptions(spec)
 
     def _units(self) -> list[str]:
         return [part_name(n, s) for n in self.names for s in self.severities]
@@ -137,7 +149,7 @@ class CorruptionSuite(Suite):
         return []
 
     def _extra(self) -> dict[str, Any]:
-        """The result's ``frost_source`` and ``source_layout``."""
+        """The result's ``frost_source``, ``source_layout`` and ``num_classes`` (of a stored tree)."""
         return {"frost_source": None, "source_layout": None}
 
     def _mce_reason(self, ctx: EvalContext) -> str | None:
@@ -151,6 +163,10 @@ class CorruptionSuite(Suite):
         if self.severities != [1, 2, 3, 4, 5]:
             return "CE sums the errors of severities 1-5; evaluate every severity"
         return None
+
+    def _mce_3d_reason(self, ctx: EvalContext) -> str | None:
+        """None when RobustBench's 3DCC mCE applies (see :class:`StoredCorruptions`)."""
+        return "not ImageNet-3DCC"
 
     def _approximations(self, ctx: EvalContext) -> list[str]:
         """How the evaluation differs from the released ImageNet-C protocol (empty: it matches): images
@@ -186,6 +202,11 @@ class CorruptionSuite(Suite):
                 rm = mean_or_none([rce.get(n) for n in BENCHMARK_CORRUPTIONS])
             else:
                 reason = "relative mCE needs the clean accuracy (give --data with the clean images of the source)"
+        three_d = [n for n in CORRUPTIONS_3DCC if n in self.names]
+        ce_3d: dict[str, float] | None = None
+        if three_d and self._mce_3d_reason(ctx) is None and all(per_corr[n] is not None for n in three_d):
+            ce_3d = {n: 100.0 * corruption_error({s: 1.0 - accuracy[n][str(s)] for s in self.severities},  # type: ignore[operator]
+                                                 ALEXNET_ERRORS_3DCC[n]) for n in three_d}
         approximations = self._approximations(ctx) if m is not None else []
         n_images = max((stats.get(p, {}).get("n", 0) + stats.get(p, {}).get("unreadable", 0) for p in stats), default=0)
         unreadable = sum(int(s.get("unreadable", 0)) for s in stats.values())
@@ -205,6 +226,9 @@ class CorruptionSuite(Suite):
             "corruptions": list(self.names), "source": None if self.source is None else str(Path(self.source)),
             "source_layout": extra["source_layout"],
             "num_images": int(n_images), "num_unreadable": unreadable,
+            "corruptions_acc_3d": mean_or_none([per_corr[n] for n in three_d]) if three_d else None,
+            "corruptions_mce_3d": mean_or_none(list(ce_3d.values())) if ce_3d else None, "ce_3d": ce_3d,
+            "num_classes": extra.get("num_classes"),
         }
 
 
@@ -288,13 +312,26 @@ class StoredCorruptions(CorruptionSuite):
         super().__init__(**options)
         if self.opts.jpeg_quality not in ("auto", None) or self.opts.preset is not None:
             raise RobustvitError("source= reads stored images: preset= and jpeg_quality= do not apply; drop them")
-        self.src: CorruptedSource = open_corrupted(self.source)
         if "corruptions" not in self.options:    # default: every corruption the folder holds
             self.names = [n for n in self.names if n in self.src.corruptions]
         for n in self.names:
             for s in self.severities:
                 self.src.check(n, s)
         self._num_images: int | None = None
+
+    def _parse_names(self, spec: str) -> list[str]:
+        """Opens the source first: an ImageNet-3DCC tree names its own 12 corruptions (``all``: every one)."""
+        self.src: CorruptedSource = open_corrupted(self.source)
+        if self.src.layout != "imagenet-3dcc":
+            return parse_corruptions(spec)
+        if spec.strip() == "all":
+            return list(CORRUPTIONS_3DCC)
+        names = list(dict.fromkeys(t.strip() for t in spec.replace(",", "+").split("+") if t.strip()))
+        bad = [n for n in names if n not in CORRUPTIONS_3DCC]
+        if bad or not names:
+            raise RobustvitError(f"{self.source} is an ImageNet-3DCC tree: corruptions= takes all or names among "
+                                 f"{', '.join(CORRUPTIONS_3DCC)} joined by +, not {bad[0] if bad else spec!r}")
+        return names
 
     def _size(self) -> int:
         if self._num_images is None:
@@ -353,13 +390,29 @@ class StoredCorruptions(CorruptionSuite):
         return x, y, unreadable
 
     def _data_reason(self, ctx: EvalContext) -> str | None:
+        if self.src.layout == "imagenet-3dcc":
+            why = self._mce_3d_reason(ctx)
+            return ("ImageNet-3DCC: its mCE is corruptions_mce_3d (AlexNet's 3DCC errors)" if why is None
+                    else f"ImageNet-3DCC: no corruptions_mce_3d: {why}")
         if not self.src.imagenet_like:
             return (f"{self.source} is not a 1000-class ImageNet-C tree; AlexNet-normalised mCE is defined "
                     "for ImageNet-C only (CIFAR-C reports plain mean accuracy)")
         return None
 
+    def _mce_3d_reason(self, ctx: EvalContext) -> str | None:
+        if self.src.layout != "imagenet-3dcc":
+            return "not ImageNet-3DCC"
+        if not self.src.imagenet_like:
+            return f"{self.source} is not a 1000-class tree; AlexNet's 3DCC errors are ImageNet-1k's"
+        missing = [n for n in CORRUPTIONS_3DCC if n not in self.names]
+        if missing:
+            return f"it averages the 12 corruptions; {len(missing)} were not evaluated ({missing[0]} …)"
+        if self.severities != [1, 2, 3, 4, 5]:
+            return "CE sums the errors of severities 1-5; evaluate every severity"
+        return None
+
     def _extra(self) -> dict[str, Any]:
-        return {"frost_source": None, "source_layout": self.src.layout}
+        return {"frost_source": None, "source_layout": self.src.layout, "num_classes": len(self.src.classes)}
 
 
 __all__ = ["StoredCorruptions", "part_name"]

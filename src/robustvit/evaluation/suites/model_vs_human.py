@@ -13,10 +13,11 @@ Two sources of images, recorded in the result as ``images``:
   the same images (``robustvit.metrics.modelvshuman``);
 * ``generated`` (no ``root``): the parametric sets made on the fly (``robustvit.data.mvh_conditions``) from the
   run's images that belong to one of the 16 categories (1000-class ImageNet labels or the 16 category names);
-  accuracies only — humans did not see these images.
+  accuracies only — humans did not see these images. Power-equalisation and false-colour need the reference's
+  tables (``tables=DIR``, its ``code/`` folder; see ``robustvit.data.mvh_conditions``).
 
-Options: ``root``, ``raw_data``, ``datasets`` (names joined by ``+``; default every released set found under
-``root``, or every generated one). Result: ``images``, ``datasets`` ({set: {``conditions``: {condition:
+Options: ``root``, ``raw_data``, ``tables``, ``datasets`` (names joined by ``+``; default every released set found
+under ``root``, or every generated one — power-equalisation and false-colour only with ``tables``). Result: ``images``, ``datasets`` ({set: {``conditions``: {condition:
 ``accuracy``, ``num_images`` and, with human data, ``human_accuracy``, ``accuracy_difference``,
 ``observed_consistency``, ``error_consistency``}, ``ood_accuracy`` and the human metrics averaged over the
 benchmark's conditions, ``benchmark_conditions``}}) and their means over the data sets (``ood_accuracy``, …).
@@ -32,7 +33,7 @@ import torch
 
 from robustvit.data.base import FileImageDataset, ImageDataset, Resize
 from robustvit.data.modelvshuman import DATASETS, Stimulus, read_human_trials, read_stimuli
-from robustvit.data.mvh_conditions import GENERATED, apply_condition
+from robustvit.data.mvh_conditions import GENERATED, NEEDS_TABLES, Tables, apply_condition, load_tables
 from robustvit.errors import RobustvitError
 from robustvit.evaluation.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
 from robustvit.metrics.modelvshuman import EXCLUDED_CONDITIONS, Trial, benchmark_summary, compare_with_humans
@@ -83,6 +84,9 @@ class ModelVsHuman(Suite):
                                              "the parametric sets from the run's images)")
         raw_data: str | None = option(None, help="model-vs-human's raw-data folder: compare with its human observers")
         datasets: list[str] | None = option(None, help="data sets joined by + (default: all available)")
+        tables: str | None = option(None, help="the code/ folder of rgeirhos/generalisation-humans-DNNs (its mean "
+                                               "spectrum and gamma table): generates power-equalisation and "
+                                               "false-colour too")
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -95,6 +99,11 @@ class ModelVsHuman(Suite):
                                         "released ones)") + f"; choose from {', '.join(pool)}")
         if self.opts.raw_data and not self.opts.root:
             raise RobustvitError("model_vs_human: raw_data= compares with humans on the released images; pass root=DIR too")
+        self.tables: Tables | None = None if self.opts.root or not self.opts.tables else load_tables(self.opts.tables)
+        if not self.opts.root and not self.tables:
+            for n in names or ():
+                if n in NEEDS_TABLES:
+                    apply_condition(torch.zeros(1, 3, 2, 2), n, GENERATED[n][0][-1])     # its one-line error
         self._stimuli: list[Stimulus] | None = None
 
     # ------------------------------------------------------------ which images
@@ -102,7 +111,7 @@ class ModelVsHuman(Suite):
         if self.opts.datasets:
             return list(self.opts.datasets)
         if not self.opts.root:
-            return list(GENERATED)
+            return [n for n in GENERATED if self.tables is not None or n not in NEEDS_TABLES]
         root = Path(self.opts.root).expanduser()
         found = [n for n in DATASETS if (root / n).is_dir()]
         if not found:
@@ -141,7 +150,7 @@ class ModelVsHuman(Suite):
         table = category_of_labels(list(ctx.dataset.classes)).to(batch.y.device)
         cat = table[batch.y]
         keep = cat >= 0
-        x = apply_condition(batch.x, name, cond, batch.generator)
+        x = apply_condition(batch.x, name, cond, batch.generator, self.tables)
         dec = sixteen_class_decisions(ctx.model(x), ctx.class_names)
         return {"n": keep.sum(), "correct": ((dec == cat) & keep).sum()}
 
