@@ -106,7 +106,8 @@ def test_robustbench_eval_is_the_zoo_architecture_with_its_weights(zoo, tmp_path
     from robustvit.report.load import load_run
     from robustvit.report.scorecard import scorecard_section
 
-    table = scorecard_section([load_run(out)]).markdown.splitlines()
+    lines = scorecard_section([load_run(out)]).markdown.splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("| model")):]
     head = [h.strip() for h in table[0].strip("|").split("|")]
     cells = dict(zip(head, (c.strip() for c in table[2].strip("|").split("|"))))
     assert cells["reported clean (%)"] == "84.4" and cells["reported AutoAttack (%)"] == "41.4"

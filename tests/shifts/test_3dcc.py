@@ -148,7 +148,7 @@ def test_leaderboard_and_robustbench_export_carry_the_3d_numbers(tmp_path):
                                     "source": "/d/ImageNet-C", "num_images": 5000}
     rows = leaderboard([write_run(tmp_path / "a", doc)])
     assert rows[0]["corruption_mean_3d"] == 0.6264 and rows[0]["mce_3d"] == 52.5 and rows[0]["corruption_mean"] == 0.4
-    assert "| 62.6 [61.3, 64.0] (n=5000) | 52.5 (n=5000) |" in format_rows(rows, "md")
+    assert "| 62.6 (−17.4) [61.3, 64.0] (n=5000) | 52.5 (n=5000) |" in format_rows(rows, "md")
     entries = json.loads(format_rows(rows, "json"))
     e3 = next(e for e in entries if e["threat_model"] == "corruptions_3d")
     assert (e3["corruptions_acc_3d"], e3["corruptions_mce_3d"], e3["comparable"]) == ("62.64", "52.50", True)
