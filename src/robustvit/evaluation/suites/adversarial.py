@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
+import time
 import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping
@@ -60,7 +62,7 @@ from robustvit.models.wrapper import inference_settings
 from robustvit.models.probe import is_probeable
 from robustvit.options import Eps, option, option_names, parse_options
 from robustvit.runs import write_bytes
-from robustvit.utils import parse_eps
+from robustvit.utils import derive_seed, parse_eps
 
 #: Default budgets by data convention (RobustBench: CIFAR-10/100 L∞ 8/255, L2 0.5; ImageNet L∞ 4/255, L2 3.0).
 DEFAULT_EPS = {("cifar", "linf"): "8/255", ("cifar", "l2"): "0.5", ("imagenet", "linf"): "4/255", ("imagenet", "l2"): "3.0"}
@@ -496,8 +498,42 @@ class APGDSuite(AttackSuite):
         return str(self.opts.attack)
 
 
+@dataclass
+class CascadeState:
+    """One chunk of an AutoAttack cascade after its members 0 … k: what member k + 1 starts from."""
+
+    clean: torch.Tensor           # bool (n,): classified correctly by the suite's forward
+    nonfinite: torch.Tensor       # bool (n,): NaN or infinite clean logits
+    attacked: torch.Tensor        # long (m,): the chunk's positions given to the cascade (the clean-correct ones)
+    robust: torch.Tensor          # bool (m,): still robust
+    x_adv: torch.Tensor | None    # (m, 3, H, W): the examples so far, kept when the suite saves them
+    ids: torch.Tensor | None = None   # long (n,): the chunk's image indices (a file read back must match them)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        out = {"clean": self.clean, "nonfinite": self.nonfinite, "attacked": self.attacked, "robust": self.robust}
+        if self.ids is not None:
+            out["ids"] = self.ids
+        out = {k: v.to(torch.uint8) if v.dtype == torch.bool else v for k, v in out.items()}
+        if self.x_adv is not None:
+            out["x_adv"] = self.x_adv
+        return {k: v.detach().cpu().contiguous() for k, v in out.items()}
+
+    @classmethod
+    def of(cls, t: dict[str, torch.Tensor], device: torch.device) -> "CascadeState":
+        b = {k: t[k].to(device).bool() for k in ("clean", "nonfinite", "robust")}
+        x_adv = t.get("x_adv")
+        return cls(b["clean"], b["nonfinite"], t["attacked"].to(device), b["robust"],
+                   None if x_adv is None else x_adv.to(device), t.get("ids"))
+
+
 @register_suite
 class AutoAttackSuite(AttackSuite):
+    """AutoAttack as one unit per (member, chunk): member k attacks, on its chunk, the points still robust after
+    members 0 … k − 1, read from the state the previous unit left (in memory, and in ``OUT/adversarial/<key>/
+    cascade/`` so that a resumed run reads it back; replayed when missing). The robust accuracy and each image's
+    outcome are those of :class:`~robustvit.attacks.autoattack.AutoAttack` run in one go with the chunk's seed;
+    a kill loses at most the running member on one chunk. ``individual=1`` adds one unit per member alone."""
+
     name = "autoattack"
     smoke = {"steps": 2, "n_queries": 3, "checks": 0}
     demo = (("autoattack:eps=4/255:limit=50:steps=20:n_queries=200:n_target_classes=3",),
@@ -512,17 +548,125 @@ class AutoAttackSuite(AttackSuite):
                                                       "apgd_ce+square")
     # A reduced AutoAttack on a subset (the report says so): the full budget costs ~10 s per image on 2 CPU cores.
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._states: dict[int, tuple[int, CascadeState]] = {}   # chunk start → (member, state after it)
+
     def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
         kw = self.resolved(ctx)[0]
         if self.opts.attacks:
             kw["version"] = "custom"
         return create_attack("autoattack", model, seed=seed, **kw, **self.fixed)
 
-    def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
-        report = atk.last_report   # type: ignore[attr-defined]
-        return {key: {k: int(round(v * n_attacked)) for k, v in report[key].items()}
-                for key in ("per_attack", "individual") if key in report}
+    # ---- units: one per (member, chunk), and per (member alone, chunk) with individual=1 ----------------------
+    def members(self, ctx: EvalContext) -> list[str]:
+        """The members that run on the data's classes, in cascade order (AutoAttack's own list)."""
+        return [name for name, _ in self.attack_for(ctx, ctx.model, 0).schedule(ctx.num_classes)]  # type: ignore[attr-defined]
 
+    def parts(self, ctx: EvalContext) -> list[str]:
+        names = self.members(ctx)
+        cascade = [f"{k}:{n}" for k, n in enumerate(names)] or ["0:none"]
+        alone = [f"individual:{n}" for n in names] if self.opts.individual else []
+        return cascade + alone + (["checks"] if self.opts.checks and self.check_kinds else [])
+
+    def cascade_seed(self, ctx: EvalContext, batch: Batch) -> int:
+        """The chunk's AutoAttack seed, the same for all its member units: from (run seed, suite key, chunk)."""
+        return derive_seed(ctx.seed, self.key, "cascade", int(batch.index.min())) % (2**31 - 1)
+
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        if part == "checks":
+            return super().run(ctx, part, batch)
+        t0 = time.perf_counter()
+        aa = self.attack_for(ctx, ctx.model, self.cascade_seed(ctx, batch))
+        names = self.members(ctx)
+        if part.startswith("individual:"):
+            return self._alone(ctx, batch, aa, names.index(part.split(":", 1)[1]), t0)
+        k = int(part.split(":", 1)[0]) if names else -1
+        st = self.state(ctx, batch, aa, k)
+        robust = torch.zeros_like(st.clean)
+        robust[st.attacked] = st.robust
+        out: dict[str, Any] = {"n": int(st.clean.numel()), "clean": int(st.clean.sum()),
+                               "nonfinite": int(st.nonfinite.sum())}
+        if k == len(names) - 1 or not names:    # the last member: the chunk's result
+            self._states.pop(int(batch.index.min()), None)
+            robust = recheck_fp32(ctx.model, robust, batch.x, batch.x, batch.y)   # robust points keep x_adv = x
+            x_adv = batch.x.clone()
+            if st.x_adv is not None:
+                x_adv[st.attacked] = st.x_adv
+            out["saved"] = self.maybe_save(ctx, batch, batch.x, x_adv, st.clean)
+            self.save_chunk(ctx, batch, x_adv)
+        out["robust"] = int(robust.sum())
+        out["seconds"] = time.perf_counter() - t0
+        return out
+
+    def keeps_examples(self, batch: Batch) -> bool:
+        """Whether the chunk's examples are kept between members: ``save=all``, or ``save=N`` reaching it."""
+        save = self.opts.save
+        return save == "all" or (isinstance(save, int) and int(batch.index.min()) < save)
+
+    def state(self, ctx: EvalContext, batch: Batch, aa: Attack, k: int) -> CascadeState:
+        """The chunk's cascade after member ``k`` (−1: before any): from memory, else from the unit's file, else
+        computed from the state after member k − 1 (and stored in both)."""
+        start = int(batch.index.min())
+        held = self._states.get(start)
+        if held is not None and held[0] == k:
+            return held[1]
+        path = self.cascade_file(ctx, start, k)
+        st = self.read_state(path, batch)
+        if st is not None:
+            pass
+        elif k < 0:
+            with torch.no_grad():
+                logits = ctx.model(batch.x)
+            clean = correct(logits, batch.y)
+            attacked = clean.nonzero().squeeze(1)
+            xs = batch.x[attacked]
+            robust = aa.correct_mask(xs, batch.y[attacked])   # type: ignore[attr-defined]
+            return CascadeState(clean, nonfinite_rows(logits), attacked, robust,
+                                xs.clone() if self.keeps_examples(batch) else None, batch.ids.long().cpu())
+        else:
+            prev = self.state(ctx, batch, aa, k - 1)
+            name, member = aa.schedule(ctx.num_classes)[k]   # type: ignore[attr-defined]
+            x_adv = prev.x_adv.clone() if prev.x_adv is not None else batch.x[prev.attacked].clone()
+            atk = aa.member_attack(member, ctx.num_classes)  # type: ignore[attr-defined]
+            with attack_memory(ctx.model, atk, ctx.num_classes):
+                robust = aa.run_member(atk, batch.x[prev.attacked], batch.y[prev.attacked],   # type: ignore[attr-defined]
+                                       prev.robust, x_adv)
+            st = dataclasses.replace(prev, robust=robust, x_adv=x_adv if prev.x_adv is not None else None)
+            if path is not None:
+                from safetensors.torch import save
+
+                write_bytes(path, save(st.tensors()), durable=False)
+        self._states[start] = (k, st)
+        return st
+
+    @staticmethod
+    def read_state(path: Path | None, batch: Batch) -> CascadeState | None:
+        """The state a unit left in ``path``, when it holds this chunk's images (else None)."""
+        if path is None or not path.is_file():
+            return None
+        from safetensors.torch import load_file
+
+        st = CascadeState.of(load_file(str(path)), batch.x.device)
+        return st if st.ids is not None and torch.equal(st.ids, batch.ids.long().cpu()) else None
+
+    def cascade_file(self, ctx: EvalContext, start: int, k: int) -> Path | None:
+        """Where the chunk's state after member ``k`` is kept for a resumed run (None: no output folder)."""
+        if ctx.out_dir is None or k < 0:
+            return None
+        return self.save_dir(ctx) / "cascade" / f"{start:09d}-{k}.safetensors"
+
+    def _alone(self, ctx: EvalContext, batch: Batch, aa: Attack, k: int, t0: float) -> dict[str, Any]:
+        """``individual``: member ``k`` alone on every point the cascade starts from (same seed)."""
+        base = self.state(ctx, batch, aa, -1)
+        name, member = aa.schedule(ctx.num_classes)[k]   # type: ignore[attr-defined]
+        atk = aa.member_attack(member, ctx.num_classes)  # type: ignore[attr-defined]
+        xs, ys = batch.x[base.attacked], batch.y[base.attacked]
+        with attack_memory(ctx.model, atk, ctx.num_classes):
+            robust = aa.run_member(atk, xs, ys, base.robust, xs.clone())   # type: ignore[attr-defined]
+        return {"individual": {name: int(robust.sum())}, "seconds_individual": time.perf_counter() - t0}
+
+    # ---- result ---------------------------------------------------------------------------------
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
         out = super().settings(ctx)
         atk = self.attack_for(ctx, ctx.model, 0)
@@ -533,11 +677,33 @@ class AutoAttackSuite(AttackSuite):
             out["overrides"] = overrides
         return out
 
+    def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The member units summed into the cascade's statistics (``per_attack``: robust after each member)."""
+        cascade = [p for p in stats if p[:1].isdigit()]
+        cascade.sort(key=lambda p: int(p.split(":", 1)[0]))
+        first, last = (stats[cascade[0]], stats[cascade[-1]]) if cascade else ({}, {})
+        s = {k: first.get(k, 0) for k in ("n", "clean", "nonfinite")}
+        s.update(robust=last.get("robust", 0), saved=last.get("saved", 0),
+                 per_attack={p.split(":", 1)[1]: stats[p].get("robust", 0) for p in cascade if not p.endswith(":none")},
+                 member_seconds={p.split(":", 1)[1]: round(stats[p].get("seconds", 0.0), 3) for p in cascade})
+        alone = [p for p in stats if p.startswith("individual:")]
+        if alone:
+            s["individual"] = {p.split(":", 1)[1]: stats[p]["individual"][p.split(":", 1)[1]] for p in alone}
+        res = super().finalize(ctx, {"all": s, **({"checks": stats["checks"]} if "checks" in stats else {})})
+        skipped: dict[str, str] = {}
+        self.attack_for(ctx, ctx.model, 0).schedule(ctx.num_classes, skipped)   # type: ignore[attr-defined]
+        if skipped:
+            res["skipped_members"] = skipped
+        if ctx.out_dir is not None:   # every unit is stored: the states kept for a resume are not needed any more
+            shutil.rmtree(self.save_dir(ctx) / "cascade", ignore_errors=True)
+        return res
+
     def extra_results(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, Any]:
         n = max(s.get("n", 0), 1)
         counts = s.get("per_attack", {})
         misclassified = s.get("n", 0) - s.get("clean", 0)
-        out = {"per_attack": {k: v / n for k, v in counts.items()}, "clean_misclassified": misclassified}
+        out = {"per_attack": {k: v / n for k, v in counts.items()}, "clean_misclassified": misclassified,
+               "member_seconds": s.get("member_seconds", {})}
         if "individual" in s:   # each member alone on every clean-correct point, beside the cascade
             out["individual"] = {k: v / n for k, v in s["individual"].items()}
         return out
