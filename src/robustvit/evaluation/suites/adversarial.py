@@ -33,6 +33,7 @@ A new attack (one registered file in ``robustvit/attacks/``) is a suite of the s
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import shutil
 import time
@@ -56,7 +57,7 @@ from robustvit.attacks.spatial import Spatial, translation_convention
 from robustvit.errors import RobustvitError
 from robustvit.evaluation.suites.base import (CIFAR_SOURCES, SUITES, Batch, EvalContext, Suite, SuiteOptions,
                                             nonfinite_result, register_suite)
-from robustvit.metrics.accuracy import correct, nonfinite_rows, robust_accuracy
+from robustvit.metrics.accuracy import correct, nonfinite_rows
 from robustvit.models.factory import build_named_model, has_random_weights
 from robustvit.models.wrapper import inference_settings
 from robustvit.models.probe import is_probeable
@@ -81,7 +82,9 @@ class ExampleOptions(SuiteOptions):
     save: int | Literal["all"] = option(0, min=0, help="write the first N clean / adversarial / perturbation images "
                                                        "as PNGs; all: every adversarial example (float32) and its "
                                                        "image index into one safetensors file")
-    checks: int = option(32, min=0, help="gradient-masking checks on the first N images (0: none)")
+    checks: int | Literal["auto", "all"] = option("auto", min=0, help="gradient-masking checks: auto (a sample "
+                                                  "costing about a quarter of the attack), all (every attacked "
+                                                  "image), N (the first N images) or 0 (none)")
 
 
 @dataclass
@@ -282,20 +285,21 @@ class AttackSuite(Suite):
             self._convention[key] = data_convention(ctx)
         return attack_kwargs(self.attack_cls, self.options, ctx.options, self._convention[key])
 
-    def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
-        kw = self.resolved(ctx)[0]
+    def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int, **override: Any) -> Attack:
+        kw = {**self.resolved(ctx)[0], **override}
         if "n_target_classes" in option_names(self.attack_cls.Options):   # the targets the attack can use
             n = kw.get("n_target_classes", _default(self.attack_cls.Options, "n_target_classes"))
             kw["n_target_classes"] = max(1, min(int(n), ctx.num_classes - 1))
         return create_attack(self.attack_name, model, seed=seed, **kw, **self.fixed)
 
     def parts(self, ctx: EvalContext) -> list[str]:
-        return ["all", "checks"] if self.opts.checks > 0 and self.check_kinds else ["all"]
+        return ["all", "checks"] if self.opts.checks != 0 and self.check_kinds else ["all"]
 
     # ---- one chunk ----------------------------------------------------------------------------
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         if part == "checks":
-            return self.run_checks(ctx, batch) if int(batch.index.min()) == 0 else {}
+            return self.run_checks(ctx, batch)
+        t0 = time.perf_counter()
         x, y = batch.x, batch.y
         with torch.no_grad():
             clean_logits = ctx.model(x)
@@ -314,6 +318,7 @@ class AttackSuite(Suite):
         robust = recheck_fp32(ctx.model, clean_ok & correct(adv_logits, y), x, x_adv, y)
         stats["robust"] = int(robust.sum())
         stats["nonfinite"] = int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())
+        stats["attack_seconds"] = time.perf_counter() - t0
         stats["saved"] = self.maybe_save(ctx, batch, x, x_adv, clean_ok, aim)
         self.save_chunk(ctx, batch, x_adv)
         return stats
@@ -372,39 +377,95 @@ class AttackSuite(Suite):
         write_bytes(path, save({"x_adv": x_adv, "indices": idx[order].contiguous()}))
         return {"file": str(path.relative_to(ctx.out_dir)), "count": int(idx.numel())}
 
-    # ---- gradient-masking checks (first chunk only) -------------------------------------------
-    def run_checks(self, ctx: EvalContext, batch: Batch) -> dict[str, Any]:
-        n = self.opts.checks
-        xs, ys = batch.x[:n], batch.y[:n]
-        flags: dict[str, checks.CheckResult] = {}
-        if "model" in self.check_kinds:
-            flags["randomized"] = checks.check_randomized(ctx.model, xs)
-            flags["softmax_output"] = checks.check_softmax_output(ctx.model, xs)
-            flags["zero_gradients"] = checks.check_zero_gradients(ctx.model, xs, ys)
+    # ---- gradient-masking checks (a sample of every chunk) -------------------------------------
+    def check_stride(self, ctx: EvalContext) -> int:
+        """``checks=auto``: one in every k of a chunk's attacked images is checked, k chosen so that the checks
+        cost about a quarter of the attack. Costs in gradient evaluations per image: the attack s·r (steps ×
+        restarts; 1 for an attack without steps), the checks s·r (the white-box run, shared by the black-box
+        check), 2·s·r (``more_steps``: 2 × steps), q/3 (``blackbox``: q Square queries, a forward each, about a
+        third of a forward and backward pass) and 2 (the model checks); k = ⌈4 × checks / attack⌉."""
+        if self.opts.checks == "all" or isinstance(self.opts.checks, int):
+            return 1
         white = self.attack_for(ctx, ctx.model, 0)
-        if white.targeted:      # the checks attack the true labels
-            return {"flags": flags}
-        kw = self.resolved(ctx)[0]
+        cost = int(getattr(white.opts, "steps", 1) or 1) * int(getattr(white.opts, "restarts", 1) or 1)
+        kinds = self.check_kinds if not white.targeted else ("model",)
+        bounded = white.bounded and white.eps > 0
+        check = 2.0 + (cost if {"more_steps", "blackbox"} & set(kinds) else 0) + 2 * cost * ("more_steps" in kinds)
+        check += self.opts.check_queries / 3 if "blackbox" in kinds and bounded else 0
+        return max(1, math.ceil(4 * check / cost))
+
+    def check_sample(self, ctx: EvalContext, batch: Batch, clean_ok: torch.Tensor) -> torch.Tensor:
+        """The chunk's images checked (bool): ``auto``: the attacked (clean-correct) ones of rank 0, k, 2k, …
+        in the chunk (:meth:`check_stride`); ``all``: every attacked one; N: the attacked ones among the first N."""
+        if isinstance(self.opts.checks, int):
+            return clean_ok & (batch.index < self.opts.checks).to(clean_ok.device)
+        rank = clean_ok.long().cumsum(0) - 1
+        return clean_ok & (rank % self.check_stride(ctx) == 0)
+
+    def run_checks(self, ctx: EvalContext, batch: Batch) -> dict[str, Any]:
+        """The checks on the chunk's sample (:meth:`check_sample`), as counts added over chunks; the model checks
+        (randomised and softmax output) once, on the first chunk. The flags are made in :meth:`check_flags`."""
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            sel = self.check_sample(ctx, batch, correct(ctx.model(batch.x), batch.y))
+        xs, ys = batch.x[sel], batch.y[sel]
+        out: dict[str, Any] = {"images": int(ys.numel())}
+        if int(batch.index.min()) == 0 and "model" in self.check_kinds:
+            xm = xs if len(xs) else batch.x[:1]
+            out["model"] = {"randomized": checks.check_randomized(ctx.model, xm),
+                            "softmax_output": checks.check_softmax_output(ctx.model, xm)}
+        if len(ys) and "model" in self.check_kinds:
+            frac = checks.check_zero_gradients(ctx.model, xs, ys)["detail"]["fraction"]
+            out["zero_gradients"] = int(round(frac * len(ys)))
+        white = self.attack_for(ctx, ctx.model, 0)
+        if len(ys) and not white.targeted and {"more_steps", "blackbox"} & set(self.check_kinds):  # true labels only
+            out["robust"] = self._robust_count(ctx.model, white, xs, ys)
+            if "more_steps" in self.check_kinds:
+                out["robust_more_steps"] = self._robust_count(
+                    ctx.model, self.attack_for(ctx, ctx.model, 0, steps=2 * int(white.opts.steps)), xs, ys)
+            if "blackbox" in self.check_kinds and white.bounded and white.eps > 0:
+                square = create_attack("square", ctx.model, eps=white.eps, norm=white.norm, seed=0,
+                                       n_queries=self.opts.check_queries)
+                out["robust_square"] = self._robust_count(ctx.model, square, xs, ys)
+        out["seconds"] = time.perf_counter() - t0
+        return out
+
+    def check_flags(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, checks.CheckResult]:
+        """The flags from the checks' counts summed over chunks (``s``)."""
+        n = s.get("images", 0)
+        flags: dict[str, checks.CheckResult] = dict(s.get("model", {}))
+        if "model" in self.check_kinds:
+            flags["zero_gradients"] = checks.zero_gradients_result(s.get("zero_gradients", 0) / max(n, 1), images=n)
+        white = self.attack_for(ctx, ctx.model, 0)
+        if white.targeted:
+            return flags
+        acc = s.get("robust", 0) / max(n, 1)
         if "more_steps" in self.check_kinds:
             steps = int(white.opts.steps)
-            kw_steps = {k: v for k, v in kw.items() if k != "steps"}
-            flags["more_steps"] = checks.check_more_steps(ctx.model, xs, ys, attack=self.attack_name,
-                                                          steps=(steps, 2 * steps), seed=0, **kw_steps)
+            flags["more_steps"] = checks.more_steps_result(self.attack_name, (steps, 2 * steps),
+                                                           (acc, s.get("robust_more_steps", 0) / max(n, 1)), images=n)
         if "blackbox" in self.check_kinds and white.bounded and white.eps > 0:
-            square = create_attack("square", ctx.model, eps=white.eps, norm=white.norm, seed=0,
-                                   n_queries=self.opts.check_queries)
             flags["blackbox_stronger"] = checks.check_blackbox_stronger(
-                {self.attack_name: self._robust_accuracy(ctx.model, white, xs, ys),
-                 "square": self._robust_accuracy(ctx.model, square, xs, ys)})
-        return {"flags": flags}
+                {self.attack_name: acc, "square": s.get("robust_square", 0) / max(n, 1)})
+            flags["blackbox_stronger"]["detail"]["images"] = n
+        return flags
+
+    def checks_cost(self, ctx: EvalContext, s: dict[str, Any], attack_seconds: float) -> dict[str, Any]:
+        """What the checks cost beside the attack (results.json ``checks_cost``)."""
+        mode = self.opts.checks if isinstance(self.opts.checks, str) else f"first {self.opts.checks}"
+        out = {"mode": mode, "images": s.get("images", 0), "seconds": round(s.get("seconds", 0.0), 3),
+               "attack_seconds": round(attack_seconds, 3),
+               "fraction_of_attack": round(s.get("seconds", 0.0) / attack_seconds, 3) if attack_seconds > 0 else None}
+        if self.opts.checks == "auto":
+            out["every"] = self.check_stride(ctx)
+        return out
 
     @staticmethod
-    def _robust_accuracy(model: nn.Module, atk: Attack, x: torch.Tensor, y: torch.Tensor) -> float:
-        with torch.no_grad():
-            clean_logits = model(x)
+    def _robust_count(model: nn.Module, atk: Attack, x: torch.Tensor, y: torch.Tensor) -> int:
+        """How many of ``x`` (all classified correctly) ``atk`` leaves classified correctly."""
         xa = atk(x, y)
         with torch.no_grad():
-            return robust_accuracy(clean_logits, model(xa), y)
+            return int(correct(model(xa), y).sum())
 
     # ---- result ---------------------------------------------------------------------------------
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
@@ -429,8 +490,10 @@ class AttackSuite(Suite):
                                "attack_success_rate": (clean - robust) / max(clean, 1), "num_images": n}
         res.update(self.extra_results(ctx, s))
         res.update(nonfinite_result(self.key, s.get("nonfinite", 0)))
-        res["flags"] = dict(stats.get("checks", {}).get("flags", {}))
+        res["flags"] = self.check_flags(ctx, stats["checks"]) if "checks" in stats else {}
         res["flags"].update(self.extra_flags(ctx, res))
+        if "checks" in stats:
+            res["checks_cost"] = self.checks_cost(ctx, stats["checks"], s.get("attack_seconds", 0.0))
         if s.get("saved"):
             res["saved"] = {"dir": str(self.save_dir(ctx).relative_to(ctx.out_dir)), "count": int(s["saved"])}
         merged = self.merge_chunks(ctx)
@@ -684,6 +747,7 @@ class AutoAttackSuite(AttackSuite):
         first, last = (stats[cascade[0]], stats[cascade[-1]]) if cascade else ({}, {})
         s = {k: first.get(k, 0) for k in ("n", "clean", "nonfinite")}
         s.update(robust=last.get("robust", 0), saved=last.get("saved", 0),
+                 attack_seconds=sum(stats[p].get("seconds", 0.0) for p in cascade),
                  per_attack={p.split(":", 1)[1]: stats[p].get("robust", 0) for p in cascade if not p.endswith(":none")},
                  member_seconds={p.split(":", 1)[1]: round(stats[p].get("seconds", 0.0), 3) for p in cascade})
         alone = [p for p in stats if p.startswith("individual:")]
