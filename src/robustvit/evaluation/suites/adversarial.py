@@ -82,6 +82,8 @@ class ExampleOptions(SuiteOptions):
     save: int | Literal["all"] = option(0, min=0, help="write the first N clean / adversarial / perturbation images "
                                                        "as PNGs; all: every adversarial example (float32) and its "
                                                        "image index into one safetensors file")
+    save_dtype: Literal["float32", "uint8"] = option("float32", help="save=all: float32 (the examples as attacked) "
+                                                                      "or uint8 (round(x·255), the values a PNG holds)")
     checks: int | Literal["auto", "all"] = option("auto", min=0, help="gradient-masking checks: auto (a sample "
                                                   "costing about a quarter of the attack), all (every attacked "
                                                   "image), N (the first N images) or 0 (none)")
@@ -252,6 +254,14 @@ def save_examples(folder: Path, index: torch.Tensor, x: torch.Tensor, x_adv: tor
     return int(index.numel())
 
 
+def as_saved(x_adv: torch.Tensor, dtype: str) -> torch.Tensor:
+    """The examples as ``save=all`` writes them: float32, or uint8 round(x·255) (exactly what a PNG holds; divided
+    by 255 it is the image a PNG of it loads as)."""
+    x = x_adv.detach()
+    x = (x.clamp(0, 1) * 255).round().to(torch.uint8) if dtype == "uint8" else x.float()
+    return x.cpu().contiguous()
+
+
 class AttackSuite(Suite):
     """Runs the registered attack ``attack_name`` with its own options on the images it classifies correctly;
     a generated subclass per attack (:func:`attack_suite`), explicit ones where the protocol differs."""
@@ -264,6 +274,9 @@ class AttackSuite(Suite):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._convention: dict[tuple[str, int, int | None], tuple[str, str]] = {}
+        if "save_dtype" in self.options and self.opts.save != "all":
+            raise RobustvitError(f"suite {self.name!r}: save_dtype= applies to save=all (every example in one file); "
+                                 "add save=all or drop save_dtype")
         norm, norms = self.options.get("norm"), ATTACKS.get(self.attack_name).norms
         if norm is not None and canonical_norm(norm) not in norms:
             raise RobustvitError(f"suite {self.name!r}: norm={norm!r} is not valid (expected one of {', '.join(norms)})")
@@ -357,12 +370,13 @@ class AttackSuite(Suite):
             return
         from safetensors.torch import save
 
-        tensors = {"x_adv": x_adv.detach().float().cpu().contiguous(), "indices": batch.ids.long().cpu().contiguous()}
+        tensors = {"x_adv": as_saved(x_adv, self.opts.save_dtype), "indices": batch.ids.long().cpu().contiguous()}
         write_bytes(self.save_dir(ctx) / "chunks" / f"{int(batch.index.min()):09d}.safetensors", save(tensors))
 
     def merge_chunks(self, ctx: EvalContext) -> dict[str, Any] | None:
         """``save=all``: every chunk's file merged, in data-set order, into ``x_adv.safetensors`` (tensors ``x_adv``
-        (N, 3, H, W) float32 and ``indices`` (N,)); what results.json records of it (None when nothing saved)."""
+        (N, 3, H, W), float32 or uint8 by ``save_dtype``, and ``indices`` (N,)); what results.json records of it
+        (None when nothing saved)."""
         if self.opts.save != "all" or ctx.out_dir is None:
             return None
         from safetensors.torch import load_file, save
@@ -375,7 +389,7 @@ class AttackSuite(Suite):
         x_adv = torch.cat([p["x_adv"] for p in parts])[order].contiguous()
         path = self.save_dir(ctx) / "x_adv.safetensors"
         write_bytes(path, save({"x_adv": x_adv, "indices": idx[order].contiguous()}))
-        return {"file": str(path.relative_to(ctx.out_dir)), "count": int(idx.numel())}
+        return {"file": str(path.relative_to(ctx.out_dir)), "count": int(idx.numel()), "dtype": str(self.opts.save_dtype)}
 
     # ---- gradient-masking checks (a sample of every chunk) -------------------------------------
     def check_stride(self, ctx: EvalContext) -> int:
