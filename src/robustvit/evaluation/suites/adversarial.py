@@ -22,10 +22,17 @@ from (run seed, suite key, chunk), so results replay exactly and every model of 
 Every result holds ``eps``, ``norm``, ``accuracy`` (robust), ``clean_accuracy``, ``attack_success_rate``, the
 attack's settings as they applied (``steps``, ``step_size``, ``restarts``, ``version``, …), ``num_images`` and
 ``flags``: the gradient-masking checks of :mod:`robustvit.attacks.checks` that apply to the attack (its
-``masking_checks``), run once on the first ``checks`` (32) images — randomised output, softmax output, zero
-gradients, robust accuracy rising with more steps (steps vs 2 × steps, same seed) and a black-box attack (Square,
-``check_queries`` = 100 queries) beating the white-box one. ``save=N`` writes the first N clean images, adversarial
-examples and perturbations (δ rescaled to [0, 1] by (δ + ε) / 2ε) as PNGs under ``OUT/adversarial/<suite key>/``.
+``masking_checks``) — randomised output, softmax output, zero gradients, robust accuracy rising with more steps
+(steps vs 2 × steps, same seed) and a black-box attack (Square, ``check_queries`` = 100 queries) beating the
+white-box one. They run in every chunk on a sample of the attacked images (``checks=auto``: one in k, k sized
+so that they cost about a quarter of the attack, :meth:`AttackSuite.check_stride`; ``checks=all``: every one;
+``checks=N``: those among the first N; ``checks=0``: none), and ``checks_cost`` records the images checked,
+their seconds and the attack's. ``save=N`` writes the first N clean images, adversarial examples and
+perturbations (δ rescaled to [0, 1] by (δ + ε) / 2ε) as PNGs under ``OUT/adversarial/<suite key>/``;
+``save=all`` every adversarial example into one safetensors file (``save_dtype=float32`` or ``uint8``).
+
+``autoattack`` runs one unit per (member, chunk) (:class:`AutoAttackSuite`), so an interrupted run loses at most
+the member running on one chunk.
 
 A new attack (one registered file in ``robustvit/attacks/``) is a suite of the same name with no other edit.
 """
