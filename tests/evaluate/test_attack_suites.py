@@ -287,6 +287,7 @@ def test_autoattack_individual_mode_beside_the_cascade(tmp_path):
     value (same seed, same points), and the cascade is unchanged by it."""
     model = SmallNet()
     batches = [make_batch(model, seed=s) for s in (0, 1)]
+    batches[1].index += 16                          # two chunks of one run
     spec = "autoattack:version=custom:attacks=apgd_ce+fab_t+square:steps=3:n_queries=20:n_target_classes=2:checks=0"
     cascade = evaluate(spec, make_ctx(model, tmp_path), batches)
     both = evaluate(spec + ":individual=1", make_ctx(model, tmp_path), batches)

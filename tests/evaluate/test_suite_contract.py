@@ -58,7 +58,7 @@ OFFLINE_SKIPS = {
     "model_vs_human": "needs a 1000-class ImageNet model or the 16 categories (tests/shifts)",
 }
 #: Result keys that measure time (they differ between any two runs).
-TIMINGS = {"seconds", "transforms_per_s"}
+TIMINGS = {"seconds", "transforms_per_s", "member_seconds", "checks_cost"}
 PUBLIC = [n for n in list_suites() if not n.startswith("_")]
 
 

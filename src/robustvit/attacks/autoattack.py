@@ -170,20 +170,14 @@ class AutoAttack(Attack):
         x_adv = x.clone()
         clean = robust.float().mean().item()
         self._log(f"clean accuracy {clean:.2%}")
-        for member in self.members:
-            name = member.name if isinstance(member, Attack) else member[0]
-            if name in skipped:
-                continue
-            if n_classes < MIN_CLASSES.get(name, 2):
-                skipped[name] = f"needs >= {MIN_CLASSES[name]} classes"
-                continue
+        for name, member in self.schedule(n_classes, skipped):
             t0 = time.perf_counter()
-            atk = member if isinstance(member, Attack) else self.build_member(name, member[1], n_classes)
-            robust = self._run_member(atk, x, y, robust, x_adv)
+            atk = self.member_attack(member, n_classes)
+            robust = self.run_member(atk, x, y, robust, x_adv)
             per_attack[name] = robust.float().mean().item()
             times[name] = time.perf_counter() - t0
             self._log(f"robust accuracy after {name}: {per_attack[name]:.2%} ({times[name]:.1f} s)")
-        individual = {name: self._run_member(atk or self.build_member(name, kw, n_classes), x, y, clean_ok,
+        individual = {name: self.run_member(atk or self.build_member(name, kw, n_classes), x, y, clean_ok,
                                              x.clone()).float().mean().item()
                       for name, kw, atk in self._runnable(skipped)} if self.individual else None
         flags["blackbox_stronger"] = checks.check_blackbox_stronger({"clean": clean, **per_attack})
@@ -205,14 +199,35 @@ class AutoAttack(Attack):
             self.last_report["individual"] = individual
         return x_adv
 
+    def schedule(self, n_classes: int, skipped: dict[str, str] | None = None) -> list[tuple[str, MemberSpec | Attack]]:
+        """The members that run on ``n_classes`` classes, in cascade order, as (name, spec or Attack); those that
+        cannot run (not registered, too few classes) are left out and added to ``skipped`` with why."""
+        skipped = {} if skipped is None else skipped
+        skipped.update({m: "not registered" for m in self.missing if m not in skipped})
+        out: list[tuple[str, MemberSpec | Attack]] = []
+        for member in self.members:
+            name = member.name if isinstance(member, Attack) else member[0]
+            if name in skipped:
+                continue
+            if n_classes < MIN_CLASSES.get(name, 2):
+                skipped[name] = f"needs >= {MIN_CLASSES[name]} classes"
+                continue
+            out.append((name, member))
+        return out
+
+    def member_attack(self, member: MemberSpec | Attack, n_classes: int) -> Attack:
+        """The attack object of one member of :meth:`schedule` (built with the ensemble's ε, norm and seed)."""
+        return member if isinstance(member, Attack) else self.build_member(member[0], member[1], n_classes)
+
     def _runnable(self, skipped: dict[str, str]) -> list[tuple[str, dict[str, Any], Any]]:
         """(name, keywords, Attack object or None) of each member that ran."""
         return [(m.name, {}, m) if isinstance(m, Attack) else (m[0], m[1], None) for m in self.members
                 if (m.name if isinstance(m, Attack) else m[0]) not in skipped]
 
-    def _run_member(self, atk: Attack, x: torch.Tensor, y: torch.Tensor, robust: torch.Tensor,
-                    x_adv: torch.Tensor) -> torch.Tensor:
-        """Attack the still-robust points; write fooling examples into ``x_adv``; return the new mask."""
+    def run_member(self, atk: Attack, x: torch.Tensor, y: torch.Tensor, robust: torch.Tensor,
+                   x_adv: torch.Tensor) -> torch.Tensor:
+        """One member of the cascade: attack the points of ``robust`` (still robust); write the fooling examples
+        into ``x_adv``; return the new mask."""
         idx = robust.nonzero().squeeze(1)
         robust = robust.clone()
         if idx.numel() == 0:          # nothing left to attack (split() would still yield one empty chunk)
@@ -223,6 +238,10 @@ class AutoAttack(Attack):
             x_adv[chunk[fooled]] = xa[fooled]
             robust[chunk[fooled]] = False
         return robust
+
+    def correct_mask(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The points the cascade starts from: those the model classifies correctly (as :meth:`perturb` does)."""
+        return self._logits(x).argmax(1) == y
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         bs = self.batch_size or max(x.shape[0], 1)

@@ -78,9 +78,13 @@ def check_zero_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, los
             g, = torch.autograd.grad(get_loss(loss)(model(xa), y).sum(), xa)
     finally:
         model.train(was)
-    frac = zero_gradient_fraction(g)
-    return _result(frac > 0, f"{frac:.1%} of the samples have a zero input gradient; gradient-based attacks "
-                   "are unreliable on them (try apgd_dlr, square)", fraction=frac, loss=loss)
+    return zero_gradients_result(zero_gradient_fraction(g), loss)
+
+
+def zero_gradients_result(fraction: float, loss: str = "ce", **detail: Any) -> CheckResult:
+    """The zero-gradient check's result from the fraction of samples with an all-zero input gradient."""
+    return _result(fraction > 0, f"{fraction:.1%} of the samples have a zero input gradient; gradient-based attacks "
+                   "are unreliable on them (try apgd_dlr, square)", fraction=fraction, loss=loss, **detail)
 
 
 def check_blackbox_stronger(robust_accuracy: Mapping[str, float], blackbox: Sequence[str] = ("square",),
@@ -108,10 +112,17 @@ def check_more_steps(model: nn.Module, x: torch.Tensor, y: torch.Tensor, attack:
     for s in steps:
         atk = create_attack(attack, model, steps=int(s), **kwargs)
         accs.append((_eval_logits(model, atk(x, y)).argmax(1) == y).float().mean().item())
-    rises = [b - a for a, b in zip(accs, accs[1:])]
-    worst = max(rises, default=0.0)
+    return more_steps_result(attack, steps, accs, tol)
+
+
+def more_steps_result(attack: str, steps: Sequence[int], robust_accuracy: Sequence[float], tol: float = 0.0,
+                      **detail: Any) -> CheckResult:
+    """The more-steps check's result from the robust accuracies after each number of ``steps`` (same seed):
+    flagged when it *rises* with more steps by more than ``tol``."""
+    accs = [float(a) for a in robust_accuracy]
+    worst = max([b - a for a, b in zip(accs, accs[1:])], default=0.0)
     return _result(worst > tol, f"robust accuracy rose by {worst:.2%} with more {attack} steps",
-                   attack=attack, steps=list(steps), robust_accuracy=accs)
+                   attack=attack, steps=[int(s) for s in steps], robust_accuracy=accs, **detail)
 
 
 def check_n_classes(n_classes: int, n_target_classes: int = 9) -> CheckResult:
@@ -140,4 +151,5 @@ def run_checks(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_target_clas
 
 
 __all__ = ["CheckResult", "check_blackbox_stronger", "check_more_steps", "check_n_classes", "check_randomized",
-           "check_softmax_output", "check_zero_gradients", "run_checks", "zero_gradient_fraction"]
+           "check_softmax_output", "check_zero_gradients", "more_steps_result", "run_checks", "zero_gradient_fraction",
+           "zero_gradients_result"]

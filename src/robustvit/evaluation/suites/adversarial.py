@@ -22,10 +22,17 @@ from (run seed, suite key, chunk), so results replay exactly and every model of 
 Every result holds ``eps``, ``norm``, ``accuracy`` (robust), ``clean_accuracy``, ``attack_success_rate``, the
 attack's settings as they applied (``steps``, ``step_size``, ``restarts``, ``version``, …), ``num_images`` and
 ``flags``: the gradient-masking checks of :mod:`robustvit.attacks.checks` that apply to the attack (its
-``masking_checks``), run once on the first ``checks`` (32) images — randomised output, softmax output, zero
-gradients, robust accuracy rising with more steps (steps vs 2 × steps, same seed) and a black-box attack (Square,
-``check_queries`` = 100 queries) beating the white-box one. ``save=N`` writes the first N clean images, adversarial
-examples and perturbations (δ rescaled to [0, 1] by (δ + ε) / 2ε) as PNGs under ``OUT/adversarial/<suite key>/``.
+``masking_checks``) — randomised output, softmax output, zero gradients, robust accuracy rising with more steps
+(steps vs 2 × steps, same seed) and a black-box attack (Square, ``check_queries`` = 100 queries) beating the
+white-box one. They run in every chunk on a sample of the attacked images (``checks=auto``: one in k, k sized
+so that they cost about a quarter of the attack, :meth:`AttackSuite.check_stride`; ``checks=all``: every one;
+``checks=N``: those among the first N; ``checks=0``: none), and ``checks_cost`` records the images checked,
+their seconds and the attack's. ``save=N`` writes the first N clean images, adversarial examples and
+perturbations (δ rescaled to [0, 1] by (δ + ε) / 2ε) as PNGs under ``OUT/adversarial/<suite key>/``;
+``save=all`` every adversarial example into one safetensors file (``save_dtype=float32`` or ``uint8``).
+
+``autoattack`` runs one unit per (member, chunk) (:class:`AutoAttackSuite`), so an interrupted run loses at most
+the member running on one chunk.
 
 A new attack (one registered file in ``robustvit/attacks/``) is a suite of the same name with no other edit.
 """
@@ -33,7 +40,10 @@ A new attack (one registered file in ``robustvit/attacks/``) is a suite of the s
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import shutil
+import time
 import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping
@@ -54,13 +64,13 @@ from robustvit.attacks.spatial import Spatial, translation_convention
 from robustvit.errors import RobustvitError
 from robustvit.evaluation.suites.base import (CIFAR_SOURCES, SUITES, Batch, EvalContext, Suite, SuiteOptions,
                                             nonfinite_result, register_suite)
-from robustvit.metrics.accuracy import correct, nonfinite_rows, robust_accuracy
+from robustvit.metrics.accuracy import correct, nonfinite_rows
 from robustvit.models.factory import build_named_model, has_random_weights
 from robustvit.models.wrapper import inference_settings
 from robustvit.models.probe import is_probeable
 from robustvit.options import Eps, option, option_names, parse_options
 from robustvit.runs import write_bytes
-from robustvit.utils import parse_eps
+from robustvit.utils import derive_seed, parse_eps
 
 #: Default budgets by data convention (RobustBench: CIFAR-10/100 L∞ 8/255, L2 0.5; ImageNet L∞ 4/255, L2 3.0).
 DEFAULT_EPS = {("cifar", "linf"): "8/255", ("cifar", "l2"): "0.5", ("imagenet", "linf"): "4/255", ("imagenet", "l2"): "3.0"}
@@ -79,7 +89,11 @@ class ExampleOptions(SuiteOptions):
     save: int | Literal["all"] = option(0, min=0, help="write the first N clean / adversarial / perturbation images "
                                                        "as PNGs; all: every adversarial example (float32) and its "
                                                        "image index into one safetensors file")
-    checks: int = option(32, min=0, help="gradient-masking checks on the first N images (0: none)")
+    save_dtype: Literal["float32", "uint8"] = option("float32", help="save=all: float32 (the examples as attacked) "
+                                                                      "or uint8 (round(x·255), the values a PNG holds)")
+    checks: int | Literal["auto", "all"] = option("auto", min=0, help="gradient-masking checks: auto (a sample "
+                                                  "costing about a quarter of the attack), all (every attacked "
+                                                  "image), N (the first N images) or 0 (none)")
 
 
 @dataclass
@@ -247,6 +261,14 @@ def save_examples(folder: Path, index: torch.Tensor, x: torch.Tensor, x_adv: tor
     return int(index.numel())
 
 
+def as_saved(x_adv: torch.Tensor, dtype: str) -> torch.Tensor:
+    """The examples as ``save=all`` writes them: float32, or uint8 round(x·255) (exactly what a PNG holds; divided
+    by 255 it is the image a PNG of it loads as)."""
+    x = x_adv.detach()
+    x = (x.clamp(0, 1) * 255).round().to(torch.uint8) if dtype == "uint8" else x.float()
+    return x.cpu().contiguous()
+
+
 class AttackSuite(Suite):
     """Runs the registered attack ``attack_name`` with its own options on the images it classifies correctly;
     a generated subclass per attack (:func:`attack_suite`), explicit ones where the protocol differs."""
@@ -259,6 +281,9 @@ class AttackSuite(Suite):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._convention: dict[tuple[str, int, int | None], tuple[str, str]] = {}
+        if "save_dtype" in self.options and self.opts.save != "all":
+            raise RobustvitError(f"suite {self.name!r}: save_dtype= applies to save=all (every example in one file); "
+                                 "add save=all or drop save_dtype")
         norm, norms = self.options.get("norm"), ATTACKS.get(self.attack_name).norms
         if norm is not None and canonical_norm(norm) not in norms:
             raise RobustvitError(f"suite {self.name!r}: norm={norm!r} is not valid (expected one of {', '.join(norms)})")
@@ -280,20 +305,21 @@ class AttackSuite(Suite):
             self._convention[key] = data_convention(ctx)
         return attack_kwargs(self.attack_cls, self.options, ctx.options, self._convention[key])
 
-    def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
-        kw = self.resolved(ctx)[0]
+    def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int, **override: Any) -> Attack:
+        kw = {**self.resolved(ctx)[0], **override}
         if "n_target_classes" in option_names(self.attack_cls.Options):   # the targets the attack can use
             n = kw.get("n_target_classes", _default(self.attack_cls.Options, "n_target_classes"))
             kw["n_target_classes"] = max(1, min(int(n), ctx.num_classes - 1))
         return create_attack(self.attack_name, model, seed=seed, **kw, **self.fixed)
 
     def parts(self, ctx: EvalContext) -> list[str]:
-        return ["all", "checks"] if self.opts.checks > 0 and self.check_kinds else ["all"]
+        return ["all", "checks"] if self.opts.checks != 0 and self.check_kinds else ["all"]
 
     # ---- one chunk ----------------------------------------------------------------------------
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         if part == "checks":
-            return self.run_checks(ctx, batch) if int(batch.index.min()) == 0 else {}
+            return self.run_checks(ctx, batch)
+        t0 = time.perf_counter()
         x, y = batch.x, batch.y
         with torch.no_grad():
             clean_logits = ctx.model(x)
@@ -312,6 +338,7 @@ class AttackSuite(Suite):
         robust = recheck_fp32(ctx.model, clean_ok & correct(adv_logits, y), x, x_adv, y)
         stats["robust"] = int(robust.sum())
         stats["nonfinite"] = int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())
+        stats["attack_seconds"] = time.perf_counter() - t0
         stats["saved"] = self.maybe_save(ctx, batch, x, x_adv, clean_ok, aim)
         self.save_chunk(ctx, batch, x_adv)
         return stats
@@ -350,12 +377,13 @@ class AttackSuite(Suite):
             return
         from safetensors.torch import save
 
-        tensors = {"x_adv": x_adv.detach().float().cpu().contiguous(), "indices": batch.ids.long().cpu().contiguous()}
+        tensors = {"x_adv": as_saved(x_adv, self.opts.save_dtype), "indices": batch.ids.long().cpu().contiguous()}
         write_bytes(self.save_dir(ctx) / "chunks" / f"{int(batch.index.min()):09d}.safetensors", save(tensors))
 
     def merge_chunks(self, ctx: EvalContext) -> dict[str, Any] | None:
         """``save=all``: every chunk's file merged, in data-set order, into ``x_adv.safetensors`` (tensors ``x_adv``
-        (N, 3, H, W) float32 and ``indices`` (N,)); what results.json records of it (None when nothing saved)."""
+        (N, 3, H, W), float32 or uint8 by ``save_dtype``, and ``indices`` (N,)); what results.json records of it
+        (None when nothing saved)."""
         if self.opts.save != "all" or ctx.out_dir is None:
             return None
         from safetensors.torch import load_file, save
@@ -368,41 +396,97 @@ class AttackSuite(Suite):
         x_adv = torch.cat([p["x_adv"] for p in parts])[order].contiguous()
         path = self.save_dir(ctx) / "x_adv.safetensors"
         write_bytes(path, save({"x_adv": x_adv, "indices": idx[order].contiguous()}))
-        return {"file": str(path.relative_to(ctx.out_dir)), "count": int(idx.numel())}
+        return {"file": str(path.relative_to(ctx.out_dir)), "count": int(idx.numel()), "dtype": str(self.opts.save_dtype)}
 
-    # ---- gradient-masking checks (first chunk only) -------------------------------------------
-    def run_checks(self, ctx: EvalContext, batch: Batch) -> dict[str, Any]:
-        n = self.opts.checks
-        xs, ys = batch.x[:n], batch.y[:n]
-        flags: dict[str, checks.CheckResult] = {}
-        if "model" in self.check_kinds:
-            flags["randomized"] = checks.check_randomized(ctx.model, xs)
-            flags["softmax_output"] = checks.check_softmax_output(ctx.model, xs)
-            flags["zero_gradients"] = checks.check_zero_gradients(ctx.model, xs, ys)
+    # ---- gradient-masking checks (a sample of every chunk) -------------------------------------
+    def check_stride(self, ctx: EvalContext) -> int:
+        """``checks=auto``: one in every k of a chunk's attacked images is checked, k chosen so that the checks
+        cost about a quarter of the attack. Costs in gradient evaluations per image: the attack s·r (steps ×
+        restarts; 1 for an attack without steps), the checks s·r (the white-box run, shared by the black-box
+        check), 2·s·r (``more_steps``: 2 × steps), q/3 (``blackbox``: q Square queries, a forward each, about a
+        third of a forward and backward pass) and 2 (the model checks); k = ⌈4 × checks / attack⌉."""
+        if self.opts.checks == "all" or isinstance(self.opts.checks, int):
+            return 1
         white = self.attack_for(ctx, ctx.model, 0)
-        if white.targeted:      # the checks attack the true labels
-            return {"flags": flags}
-        kw = self.resolved(ctx)[0]
+        cost = int(getattr(white.opts, "steps", 1) or 1) * int(getattr(white.opts, "restarts", 1) or 1)
+        kinds = self.check_kinds if not white.targeted else ("model",)
+        bounded = white.bounded and white.eps > 0
+        check = 2.0 + (cost if {"more_steps", "blackbox"} & set(kinds) else 0) + 2 * cost * ("more_steps" in kinds)
+        check += self.opts.check_queries / 3 if "blackbox" in kinds and bounded else 0
+        return max(1, math.ceil(4 * check / cost))
+
+    def check_sample(self, ctx: EvalContext, batch: Batch, clean_ok: torch.Tensor) -> torch.Tensor:
+        """The chunk's images checked (bool): ``auto``: the attacked (clean-correct) ones of rank 0, k, 2k, …
+        in the chunk (:meth:`check_stride`); ``all``: every attacked one; N: the attacked ones among the first N."""
+        if isinstance(self.opts.checks, int):
+            return clean_ok & (batch.index < self.opts.checks).to(clean_ok.device)
+        rank = clean_ok.long().cumsum(0) - 1
+        return clean_ok & (rank % self.check_stride(ctx) == 0)
+
+    def run_checks(self, ctx: EvalContext, batch: Batch) -> dict[str, Any]:
+        """The checks on the chunk's sample (:meth:`check_sample`), as counts added over chunks; the model checks
+        (randomised and softmax output) once, on the first chunk. The flags are made in :meth:`check_flags`."""
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            sel = self.check_sample(ctx, batch, correct(ctx.model(batch.x), batch.y))
+        xs, ys = batch.x[sel], batch.y[sel]
+        out: dict[str, Any] = {"images": int(ys.numel())}
+        if int(batch.index.min()) == 0 and "model" in self.check_kinds:
+            xm = xs if len(xs) else batch.x[:1]
+            out["model"] = {"randomized": checks.check_randomized(ctx.model, xm),
+                            "softmax_output": checks.check_softmax_output(ctx.model, xm)}
+        if len(ys) and "model" in self.check_kinds:
+            frac = checks.check_zero_gradients(ctx.model, xs, ys)["detail"]["fraction"]
+            out["zero_gradients"] = int(round(frac * len(ys)))
+        white = self.attack_for(ctx, ctx.model, 0)
+        if len(ys) and not white.targeted and {"more_steps", "blackbox"} & set(self.check_kinds):  # true labels only
+            out["robust"] = self._robust_count(ctx.model, white, xs, ys)
+            if "more_steps" in self.check_kinds:
+                out["robust_more_steps"] = self._robust_count(
+                    ctx.model, self.attack_for(ctx, ctx.model, 0, steps=2 * int(white.opts.steps)), xs, ys)
+            if "blackbox" in self.check_kinds and white.bounded and white.eps > 0:
+                square = create_attack("square", ctx.model, eps=white.eps, norm=white.norm, seed=0,
+                                       n_queries=self.opts.check_queries)
+                out["robust_square"] = self._robust_count(ctx.model, square, xs, ys)
+        out["seconds"] = time.perf_counter() - t0
+        return out
+
+    def check_flags(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, checks.CheckResult]:
+        """The flags from the checks' counts summed over chunks (``s``)."""
+        n = s.get("images", 0)
+        flags: dict[str, checks.CheckResult] = dict(s.get("model", {}))
+        if "model" in self.check_kinds:
+            flags["zero_gradients"] = checks.zero_gradients_result(s.get("zero_gradients", 0) / max(n, 1), images=n)
+        white = self.attack_for(ctx, ctx.model, 0)
+        if white.targeted:
+            return flags
+        acc = s.get("robust", 0) / max(n, 1)
         if "more_steps" in self.check_kinds:
             steps = int(white.opts.steps)
-            kw_steps = {k: v for k, v in kw.items() if k != "steps"}
-            flags["more_steps"] = checks.check_more_steps(ctx.model, xs, ys, attack=self.attack_name,
-                                                          steps=(steps, 2 * steps), seed=0, **kw_steps)
+            flags["more_steps"] = checks.more_steps_result(self.attack_name, (steps, 2 * steps),
+                                                           (acc, s.get("robust_more_steps", 0) / max(n, 1)), images=n)
         if "blackbox" in self.check_kinds and white.bounded and white.eps > 0:
-            square = create_attack("square", ctx.model, eps=white.eps, norm=white.norm, seed=0,
-                                   n_queries=self.opts.check_queries)
             flags["blackbox_stronger"] = checks.check_blackbox_stronger(
-                {self.attack_name: self._robust_accuracy(ctx.model, white, xs, ys),
-                 "square": self._robust_accuracy(ctx.model, square, xs, ys)})
-        return {"flags": flags}
+                {self.attack_name: acc, "square": s.get("robust_square", 0) / max(n, 1)})
+            flags["blackbox_stronger"]["detail"]["images"] = n
+        return flags
+
+    def checks_cost(self, ctx: EvalContext, s: dict[str, Any], attack_seconds: float) -> dict[str, Any]:
+        """What the checks cost beside the attack (results.json ``checks_cost``)."""
+        mode = self.opts.checks if isinstance(self.opts.checks, str) else f"first {self.opts.checks}"
+        out = {"mode": mode, "images": s.get("images", 0), "seconds": round(s.get("seconds", 0.0), 3),
+               "attack_seconds": round(attack_seconds, 3),
+               "fraction_of_attack": round(s.get("seconds", 0.0) / attack_seconds, 3) if attack_seconds > 0 else None}
+        if self.opts.checks == "auto":
+            out["every"] = self.check_stride(ctx)
+        return out
 
     @staticmethod
-    def _robust_accuracy(model: nn.Module, atk: Attack, x: torch.Tensor, y: torch.Tensor) -> float:
-        with torch.no_grad():
-            clean_logits = model(x)
+    def _robust_count(model: nn.Module, atk: Attack, x: torch.Tensor, y: torch.Tensor) -> int:
+        """How many of ``x`` (all classified correctly) ``atk`` leaves classified correctly."""
         xa = atk(x, y)
         with torch.no_grad():
-            return robust_accuracy(clean_logits, model(xa), y)
+            return int(correct(model(xa), y).sum())
 
     # ---- result ---------------------------------------------------------------------------------
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
@@ -427,8 +511,10 @@ class AttackSuite(Suite):
                                "attack_success_rate": (clean - robust) / max(clean, 1), "num_images": n}
         res.update(self.extra_results(ctx, s))
         res.update(nonfinite_result(self.key, s.get("nonfinite", 0)))
-        res["flags"] = dict(stats.get("checks", {}).get("flags", {}))
+        res["flags"] = self.check_flags(ctx, stats["checks"]) if "checks" in stats else {}
         res["flags"].update(self.extra_flags(ctx, res))
+        if "checks" in stats:
+            res["checks_cost"] = self.checks_cost(ctx, stats["checks"], s.get("attack_seconds", 0.0))
         if s.get("saved"):
             res["saved"] = {"dir": str(self.save_dir(ctx).relative_to(ctx.out_dir)), "count": int(s["saved"])}
         merged = self.merge_chunks(ctx)
@@ -496,8 +582,42 @@ class APGDSuite(AttackSuite):
         return str(self.opts.attack)
 
 
+@dataclass
+class CascadeState:
+    """One chunk of an AutoAttack cascade after its members 0 … k: what member k + 1 starts from."""
+
+    clean: torch.Tensor           # bool (n,): classified correctly by the suite's forward
+    nonfinite: torch.Tensor       # bool (n,): NaN or infinite clean logits
+    attacked: torch.Tensor        # long (m,): the chunk's positions given to the cascade (the clean-correct ones)
+    robust: torch.Tensor          # bool (m,): still robust
+    x_adv: torch.Tensor | None    # (m, 3, H, W): the examples so far, kept when the suite saves them
+    ids: torch.Tensor | None = None   # long (n,): the chunk's image indices (a file read back must match them)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        out = {"clean": self.clean, "nonfinite": self.nonfinite, "attacked": self.attacked, "robust": self.robust}
+        if self.ids is not None:
+            out["ids"] = self.ids
+        out = {k: v.to(torch.uint8) if v.dtype == torch.bool else v for k, v in out.items()}
+        if self.x_adv is not None:
+            out["x_adv"] = self.x_adv
+        return {k: v.detach().cpu().contiguous() for k, v in out.items()}
+
+    @classmethod
+    def of(cls, t: dict[str, torch.Tensor], device: torch.device) -> "CascadeState":
+        b = {k: t[k].to(device).bool() for k in ("clean", "nonfinite", "robust")}
+        x_adv = t.get("x_adv")
+        return cls(b["clean"], b["nonfinite"], t["attacked"].to(device), b["robust"],
+                   None if x_adv is None else x_adv.to(device), t.get("ids"))
+
+
 @register_suite
 class AutoAttackSuite(AttackSuite):
+    """AutoAttack as one unit per (member, chunk): member k attacks, on its chunk, the points still robust after
+    members 0 … k − 1, read from the state the previous unit left (in memory, and in ``OUT/adversarial/<key>/
+    cascade/`` so that a resumed run reads it back; replayed when missing). The robust accuracy and each image's
+    outcome are those of :class:`~robustvit.attacks.autoattack.AutoAttack` run in one go with the chunk's seed;
+    a kill loses at most the running member on one chunk. ``individual=1`` adds one unit per member alone."""
+
     name = "autoattack"
     smoke = {"steps": 2, "n_queries": 3, "checks": 0}
     demo = (("autoattack:eps=4/255:limit=50:steps=20:n_queries=200:n_target_classes=3",),
@@ -512,17 +632,125 @@ class AutoAttackSuite(AttackSuite):
                                                       "apgd_ce+square")
     # A reduced AutoAttack on a subset (the report says so): the full budget costs ~10 s per image on 2 CPU cores.
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._states: dict[int, tuple[int, CascadeState]] = {}   # chunk start → (member, state after it)
+
     def attack_for(self, ctx: EvalContext, model: nn.Module, seed: int) -> Attack:
         kw = self.resolved(ctx)[0]
         if self.opts.attacks:
             kw["version"] = "custom"
         return create_attack("autoattack", model, seed=seed, **kw, **self.fixed)
 
-    def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
-        report = atk.last_report   # type: ignore[attr-defined]
-        return {key: {k: int(round(v * n_attacked)) for k, v in report[key].items()}
-                for key in ("per_attack", "individual") if key in report}
+    # ---- units: one per (member, chunk), and per (member alone, chunk) with individual=1 ----------------------
+    def members(self, ctx: EvalContext) -> list[str]:
+        """The members that run on the data's classes, in cascade order (AutoAttack's own list)."""
+        return [name for name, _ in self.attack_for(ctx, ctx.model, 0).schedule(ctx.num_classes)]  # type: ignore[attr-defined]
 
+    def parts(self, ctx: EvalContext) -> list[str]:
+        names = self.members(ctx)
+        cascade = [f"{k}:{n}" for k, n in enumerate(names)] or ["0:none"]
+        alone = [f"individual:{n}" for n in names] if self.opts.individual else []
+        return cascade + alone + (["checks"] if self.opts.checks and self.check_kinds else [])
+
+    def cascade_seed(self, ctx: EvalContext, batch: Batch) -> int:
+        """The chunk's AutoAttack seed, the same for all its member units: from (run seed, suite key, chunk)."""
+        return derive_seed(ctx.seed, self.key, "cascade", int(batch.index.min())) % (2**31 - 1)
+
+    def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
+        if part == "checks":
+            return super().run(ctx, part, batch)
+        t0 = time.perf_counter()
+        aa = self.attack_for(ctx, ctx.model, self.cascade_seed(ctx, batch))
+        names = self.members(ctx)
+        if part.startswith("individual:"):
+            return self._alone(ctx, batch, aa, names.index(part.split(":", 1)[1]), t0)
+        k = int(part.split(":", 1)[0]) if names else -1
+        st = self.state(ctx, batch, aa, k)
+        robust = torch.zeros_like(st.clean)
+        robust[st.attacked] = st.robust
+        out: dict[str, Any] = {"n": int(st.clean.numel()), "clean": int(st.clean.sum()),
+                               "nonfinite": int(st.nonfinite.sum())}
+        if k == len(names) - 1 or not names:    # the last member: the chunk's result
+            self._states.pop(int(batch.index.min()), None)
+            robust = recheck_fp32(ctx.model, robust, batch.x, batch.x, batch.y)   # robust points keep x_adv = x
+            x_adv = batch.x.clone()
+            if st.x_adv is not None:
+                x_adv[st.attacked] = st.x_adv
+            out["saved"] = self.maybe_save(ctx, batch, batch.x, x_adv, st.clean)
+            self.save_chunk(ctx, batch, x_adv)
+        out["robust"] = int(robust.sum())
+        out["seconds"] = time.perf_counter() - t0
+        return out
+
+    def keeps_examples(self, batch: Batch) -> bool:
+        """Whether the chunk's examples are kept between members: ``save=all``, or ``save=N`` reaching it."""
+        save = self.opts.save
+        return save == "all" or (isinstance(save, int) and int(batch.index.min()) < save)
+
+    def state(self, ctx: EvalContext, batch: Batch, aa: Attack, k: int) -> CascadeState:
+        """The chunk's cascade after member ``k`` (−1: before any): from memory, else from the unit's file, else
+        computed from the state after member k − 1 (and stored in both)."""
+        start = int(batch.index.min())
+        held = self._states.get(start)
+        if held is not None and held[0] == k:
+            return held[1]
+        path = self.cascade_file(ctx, start, k)
+        st = self.read_state(path, batch)
+        if st is not None:
+            pass
+        elif k < 0:
+            with torch.no_grad():
+                logits = ctx.model(batch.x)
+            clean = correct(logits, batch.y)
+            attacked = clean.nonzero().squeeze(1)
+            xs = batch.x[attacked]
+            robust = aa.correct_mask(xs, batch.y[attacked])   # type: ignore[attr-defined]
+            return CascadeState(clean, nonfinite_rows(logits), attacked, robust,
+                                xs.clone() if self.keeps_examples(batch) else None, batch.ids.long().cpu())
+        else:
+            prev = self.state(ctx, batch, aa, k - 1)
+            name, member = aa.schedule(ctx.num_classes)[k]   # type: ignore[attr-defined]
+            x_adv = prev.x_adv.clone() if prev.x_adv is not None else batch.x[prev.attacked].clone()
+            atk = aa.member_attack(member, ctx.num_classes)  # type: ignore[attr-defined]
+            with attack_memory(ctx.model, atk, ctx.num_classes):
+                robust = aa.run_member(atk, batch.x[prev.attacked], batch.y[prev.attacked],   # type: ignore[attr-defined]
+                                       prev.robust, x_adv)
+            st = dataclasses.replace(prev, robust=robust, x_adv=x_adv if prev.x_adv is not None else None)
+            if path is not None:
+                from safetensors.torch import save
+
+                write_bytes(path, save(st.tensors()), durable=False)
+        self._states[start] = (k, st)
+        return st
+
+    @staticmethod
+    def read_state(path: Path | None, batch: Batch) -> CascadeState | None:
+        """The state a unit left in ``path``, when it holds this chunk's images (else None)."""
+        if path is None or not path.is_file():
+            return None
+        from safetensors.torch import load_file
+
+        st = CascadeState.of(load_file(str(path)), batch.x.device)
+        return st if st.ids is not None and torch.equal(st.ids, batch.ids.long().cpu()) else None
+
+    def cascade_file(self, ctx: EvalContext, start: int, k: int) -> Path | None:
+        """Where the chunk's state after member ``k`` is kept for a resumed run (None: no output folder)."""
+        if ctx.out_dir is None or k < 0:
+            return None
+        return self.save_dir(ctx) / "cascade" / f"{start:09d}-{k}.safetensors"
+
+    def _alone(self, ctx: EvalContext, batch: Batch, aa: Attack, k: int, t0: float) -> dict[str, Any]:
+        """``individual``: member ``k`` alone on every point the cascade starts from (same seed)."""
+        base = self.state(ctx, batch, aa, -1)
+        name, member = aa.schedule(ctx.num_classes)[k]   # type: ignore[attr-defined]
+        atk = aa.member_attack(member, ctx.num_classes)  # type: ignore[attr-defined]
+        xs, ys = batch.x[base.attacked], batch.y[base.attacked]
+        with attack_memory(ctx.model, atk, ctx.num_classes):
+            robust = aa.run_member(atk, xs, ys, base.robust, xs.clone())   # type: ignore[attr-defined]
+        return {"individual": {name: int(robust.sum())}, "seconds_individual": time.perf_counter() - t0}
+
+    # ---- result ---------------------------------------------------------------------------------
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
         out = super().settings(ctx)
         atk = self.attack_for(ctx, ctx.model, 0)
@@ -533,11 +761,34 @@ class AutoAttackSuite(AttackSuite):
             out["overrides"] = overrides
         return out
 
+    def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The member units summed into the cascade's statistics (``per_attack``: robust after each member)."""
+        cascade = [p for p in stats if p[:1].isdigit()]
+        cascade.sort(key=lambda p: int(p.split(":", 1)[0]))
+        first, last = (stats[cascade[0]], stats[cascade[-1]]) if cascade else ({}, {})
+        s = {k: first.get(k, 0) for k in ("n", "clean", "nonfinite")}
+        s.update(robust=last.get("robust", 0), saved=last.get("saved", 0),
+                 attack_seconds=sum(stats[p].get("seconds", 0.0) for p in cascade),
+                 per_attack={p.split(":", 1)[1]: stats[p].get("robust", 0) for p in cascade if not p.endswith(":none")},
+                 member_seconds={p.split(":", 1)[1]: round(stats[p].get("seconds", 0.0), 3) for p in cascade})
+        alone = [p for p in stats if p.startswith("individual:")]
+        if alone:
+            s["individual"] = {p.split(":", 1)[1]: stats[p]["individual"][p.split(":", 1)[1]] for p in alone}
+        res = super().finalize(ctx, {"all": s, **({"checks": stats["checks"]} if "checks" in stats else {})})
+        skipped: dict[str, str] = {}
+        self.attack_for(ctx, ctx.model, 0).schedule(ctx.num_classes, skipped)   # type: ignore[attr-defined]
+        if skipped:
+            res["skipped_members"] = skipped
+        if ctx.out_dir is not None:   # every unit is stored: the states kept for a resume are not needed any more
+            shutil.rmtree(self.save_dir(ctx) / "cascade", ignore_errors=True)
+        return res
+
     def extra_results(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, Any]:
         n = max(s.get("n", 0), 1)
         counts = s.get("per_attack", {})
         misclassified = s.get("n", 0) - s.get("clean", 0)
-        out = {"per_attack": {k: v / n for k, v in counts.items()}, "clean_misclassified": misclassified}
+        out = {"per_attack": {k: v / n for k, v in counts.items()}, "clean_misclassified": misclassified,
+               "member_seconds": s.get("member_seconds", {})}
         if "individual" in s:   # each member alone on every clean-correct point, beside the cascade
             out["individual"] = {k: v / n for k, v in s["individual"].items()}
         return out
