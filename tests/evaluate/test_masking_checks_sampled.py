@@ -51,7 +51,7 @@ def test_default_checks_are_a_sample_sized_to_the_attack_with_their_cost_recorde
     assert cost["mode"] == "auto" and cost["every"] == every == 24
     assert cost["images"] == 2 * math.ceil(24 / every) == 2                  # ranks 0, k, 2k … of each chunk
     assert cost["seconds"] > 0 and cost["attack_seconds"] > 0
-    assert cost["fraction_of_attack"] == pytest.approx(cost["seconds"] / cost["attack_seconds"], abs=2e-3)
+    assert cost["fraction_of_attack"] == pytest.approx(cost["seconds"] / cost["attack_seconds"], rel=0.2, abs=0.01)
     assert res["flags"]["more_steps"]["detail"]["images"] == 2 and res["flags"]["more_steps"]["detail"]["steps"] == [4, 8]
     assert not any(f["flag"] for f in res["flags"].values())
     full = run("pgd:eps=8/255:steps=4:check_queries=30:checks=all", Net(), tmp_path)
