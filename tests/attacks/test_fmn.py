@@ -61,11 +61,7 @@ def test_linear_model_distance_is_the_closed_form(linear_case, norm, dual):
     assert ((ratio[found] - 1).abs() < 1e-3).all(), ratio
 
 
-def _tiny_and_batch(make_images):
-    torch.manual_seed(0)
-    from conftest import TinyNet  # tests/attacks/conftest.py
-
-    model = TinyNet().eval()
+def _tiny_and_batch(model, make_images):
     x = make_images(12, seed=2)
     with torch.no_grad():
         y = model(x).argmax(1)
@@ -74,8 +70,8 @@ def _tiny_and_batch(make_images):
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2", "l1"])
-def test_found_points_are_adversarial_with_the_recorded_norms(make_images, norm):
-    model, x, y = _tiny_and_batch(make_images)
+def test_found_points_are_adversarial_with_the_recorded_norms(tiny_model, make_images, norm):
+    model, x, y = _tiny_and_batch(tiny_model, make_images)
     eps = {"linf": 2 / 255, "l2": 0.1, "l1": 1.0}[norm]
     atk = create_attack("fmn", model, norm=norm, steps=30, eps=eps)
     x_out = atk(x, y)
@@ -96,8 +92,8 @@ def test_found_points_are_adversarial_with_the_recorded_norms(make_images, norm)
     assert (lp_norm(x_out - x, norm) <= eps + 1e-6).all()
 
 
-def test_targeted_reaches_the_target_with_a_small_perturbation(make_images):
-    model, x, y = _tiny_and_batch(make_images)
+def test_targeted_reaches_the_target_with_a_small_perturbation(tiny_model, make_images):
+    model, x, y = _tiny_and_batch(tiny_model, make_images)
     target = (y + 3) % 10
     atk = create_attack("fmn", model, norm="l2", steps=50, targeted=True)
     atk(x, target)
@@ -152,3 +148,27 @@ def test_bad_options_are_one_line_errors():
         create_attack("fmn", nn.Linear(1, 2), norm="l0")
     with pytest.raises(RobustvitError, match="gamma_init"):
         create_attack("fmn", nn.Linear(1, 2), gamma_init=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("norm", ["linf", "l2", "l1"])
+def test_cuda_finds_what_the_cpu_finds(tiny_model, make_images, norm):
+    """On CUDA the found points are adversarial, lie on the device, and their distances match the CPU's (up to
+    the rounding of cuDNN's kernels)."""
+    import copy
+
+    model, x, y = _tiny_and_batch(tiny_model, make_images)
+    cpu = create_attack("fmn", model, norm=norm, steps=30)
+    cpu(x, y)
+    gpu_model = copy.deepcopy(model).cuda()
+    gpu = create_attack("fmn", gpu_model, norm=norm, steps=30)
+    out = gpu(x.cuda(), y.cuda())
+    d, best = gpu.last_distance, gpu.last_adversarial
+    assert out.is_cuda and d.is_cuda and best.is_cuda
+    found = torch.isfinite(d)
+    with torch.no_grad():
+        assert not (gpu_model(best[found]).argmax(1) == y.cuda()[found]).any()
+    assert torch.allclose(lp_norm(best - x.cuda(), norm)[found], d[found], atol=1e-6)
+    d, c = d.cpu(), cpu.last_distance
+    both = torch.isfinite(d) & torch.isfinite(c) & (c > 0)
+    assert both.sum() >= 7 and ((d[both] / c[both] - 1).abs() < 0.05).float().mean() >= 0.8

@@ -165,3 +165,18 @@ def test_report_draws_the_curve_and_the_fixed_eps_points(run):
     point = next(ln for ln in ax.get_lines() if ln.get_label().endswith("· pgd"))
     assert list(point.get_xdata()) == [pytest.approx(1.0)]        # ε = 1/255 on the grey-level axis
     assert "0.75" in section.markdown and "min-norm" in section.markdown
+
+
+@pytest.mark.gpu
+def test_the_suite_on_cuda_gives_the_cpu_curve(run, sharp_vit_checkpoint):
+    """``--device cuda``: the same images, the same misclassified ones at distance 0, distances within 5 %."""
+    doc, _, _, _, out = run
+    cfg = EvalConfig(models=[sharp_vit_checkpoint], data=f"npz:{out / 'data.npz'}", suites=[FMN_KEY],
+                     out=str(out / "cuda"), batch_size=16, device="cuda", progress=False)
+    gpu = next(iter(run_eval(cfg).values()))["suites"][FMN_KEY]
+    cpu = doc["suites"][FMN_KEY]
+    assert gpu["clean_accuracy"] == cpu["clean_accuracy"] and gpu["curve"][0] == cpu["curve"][0]
+    pairs = [(g["distance"], c["distance"]) for g, c in zip(gpu["per_image"], cpu["per_image"])]
+    assert all((g == 0) == (c == 0) for g, c in pairs)
+    close = [abs(g / c - 1) < 0.05 for g, c in pairs if g and c]
+    assert len(close) >= 12 and sum(close) >= 0.8 * len(close)
