@@ -16,6 +16,10 @@ logger) no longer builds on Python 3.11, so install adv-lib alone; this script s
 
     .venv/bin/pip install --no-deps adv-lib==0.2.8
     .venv/bin/python benchmarks/fmn_agreement.py --data ../shared/data/cifar10-jpg.tar.gz --out fmn.md
+
+``--figure DIR`` instead evaluates the same model with ``robustvit.evaluate`` on the first ``--figure-n`` test
+images — ``min_norm`` (L∞, L2) beside PGD and APGD-CE at fixed ε — and writes the report to ``DIR/report`` (its
+``figures/min_norm*.png`` are docs/attacks.md's figures).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
 import types
@@ -72,9 +77,15 @@ def distances_ref(fmn, model, x, y, norm, steps, bs):
     return torch.cat(out), time.perf_counter() - t0
 
 
-def compare(model, x, y, norm, steps, bs, fmn) -> dict:
-    ours, t_ours = distances_ours(model, x, y, norm, steps, bs)
-    ref, t_ref = distances_ref(fmn, model, x, y, norm, steps, bs)
+def compare(model, x, y, norm, steps, bs, fmn, repeat: int = 1) -> dict:
+    """Distances from the first run of each; seconds: the median of ``repeat`` runs, the two alternating."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeat):
+        ours, t = distances_ours(model, x, y, norm, steps, bs)
+        times[0].append(t)
+        ref, t = distances_ref(fmn, model, x, y, norm, steps, bs)
+        times[1].append(t)
+    t_ours, t_ref = statistics.median(times[0]), statistics.median(times[1])
     correct = (ours > 0) | (ref > 0)
     o, r = ours[correct].tolist(), ref[correct].tolist()
     same = sum((a == b) or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-3 * b) for a, b in zip(o, r))
@@ -92,7 +103,7 @@ def eps_text(norm: str, e: float) -> str:
 
 def to_markdown(meta: dict, rows: list[dict]) -> str:
     lines = [f"{meta['model']} on {meta['n']} {meta['data']} test images (clean {meta['clean']:.1%}); FMN "
-             f"{meta['steps']} steps; torch {meta['torch']}, {meta['threads']} threads, {meta['device']}.", "",
+             f"{meta['steps']} steps; seconds: median of {meta['repeat']} alternating runs; torch {meta['torch']}, {meta['threads']} threads, {meta['device']}.", "",
              "| norm | median distance robustvit | adv_lib 0.2.8 | robust accuracy at ε (robustvit / adv_lib) | "
              "distances within 0.1 % | not found | seconds robustvit / adv_lib | pass |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -104,6 +115,27 @@ def to_markdown(meta: dict, rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+FIGURE_SUITES = ("min_norm", "min_norm:norm=l2", *(f"pgd:eps={e}/255:checks=0" for e in (1, 2, 4)),
+                 "apgd:eps=2/255:checks=0", *(f"pgd:norm=l2:eps={e}:checks=0" for e in (0.1, 0.25, 0.5)))
+
+
+def figure(model, x, y, out: Path, device: torch.device) -> Path:
+    """The report of ``min_norm`` and fixed-ε suites on (x, y): the docs' figure."""
+    import numpy as np
+
+    import robustvit
+    from robustvit.report.builder import load_results, write_report
+
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez(out / "data.npz", x=(x * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy(), y=y.cpu().numpy(),
+             classes=np.arange(10).astype(str))
+    robustvit.evaluate(model, data=f"npz:{out / 'data.npz'}", suites=list(FIGURE_SUITES), out=out / "run",
+                       mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), name="SmallCNN", input_size=32, num_classes=10,
+                       device=str(device), progress=True)
+    write_report(load_results([out / "run"]), out / "report")
+    return out / "report"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default=str(DEFAULT_DATA), help="cifar10-jpg.tar.gz, or 'synthetic'")
@@ -113,28 +145,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=int, default=16)
     p.add_argument("--n", type=int, default=500, help="test images attacked")
     p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--repeat", type=int, default=1, help="runs of each (alternating); the median time is reported")
     p.add_argument("--norms", default="linf,l2,l1")
     p.add_argument("--bs", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None, help="write a .json or .md summary")
+    p.add_argument("--figure", default=None, help="instead: the min_norm report of the model in this folder")
+    p.add_argument("--figure-n", type=int, default=200, help="test images of --figure")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    splits, data_name = load_data(args.data, args.train_n, max(args.n, args.figure_n, 10), args.seed)
+    if args.figure:
+        model = get_model(args, splits, data_name, device)
+        n = args.figure_n
+        print(figure(model, splits["test"][0][:n].float().div(255), splits["test"][1][:n], Path(args.figure), device))
+        return 0
     fmn = reference_fmn()
-    splits, data_name = load_data(args.data, args.train_n, max(args.n, 10), args.seed)
     model = get_model(args, splits, data_name, device)
     x = splits["test"][0][: args.n].float().div(255).to(device)
     y = splits["test"][1][: args.n].to(device)
     clean = accuracy(model, x, y)
     rows = []
     for norm in args.norms.split(","):
-        rows.append(compare(model, x, y, norm, args.steps, args.bs, fmn))
+        rows.append(compare(model, x, y, norm, args.steps, args.bs, fmn, args.repeat))
         print(json.dumps(rows[-1]), flush=True)
     meta = {"model": f"SmallCNN width {args.width} (benchmarks/attack_agreement.py)", "data": data_name, "n": len(y),
-            "clean": clean, "steps": args.steps, "device": str(device), "torch": torch.__version__,
+            "clean": clean, "steps": args.steps, "repeat": args.repeat, "device": str(device), "torch": torch.__version__,
             "threads": torch.get_num_threads()}
     md = to_markdown(meta, rows)
     print("\n" + md)
