@@ -147,6 +147,9 @@ def test_bad_options_are_one_line_errors():
         create_suite("min_norm:eps=1/255")
     with pytest.raises(RobustvitError, match="attack"):
         create_suite("min_norm:attack=pgd")
+    with pytest.raises(RobustvitError, match="linf or l2"):
+        create_suite("min_norm:attack=fab:norm=l1")
+    assert create_suite("min_norm:norm=L1").opts.norm == "L1"     # the spellings canonical_norm knows
 
 
 def test_report_draws_the_curve_and_the_fixed_eps_points(run):

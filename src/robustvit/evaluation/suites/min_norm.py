@@ -104,6 +104,10 @@ class MinNorm(Suite):
         if extra:
             raise RobustvitError(f"suite min_norm: {extra[0]}= applies to attack=fab only (FMN needs no ε and "
                                  "has no restarts)")
+        norms = get_attack_class(self.opts.attack).norms
+        if self.opts.norm is not None and canonical_norm(self.opts.norm) not in norms:
+            raise RobustvitError(f"suite min_norm: attack {self.opts.attack} takes norm={' or '.join(norms)}, "
+                                 f"not {self.opts.norm!r}")
 
     def attack_for(self, ctx: EvalContext, seed: int) -> Attack:
         cls = get_attack_class(self.opts.attack)
