@@ -22,8 +22,9 @@ Protocols (conditions in :data:`PROTOCOLS`):
   arXiv:2204.12451: imagecorruptions at native resolution, 16 corruptions × 5 severities), AFAT's patch occlusion
   (noise drawn in the model's normalised input space, as RSPC's code), the spatial grid of Engstrom et al. 2019
   (arXiv:1712.02779), randomized-smoothing certification (Cohen et al. 2019, arXiv:1902.02918: n = 100,000,
-  n0 = 100, α = 0.001), and the analyses' paper settings (:data:`ANALYSIS_PROTOCOLS`, checked against the
-  settings each analysis records).
+  n0 = 100, α = 0.001), robust accuracy against ε from minimum-norm distances (``min-norm``: Pintor et al. 2021,
+  arXiv:2102.12827; a label, not a benchmark: comparable with runs of the same attack, norm and steps), and the
+  analyses' paper settings (:data:`ANALYSIS_PROTOCOLS`, checked against the settings each analysis records).
 
 The run-level ``notes`` (the run's sample of the data, a suite's own sample, random weights, an analysis run's
 deviations: :func:`run_deviations`) and the ``comparable`` of an exported data set (:func:`sample_entry`) are
@@ -102,6 +103,8 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("afat-occlusion", "AFAT; RSPC (Guo et al. 2023, arXiv:2301.13096) code", {"noise_space": "normalized"}),
     Protocol("spatial-grid", "Engstrom et al. 2019, arXiv:1712.02779", {"transforms": 5 * 5 * 31}),
     Protocol("randomized-smoothing", "Cohen et al. 2019, arXiv:1902.02918", {"n": 100_000, "n0": 100, "alpha": 0.001}),
+    Protocol("min-norm", "Pintor et al. 2021 (FMN), arXiv:2102.12827: robust accuracy against ε from minimum-norm "
+             "distances; not a RobustBench number", {"attacks": ("fmn", "fab")}),
 )}
 #: Suites whose number has no published benchmark: measured as recorded, comparable with runs of the same settings.
 NO_PROTOCOL = "none"
@@ -342,10 +345,20 @@ def _certify(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str
     return "randomized-smoothing", dev
 
 
+def _min_norm(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    """The ``min_norm`` curve: labelled with its own protocol (an attack's upper bound on robust accuracy at every ε,
+    comparable with runs of the same attack, norm and steps; no RobustBench leaderboard ranks it)."""
+    attack = result.get("attack")
+    if attack not in PROTOCOLS["min-norm"].conditions["attacks"]:
+        return "min-norm", [f"unknown minimum-norm attack {attack!r} (not recorded)"]
+    return "min-norm", []
+
+
 CHECKERS: dict[str, Checker] = {
     "autoattack": _autoattack, "spatial": _spatial, "corruptions": _corruptions, "perturbations": _perturbations,
     "patch_occlusion": _occlusion, "shape_bias": _named("cue-conflict"), "certify": _certify,
     "transfer": _transfer, **{n: _attack for n in ("pgd", "apgd", "fgsm", "patch_fool")},
+    "fmn": _attack, "min_norm": _min_norm,
     **{n: _named(n.replace("_", "-")) for n in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},
 }
 

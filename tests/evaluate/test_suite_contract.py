@@ -33,6 +33,7 @@ SPECS: dict[str, str] = {
     "apgd_t": "apgd_t:steps=2:n_target_classes=2:checks=0", "fab": "fab:steps=2:restarts=1:checks=0",
     "fab_t": "fab_t:steps=2:n_target_classes=2:checks=0", "square": "square:n_queries=5:checks=0",
     "targeted_pgd": "targeted_pgd:steps=2:checks=0",
+    "fmn": "fmn:steps=2:checks=0", "min_norm": "min_norm:steps=2",
     "autoattack": "autoattack:steps=2:n_queries=3:n_target_classes=2:checks=0",
     "spatial": "spatial:translations=2:rotations=2:checks=0",
     "patch_fool": "patch_fool:steps=2:checks=0",
