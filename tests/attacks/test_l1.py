@@ -13,6 +13,7 @@ from robustvit.attacks import create_attack
 from robustvit.attacks.apgd import sparse_direction
 from robustvit.attacks.base import canonical_norm, lp_norm, project_l1_box
 from robustvit.attacks.fab import project_hyperplane_box
+from robustvit.attacks.square import meta_pattern
 from robustvit.errors import RobustvitError
 from robustvit.protocols import assess
 
@@ -193,6 +194,24 @@ def test_norm_spellings_and_refusals(tiny_model):
         create_attack("pgd", tiny_model, norm="l1")
     with pytest.raises(RobustvitError, match="use_largereps"):
         create_attack("apgd_ce", tiny_model, norm="linf", use_largereps=True)
+
+
+def _rectangles_loop(rows: int, cols: int) -> torch.Tensor:
+    """Square-L1's half pattern as the reference builds it: rectangles of side 2k+1 around the centre, each adding
+    1/(k+1)⁴, then L1-normalised."""
+    out = torch.zeros(rows, cols, dtype=torch.float64)
+    r0, c0 = rows // 2, cols // 2
+    for k in range(max(rows // 2, cols // 2) + 1):
+        out[max(r0 - k, 0):min(r0 + k + 1, rows), max(c0 - k, 0):min(c0 + k + 1, cols)] += 1 / (k + 1) ** 4
+    return out / out.sum()
+
+
+@pytest.mark.parametrize("s", [3, 5, 6, 9])
+def test_square_l1_pattern_is_the_references(s):
+    ref = torch.cat((_rectangles_loop(s // 2, s), -_rectangles_loop(s - s // 2, s)), 0)
+    ref = ref / ref.abs().sum()
+    pat = meta_pattern(s, "l1")
+    assert torch.allclose(pat, ref) and pat.abs().sum() == pytest.approx(1.0)
 
 
 # ---- AutoAttack's L1 standard version -------------------------------------------------------------------
