@@ -76,8 +76,8 @@ def project_l1_box(x: torch.Tensor, delta: torch.Tensor, eps: float | torch.Tens
     direction of ``sign(δ_i)``, with λ = 0 if the box-clipped δ lies in the ball, else the λ > 0 where
     ‖d‖₁ = ε. ‖d(λ)‖₁ is piecewise linear and non-increasing in λ, with breakpoints ``max(|δ_i| − r_i, 0)`` (the
     coordinate leaves the box face) and ``|δ_i|`` (it reaches 0): one sort of the 2d breakpoints and cumulative
-    sums give ‖d‖₁ at each, hence the segment holding ε and λ on it in closed form. A last rescaling absorbs
-    rounding, so ‖d‖₁ ≤ ε holds exactly.
+    sums give ‖d‖₁ at each, hence the segment holding ε and λ on it in closed form. A last rescaling absorbs the
+    rounding of those sums, so ‖d‖₁ ≤ ε holds up to the rounding of the final sum (computed in ``delta``'s dtype).
 
     Args:
         x: the centres in [0, 1], (N, …).
@@ -98,14 +98,14 @@ def project_l1_box(x: torch.Tensor, delta: torch.Tensor, eps: float | torch.Tens
     a = d.abs()
     room = torch.where(d >= 0, 1 - xf, xf).clamp_min(0)
     clipped = torch.minimum(a, room)
-    phi0 = clipped.double().sum(1)                                        # ‖d(0)‖₁: the box clip
+    phi0 = clipped.sum(1)                                                 # ‖d(0)‖₁: the box clip
     pts, order = torch.cat(((a - room).clamp_min(0), a), 1).sort(1)
     slope = torch.cat((torch.ones_like(a), -torch.ones_like(a)), 1).gather(1, order).cumsum(1)
-    drop = (slope[:, :-1] * (pts[:, 1:] - pts[:, :-1])).double().cumsum(1)
+    drop = (slope[:, :-1] * (pts[:, 1:] - pts[:, :-1])).cumsum(1)
     phi = torch.cat((phi0[:, None], phi0[:, None] - drop), 1)             # ‖d‖₁ at each breakpoint, non-increasing
-    j = ((phi > e.double()[:, None]).sum(1, keepdim=True) - 1).clamp(0, pts.shape[1] - 1)
-    lam = pts.gather(1, j).double() + (phi.gather(1, j) - e.double()[:, None]) / slope.gather(1, j).clamp_min(1)
-    lam = torch.where(phi0[:, None] > e.double()[:, None], lam, torch.zeros_like(lam)).to(d.dtype)
+    j = ((phi > e[:, None]).sum(1, keepdim=True) - 1).clamp(0, pts.shape[1] - 1)
+    lam = pts.gather(1, j) + (phi.gather(1, j) - e[:, None]) / slope.gather(1, j).clamp_min(1)
+    lam = torch.where(phi0[:, None] > e[:, None], lam, torch.zeros_like(lam))
     out = torch.sign(d) * torch.minimum((a - lam).clamp_min(0), room)
     norm = out.abs().sum(1, keepdim=True)
     out = out * torch.where(norm > e[:, None], e[:, None] / norm.clamp_min(1e-30), torch.ones_like(norm))
