@@ -51,6 +51,8 @@ if str(ROOT / "src") not in sys.path:
 from robustvit.attacks import create_attack, list_attacks  # noqa: E402
 from robustvit.utils import parse_eps  # noqa: E402
 
+#: Time runs by the process's CPU time instead of the wall clock (``--cpu-time``).
+CPU_TIME = False
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "cifar10-jpg.tar.gz"
 CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -172,12 +174,14 @@ def get_model(args: argparse.Namespace, splits: dict, data_name: str, device: to
 # ---- runners ------------------------------------------------------------------------------------------
 def batched(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor,
             bs: int) -> tuple[torch.Tensor, float]:
-    """Run ``fn`` over batches; returns (adversarial images, seconds)."""
-    t0 = time.perf_counter()
+    """Run ``fn`` over batches; returns (adversarial images, seconds: wall clock, or with ``CPU_TIME`` set the
+    process's CPU time, which a loaded machine does not inflate when the run uses one thread)."""
+    clock = time.process_time if CPU_TIME else time.perf_counter
+    t0 = clock()
     outs = [fn(x[i:i + bs], y[i:i + bs]) for i in range(0, len(y), bs)]
     if x.device.type == "cuda":
         torch.cuda.synchronize()
-    return torch.cat(outs), time.perf_counter() - t0
+    return torch.cat(outs), clock() - t0
 
 
 @torch.no_grad()
@@ -362,7 +366,7 @@ def compare(model: nn.Module, x: torch.Tensor, y: torch.Tensor, args: argparse.N
 def to_markdown(meta: dict, rows: list[dict]) -> str:
     lines = [f"Model: {meta['model']}, clean accuracy {meta['clean']:.2%} on {meta['n']} {meta['data']} test images; "
              f"{meta.get('norm', 'L∞')} ε = {meta['eps']}; seed {meta['seed']}; device {meta['device']}; "
-             f"torch {meta['torch']}; {meta['threads']} thread(s).", "",
+             f"torch {meta['torch']}; {meta['threads']} thread(s); times: {meta['clock']}.", "",
              "| attack | reference | robustvit | reference | Δ (points) | criterion | result | time robustvit / ref |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -387,11 +391,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attacks", default="", help="comma-separated subset (prefixes), e.g. fgsm,pgd,apgd-ce")
     p.add_argument("--autoattack-path", default=None, help="folder holding the original 'autoattack' package")
     p.add_argument("--pyautoattack", action="store_true", help="L1: the reference is the pyautoattack package")
+    p.add_argument("--cpu-time", action="store_true", help="time by the process's CPU time (with --threads 1: "
+                                                           "robust to other work on a shared machine)")
     p.add_argument("--norm", choices=("linf", "l1"), default="linf", help="threat model compared (l1: the L1 rows)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None, help="write a .json or .md summary")
     args = p.parse_args(argv)
+    global CPU_TIME
+    CPU_TIME = args.cpu_time
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -403,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[model] clean accuracy {clean:.2%} on {len(y)} {data_name} test images", flush=True)
     rows = compare(model, x, y, args, device)
     meta = {"model": f"SmallCNN width {args.width} (benchmarks/attack_agreement.py)", "data": data_name, "n": len(y), "clean": clean,
-            "eps": args.eps, "norm": {"linf": "L∞", "l1": "L1"}[args.norm], "seed": args.seed, "device": str(device), "torch": torch.__version__,
+            "eps": args.eps, "norm": {"linf": "L∞", "l1": "L1"}[args.norm], "seed": args.seed,
+            "clock": "process CPU time" if args.cpu_time else "wall clock", "device": str(device), "torch": torch.__version__,
             "threads": torch.get_num_threads()}
     md = to_markdown(meta, rows)
     print("\n" + md)
