@@ -234,7 +234,7 @@ def reference_l1_runners(model: nn.Module, eps: float, seed: int, device: torch.
             aa = AutoAttack(model, norm="L1", eps=eps, version="standard", seed=seed, device=dev, verbose=False)
             return aa.run_standard_evaluation(x, y, bs=len(y))
         aa = AutoAttack(model, norm="L1", eps=eps, version="standard", seed=seed, device=dev)
-        return aa.run_standard_evaluation(x, y, batch_size=len(y))
+        return aa.run_standard_evaluation(x, y, batch_size=len(y))[0]     # pyautoattack: (x_adv, y_adv)
 
     return {"apgd-ce": lambda x, y: apgd.perturb(x, y), "apgd-t": lambda x, y: apgdt.perturb(x, y),
             "autoattack": ensemble}
