@@ -8,6 +8,12 @@ same images, and checks:
 * PGD-10 from the same (zero) start: robust accuracy within 0.2 points (random-start rows: information);
 * APGD-CE, APGD-T, AutoAttack: robustvit at most 0.5 points *above* the reference (lower = stronger, fine).
 
+``--norm l1`` compares the L1 attacks with the original's L1 code (Croce & Hein 2021, "Mind the box"): APGD-CE
+(APGD-L1, 100 steps, 1 restart), APGD-T (5 targets, the 3ε → 2ε → ε schedule) and AutoAttack's L1 ``standard``
+version; criteria: robust accuracy at most the reference's (Δ ≤ 0) and time at most 1.1× the reference's. The
+reference is ``--autoattack-path`` (a checkout of fra31/auto-attack) or, with ``--pyautoattack``, the
+``pyautoattack`` package (PyPI: the original code, packaged).
+
 The model: a small CNN (normalisation inside) trained in this script on CIFAR-10 images read straight
 from ``--data`` (a CIFAR-10 JPEG tarball ``cifar10-jpg.tar.gz``; nothing is extracted into the repository),
 or on the embedded synthshapes data when that file is absent; cached at ``--checkpoint``. torchattacks
@@ -18,6 +24,8 @@ compared with the original code.
     .venv/bin/pip install torchattacks        # bench-only dependency
     git --git-dir=<mirror of fra31/auto-attack> worktree add /tmp/autoattack   # or git archive
     .venv/bin/python benchmarks/attack_agreement.py --autoattack-path /tmp/autoattack --out agreement.md
+    .venv/bin/pip install pyautoattack       # bench-only dependency (the L1 rows)
+    .venv/bin/python benchmarks/attack_agreement.py --norm l1 --eps 1.0 --pyautoattack --out agreement-l1.md
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ if str(ROOT / "src") not in sys.path:
 from robustvit.attacks import create_attack, list_attacks  # noqa: E402
 from robustvit.utils import parse_eps  # noqa: E402
 
+#: Time runs by the process's CPU time instead of the wall clock (``--cpu-time``).
+CPU_TIME = False
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "cifar10-jpg.tar.gz"
 CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -164,12 +174,14 @@ def get_model(args: argparse.Namespace, splits: dict, data_name: str, device: to
 # ---- runners ------------------------------------------------------------------------------------------
 def batched(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor,
             bs: int) -> tuple[torch.Tensor, float]:
-    """Run ``fn`` over batches; returns (adversarial images, seconds)."""
-    t0 = time.perf_counter()
+    """Run ``fn`` over batches; returns (adversarial images, seconds: wall clock, or with ``CPU_TIME`` set the
+    process's CPU time, which a loaded machine does not inflate when the run uses one thread)."""
+    clock = time.process_time if CPU_TIME else time.perf_counter
+    t0 = clock()
     outs = [fn(x[i:i + bs], y[i:i + bs]) for i in range(0, len(y), bs)]
     if x.device.type == "cuda":
         torch.cuda.synchronize()
-    return torch.cat(outs), time.perf_counter() - t0
+    return torch.cat(outs), clock() - t0
 
 
 @torch.no_grad()
@@ -191,6 +203,41 @@ def robustvit_runners(model: nn.Module, eps: float, seed: int) -> dict[str, Call
                                           attacks=["apgd-ce", "apgd-t"], seed=seed),
         "autoattack": create_attack("autoattack", model, eps=eps, seed=seed, **aa_kw),
     }
+
+
+def robustvit_l1_runners(model: nn.Module, eps: float, seed: int) -> dict[str, Callable]:
+    return {
+        "apgd-ce": create_attack("apgd-ce", model, norm="l1", eps=eps, steps=100, restarts=1, seed=seed),
+        "apgd-t": create_attack("apgd-t", model, norm="l1", eps=eps, steps=100, restarts=1, n_target_classes=5,
+                                use_largereps=True, seed=seed),
+        "autoattack": create_attack("autoattack", model, norm="l1", eps=eps, version="standard", seed=seed),
+    }
+
+
+def reference_l1_runners(model: nn.Module, eps: float, seed: int, device: torch.device,
+                         path: str | None) -> dict[str, Callable]:
+    """The original code's L1 attacks: a fra31/auto-attack checkout at ``path``, else the pyautoattack package."""
+    if path:
+        sys.path.insert(0, str(Path(path).resolve()))
+        from autoattack import AutoAttack
+        from autoattack.autopgd_base import APGDAttack, APGDAttack_targeted
+    else:
+        from pyautoattack import AutoAttack
+        from pyautoattack.autopgd_base import APGDAttack, APGDAttack_targeted
+    dev = str(device)
+    apgd = APGDAttack(model, n_iter=100, norm="L1", n_restarts=1, eps=eps, seed=seed, loss="ce", device=dev)
+    apgdt = APGDAttack_targeted(model, n_iter=100, norm="L1", n_restarts=1, eps=eps, seed=seed,
+                                n_target_classes=5, use_largereps=True, device=dev)
+
+    def ensemble(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if path:
+            aa = AutoAttack(model, norm="L1", eps=eps, version="standard", seed=seed, device=dev, verbose=False)
+            return aa.run_standard_evaluation(x, y, bs=len(y))
+        aa = AutoAttack(model, norm="L1", eps=eps, version="standard", seed=seed, device=dev)
+        return aa.run_standard_evaluation(x, y, batch_size=len(y))[0]     # pyautoattack: (x_adv, y_adv)
+
+    return {"apgd-ce": lambda x, y: apgd.perturb(x, y), "apgd-t": lambda x, y: apgdt.perturb(x, y),
+            "autoattack": ensemble}
 
 
 def torchattacks_runners(model: nn.Module, eps: float, seed: int) -> dict[str, Callable]:
@@ -245,9 +292,16 @@ CRITERIA = {"fgsm": "identical", "pgd-10 (zero start)": "|Δ| ≤ 0.2", "pgd-10 
             "apgd-ce": "Δ ≤ +0.5", "apgd-t": "Δ ≤ +0.5", "apgd-ce + apgd-t": "Δ ≤ +0.5", "autoattack": "Δ ≤ +0.5"}
 
 
-def passes(name: str, ours: float, ref: float, max_diff: float | None) -> bool | None:
+#: L1: robust accuracy no higher than the original's and time within 1.1× of it.
+L1_CRITERION = "Δ ≤ 0, time ≤ 1.1×"
+
+
+def passes(name: str, ours: float, ref: float, max_diff: float | None, crit: str | None = None,
+           time_ratio: float | None = None) -> bool | None:
     d = 100 * (ours - ref)
-    crit = CRITERIA[name]
+    crit = crit or CRITERIA[name]
+    if crit == L1_CRITERION:
+        return d <= 0 and time_ratio is not None and time_ratio <= 1.1
     if crit == "identical":
         return max_diff is not None and max_diff <= 1e-6 and ours == ref
     if crit.startswith("|Δ|"):
@@ -260,13 +314,19 @@ def passes(name: str, ours: float, ref: float, max_diff: float | None) -> bool |
 def compare(model: nn.Module, x: torch.Tensor, y: torch.Tensor, args: argparse.Namespace,
             device: torch.device) -> list[dict]:
     eps = parse_eps(args.eps)
-    ours = robustvit_runners(model, eps, args.seed)
+    l1 = args.norm == "l1"
+    ours = robustvit_l1_runners(model, eps, args.seed) if l1 else robustvit_runners(model, eps, args.seed)
     refs: dict[str, dict[str, Callable]] = {}
-    try:
-        refs["torchattacks"] = torchattacks_runners(model, eps, args.seed)
-    except ImportError:
-        print("[ref] torchattacks is not installed (pip install torchattacks): skipping it", flush=True)
-    if args.autoattack_path:
+    if l1:
+        if args.autoattack_path or args.pyautoattack:
+            ref = "original AutoAttack" if args.autoattack_path else "pyautoattack"
+            refs[ref] = reference_l1_runners(model, eps, args.seed, device, args.autoattack_path)
+    else:
+        try:
+            refs["torchattacks"] = torchattacks_runners(model, eps, args.seed)
+        except ImportError:
+            print("[ref] torchattacks is not installed (pip install torchattacks): skipping it", flush=True)
+    if args.autoattack_path and not l1:
         refs["original AutoAttack"] = original_runners(model, eps, args.seed, args.autoattack_path, device)
     rows = []
     wanted = [a.strip() for a in args.attacks.split(",")] if args.attacks else list(ours)
@@ -275,8 +335,9 @@ def compare(model: nn.Module, x: torch.Tensor, y: torch.Tensor, args: argparse.N
             continue
         adv, t = batched(ours[name], x, y, args.bs)
         acc = accuracy(model, adv, y)
-        linf = (adv - x).abs().amax().item() * 255
-        print(f"[robustvit] {name}: {acc:.2%} ({t:.1f} s, max |δ| {linf:.3f}/255)", flush=True)
+        size = (adv - x).flatten(1).abs().sum(1).max().item() if l1 else (adv - x).abs().amax().item() * 255
+        print(f"[robustvit] {name}: {acc:.2%} ({t:.1f} s, max {'‖δ‖₁' if l1 else '|δ|'} {size:.3f}"
+              f"{'' if l1 else '/255'})", flush=True)
         if name == "autoattack":
             print(f"[robustvit] autoattack report: {ours[name].last_report['per_attack']}", flush=True)
         for ref_name, runners in refs.items():
@@ -288,10 +349,14 @@ def compare(model: nn.Module, x: torch.Tensor, y: torch.Tensor, args: argparse.N
             label = name
             if ref_name == "torchattacks" and name == "autoattack":
                 label += " (torchattacks: MultiAttack APGD-CE + APGD-T)"
-            ok = passes(name, acc, racc, max_diff)
+            crit = L1_CRITERION if l1 else CRITERIA[name]
+            ok = passes(name, acc, racc, max_diff, crit, t / max(rt, 1e-9))
+            if l1:
+                rsize = (radv - x).flatten(1).abs().sum(1).max().item()
+                print(f"  reference max ‖δ‖₁ {rsize:.3f}", flush=True)
             rows.append({"attack": label, "reference": ref_name, "robustvit": acc, "reference_acc": racc,
                          "diff_points": 100 * (acc - racc), "max_abs_image_diff": max_diff,
-                         "criterion": CRITERIA[name], "pass": ok, "robustvit_s": t, "reference_s": rt,
+                         "criterion": crit, "pass": ok, "robustvit_s": t, "reference_s": rt,
                          "robustvit_members": ours[name].member_names() if name == "autoattack" else None})
             print(f"  vs {ref_name}: {racc:.2%} (Δ {100 * (acc - racc):+.2f} points, {rt:.1f} s) "
                   f"-> {'PASS' if ok else 'FAIL' if ok is False else 'info'}", flush=True)
@@ -300,7 +365,8 @@ def compare(model: nn.Module, x: torch.Tensor, y: torch.Tensor, args: argparse.N
 
 def to_markdown(meta: dict, rows: list[dict]) -> str:
     lines = [f"Model: {meta['model']}, clean accuracy {meta['clean']:.2%} on {meta['n']} {meta['data']} test images; "
-             f"L∞ ε = {meta['eps']}; seed {meta['seed']}; device {meta['device']}; torch {meta['torch']}.", "",
+             f"{meta.get('norm', 'L∞')} ε = {meta['eps']}; seed {meta['seed']}; device {meta['device']}; "
+             f"torch {meta['torch']}; {meta['threads']} thread(s); times: {meta['clock']}.", "",
              "| attack | reference | robustvit | reference | Δ (points) | criterion | result | time robustvit / ref |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -324,10 +390,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--attacks", default="", help="comma-separated subset (prefixes), e.g. fgsm,pgd,apgd-ce")
     p.add_argument("--autoattack-path", default=None, help="folder holding the original 'autoattack' package")
+    p.add_argument("--pyautoattack", action="store_true", help="L1: the reference is the pyautoattack package")
+    p.add_argument("--cpu-time", action="store_true", help="time by the process's CPU time (with --threads 1: "
+                                                           "robust to other work on a shared machine)")
+    p.add_argument("--norm", choices=("linf", "l1"), default="linf", help="threat model compared (l1: the L1 rows)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None, help="write a .json or .md summary")
     args = p.parse_args(argv)
+    global CPU_TIME
+    CPU_TIME = args.cpu_time
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -339,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[model] clean accuracy {clean:.2%} on {len(y)} {data_name} test images", flush=True)
     rows = compare(model, x, y, args, device)
     meta = {"model": f"SmallCNN width {args.width} (benchmarks/attack_agreement.py)", "data": data_name, "n": len(y), "clean": clean,
-            "eps": args.eps, "seed": args.seed, "device": str(device), "torch": torch.__version__,
+            "eps": args.eps, "norm": {"linf": "L∞", "l1": "L1"}[args.norm], "seed": args.seed,
+            "clock": "process CPU time" if args.cpu_time else "wall clock", "device": str(device), "torch": torch.__version__,
             "threads": torch.get_num_threads()}
     md = to_markdown(meta, rows)
     print("\n" + md)

@@ -266,7 +266,7 @@ def check_attack(model: nn.Module, name: str, x: torch.Tensor | None = None, y: 
     """One attack on ``model``: constructed, and with ``run=True`` run on (x, y) with its invariants checked:
     same shape/dtype, finite, in [0, 1], inside the ε-ball when the attack is bounded."""
     from robustvit.attacks import create_attack
-    from robustvit.attacks.base import get_attack_class
+    from robustvit.attacks.base import get_attack_class, lp_norm
 
     kw = {**get_attack_class(name).smoke, **(options or {})}
 
@@ -284,8 +284,7 @@ def check_attack(model: nn.Module, name: str, x: torch.Tensor | None = None, y: 
         if float(adv.min()) < 0 or float(adv.max()) > 1:
             return _entry("failed", "adversarial images outside [0, 1]")
         if getattr(atk, "bounded", False):
-            d = (adv - x).flatten(1)
-            norm = d.abs().amax(1) if atk.norm == "linf" else d.norm(dim=1)
+            norm = lp_norm(adv - x, atk.norm)
             if float(norm.max()) > float(atk.eps) * (1 + 1e-5) + 1e-6:
                 return _entry("failed", f"outside the ε-ball: {float(norm.max()):.4g} > {float(atk.eps):.4g}")
         return _entry("ok")

@@ -17,6 +17,9 @@ Protocols (conditions in :data:`PROTOCOLS`):
   ImageNet-C files (Hendrycks & Dietterich 2019, arXiv:1903.12261), mCE normalised by AlexNet's errors;
   ``corruptions_3d``: the same over the 12 corruptions × 5 severities of the released ImageNet-3DCC files (Kar et
   al. 2022, arXiv:2203.01441), mCE normalised by AlexNet's errors on ImageNet-3DCC.
+* AutoAttack's own L1 protocol (RobustBench has no L1 leaderboard): the original's L1 ``standard`` version
+  (Croce & Hein 2021, "Mind the box", arXiv:2103.01208) at ε = 12 (pixel units, [0, 1]^d) on the CIFAR-10 test
+  set, ``autoattack:cifar10:L1``.
 * ImageNet-P (mFR, Hendrycks & Dietterich), ImageNet-R/-A/-Sketch/-V2 (whole sets), cue-conflict shape bias
   (Geirhos et al. 2019, arXiv:1811.12231), Cityscapes-C / COCO-C as FAN builds them (Zhou et al. 2022,
   arXiv:2204.12451: imagecorruptions at native resolution, 16 corruptions × 5 severities), AFAT's patch occlusion
@@ -84,10 +87,18 @@ def _rb(dataset: str, threat: str, eps: float | None, eps_text: str | None) -> P
     return Protocol(f"robustbench:{dataset}:{threat}", "Croce et al. 2021, arXiv:2010.09670", cond)
 
 
+def _aa_l1(dataset: str, eps: float, eps_text: str) -> Protocol:
+    """AutoAttack's L1 standard version (its own protocol; no RobustBench leaderboard)."""
+    return Protocol(f"autoattack:{dataset}:L1", "Croce & Hein 2021, arXiv:2103.01208",
+                    {"dataset": dataset, "threat_model": "L1", "images": TEST_IMAGES[dataset], "attack": "autoattack",
+                     "version": "standard", "members": STANDARD_AUTOATTACK, "eps": eps, "eps_text": eps_text,
+                     "n_target_classes": 9, "square_queries": 5000})
+
+
 #: Every published protocol robustvit measures against, by name.
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     _rb("cifar10", "Linf", 8 / 255, "8/255"), _rb("cifar10", "L2", 0.5, "0.5"),
-    _rb("cifar100", "Linf", 8 / 255, "8/255"), _rb("imagenet", "Linf", 4 / 255, "4/255"),
+    _rb("cifar100", "Linf", 8 / 255, "8/255"), _rb("imagenet", "Linf", 4 / 255, "4/255"), _aa_l1("cifar10", 12.0, "12"),
     _rb("cifar10", "corruptions", None, None), _rb("cifar100", "corruptions", None, None),
     _rb("imagenet", "corruptions", None, None), _rb("imagenet", "corruptions_3d", None, None),
     *(Protocol(n, "Hendrycks & Dietterich 2019, arXiv:1903.12261", {"metric": "mFR", "source": "released files"})
@@ -170,17 +181,24 @@ def _images(dataset: str, result: dict[str, Any], run: dict[str, Any]) -> list[s
 Checker = Callable[[str, dict[str, Any], dict[str, Any]], tuple[str, list[str]]]
 
 
+#: The threat-model names (RobustBench's spelling) of the attack norms.
+THREAT_MODELS = {"linf": "Linf", "l2": "L2", "l1": "L1"}
+
+
 def threat_model(result: dict[str, Any]) -> str:
-    """RobustBench's threat-model name of an attack result (``Linf`` / ``L2``)."""
-    return "L2" if str(result.get("norm") or "linf").lower() == "l2" else "Linf"
+    """RobustBench's threat-model name of an attack result (``Linf`` / ``L2`` / ``L1``)."""
+    return THREAT_MODELS.get(str(result.get("norm") or "linf").lower(), "Linf")
 
 
 def _autoattack(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
     dataset, threat = dataset_of(run), threat_model(result)
-    name = f"robustbench:{dataset}:{threat}"
+    name = f"{'autoattack' if threat == 'L1' else 'robustbench'}:{dataset}:{threat}"
     dev: list[str] = []
     proto = PROTOCOLS.get(name)
-    if proto is None:
+    if proto is None and threat == "L1":
+        name = "autoattack"
+        dev.append(f"no AutoAttack L1 protocol for data {(run.get('data') or {}).get('spec')!r}")
+    elif proto is None:
         name = "autoattack"
         dev.append(f"no RobustBench {threat} leaderboard for data {(run.get('data') or {}).get('spec')!r}")
     members = [str(m).replace("-", "_") for m in result.get("attacks") or []]
@@ -584,10 +602,10 @@ def protocol_of(result: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def eps_text(eps: float | None, threat: str = "Linf") -> str:
-    """ε as RobustBench writes it: L∞ as grey levels (``8/255``), L2 as a decimal (``0.5``, ``3.0``)."""
+    """ε as RobustBench writes it: L∞ as grey levels (``8/255``), L2 and L1 as a decimal (``0.5``, ``3.0``, ``12.0``)."""
     if eps is None:
         return "–"
-    if threat == "L2":
+    if threat in ("L2", "L1"):
         return f"{eps:.1f}" if abs(eps * 10 - round(eps * 10)) < 1e-6 else f"{eps:.4g}"
     grey = eps * 255
     return f"{round(grey)}/255" if abs(grey - round(grey)) < 1e-4 else f"{eps:.4g}"

@@ -168,7 +168,7 @@ def test_fab_targeted_mode_reaches_the_target(easy_model, easy_batch):
 
 @pytest.mark.parametrize("name,kw,match", [
     ("fab", {"steps": 0}, "steps"), ("fab", {"restarts": 0}, "restarts"), ("fab", {"alpha_max": 1.5}, "alpha_max"),
-    ("fab", {"eta": 0.5}, "eta"), ("fab", {"beta": 0.0}, "beta"), ("fab", {"norm": "l1"}, "norm"),
+    ("fab", {"eta": 0.5}, "eta"), ("fab", {"beta": 0.0}, "beta"), ("fab", {"norm": "l0"}, "norm"),
     ("fab_t", {"n_target_classes": 0}, "n_target_classes"), ("fab_t", {"targeted": True}, "targeted"),
     ("fab", {"eps": "a/b"}, "eps"),
 ])

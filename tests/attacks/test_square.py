@@ -147,7 +147,7 @@ def test_l2_start_is_on_the_sphere(tiny_model):
 
 @pytest.mark.parametrize("kw,match", [
     ({"n_queries": 0}, "n_queries"), ({"restarts": 0}, "restarts"), ({"p_init": 0.0}, "p_init"),
-    ({"p_init": 1.5}, "p_init"), ({"loss": "hinge"}, "loss"), ({"norm": "l1"}, "norm"), ({"eps": -1}, "eps"),
+    ({"p_init": 1.5}, "p_init"), ({"loss": "hinge"}, "loss"), ({"norm": "l0"}, "norm"), ({"eps": -1}, "eps"),
 ])
 def test_bad_arguments(kw, match, tiny_model):
     with pytest.raises(RobustvitError, match=match):

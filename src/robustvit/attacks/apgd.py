@@ -1,5 +1,6 @@
 """APGD — Auto-PGD (Croce & Hein 2020, "Reliable evaluation of adversarial robustness with an ensemble
-of diverse parameter-free attacks", arXiv:2003.01690), L∞ and L2.
+of diverse parameter-free attacks", arXiv:2003.01690), L∞ and L2; L1 as APGD-L1 (Croce & Hein 2021, "Mind the
+box: l1-APGD for sparse adversarial attacks on image classifiers", arXiv:2103.01208).
 
 PGD with momentum and a step-size schedule that needs no tuning:
 
@@ -12,6 +13,18 @@ PGD with momentum and a step-size schedule that needs no tuning:
   has not improved since;
 * a point is returned as soon as one iterate fools the model (else the highest-loss point);
   restarts attack only the points that are still robust.
+
+**L1** (APGD-L1, as fra31/auto-attack runs it): every step is projected onto the intersection of the L1 ball and
+the box [0, 1]^d exactly (:func:`robustvit.attacks.base.project_l1_box`), which is what makes L1 attacks work on
+images (projecting onto the ball and then clipping loses most of the budget). Start: a Gaussian draw projected
+onto that set. Step: the sparse direction ``sign(g_S)/|S|`` of the ``k`` largest gradient entries (S), of size
+η₀ = ε, no momentum; ``k`` starts at 20 % of the coordinates. Every ``max(⌊0.04·N⌋, 1)`` steps the sparsity
+adapts: with s the number of non-zero coordinates of the best point, ``k = s/1.5``; if s shrank by more than
+5 % since the last check the step returns to ε and the iterate to the best point, else the step is divided by
+1.5, never below ε/10 (``rho`` and ``momentum`` do not apply). ``use_largereps=True`` (AutoAttack's L1
+``standard`` version) runs the budget in three stages at 3ε, 2ε and ε (30 %, 30 % and 40 % of the steps), each
+starting from the previous stage's best point projected onto the smaller ball; only the last stage, at ε,
+decides success.
 
 The loop never synchronises with the device (masks, not index lists). Attacks:
 
@@ -31,13 +44,14 @@ Example::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from robustvit.attacks.base import Attack, register_attack
+from robustvit.attacks.base import NORMS, Attack, project_l1_box, register_attack
 from robustvit.attacks.fgsm import ascent_direction
 from robustvit.attacks.losses import ce_loss, ce_targeted_loss, dlr_loss, dlr_targeted_loss
 from robustvit.errors import RobustvitError
@@ -53,6 +67,22 @@ def _bcast(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return mask.view(-1, *([1] * (like.ndim - 1)))
 
 
+def _l0(d: torch.Tensor) -> torch.Tensor:
+    """Non-zero coordinates per sample (N,), as a float."""
+    return (d != 0).flatten(1).sum(1).to(d.dtype)
+
+
+def sparse_direction(grad: torch.Tensor, topk: torch.Tensor) -> torch.Tensor:
+    """APGD-L1's step direction: ``sign(g)`` on the coordinates whose |g| reaches the ``(1 − topk)``-quantile
+    (the top ``topk`` fraction, per sample), divided by their count (unit L1 norm)."""
+    flat = grad.abs().flatten(1)
+    n_fts = flat.shape[1]
+    rank = ((1 - topk) * n_fts).clamp(0, n_fts - 1).long()
+    threshold = flat.sort(1).values.gather(1, rank[:, None])
+    sign = torch.where(flat >= threshold, grad.flatten(1).sign(), torch.zeros_like(flat))
+    return (sign / (sign.abs().sum(1, keepdim=True) + 1e-10)).view_as(grad)
+
+
 @register_attack
 class APGD(Attack):
     """APGD on the cross-entropy (Croce & Hein 2020, arXiv:2003.01690); ``targeted=True`` descends the
@@ -63,6 +93,7 @@ class APGD(Attack):
     aliases = ("apgd-ce",)
     loss_name = "ce"
     masking_checks = ("model", "more_steps", "blackbox")
+    norms = NORMS
 
     @dataclass
     class Options(Attack.Options):
@@ -73,6 +104,8 @@ class APGD(Attack):
         momentum: float = option(0.75, min=0, max=1, help="momentum α of the update")
         eot_iter: int = option(1, min=1, help="gradients averaged per step (expectation over transformation, "
                                               "for randomised models)")
+        use_largereps: bool = option(False, help="L1: run the steps at 3ε, 2ε, then ε (AutoAttack's L1 standard "
+                                                 "version)")
 
     def __init__(self, model: nn.Module, **options: Any) -> None:
         super().__init__(model, **options)
@@ -82,6 +115,9 @@ class APGD(Attack):
         o = self.opts
         self.steps, self.restarts, self.eot_iter = o.steps, o.restarts, o.eot_iter
         self.rho, self.momentum = float(o.rho), float(o.momentum)
+        self.use_largereps = bool(o.use_largereps)
+        if self.use_largereps and self.norm != "l1":
+            raise RobustvitError(f"{self.name}: use_largereps is the L1 schedule; drop it or set norm=l1")
 
     # ---- driver: restarts on the points still robust ------------------------------------------
     def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -144,6 +180,9 @@ class APGD(Attack):
     def single_run(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, gen: torch.Generator
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Returns (highest-loss point, fooled mask, a fooling iterate where fooled)."""
+        if self.norm == "l1":
+            return self.largereps_run(x, y, target, gen) if self.use_largereps else \
+                self.single_run_l1(x, y, target, gen, self.eps, self.steps)
         n_iter = self.steps
         k, decr, k_min = checkpoint_intervals(n_iter)
         x_adv = self.sphere_start(x, gen)
@@ -177,6 +216,61 @@ class APGD(Attack):
                 x_adv = torch.where(_bcast(flag, x), x_best, x_adv)
                 grad = torch.where(_bcast(flag, x), grad_best, grad)
                 k, since_check = max(k - decr, k_min), 0
+        return x_best, fooled, x_fooled
+
+    # ---- APGD-L1 (Croce & Hein 2021, arXiv:2103.01208) -----------------------------------------------
+    def largereps_run(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, gen: torch.Generator
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The L1 ε schedule: 30 % of the steps at 3ε, 30 % at 2ε, the rest at ε, each stage starting from the
+        previous one's best point projected onto its ball; the last stage's result."""
+        first, second = math.ceil(0.3 * self.steps), math.ceil(0.3 * self.steps)
+        stages = ((3 * self.eps, first), (2 * self.eps, second), (self.eps, self.steps - first - second))
+        noise = torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+        x_init = x + project_l1_box(x, noise, 3 * self.eps)
+        for eps, steps in stages:
+            x_init = x + project_l1_box(x, x_init - x, eps)
+            x_init, fooled, x_fooled = self.single_run_l1(x, y, target, gen, eps, steps, x_init)
+        return x_init, fooled, x_fooled
+
+    def single_run_l1(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, gen: torch.Generator,
+                      eps: float, n_iter: int, x_init: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One APGD-L1 run of ``n_iter`` steps in the L1 ball of radius ``eps`` ∩ [0, 1]^d, from ``x_init`` (else
+        a projected Gaussian draw): (highest-loss point, fooled mask, a fooling iterate where fooled)."""
+        n, n_fts = x.shape[0], x[0].numel()
+        if x_init is None:
+            noise = torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+            x_adv = x + project_l1_box(x, noise, eps)
+            topk = torch.full((n,), 0.2, device=x.device, dtype=x.dtype)
+            sp_old = torch.full((n,), float(n_fts), device=x.device, dtype=x.dtype)
+        else:
+            x_adv = x_init.clamp(0, 1)
+            sp_old = _l0(x_adv - x)
+            topk = sp_old / n_fts / 1.5
+        loss, grad, logits = self.grad(x_adv, y, target)
+        fooled = self.success(logits, y)
+        x_fooled, x_best, grad_best, loss_best = x_adv.clone(), x_adv.clone(), grad.clone(), loss.clone()
+        step = torch.full((n, 1, 1, 1), eps, device=x.device, dtype=x.dtype)
+        k, since_check = max(int(0.04 * n_iter), 1), 0
+        for _ in range(n_iter):
+            x_adv = x + project_l1_box(x, x_adv - x + step * sparse_direction(grad, topk), eps)
+            loss, grad, logits = self.grad(x_adv, y, target)
+            now = self.success(logits, y)
+            x_fooled = torch.where(_bcast(now, x), x_adv, x_fooled)
+            fooled = fooled | now
+            better = loss > loss_best
+            x_best = torch.where(_bcast(better, x), x_adv, x_best)
+            grad_best = torch.where(_bcast(better, x), grad, grad_best)
+            loss_best = torch.where(better, loss, loss_best)
+            since_check += 1
+            if since_check == k:       # sparsity-adaptive: k follows the best point's sparsity
+                sp = _l0(x_best - x)
+                denser = sp / sp_old < 0.95
+                topk, sp_old = sp / n_fts / 1.5, sp
+                step = torch.where(_bcast(denser, step), torch.full_like(step, eps), step / 1.5).clamp(eps / 10, eps)
+                x_adv = torch.where(_bcast(denser, x), x_best, x_adv)
+                grad = torch.where(_bcast(denser, x), grad_best, grad)
+                since_check = 0
         return x_best, fooled, x_fooled
 
     def _step(self, x: torch.Tensor, x_adv: torch.Tensor, x_prev: torch.Tensor, grad: torch.Tensor,

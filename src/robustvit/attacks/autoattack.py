@@ -14,6 +14,11 @@ built from the registry (``create_attack("fab_t", …)``), so any registered att
 ``custom``   ``attacks=[...]``: names, ``(name, kwargs)`` pairs or :class:`Attack` objects
 =========== ==================================================================================
 
+With ``norm="l1"`` the ``standard`` version is the original's L1 one (its ``set_version`` for norm L1, after
+Croce & Hein 2021, "Mind the box", arXiv:2103.01208): apgd_ce (5 restarts) and apgd_t (min(5, T) targets), both
+APGD-L1 with the 3ε → 2ε → ε schedule (``use_largereps``), then fab_t (T targets) and square (5000 queries) in
+L1; ``plus`` and ``rand`` keep their members, run in L1 (the original warns that ``plus`` is untested in L1).
+
 T = min(``n_target_classes`` (default 9), number of classes − 1), adapted to the data set; targeted
 DLR needs ≥ 4 classes and DLR ≥ 3 (members that cannot run are skipped and flagged). APGD and FAB run
 100 iterations. After a call, ``last_report`` holds the clean accuracy, the robust accuracy after each
@@ -40,7 +45,8 @@ import torch
 from torch import nn
 
 from robustvit.attacks import checks
-from robustvit.attacks.base import ATTACKS, Attack, attack_keywords, create_attack, list_attacks, register_attack
+from robustvit.attacks.base import (ATTACKS, NORMS, Attack, attack_keywords, create_attack, list_attacks,
+                                    register_attack)
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 
@@ -57,12 +63,28 @@ VERSIONS: dict[str, list[MemberSpec]] = {
              ("fab_t", {"restarts": 1, "n_target_classes": "T"})],
     "rand": [("apgd_ce", {"restarts": 1, "eot_iter": 20}), ("apgd_dlr", {"restarts": 1, "eot_iter": 20})],
 }
+#: The versions whose members differ in L1 (fra31/auto-attack ``set_version``, norm L1): APGD with the 3ε → 2ε → ε
+#: schedule, 5 restarts of APGD-CE, APGD-T on 5 target classes ("T<=5": min(5, T)).
+L1_VERSIONS: dict[str, list[MemberSpec]] = {
+    "standard": [("apgd_ce", {"restarts": 5, "use_largereps": True}),
+                 ("apgd_t", {"restarts": 1, "n_target_classes": "T<=5", "use_largereps": True}),
+                 ("fab_t", {"restarts": 1, "n_target_classes": "T"}), SQUARE],
+}
 #: Every ``version`` name.
 VERSION_NAMES = (*VERSIONS, "custom")
 #: Fewest classes each member needs.
 MIN_CLASSES = {"apgd_dlr": 3, "apgd_t": 4}
 #: Keyword aliases tried when a member does not accept the common name.
 ALIASES = {"restarts": ("n_restarts",), "steps": ("n_iter", "iterations"), "n_target_classes": ("n_targets",)}
+
+
+def _targets(value: Any, t: int) -> Any:
+    """A member keyword's value with the target-count placeholders resolved: "T" → t, "T<=k" → min(t, k)."""
+    if value == "T":
+        return t
+    if isinstance(value, str) and value.startswith("T<="):
+        return min(t, int(value[3:]))
+    return value
 
 
 @register_attack
@@ -72,6 +94,7 @@ class AutoAttack(Attack):
 
     name = "autoattack"
     smoke = {"version": "custom", "attacks": ["apgd_ce", "square"], "steps": 2, "n_queries": 3}
+    norms = NORMS
     masking_checks = ("model",)   # the ensemble holds its own black-box member
 
     @dataclass
@@ -96,7 +119,7 @@ class AutoAttack(Attack):
             raise RobustvitError("autoattack is untargeted (apgd_t/fab_t pick their own targets); drop targeted=True")
         o = self.opts
         self.version = o.version
-        self.members = self._resolve(self.version, o.attacks)
+        self.members = self._resolve(self.version, o.attacks, self.norm)
         self.n_target_classes = o.n_target_classes
         self.overrides = {k: v for k, v in (("steps", o.steps), ("n_queries", o.n_queries)) if v is not None}
         self.member_kwargs = {ATTACKS.canonical(k): v for k, v in (o.member_kwargs or {}).items()}
@@ -108,7 +131,7 @@ class AutoAttack(Attack):
 
     # ---- configuration ------------------------------------------------------------------------
     @staticmethod
-    def _resolve(version: str, attacks: list[Any] | None) -> list[MemberSpec | Attack]:
+    def _resolve(version: str, attacks: list[Any] | None, norm: str = "linf") -> list[MemberSpec | Attack]:
         if version == "custom":
             if not attacks:
                 raise RobustvitError("autoattack version 'custom' needs attacks=[...], e.g. ['apgd_ce', 'square']")
@@ -119,7 +142,8 @@ class AutoAttack(Attack):
                                  f"{', '.join(VERSION_NAMES)}")
         if attacks:
             raise RobustvitError(f"attacks=[...] is only used with version='custom', not {version!r}")
-        return [(n, dict(kw)) for n, kw in VERSIONS[version]]
+        members = L1_VERSIONS.get(version, VERSIONS[version]) if norm == "l1" else VERSIONS[version]
+        return [(n, dict(kw)) for n, kw in members]
 
     def _check_registered(self) -> list[str]:
         known = set(list_attacks())
@@ -144,7 +168,7 @@ class AutoAttack(Attack):
         """Create one member with the ensemble's ε, norm and seed; keywords it does not take are dropped."""
         t = max(1, min(self.n_target_classes, n_classes - 1))
         wanted = {"eps": self.eps, "norm": self.norm, "seed": self.seed, "n_target_classes": t,
-                  **{k: (t if v == "T" else v) for k, v in kw.items()}, **self.overrides,
+                  **{k: _targets(v, t) for k, v in kw.items()}, **self.overrides,
                   **self.member_kwargs.get(name, {})}
         accepted = attack_keywords(name)
         args: dict[str, Any] = {}

@@ -54,7 +54,8 @@ from robustvit.options import Eps, describe, option, option_names, parse_options
 from robustvit.registry import Registry
 from robustvit.utils import check_images, eval_mode, make_generator
 
-NORMS = ("linf", "l2")
+#: Every threat model an attack option, ``--norm`` or a result names: L∞, L2 and L1 (in pixel units, [0, 1]^d).
+NORMS = ("linf", "l2", "l1")
 #: Gradient-masking checks an evaluation suite runs for an attack (``robustvit.attacks.checks``): ``model``
 #: (randomised / softmax output, zero gradients), ``more_steps`` (robust accuracy rising with 2× steps) and
 #: ``blackbox`` (Square stronger than the attack).
@@ -62,9 +63,61 @@ MASKING_CHECKS = ("model", "more_steps", "blackbox")
 
 
 def canonical_norm(norm: str) -> str:
-    """``linf`` / ``l2`` for the spellings people write (``Linf``, ``inf``, ``l_inf``, ``2``)."""
+    """``linf`` / ``l2`` / ``l1`` for the spellings people write (``Linf``, ``inf``, ``l_inf``, ``2``, ``L1``, ``1``)."""
     text = str(norm).lower()
-    return {"l_inf": "linf", "inf": "linf", "2": "l2"}.get(text, text)
+    return {"l_inf": "linf", "inf": "linf", "2": "l2", "1": "l1"}.get(text, text)
+
+
+def project_l1_box(x: torch.Tensor, delta: torch.Tensor, eps: float | torch.Tensor) -> torch.Tensor:
+    """The Euclidean projection of ``delta`` onto {d : ‖d‖₁ ≤ ε, 0 ≤ x + d ≤ 1}, per sample (Croce & Hein 2021,
+    "Mind the box", arXiv:2103.01208, Lemma 3.2).
+
+    The projection is ``d_i = sign(δ_i) · clip(|δ_i| − λ, 0, r_i)``, ``r_i`` the room to the box in the
+    direction of ``sign(δ_i)``, with λ = 0 if the box-clipped δ lies in the ball, else the λ > 0 where
+    ‖d‖₁ = ε. ‖d(λ)‖₁ is piecewise linear and non-increasing in λ, with breakpoints ``max(|δ_i| − r_i, 0)`` (the
+    coordinate leaves the box face) and ``|δ_i|`` (it reaches 0): one sort of the 2d breakpoints and cumulative
+    sums give ‖d‖₁ at each, hence the segment holding ε and λ on it in closed form. A last rescaling absorbs the
+    rounding of those sums, so ‖d‖₁ ≤ ε holds up to the rounding of the final sum (computed in ``delta``'s dtype).
+
+    Args:
+        x: the centres in [0, 1], (N, …).
+        delta: the perturbations to project, shaped like ``x``.
+        eps: the radius, a number or (N,).
+
+    Returns:
+        The projected perturbations, shaped like ``delta``.
+
+    Example:
+        >>> x = torch.tensor([[0.5, 0.9, 0.1]])
+        >>> project_l1_box(x, torch.tensor([[0.6, 0.3, -0.05]]), 0.4)   # box: d₁ ≤ 0.5, d₂ ≤ 0.1; λ = 0.25
+        tensor([[0.3500, 0.0500, -0.0000]])
+    """
+    n = x.shape[0]
+    xf, d = x.flatten(1), delta.flatten(1)
+    e = (eps if isinstance(eps, torch.Tensor) else torch.tensor(float(eps))).to(d).expand(n)
+    a = d.abs()
+    room = torch.where(d >= 0, 1 - xf, xf).clamp_min(0)
+    clipped = torch.minimum(a, room)
+    phi0 = clipped.sum(1)                                                 # ‖d(0)‖₁: the box clip
+    pts, order = torch.cat(((a - room).clamp_min(0), a), 1).sort(1)
+    slope = torch.cat((torch.ones_like(a), -torch.ones_like(a)), 1).gather(1, order).cumsum(1)
+    drop = (slope[:, :-1] * (pts[:, 1:] - pts[:, :-1])).cumsum(1)
+    phi = torch.cat((phi0[:, None], phi0[:, None] - drop), 1)             # ‖d‖₁ at each breakpoint, non-increasing
+    j = ((phi > e[:, None]).sum(1, keepdim=True) - 1).clamp(0, pts.shape[1] - 1)
+    lam = pts.gather(1, j) + (phi.gather(1, j) - e[:, None]) / slope.gather(1, j).clamp_min(1)
+    lam = torch.where(phi0[:, None] > e[:, None], lam, torch.zeros_like(lam))
+    out = torch.sign(d) * torch.minimum((a - lam).clamp_min(0), room)
+    norm = out.abs().sum(1, keepdim=True)
+    out = out * torch.where(norm > e[:, None], e[:, None] / norm.clamp_min(1e-30), torch.ones_like(norm))
+    return out.view_as(delta)
+
+
+def lp_norm(d: torch.Tensor, norm: str) -> torch.Tensor:
+    """Per-sample L∞, L2 or L1 norm (N,) of a batch of any shape."""
+    flat = d.flatten(1)
+    if norm == "linf":
+        return flat.abs().amax(1)
+    return flat.norm(dim=1) if norm == "l2" else flat.abs().sum(1)
 
 
 class Attack:
@@ -73,8 +126,8 @@ class Attack:
     name: ClassVar[str] = ""
     #: Whether the output is projected onto the ε-ball around x (False for e.g. spatial attacks).
     bounded: ClassVar[bool] = True
-    #: Norms the attack supports.
-    norms: ClassVar[tuple[str, ...]] = NORMS
+    #: Norms the attack supports (L1: the attacks with an L1 algorithm, APGD, FAB, Square, AutoAttack).
+    norms: ClassVar[tuple[str, ...]] = ("linf", "l2")
     #: Other spellings the registry resolves to ``name`` (e.g. the hyphenated ``patch-fool``).
     aliases: ClassVar[tuple[str, ...]] = ()
     #: Options of a tiny, fast run (capabilities and the contract tests).
@@ -90,7 +143,7 @@ class Attack:
     @dataclass
     class Options:
         eps: Eps = option(8 / 255, min=0, help="perturbation budget ε, a number or a fraction such as 8/255")
-        norm: str = option("linf", help="threat model: linf or l2")
+        norm: str = option("linf", help="threat model: linf, l2 or l1")
         targeted: bool = option(False, help="move towards a target class (y holds the targets) instead of away "
                                             "from the true one")
         seed: int = option(0, help="seed of the attack's random starts and draws")
@@ -186,11 +239,14 @@ class Attack:
         return make_generator(self.seed * 1_000_003 + self._calls, device)
 
     def project(self, x: torch.Tensor, x_adv: torch.Tensor, eps: float | torch.Tensor | None = None) -> torch.Tensor:
-        """Project ``x_adv`` onto the ε-ball around ``x`` (in ``self.norm``) and onto [0, 1]."""
+        """Project ``x_adv`` onto the ε-ball around ``x`` (in ``self.norm``) and onto [0, 1] (L1: the exact
+        projection onto their intersection, :func:`project_l1_box`)."""
         eps = self.eps if eps is None else eps
         e = eps.view(-1, 1, 1, 1) if isinstance(eps, torch.Tensor) else eps
         if self.norm == "linf":      # clamp to the box [x − ε, x + ε]: x + ε·sign(g) stays bit-exact (as torchattacks)
             return torch.clamp(x_adv, x - e, x + e).clamp_(0, 1)
+        if self.norm == "l1":
+            return (x + project_l1_box(x, x_adv - x, eps)).clamp_(0, 1)
         delta = x_adv - x
         norms = delta.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
         return (x + delta * torch.clamp(e / norms, max=1.0)).clamp(0, 1)
@@ -201,9 +257,14 @@ class Attack:
         return (x - self.eps).clamp_(min=0), (x + self.eps).clamp_(max=1)
 
     def random_start(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        """A uniform random point of the ε-ball around x (L∞: U(−ε, ε); L2: uniform in the ball)."""
+        """A uniform random point of the ε-ball around x (L∞: U(−ε, ε); L2 and L1: uniform in the ball), clipped
+        to [0, 1]."""
         if self.norm == "linf":
             delta = (torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype) * 2 - 1) * self.eps
+        elif self.norm == "l1":      # signed exponentials over their sum with one extra: uniform in the L1 ball
+            e = torch.empty((x.shape[0], x[0].numel() + 1), device=x.device, dtype=x.dtype).exponential_(generator=gen)
+            sign = torch.randint(0, 2, x.shape, generator=gen, device=x.device).to(x.dtype) * 2 - 1
+            delta = sign * (e[:, :-1] / e.sum(1, keepdim=True)).view_as(x) * self.eps
         else:
             d = torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
             d = d / d.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)

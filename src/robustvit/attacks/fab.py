@@ -1,6 +1,6 @@
 """FAB — the Fast Adaptive Boundary attack (Croce & Hein 2020, "Minimally distorted adversarial examples
-with a fast adaptive boundary attack", arXiv:1907.02044), L∞ and L2, as used inside AutoAttack
-(arXiv:2003.01690).
+with a fast adaptive boundary attack", arXiv:1907.02044), L∞, L2 and L1, as used inside AutoAttack
+(arXiv:2003.01690; L1 as in Croce & Hein 2021, arXiv:2103.01208).
 
 FAB is a white-box *minimum-norm* attack. At the iterate ``x_k`` it linearises the classifier, picks the
 decision hyperplane closest in the attacked norm (``|f_j − f_y| / ‖∇(f_j − f_y)‖_dual``), and projects
@@ -13,7 +13,10 @@ once). The next iterate is a biased mix of the two, extrapolated by η::
 and after every adversarial iterate it steps back towards the clean image, ``x ← x_0 + β (x − x_0)``.
 Restarts after the first start from a random point at distance ε/2 of ``x_0``.
 
-Threat model: white-box, ‖x_adv − x‖ ≤ ε in L∞ or L2, images in [0, 1]. The attack keeps the smallest
+In L1 the closest hyperplane is measured with the dual norm L∞, and the minimal-L1 step onto the hyperplane ∩ box
+saturates the coordinates with the largest |w_i| first (:func:`_project_l1`).
+
+Threat model: white-box, ‖x_adv − x‖ ≤ ε in L∞, L2 or L1, images in [0, 1]. The attack keeps the smallest
 adversarial iterate per sample; where it is farther than ε (or none was found) the *clean* point is
 returned, so that accuracy on the output is the robust accuracy. ``last_distance`` (N,) holds the norm
 of the smallest adversarial perturbation found (0 for points already misclassified, ``inf`` if none).
@@ -49,7 +52,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from robustvit.attacks.base import Attack, register_attack
+from robustvit.attacks.base import NORMS, Attack, lp_norm, register_attack
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 
@@ -61,14 +64,10 @@ def _view(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return v.view(-1, *([1] * (like.ndim - 1)))
 
 
-def lp_norm(d: torch.Tensor, norm: str) -> torch.Tensor:
-    """Per-sample L∞ or L2 norm (N,) of a batch of any shape."""
-    flat = d.flatten(1)
-    return flat.abs().amax(1) if norm == "linf" else flat.norm(dim=1)
-
-
 def dual_norm(g: torch.Tensor, norm: str) -> torch.Tensor:
-    """The dual norm over the last dimension: L1 for L∞, L2 for L2."""
+    """The dual norm over the last dimension: L1 for L∞, L2 for L2, L∞ for L1."""
+    if norm == "l1":
+        return g.abs().amax(-1)
     return g.abs().sum(-1) if norm == "linf" else g.norm(dim=-1)
 
 
@@ -94,6 +93,8 @@ def project_hyperplane_box(t: torch.Tensor, w: torch.Tensor, c: torch.Tensor, no
     """
     flip = torch.where(c < 0, -1.0, 1.0).to(w.dtype)
     w, c = w * flip[:, None], c * flip
+    if norm == "l1":
+        return _project_l1(t, w, c)
     a, room, s = _terms(t, w, norm)
     feasible = (a * room).sum(1) > c
     tol = 32 * torch.finfo(w.dtype).eps * c          # the rounding of g's sum of non-negative terms
@@ -111,6 +112,24 @@ def project_hyperplane_box(t: torch.Tensor, w: torch.Tensor, c: torch.Tensor, no
     if todo.any():
         d[todo] = _project_sorted(t[todo], w[todo], c[todo], norm)
     return d
+
+
+def _project_l1(t: torch.Tensor, w: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """:func:`project_hyperplane_box` in L1 for rows with c ≥ 0: a fractional knapsack — the coordinates move to
+    the box in the order of decreasing |w_i| (most progress per unit of L1), the last one partly, until w·δ = c;
+    the box corner where the box cannot reach the hyperplane."""
+    a, room, _ = _terms(t, w, "l1")
+    order = a.argsort(dim=1, descending=True)
+    a_s, room_s = a.gather(1, order), room.gather(1, order)
+    gain = torch.cumsum(a_s * room_s, dim=1)
+    m = (gain < c[:, None]).sum(1, keepdim=True)                       # coordinates moved all the way
+    before = torch.cat((torch.zeros_like(gain[:, :1]), gain), 1).gather(1, m)
+    a_m = torch.cat((a_s, torch.ones_like(a_s[:, :1])), 1).gather(1, m)
+    room_m = torch.cat((room_s, torch.zeros_like(room_s[:, :1])), 1).gather(1, m)
+    part = ((c[:, None] - before) / a_m.clamp_min(torch.finfo(w.dtype).tiny)).clamp(min=0).minimum(room_m)
+    col = torch.arange(w.shape[1], device=w.device)[None]
+    step = torch.where(col < m, room_s, torch.where(col == m, part, torch.zeros_like(room_s)))
+    return torch.sign(w) * torch.zeros_like(step).scatter(1, order, step)
 
 
 def _terms(t: torch.Tensor, w: torch.Tensor, norm: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -147,6 +166,7 @@ class FAB(Attack):
     name = "fab"
     smoke = {"steps": 2, "restarts": 1}
     masking_checks = ("model", "more_steps", "blackbox")
+    norms = NORMS
 
     @dataclass
     class Options(Attack.Options):
@@ -203,7 +223,8 @@ class FAB(Attack):
 
     # ---- one FAB run ----------------------------------------------------------------------------
     def start_point(self, x0: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        """A random point at distance ε/2 of ``x0`` (in the attacked norm), clipped to [0, 1]."""
+        """A random point at distance ε/2 of ``x0`` (in the attacked norm; L2 and L1: a Gaussian direction),
+        clipped to [0, 1]."""
         if self.norm == "linf":
             t = torch.rand(x0.shape, generator=gen, device=x0.device, dtype=x0.dtype) * 2 - 1
         else:

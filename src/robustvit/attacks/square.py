@@ -1,8 +1,9 @@
 """Square Attack (Andriushchenko, Croce, Flammarion & Hein 2020, "Square Attack: a query-efficient
-black-box adversarial attack via random search", arXiv:1912.00049), L∞ and L2, as used in AutoAttack.
+black-box adversarial attack via random search", arXiv:1912.00049), L∞, L2 and L1, as used in AutoAttack (L1 as
+in its L1 version, Croce & Hein 2021, arXiv:2103.01208).
 
 Threat model: score-based black-box — only the logits of queried images are used, never gradients;
-‖x_adv − x‖ ≤ ε in L∞ or L2, images in [0, 1]; ``n_queries`` random-search iterations after the initial point,
+‖x_adv − x‖ ≤ ε in L∞, L2 or L1, images in [0, 1]; ``n_queries`` random-search iterations after the initial point,
 as in fra31/auto-attack (at most ``n_queries + 1`` model queries per image and restart).
 
 Random search that keeps a candidate only if it lowers the loss (or fools the model):
@@ -11,7 +12,11 @@ Random search that keeps a candidate only if it lowers the loss (or fools the mo
   one s×s window (per-channel random sign) to ``x ± ε``;
 * L2 — start from a 5×5 grid of "meta" patterns (concentric rectangles, opposite signs in the two
   halves) rescaled to ‖δ‖₂ = ε; each proposal moves the perturbation mass of a second random window
-  into a first one and adds a fresh pattern there, keeping ‖δ‖₂ = ε.
+  into a first one and adds a fresh pattern there, keeping ‖δ‖₂ = ε;
+* L1 — as L2 with patterns weighted 1/(k+1)⁴ instead of 1/(k+1)² and L1-normalised; the start and every
+  proposal are projected onto the L1 ball of radius ε(1 − 10⁻⁶) ∩ [0, 1]^d
+  (:func:`robustvit.attacks.base.project_l1_box`), and each proposed window gets the per-channel L1 mass
+  c·((ε − ‖δ‖₁)/c + its channel's mass in the two windows), as the reference code.
 
 The window side ``s ≈ √(p·H·W)`` shrinks with AutoAttack's piecewise schedule of ``p``: ``p_init`` (0.8),
 halved at 10, 50, 200, 500, 1000, 2000, 4000, 6000 and 8000 "iterations", counted on a 10 000 scale
@@ -52,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustvit.attacks.base import Attack, register_attack
+from robustvit.attacks.base import NORMS, Attack, project_l1_box, register_attack
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 
@@ -70,25 +75,29 @@ def p_schedule(i: int, n_queries: int, p_init: float, rescale: bool = True) -> f
     return p_init / 512
 
 
+def _unit(t: torch.Tensor, norm: str) -> torch.Tensor:
+    return t / (t.norm() if norm == "l2" else t.abs().sum())
+
+
 @lru_cache(maxsize=64)
-def _rectangles(rows: int, cols: int) -> torch.Tensor:
-    """Concentric rectangles around the centre, weight Σ_{k ≥ Chebyshev distance} 1/(k+1)², L2-normalised."""
+def _rectangles(rows: int, cols: int, norm: str = "l2") -> torch.Tensor:
+    """Concentric rectangles around the centre, weight Σ_{k ≥ Chebyshev distance} 1/(k+1)^p (p = 2 for L2, 4 for
+    L1), unit norm in ``norm``."""
     i = (torch.arange(rows) - rows // 2).abs()
     j = (torch.arange(cols) - cols // 2).abs()
     cheb = torch.maximum(i[:, None], j[None, :])
     k_max = max(rows // 2, cols // 2) + 1
-    weights = 1.0 / torch.arange(1, k_max + 1, dtype=torch.float64) ** 2
+    weights = 1.0 / torch.arange(1, k_max + 1, dtype=torch.float64) ** (2 if norm == "l2" else 4)
     tail = weights.flip(0).cumsum(0).flip(0)  # tail[k] = Σ_{k' ≥ k} weights[k']
-    out = tail[cheb]
-    return out / out.norm()
+    return _unit(tail[cheb], norm)
 
 
 @lru_cache(maxsize=64)
-def meta_pattern(s: int) -> torch.Tensor:
-    """The s×s L2 pattern (float64, unit norm): rectangles in the top half, their negative in the bottom."""
-    top = _rectangles(s // 2, s) if s // 2 > 0 else torch.zeros(0, s, dtype=torch.float64)
-    out = torch.cat((top, -_rectangles(s - s // 2, s)), 0)
-    return out / out.norm()
+def meta_pattern(s: int, norm: str = "l2") -> torch.Tensor:
+    """The s×s pattern (float64, unit norm in ``norm``, L2 or L1): rectangles in the top half, their negative in
+    the bottom."""
+    top = _rectangles(s // 2, s, norm) if s // 2 > 0 else torch.zeros(0, s, dtype=torch.float64)
+    return _unit(torch.cat((top, -_rectangles(s - s // 2, s, norm)), 0), norm)
 
 
 def window_mask(pos_h: torch.Tensor, pos_w: torch.Tensor, s: int, h: int, w: int) -> torch.Tensor:
@@ -114,6 +123,7 @@ class Square(Attack):
     name = "square"
     smoke = {"n_queries": 3}
     masking_checks = ("model",)   # the black-box check itself
+    norms = NORMS
 
     @dataclass
     class Options(Attack.Options):
@@ -176,6 +186,8 @@ class Square(Attack):
             s = self.window_size(i, x.shape[-2], x.shape[-1])
             if box is not None:
                 x_new = self.propose_linf(x[idx], x_best[idx], s, gen, box[0][idx], box[1][idx])
+            elif self.norm == "l1":
+                x_new = self.propose_l1(x[idx], x_best[idx], s, gen)
             else:
                 x_new = self.propose_l2(x[idx], x_best[idx], s, gen)
             m_new, l_new = self.margin_and_loss(x_new, y[idx])
@@ -188,10 +200,10 @@ class Square(Attack):
         return x_best, margin < 0, queries
 
     def window_size(self, i: int, h: int, w: int) -> int:
-        """Side of the square at iteration ``i`` (L2: odd and ≥ 3)."""
+        """Side of the square at iteration ``i`` (L2, L1: odd and ≥ 3)."""
         p = p_schedule(i, self.n_queries, self.p_init, self.rescale_schedule)
         s = int(round(math.sqrt(p * h * w)))
-        if self.norm == "l2":
+        if self.norm in ("l2", "l1"):
             s = max(s, 3)
             s += 1 - s % 2
         return max(min(s, h, w), 1)
@@ -204,11 +216,14 @@ class Square(Attack):
 
     # ---- L∞ ---------------------------------------------------------------------------------------
     def init_point(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        """L∞: vertical stripes of ±ε; L2: the grid of meta patterns with ‖δ‖₂ = ε."""
+        """L∞: vertical stripes of ±ε; L2: the grid of meta patterns with ‖δ‖₂ = ε; L1: that grid (L1 patterns)
+        projected onto the L1 ball ∩ box."""
         n, c, h, w = x.shape
         if self.norm == "linf":
             return (x + self.eps * self._signs((n, c, 1, w), gen, x)).clamp(0, 1)
-        return self.init_l2(x, gen)
+        if self.norm == "l1":
+            return self._to_l1_ball(x, self.pattern_grid(x, gen))
+        return self._to_sphere(x, self.pattern_grid(x, gen))
 
     def propose_linf(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator,
                      lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
@@ -221,7 +236,7 @@ class Square(Attack):
     # ---- L2 ---------------------------------------------------------------------------------------
     def _patterns(self, n: int, s: int, gen: torch.Generator, like: torch.Tensor) -> torch.Tensor:
         """(n, 1, s, s): the meta pattern, transposed for a random half of the samples."""
-        pat = meta_pattern(s).to(device=like.device, dtype=like.dtype)
+        pat = meta_pattern(s, self.norm).to(device=like.device, dtype=like.dtype)
         flip = torch.rand((n, 1, 1, 1), generator=gen, device=like.device) > 0.5
         return torch.where(flip, pat.t(), pat).expand(n, 1, s, s)
 
@@ -229,7 +244,8 @@ class Square(Attack):
         norms = delta.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
         return (x + self.eps * delta / (norms + 1e-12)).clamp(0, 1)
 
-    def init_l2(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    def pattern_grid(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """The start's perturbation (L2, L1): a grid of (≤ 5 × 5) windows of meta patterns, a random sign each."""
         n, c, h, w = x.shape
         s = max(min(h, w) // 5, 1)
         delta = torch.zeros_like(x)
@@ -238,7 +254,7 @@ class Square(Attack):
         for vh in list(starts_h)[: max(h // s, 1)]:  # a grid of windows (≤ 25), not a loop over images
             for vw in list(starts_w)[: max(w // s, 1)]:
                 delta[:, :, vh:vh + s, vw:vw + s] += self._patterns(n, s, gen, x) * self._signs((n, c, 1, 1), gen, x)
-        return self._to_sphere(x, delta)
+        return delta
 
     def propose_l2(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator) -> torch.Tensor:
         """Move the mass of window 2 into window 1, add a fresh pattern there, renormalise to ‖δ‖₂ = ε."""
@@ -258,3 +274,28 @@ class Square(Attack):
         delta = delta.masked_fill(m2, 0.0)
         delta[idx1] = new.permute(0, 2, 3, 1)
         return self._to_sphere(x, delta)
+
+    # ---- L1 ---------------------------------------------------------------------------------------
+    def _to_l1_ball(self, x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """``x + δ`` projected onto the L1 ball of radius ε(1 − 10⁻⁶) ∩ [0, 1]^d (the reference's margin)."""
+        return x + project_l1_box(x, delta, self.eps * (1 - 1e-6))
+
+    def propose_l1(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator) -> torch.Tensor:
+        """Clear window 2, put a fresh L1 pattern plus window 1's normalised old content in window 1 with the mass
+        c·((ε − ‖δ‖₁)/c + the channel's L1 mass in both windows), then project onto the L1 ball ∩ box."""
+        n, c, h, w = x.shape
+        delta = x_best - x
+        p1 = (self._positions(n, s, h, gen, x.device), self._positions(n, s, w, gen, x.device))
+        p2 = (self._positions(n, s, h, gen, x.device), self._positions(n, s, w, gen, x.device))
+        m1, m2 = window_mask(*p1, s, h, w), window_mask(*p2, s, h, w)
+        idx1 = window_index(*p1, s)
+        old = delta[idx1].permute(0, 3, 1, 2)                                    # (n, c, s, s)
+        norm_old = old.abs().sum((-2, -1), keepdim=True)
+        norm_img = delta.flatten(1).abs().sum(1).view(-1, 1, 1, 1)
+        norm_union = (delta * (m1 | m2)).abs().sum((-2, -1), keepdim=True)
+        new = self._patterns(n, s, gen, x) * self._signs((n, c, 1, 1), gen, x) + old / (norm_old + 1e-12)
+        budget = ((self.eps - norm_img).clamp_min(0) / c + norm_union) * c
+        new = new / (new.abs().sum((-2, -1), keepdim=True) + 1e-12) * budget
+        delta = delta.masked_fill(m2, 0.0)
+        delta[idx1] = new.permute(0, 2, 3, 1)
+        return self._to_l1_ball(x, delta)

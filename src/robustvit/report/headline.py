@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from robustvit.protocols import attach, base_name, eps_text as _eps_text, wilson_interval
+from robustvit.protocols import THREAT_MODELS, attach, base_name, eps_text as _eps_text, wilson_interval
 
 #: Column name → (header text, True when lower is better).
 COLUMNS: dict[str, tuple[str, bool]] = {
@@ -68,8 +68,8 @@ GAP_COLUMNS = tuple(c for c in COLUMNS if c != "clean" and c not in NO_INTERVAL)
 
 
 def eps_text(eps: float | None, threat: str = "Linf") -> str:
-    """ε as text: 4/255 for L∞ budgets that are whole grey levels, a decimal for L2 (``0.5``)."""
-    return _eps_text(eps, "L2" if threat.lower() == "l2" else "Linf")
+    """ε as text: 4/255 for L∞ budgets that are whole grey levels, a decimal for L2 and L1 (``0.5``, ``12.0``)."""
+    return _eps_text(eps, THREAT_MODELS.get(threat.lower(), "Linf"))
 
 
 def _num(v: Any) -> float | None:
@@ -206,7 +206,7 @@ def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
                 break
     out = []
     for norm, eps in threat_models(suites) or [("none", None)]:
-        row = {**base, "threat_model": "none" if eps is None else ("L2" if norm == "l2" else "Linf"), "eps": eps}
+        row = {**base, "threat_model": "none" if eps is None else THREAT_MODELS.get(norm, "Linf"), "eps": eps}
         for col in ATTACK_COLUMNS:
             _put(row, col, (None, None, None) if eps is None else _attack(suites, col, norm, eps))
         _gaps(row)

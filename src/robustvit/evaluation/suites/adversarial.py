@@ -72,8 +72,10 @@ from robustvit.options import Eps, option, option_names, parse_options
 from robustvit.runs import write_bytes
 from robustvit.utils import derive_seed, parse_eps
 
-#: Default budgets by data convention (RobustBench: CIFAR-10/100 L∞ 8/255, L2 0.5; ImageNet L∞ 4/255, L2 3.0).
-DEFAULT_EPS = {("cifar", "linf"): "8/255", ("cifar", "l2"): "0.5", ("imagenet", "linf"): "4/255", ("imagenet", "l2"): "3.0"}
+#: Default budgets by data convention (RobustBench: CIFAR-10/100 L∞ 8/255, L2 0.5; ImageNet L∞ 4/255, L2 3.0;
+#: AutoAttack's L1 protocol, Croce & Hein 2021: CIFAR-10 L1 12).
+DEFAULT_EPS = {("cifar", "linf"): "8/255", ("cifar", "l2"): "0.5", ("imagenet", "linf"): "4/255", ("imagenet", "l2"): "3.0",
+               ("cifar", "l1"): "12"}
 #: Data whose images are at most this many pixels on a side follow the CIFAR convention.
 CIFAR_SIDE = 32
 #: The run-level options (``robustvit eval --eps/--norm/--steps``) an attack suite takes when its attack does.
