@@ -147,8 +147,8 @@ def test_bad_options_are_one_line_errors():
         create_suite("min_norm:eps=1/255")
     with pytest.raises(RobustvitError, match="attack"):
         create_suite("min_norm:attack=pgd")
-    with pytest.raises(RobustvitError, match="linf or l2"):
-        create_suite("min_norm:attack=fab:norm=l1")
+    with pytest.raises(RobustvitError, match="linf or l2 or l1, not .l0."):
+        create_suite("min_norm:attack=fab:norm=l0")
     assert create_suite("min_norm:norm=L1").opts.norm == "L1"     # the spellings canonical_norm knows
 
 
