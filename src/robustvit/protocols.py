@@ -114,6 +114,9 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("afat-occlusion", "AFAT; RSPC (Guo et al. 2023, arXiv:2301.13096) code", {"noise_space": "normalized"}),
     Protocol("spatial-grid", "Engstrom et al. 2019, arXiv:1712.02779", {"transforms": 5 * 5 * 31}),
     Protocol("randomized-smoothing", "Cohen et al. 2019, arXiv:1902.02918", {"n": 100_000, "n0": 100, "alpha": 0.001}),
+    Protocol("derandomized-smoothing", "Levine & Feizi 2020, arXiv:2002.10733 (CIFAR-10: column band 4 px, 5×5 "
+             "patches); Salman et al. 2022, arXiv:2110.07719 (ImageNet at 224 px: column band 19 px, 32×32 patches)",
+             {"cifar10": ("column", 4, 5), "imagenet": ("column", 19, 32)}),
     Protocol("min-norm", "Pintor et al. 2021 (FMN), arXiv:2102.12827: robust accuracy against ε from minimum-norm "
              "distances; not a RobustBench number", {"attacks": ("fmn", "fab")}),
 )}
@@ -363,6 +366,22 @@ def _certify(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str
     return "randomized-smoothing", dev
 
 
+def _certify_patch(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
+    """Patch certification against the published setting of its data set (ablation, band width in pixels, a
+    certified patch side among those evaluated); other data sets have none."""
+    published = PROTOCOLS["derandomized-smoothing"].conditions.get(dataset_of(run) or "")
+    if published is None:
+        return NO_PROTOCOL, []
+    kind, band, patch = published
+    s = result.get("settings") or {}
+    dev = []
+    if (s.get("ablation"), s.get("size_pixels")) != (kind, band):
+        dev.append(f"{s.get('ablation')} ablation of {s.get('size_pixels')} px (published: {kind} of {band} px)")
+    if patch not in (s.get("patch_pixels") or []):
+        dev.append(f"patches of {s.get('patch_pixels')} px (published: {patch}×{patch})")
+    return "derandomized-smoothing", dev
+
+
 def _min_norm(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
     """The ``min_norm`` curve: labelled with its own protocol (an attack's upper bound on robust accuracy at every ε,
     comparable with runs of the same attack, norm and steps; no RobustBench leaderboard ranks it)."""
@@ -375,6 +394,7 @@ def _min_norm(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[st
 CHECKERS: dict[str, Checker] = {
     "autoattack": _autoattack, "spatial": _spatial, "corruptions": _corruptions, "perturbations": _perturbations,
     "patch_occlusion": _occlusion, "shape_bias": _named("cue-conflict"), "certify": _certify,
+    "certify_patch": _certify_patch,
     "transfer": _transfer, **{n: _attack for n in ("pgd", "apgd", "fgsm", "patch_fool")},
     "fmn": _attack, "min_norm": _min_norm,
     **{n: _named(n.replace("_", "-")) for n in ("imagenet_r", "imagenet_a", "imagenet_sketch", "imagenet_v2")},

@@ -302,3 +302,15 @@ def test_size_plot_joins_points_within_a_family_only():
     fig = size_section(docs).figures[0].fig
     lines = [ln for ln in fig.axes[0].lines if len(ln.get_xdata())]
     assert sorted((list(ln.get_xdata()), ln.get_linestyle()) for ln in lines) == [([5e6, 2e7], "-"), ([1e7], "None")]
+
+
+def test_patch_certification_against_the_published_setting_of_its_data():
+    lf = {"settings": {"ablation": "column", "size_pixels": 4, "patch_pixels": [2, 5]}}
+    p = assess("certify_patch", lf, {"data": {"spec": "cifar10:test"}})
+    assert p["name"] == "derandomized-smoothing" and p["comparable"] is True
+    block = {"settings": {"ablation": "block", "size_pixels": 12, "patch_pixels": [4]}}
+    assert assess("certify_patch", block, {"data": {"spec": "cifar10:test"}})["deviations"] == [
+        "block ablation of 12 px (published: column of 4 px)", "patches of [4] px (published: 5×5)"]
+    salman = {"settings": {"ablation": "column", "size_pixels": 19, "patch_pixels": [32]}}
+    assert assess("certify_patch", salman, {"data": {"spec": "imagenet:/d/val"}})["comparable"] is True
+    assert assess("certify_patch", lf, {"data": {"spec": "synthshapes:test"}})["name"] == "none"
