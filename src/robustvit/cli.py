@@ -54,6 +54,12 @@ def add_subset_args(p: argparse.ArgumentParser, what: str = "evaluate") -> None:
     p.add_argument("--subset-seed", type=int, metavar="S", help="seed of the stratified draw (default: --seed)")
 
 
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    """``--threads N`` (``robustvit.runs.threads``), set before the command runs."""
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads of torch (intra- and inter-op); default: "
+                   "the cores this process may use (CPU affinity), divided among torchrun's processes on the node")
+
+
 def add_precision_args(p: argparse.ArgumentParser) -> None:
     """``--precision``, ``--compile`` and ``--deterministic`` (``eval``)."""
     from robustvit.evaluation.suites.base import PRECISION_CHOICES
@@ -168,6 +174,7 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="any TrainConfig field, repeatable, e.g. --set ema_decay=0.999 --set accum_steps=2")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
+    add_threads_arg(p)
     p.add_argument("--print-config", action="store_true",
                    help="print the resolved TrainConfig as JSON (defaults < recipe < --config < flags) and exit; "
                         "the output is a valid --config file")
@@ -258,6 +265,7 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
                    "shared between torchrun ranks; default: the folder's own when resuming, else --batch-size)")
     p.add_argument("--device", default="auto")
     add_precision_args(p)
+    add_threads_arg(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", default="auto", help="data-loading worker processes: auto (default: min(8, "
                    "cores − 1)) or a number (0: read in this process, on a background thread)")
@@ -294,10 +302,23 @@ def cmd_eval(a: argparse.Namespace) -> int:
     if a.shard is not None:
         print(f"shard {a.shard}: its units are in {a.out}; merge all shards with `robustvit merge OUT_1 … OUT_N --out OUT`")
     for name, res in results.items():
-        summary = ", ".join(f"{k}: " + ", ".join(f"{m}={v:.4f}" for m, v in r.items() if isinstance(v, float))[:120]
-                            for k, r in res["suites"].items())
-        print(f"{name}: {summary}")
+        print(f"{name}:")
+        for key, r in res["suites"].items():
+            print(f"  {_summary_line(key, r)}")
     return 0
+
+
+def _summary_line(key: str, result: dict[str, Any], width: int = 120) -> str:
+    """``key: metric=0.1234, …`` for a suite's scalar metrics; past ``width`` characters whole metrics are left
+    out (``… N more in results.json``), never cut inside a number."""
+    items = [f"{m}={v:.4f}" for m, v in result.items() if isinstance(v, float)]
+    line = f"{key}:"
+    for i, item in enumerate(items):
+        rest = len(items) - i
+        if i and len(line) + len(item) + 2 > width - (len(f", … {rest} more in results.json") if rest > 1 else 0):
+            return line + f", … {rest} more in results.json"
+        line += (", " if i else " ") + item
+    return line
 
 
 def add_report(sub: argparse._SubParsersAction) -> None:
@@ -453,6 +474,7 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="how the model's forward computes (the probe's self-check stays fp32)")
+    add_threads_arg(p)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_analyze)
 
@@ -461,13 +483,13 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
     from robustvit.evaluation.runner import build_model
-    from robustvit.models import is_checkpoint_dir
+    from robustvit.evaluation.runner import model_dir_name
     from robustvit.models.factory import warn_if_random
 
     model = build_model(a.model, pretrained=a.pretrained, weights=a.weights, data=a.data)
     warn_if_random(a.model, model)
     dataset = dataset_for_model(a.data, model.spec)
-    name = model.spec.architecture if is_checkpoint_dir(a.model) else a.model
+    name = model_dir_name(a.model, model)
     res = run_analyses(model, dataset, _csv(a.analyses), a.out, limit=a.limit, seed=a.seed, batch_size=a.batch_size,
                        device=a.device, precision=a.precision, progress=not a.no_progress, model_name=name,
                        data_spec=a.data, source=a.model,
@@ -662,6 +684,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser(argv).parse_args(argv)
         args.argv = argv
+        if "threads" in vars(args) and not getattr(args, "print_config", False):
+            from robustvit.runs.threads import set_threads
+
+            set_threads(args.threads)
         if getattr(args, "frost_dir", None):
             os.environ["ROBUSTVIT_FROST_DIR"] = args.frost_dir      # read by robustvit.corruptions.frost
         with warnings.catch_warnings():

@@ -34,6 +34,7 @@ from robustvit.models.finetune import check_structure, conv_stem_consistent, rea
 from robustvit.models.families import architecture_family as model_family
 from robustvit.models.spec import ModelSpec
 from robustvit.models.wrapper import Normalized
+from robustvit.runs.atomic import replacing, write_text
 
 OWN_MODELS = ("vit_cifar_micro", "vit_cifar_tiny", "vit_cifar_small", "vit_cifar_demo", "resnet_cifar18") + tuple(timm.list_models("fan_*"))
 WEIGHTS_FILE, SPEC_FILE = "model.safetensors", "spec.json"
@@ -244,14 +245,11 @@ def save_checkpoint(model: Normalized, directory: str | Path, extra: dict[str, A
         ptr = (v.untyped_storage().data_ptr(), v.storage_offset()) if v.numel() else None
         state[k] = v.clone() if ptr in seen else v
         seen.add(ptr)
-    tmp = d / (WEIGHTS_FILE + ".tmp")
-    save_file(state, str(tmp))
-    tmp.replace(d / WEIGHTS_FILE)
+    with replacing(d / WEIGHTS_FILE, suffix=".tmp") as tmp:      # safetensors writes 0600; replacing: 0644
+        save_file(state, str(tmp))
     meta = {"format": "robustvit-checkpoint", "version": 1, "robustvit": __version__,
             "spec": model.spec.to_dict(), **(extra or {})}
-    tmp = d / (SPEC_FILE + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2))
-    tmp.replace(d / SPEC_FILE)
+    write_text(d / SPEC_FILE, json.dumps(meta, indent=2))
     return d
 
 
