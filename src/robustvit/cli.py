@@ -287,8 +287,37 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_eval)
 
 
+def check_pretrained_classes(models: list[str], data: str, class_map: str | None) -> None:
+    """``--pretrained`` without ``--class-map``: refuse a timm model whose pretrained head has another class count
+    than the data before anything is downloaded (timm's pretrained config states it)."""
+    import timm
+
+    from robustvit.data import create_dataset
+    from robustvit.models import is_checkpoint_dir
+
+    if class_map is not None:
+        return
+    heads = {}
+    for name in models:
+        cfg = None if is_checkpoint_dir(name) else timm.models.get_pretrained_cfg(name, allow_unregistered=True)
+        if cfg is not None and getattr(cfg, "num_classes", None):
+            heads[name] = int(cfg.num_classes)
+    if not heads:
+        return
+    want = create_dataset(data).num_classes
+    for name, have in heads.items():
+        if have != want:
+            raise RobustvitError(
+                f"model {name}'s pretrained weights have {have} classes but {data} has {want}; give --class-map FILE "
+                f"(JSON: for each data class, the model class index or indices) or fine-tune it first "
+                f"(robustvit finetune --model {name} --pretrained --data ...)")
+
+
 def cmd_eval(a: argparse.Namespace) -> int:
     from robustvit.evaluation.runner import EvalConfig, run_eval
+
+    if a.pretrained:
+        check_pretrained_classes(_csv(a.model), a.data, a.class_map)
 
     cfg = EvalConfig(models=_csv(a.model), data=a.data, suites=_csv(a.suite), out=a.out, limit=a.limit,
                      batch_size=a.batch_size, chunk_size=a.chunk_size, device=a.device, precision=a.precision,
@@ -359,10 +388,48 @@ LISTS: dict[str, Callable[[str | None], list[str]]] = {
     "analyses": _lister("robustvit.analysis", "list_analyses"),
     "perturbations": _lister("robustvit.corruptions", "list_perturbations"),
 }
-#: ``robustvit list WHAT --options``: the options dataclass of each listed component (``robustvit.options.describe``).
-OPTION_LISTS: dict[str, tuple[str, str]] = {
-    "suites": ("robustvit.evaluation.suites.base", "suite_options"),
-    "attacks": ("robustvit.attacks.base", "attack_options"),
+def _first_line(text: str | None) -> str:
+    """The first paragraph of a docstring or description as one line, without reST markup."""
+    para = " ".join((text or "").strip().split("\n\n")[0].split()).replace("``", "").replace(":class:", "")
+    if len(para) > 150:                     # a long paragraph: its first sentence, else whole words up to 150
+        end = para.find(". ", 40)
+        para = para[:end + 1] if 0 < end < 150 else para[:150].rsplit(" ", 1)[0] + " …"
+    return para
+
+
+def _component(what: str, name: str) -> Any:
+    """The registered analysis, loss class or recipe ``name``."""
+    if what == "analyses":
+        return _module_attr("robustvit.analysis.base", "get_analysis")(name)
+    if what == "losses":
+        return _module_attr("robustvit.training.losses.base", "LOSSES").get(name)
+    return _module_attr("robustvit.training.recipes", "get_recipe")(name)
+
+
+def _description(what: str, name: str) -> str:
+    """One line on a listed analysis, loss or recipe: its ``description``, else its docstring's first paragraph."""
+    obj = _component(what, name)
+    cls = obj if isinstance(obj, type) else type(obj)
+    return _first_line(getattr(obj, "description", "") or cls.__doc__)
+
+
+def _component_options(what: str, name: str) -> list[dict[str, Any]]:
+    """``list analyses|losses --options``: the component's ``Options``; ``list recipes --options``: the
+    TrainConfig fields the recipe sets, with its values as defaults."""
+    obj = _component(what, name)
+    if what == "recipes":
+        return [{"name": k, "type": type(v).__name__, "default": v, "help": "set by the recipe"}
+                for k, v in obj.settings.items()]
+    return _module_attr("robustvit.options", "describe")(obj.Options)
+
+
+#: ``robustvit list WHAT`` with a one-line description of each name.
+DESCRIBED = ("analyses", "losses", "recipes")
+#: ``robustvit list WHAT --options``: the options of each listed component (``robustvit.options.describe``).
+OPTION_LISTS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
+    "suites": lambda n: _module_attr("robustvit.evaluation.suites.base", "suite_options")(n),
+    "attacks": lambda n: _module_attr("robustvit.attacks.base", "attack_options")(n),
+    **{what: (lambda n, what=what: _component_options(what, n)) for what in DESCRIBED},
 }
 
 
@@ -380,7 +447,8 @@ def add_list(sub: argparse._SubParsersAction) -> None:
     p.add_argument("what", choices=list(LISTS))
     p.add_argument("pattern", nargs="?", help="shell-style filter, e.g. 'vit_*'")
     p.add_argument("--options", action="store_true",
-                   help=f"{' and '.join(OPTION_LISTS)} only: each one's options (name, type, default, help)")
+                   help=f"{', '.join(OPTION_LISTS)} only: each one's options (name, type, default, help; "
+                   "a recipe: the fields it sets)")
     p.add_argument("--capabilities", nargs="?", const="", metavar="PATTERN",
                    help="models only: which analyses, attacks and suites apply to each matching model, its probe, class "
                         "token and registers (each model is built at its default size with random weights on the CPU: "
@@ -402,8 +470,11 @@ def cmd_list(a: argparse.Namespace) -> int:
     if getattr(a, "options", False):
         if a.what not in OPTION_LISTS:
             raise RobustvitError(f"--options applies to `robustvit list {' | '.join(OPTION_LISTS)}`")
-        describe = _module_attr(*OPTION_LISTS[a.what])
-        print("\n".join(_format_options(n, describe(n)) for n in names))
+        print("\n".join(_format_options(n, OPTION_LISTS[a.what](n)) for n in names))
+        return 0
+    if a.what in DESCRIBED and names:
+        width = max(map(len, names))
+        print("\n".join(f"{n:<{width}}  {_description(a.what, n)}".rstrip() for n in names))
         return 0
     print("\n".join(names))
     return 0
@@ -486,6 +557,8 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     from robustvit.evaluation.runner import model_dir_name
     from robustvit.models.factory import warn_if_random
 
+    if a.pretrained:
+        check_pretrained_classes([a.model], a.data, a.class_map)
     model = build_model(a.model, pretrained=a.pretrained, weights=a.weights, data=a.data)
     warn_if_random(a.model, model)
     dataset = dataset_for_model(a.data, model.spec)

@@ -18,6 +18,7 @@ import fnmatch
 import hashlib
 import json
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from robustvit.models import fan as _fan  # registers the FAN architectures with
 from robustvit.models.finetune import check_structure, conv_stem_consistent, reapply_adaptations
 from robustvit.models.families import architecture_family as model_family
 from robustvit.models.spec import ModelSpec
+from robustvit.models.hub import offline_guard
 from robustvit.models.wrapper import Normalized
 from robustvit.runs.atomic import replacing, write_text
 
@@ -195,7 +197,8 @@ def file_sha256(path: str | Path) -> str:
 
 def _build(name: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
     try:
-        return timm.create_model(name, pretrained=pretrained, **kwargs)
+        with offline_guard(name) if pretrained else nullcontext():
+            return timm.create_model(name, pretrained=pretrained, **kwargs)
     except TypeError as e:
         raise RobustvitError(f"model {name!r} does not accept these options ({e}); remove them") from None
     except RuntimeError as e:
