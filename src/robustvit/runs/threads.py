@@ -1,9 +1,10 @@
 """CPU threads of a run (``--threads N``): PyTorch's intra-op and inter-op thread pools.
 
-PyTorch's default (one thread per physical core) oversubscribes a shared or busy machine: on a 2-core machine
-with another job running, a forward of 8 images took 0.58 s with 2 threads and 0.013 s with one. The default
-here is the cores this process may run on (its CPU affinity, e.g. a Slurm or container allocation), divided
-among the processes of a ``torchrun`` node (``LOCAL_WORLD_SIZE``), at least one.
+PyTorch's default (one thread per physical core of the machine) oversubscribes a shared or busy machine: on a
+2-core machine with another job running, a forward of 8 images took 0.58 s with 2 threads and 0.013 s with one
+(issue #33). The default here is torch's, capped by the cores this process may run on (its CPU affinity, e.g. a
+Slurm or container allocation) and divided among the processes of a ``torchrun`` node (``LOCAL_WORLD_SIZE``),
+at least one. On a machine shared with other jobs, ``--threads 1`` is often fastest.
 
 >>> set_threads(1)
 1
@@ -18,14 +19,19 @@ import torch
 from robustvit.errors import RobustvitError
 
 
+#: torch's own default (one thread per physical core, or OMP_NUM_THREADS), read when robustvit is imported.
+TORCH_DEFAULT = torch.get_num_threads()
+
+
 def default_threads() -> int:
-    """The cores this process may use (CPU affinity), divided among the node's torchrun processes (>= 1)."""
+    """torch's default (physical cores or ``OMP_NUM_THREADS``), at most the cores this process may run on (CPU
+    affinity: a container's or Slurm's allocation), divided among the node's torchrun processes; at least 1."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):       # not Linux
         cores = os.cpu_count() or 1
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-    return max(1, cores // max(1, local))
+    return max(1, min(cores, TORCH_DEFAULT) // max(1, local))
 
 
 def set_threads(threads: int | None = None) -> int:
