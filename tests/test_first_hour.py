@@ -66,3 +66,87 @@ def test_first_hour(tmp_path, capsys):
         pytest.xfail(reason="parent-folder report: report helper")
     text = (tmp_path / "report" / "report.md").read_text()
     assert "vit-a" in text and "vit-b" in text
+
+
+def test_plain_module_reads_the_data_at_its_own_size():
+    """#33: a plain nn.Module (no timm pretrained_cfg) gets the data's image size and no crop for small images
+    (not ImageNet's 224 px / crop 0.875: a 32-px image resized to 36 and cropped, CIFAR upsampled to 224)."""
+    import torch
+    from torch import nn
+
+    from robustvit.facade import wrap_module
+
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10))
+    norm = {"mean": (0.5,) * 3, "std": (0.5,) * 3}
+    m = wrap_module(net, data="synthshapes:test,count=4,size=24", **norm)
+    assert m.spec.input_size == (3, 24, 24) and m.spec.crop_pct == 1.0
+    m = wrap_module(net, input_size=32, **norm)
+    assert m.spec.crop_pct == 1.0                          # small: read as it is
+    m = wrap_module(net, **norm)                            # files of any size: the ImageNet default stays
+    assert m.spec.input_size == (3, 224, 224) and m.spec.crop_pct == 0.875
+    x = torch.rand(2, 3, 24, 24)
+    with torch.no_grad():
+        assert torch.equal(wrap_module(net, data="synthshapes:test,count=4,size=24", **norm)(x), net((x - 0.5) / 0.5))
+
+
+def test_folder_count_is_a_stratified_sample(tmp_path):
+    from PIL import Image
+
+    from robustvit.data import create_dataset
+
+    for c in "abcd":
+        (tmp_path / c).mkdir()
+        for i in range(5):
+            Image.new("RGB", (8, 8), (i * 40, 0, 0)).save(tmp_path / c / f"{i}.png")
+    ds = create_dataset(f"folder:{tmp_path},count=8")
+    labels = [y for _, y in ds.samples]
+    assert len(ds) == 8 and sorted(labels) == [0, 0, 1, 1, 2, 2, 3, 3]     # 2 of each class, not the first 8
+    assert ds.samples == create_dataset(f"folder:{tmp_path},count=8").samples
+    assert ds.samples != create_dataset(f"folder:{tmp_path},count=8,seed=1").samples
+    assert set(ds.samples) <= set(create_dataset(f"folder:{tmp_path}").samples)
+
+
+def test_plain_progress_lines_without_a_terminal(monkeypatch, capsys):
+    import robustvit.progress as progress
+
+    monkeypatch.setattr(progress, "PLAIN_INTERVAL", 0.0)
+    with progress.progress_bar(True, "vit · clean", 3) as tick:
+        for i in range(3):
+            tick(f"loss {i}")
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[:3] == [f"robustvit: vit · clean: {i + 1}/3, loss {i}, 0 s" for i in range(3)]
+    with progress.progress_bar(False, "off", 3) as tick:
+        tick()
+    assert capsys.readouterr().err == ""
+
+
+def test_written_files_are_readable_by_others(tmp_path):
+    import os
+
+    from robustvit.runs import write_json
+
+    old = os.umask(0o022)
+    try:
+        write_json(tmp_path / "results.json", {"schema": 2})
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "results.json") == 0o644
+
+
+def test_shipped_cifar_to_imagenet_class_map():
+    from timm.data import ImageNetInfo
+
+    from robustvit.data.classmap import load_class_map
+
+    classes = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+    groups = load_class_map("cifar_to_imagenet.json", classes)        # the README's command: found by name
+    flat = [i for g in groups for i in g]
+    assert len(flat) == len(set(flat)) and all(0 <= i < 1000 for i in flat)     # no ImageNet class twice
+    info = ImageNetInfo()
+    words = {"cat": "cat", "dog": None, "frog": "frog", "truck": ("truck", "van")}
+    for name, word in words.items():
+        if word is not None:
+            for i in groups[classes.index(name)]:
+                text = info.index_to_description(i)
+                assert any(w in text for w in ((word,) if isinstance(word, str) else word)), (name, text)
+    assert len(groups[classes.index("dog")]) == 118        # ImageNet's 118 dog breeds, 151–268
