@@ -43,6 +43,7 @@ def test_first_hour(tmp_path, capsys):
                                          "of": 64}
     assert trained["run"]["threads"] == 1
     assert trained["model"]["pretrained"] is False
+    assert trained["model"]["name"] == "vit-a" and trained["model"]["source"] == "vit_cifar_micro"
     for f in (runs / "vit-a" / "results.json", runs / "vit-a" / "checkpoint" / "model.safetensors"):
         assert _mode(f) & 0o044 == 0o044, f"{f.name} is {oct(_mode(f))}: others cannot read it"
 

@@ -623,7 +623,8 @@ def write_results(run: Run) -> Path:
     cfg = run.cfg
     data = data_record(spec=cfg.data, num_images=len(run.dataset), num_classes=run.dataset.num_classes,
                        subset=run.subset, val_spec=cfg.val_data, val_subset=run.val_subset)
-    record = model_record(run.eval_model(), cfg.model, cfg.model)
+    # named by the run (its folder), as `eval` names RUN/checkpoint: a report joins the training and its evaluations
+    record = model_record(run.eval_model(), run.out.resolve().name or cfg.model, cfg.model)
     weights = run.out / "checkpoint" / "model.safetensors"
     start = "pretrained" if cfg.pretrained else cfg.weights or ("checkpoint" if is_checkpoint_dir(cfg.model)
                                                                 else "random initialisation")
