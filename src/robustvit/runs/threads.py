@@ -6,8 +6,8 @@ PyTorch's default (one thread per physical core of the machine) oversubscribes a
 Slurm or container allocation) and divided among the processes of a ``torchrun`` node (``LOCAL_WORLD_SIZE``),
 at least one. On a machine shared with other jobs, ``--threads 1`` is often fastest.
 
->>> set_threads(1)
-1
+>>> default_threads() >= 1          # what set_threads(None), the default of --threads, sets
+True
 """
 
 from __future__ import annotations
