@@ -41,8 +41,9 @@ def test_eval_and_report(capsys, tmp_path):
     ck = save_checkpoint(create_model("resnet_cifar18", width_mult=0.0625).eval(), tmp_path / "ck")
     code, out, _ = run(capsys, "eval", "--model", str(ck), "--data", "synthshapes:test,count=40,size=16", "--out",
                        str(tmp_path / "e"), "--no-progress", "--device", "cpu")
-    assert code == 0 and "resnet_cifar18" in out
+    assert code == 0 and out.startswith("ck:")          # a checkpoint folder is named by its folder
     res = json.loads((tmp_path / "e" / "results.json").read_text())
+    assert res["model"]["name"] == "ck" and res["model"]["spec"]["architecture"] == "resnet_cifar18"
     assert res["run"]["command"].startswith("robustvit eval")
     code, out, _ = run(capsys, "report", str(tmp_path / "e"), "--out", str(tmp_path / "r"))
     assert code == 0
@@ -169,3 +170,117 @@ def test_help_version_and_a_bad_command_import_no_torch(argv):
     full = build_parser(["eval", "--help"])
     sub = next(a for a in full._actions if a.__class__.__name__ == "_SubParsersAction")
     assert "--chunk-size" in sub.choices["eval"].format_help() and "--loss" not in sub.choices["eval"].format_help()
+
+
+def test_model_folders_are_named_by_the_run(tmp_path):
+    """#33: ``eval --model A,B --out E`` writes E/<run's model name>/: a training run's checkpoint by the run's folder
+    (not the architecture); one model writes E itself, or E/<name> when E is already a parent folder of it."""
+    from types import SimpleNamespace
+
+    from robustvit.evaluation.runner import _Run, model_dir_name
+
+    m = create_model("resnet_cifar18", width_mult=0.0625)
+    for sub in ("checkpoint", "best", "last"):
+        save_checkpoint(m, tmp_path / "runs" / "vit-a" / sub)
+    save_checkpoint(m, tmp_path / "ck")
+    assert model_dir_name(str(tmp_path / "runs" / "vit-a" / "checkpoint"), m) == "vit-a"
+    assert model_dir_name(str(tmp_path / "runs" / "vit-a" / "best"), m) == "vit-a-best"
+    assert model_dir_name(str(tmp_path / "runs" / "vit-a" / "last") + "/", m) == "vit-a-last"
+    assert model_dir_name(str(tmp_path / "ck"), m) == "ck"
+    assert model_dir_name("resnet_cifar18", m) == "resnet_cifar18"
+    assert model_dir_name(m, m) == "resnet_cifar18"        # a Python object: its architecture
+    out = tmp_path / "E"
+    one = SimpleNamespace(cfg=SimpleNamespace(out=str(out)), models={"vit-a": m})
+    two = SimpleNamespace(cfg=SimpleNamespace(out=str(out)), models={"vit-a": m, "vit-b": m})
+    assert _Run.out(one, "vit-a") == out and _Run.out(two, "vit-b") == out / "vit-b"
+    (out / "vit-a").mkdir(parents=True)
+    (out / "vit-a" / "results.json").write_text("{}")
+    assert _Run.out(one, "vit-a") == out / "vit-a"        # E is a parent folder of vit-a's run already
+
+
+def test_summary_never_cuts_a_number():
+    from robustvit.cli import _summary_line
+
+    result = {f"metric_{i}": 0.9578 + i / 1e4 for i in range(12)} | {"n": 200, "name": "x"}
+    line = _summary_line("corruptions", result)
+    items = line.split(": ", 1)[1].split(", ")
+    shown = [i for i in items if "=" in i]
+    assert shown and all(f"{k}={result[k]:.4f}" == f"{k}={v}" for k, v in (i.split("=") for i in shown))
+    assert items[-1] == f"… {len(result) - 2 - len(shown)} more in results.json" and len(line) <= 130
+    assert _summary_line("clean", {"top1": 0.95781, "top5": 1.0}) == "clean: top1=0.9578, top5=1.0000"
+
+
+def test_list_describes_analyses_losses_recipes(capsys):
+    from robustvit.analysis.base import get_analysis
+    from robustvit.training.recipes import get_recipe
+
+    code, out, _ = run(capsys, "list", "analyses")
+    lesion = next(line for line in out.splitlines() if line.split()[0] == "lesion")
+    assert code == 0 and lesion.split(None, 1)[1] == get_analysis("lesion").description.split("\n")[0].strip()
+    code, out, _ = run(capsys, "list", "recipes", "light_at")
+    assert code == 0 and out.split(None, 1)[1].strip() == get_recipe("light_at").description
+    code, out, _ = run(capsys, "list", "losses", "ce")
+    assert code == 0 and out.split()[0] == "ce" and "ross-entropy" in out
+    code, out, _ = run(capsys, "list", "analyses", "lesion", "--options")
+    assert code == 0 and out.splitlines()[0] == "lesion" and "  samples: int = 25" in out
+    code, out, _ = run(capsys, "list", "recipes", "light_at", "--options")
+    settings = get_recipe("light_at").settings
+    assert code == 0 and f"  eps: str = {settings['eps']}" in out and len(out.splitlines()) == len(settings) + 1
+    code, out, _ = run(capsys, "list", "losses", "trades", "--options")
+    assert code == 0 and any(line.strip().startswith("beta: float = 6.0") for line in out.splitlines())
+
+
+def test_threads(monkeypatch, capsys):
+    import os
+
+    import torch
+
+    import robustvit.runs.threads as threads
+    from robustvit.runs.threads import default_threads, set_threads
+
+    monkeypatch.setattr(threads, "TORCH_DEFAULT", 8)        # torch's default: 8 physical cores
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert default_threads() == 6                           # this process may run on 6 of them
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")            # torchrun: the node's cores shared by its processes
+    assert default_threads() == 1
+    monkeypatch.setattr(threads, "TORCH_DEFAULT", 2)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert default_threads() == 2
+    before = torch.get_num_threads()
+    try:
+        assert set_threads(2) == 2 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    code, _, err = run(capsys, "eval", "--model", "resnet_cifar18", "--data", "synthshapes:test", "--out", "X",
+                       "--threads", "0")
+    assert code == 2 and err.strip().splitlines() == ["robustvit: error: --threads must be >= 1, got 0"]
+
+
+def test_offline_pretrained_fails_in_one_line(monkeypatch, tmp_path, capsys):
+    """#33: without network, --pretrained checks the class count first, then fails at once naming --weights and
+    HF_HUB_OFFLINE (not after a minute of the hub's retries with its raw error)."""
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "empty-cache"), raising=False)
+    code, _, err = run(capsys, "eval", "--model", "resnet10t", "--pretrained", "--data", "synthshapes:test,count=8",
+                       "--out", str(tmp_path / "e"))
+    assert code == 2 and "pretrained weights have 1000 classes but synthshapes:test,count=8 has 10" in err
+    cmap = tmp_path / "map.json"
+    cmap.write_text(json.dumps(list(range(10))))
+    code, _, err = run(capsys, "eval", "--model", "resnet10t", "--pretrained", "--data", "synthshapes:test,count=8",
+                       "--class-map", str(cmap), "--out", str(tmp_path / "e"))
+    lines = [line for line in err.strip().splitlines() if not line.startswith("robustvit: warning")]
+    assert code == 2 and len(lines) == 1 and "--weights" in lines[0] and "HF_HUB_OFFLINE" in lines[0]
+
+
+def test_interrupted_train_says_resume(monkeypatch, capsys):
+    import robustvit.cli as cli
+
+    def interrupted(a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_train_config", interrupted)
+    code, _, err = run(capsys, "train", "--model", "resnet_cifar18", "--data", "synthshapes:train", "--out", "X")
+    assert code == 130 and "re-run it with --resume" in err

@@ -57,6 +57,12 @@ def add_subset_args(p: argparse.ArgumentParser, what: str = "evaluate") -> None:
     p.add_argument("--subset-seed", type=int, metavar="S", help="seed of the stratified draw (default: --seed)")
 
 
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    """``--threads N`` (``robustvit.runs.threads``), set before the command runs."""
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads of torch (intra- and inter-op); default: "
+                   "the cores this process may use (CPU affinity), divided among torchrun's processes on the node")
+
+
 def add_precision_args(p: argparse.ArgumentParser) -> None:
     """``--precision``, ``--compile`` and ``--deterministic`` (``eval``)."""
     from robustvit.evaluation.suites.base import PRECISION_CHOICES
@@ -171,6 +177,7 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="any TrainConfig field, repeatable, e.g. --set ema_decay=0.999 --set accum_steps=2")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last epoch")
+    add_threads_arg(p)
     p.add_argument("--print-config", action="store_true",
                    help="print the resolved TrainConfig as JSON (defaults < recipe < --config < flags) and exit; "
                         "the output is a valid --config file")
@@ -262,6 +269,7 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
                    "shared between torchrun ranks; default: the folder's own when resuming, else --batch-size)")
     p.add_argument("--device", default="auto")
     add_precision_args(p)
+    add_threads_arg(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", default="auto", help="data-loading worker processes: auto (default: min(8, "
                    "cores − 1)) or a number (0: read in this process, on a background thread)")
@@ -283,8 +291,37 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_eval)
 
 
+def check_pretrained_classes(models: list[str], data: str, class_map: str | None) -> None:
+    """``--pretrained`` without ``--class-map``: refuse a timm model whose pretrained head has another class count
+    than the data before anything is downloaded (timm's pretrained config states it)."""
+    import timm
+
+    from robustvit.data import create_dataset
+    from robustvit.models import is_checkpoint_dir
+
+    if class_map is not None:
+        return
+    heads = {}
+    for name in models:
+        cfg = None if is_checkpoint_dir(name) else timm.models.get_pretrained_cfg(name, allow_unregistered=True)
+        if cfg is not None and getattr(cfg, "num_classes", None):
+            heads[name] = int(cfg.num_classes)
+    if not heads:
+        return
+    want = create_dataset(data).num_classes
+    for name, have in heads.items():
+        if have != want:
+            raise RobustvitError(
+                f"model {name}'s pretrained weights have {have} classes but {data} has {want}; give --class-map FILE "
+                f"(JSON: for each data class, the model class index or indices) or fine-tune it first "
+                f"(robustvit finetune --model {name} --pretrained --data ...)")
+
+
 def cmd_eval(a: argparse.Namespace) -> int:
     from robustvit.evaluation.runner import EvalConfig, run_eval
+
+    if a.pretrained:
+        check_pretrained_classes(_csv(a.model), a.data, a.class_map)
 
     cfg = EvalConfig(models=_csv(a.model), data=a.data, suites=_csv(a.suite), out=a.out, limit=a.limit,
                      batch_size=a.batch_size, chunk_size=a.chunk_size, device=a.device, precision=a.precision,
@@ -298,10 +335,23 @@ def cmd_eval(a: argparse.Namespace) -> int:
     if a.shard is not None:
         print(f"shard {a.shard}: its units are in {a.out}; merge all shards with `robustvit merge OUT_1 … OUT_N --out OUT`")
     for name, res in results.items():
-        summary = ", ".join(f"{k}: " + ", ".join(f"{m}={v:.4f}" for m, v in r.items() if isinstance(v, float))[:120]
-                            for k, r in res["suites"].items())
-        print(f"{name}: {summary}")
+        print(f"{name}:")
+        for key, r in res["suites"].items():
+            print(f"  {_summary_line(key, r)}")
     return 0
+
+
+def _summary_line(key: str, result: dict[str, Any], width: int = 120) -> str:
+    """``key: metric=0.1234, …`` for a suite's scalar metrics; past ``width`` characters whole metrics are left
+    out (``… N more in results.json``), never cut inside a number."""
+    items = [f"{m}={v:.4f}" for m, v in result.items() if isinstance(v, float)]
+    line = f"{key}:"
+    for i, item in enumerate(items):
+        rest = len(items) - i
+        if i and len(line) + len(item) + 2 > width - (len(f", … {rest} more in results.json") if rest > 1 else 0):
+            return line + f", … {rest} more in results.json"
+        line += (", " if i else " ") + item
+    return line
 
 
 def add_report(sub: argparse._SubParsersAction) -> None:
@@ -343,10 +393,48 @@ LISTS: dict[str, Callable[[str | None], list[str]]] = {
     "analyses": _lister("robustvit.analysis", "list_analyses"),
     "perturbations": _lister("robustvit.corruptions", "list_perturbations"),
 }
-#: ``robustvit list WHAT --options``: the options dataclass of each listed component (``robustvit.options.describe``).
-OPTION_LISTS: dict[str, tuple[str, str]] = {
-    "suites": ("robustvit.evaluation.suites.base", "suite_options"),
-    "attacks": ("robustvit.attacks.base", "attack_options"),
+def _first_line(text: str | None) -> str:
+    """The first paragraph of a docstring or description as one line, without reST markup."""
+    para = " ".join((text or "").strip().split("\n\n")[0].split()).replace("``", "").replace(":class:", "")
+    if len(para) > 150:                     # a long paragraph: its first sentence, else whole words up to 150
+        end = para.find(". ", 40)
+        para = para[:end + 1] if 0 < end < 150 else para[:150].rsplit(" ", 1)[0] + " …"
+    return para
+
+
+def _component(what: str, name: str) -> Any:
+    """The registered analysis, loss class or recipe ``name``."""
+    if what == "analyses":
+        return _module_attr("robustvit.analysis.base", "get_analysis")(name)
+    if what == "losses":
+        return _module_attr("robustvit.training.losses.base", "LOSSES").get(name)
+    return _module_attr("robustvit.training.recipes", "get_recipe")(name)
+
+
+def _description(what: str, name: str) -> str:
+    """One line on a listed analysis, loss or recipe: its ``description``, else its docstring's first paragraph."""
+    obj = _component(what, name)
+    cls = obj if isinstance(obj, type) else type(obj)
+    return _first_line(getattr(obj, "description", "") or cls.__doc__)
+
+
+def _component_options(what: str, name: str) -> list[dict[str, Any]]:
+    """``list analyses|losses --options``: the component's ``Options``; ``list recipes --options``: the
+    TrainConfig fields the recipe sets, with its values as defaults."""
+    obj = _component(what, name)
+    if what == "recipes":
+        return [{"name": k, "type": type(v).__name__, "default": v, "help": "set by the recipe"}
+                for k, v in obj.settings.items()]
+    return _module_attr("robustvit.options", "describe")(obj.Options)
+
+
+#: ``robustvit list WHAT`` with a one-line description of each name.
+DESCRIBED = ("analyses", "losses", "recipes")
+#: ``robustvit list WHAT --options``: the options of each listed component (``robustvit.options.describe``).
+OPTION_LISTS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
+    "suites": lambda n: _module_attr("robustvit.evaluation.suites.base", "suite_options")(n),
+    "attacks": lambda n: _module_attr("robustvit.attacks.base", "attack_options")(n),
+    **{what: (lambda n, what=what: _component_options(what, n)) for what in DESCRIBED},
 }
 
 
@@ -364,7 +452,8 @@ def add_list(sub: argparse._SubParsersAction) -> None:
     p.add_argument("what", choices=list(LISTS))
     p.add_argument("pattern", nargs="?", help="shell-style filter, e.g. 'vit_*'")
     p.add_argument("--options", action="store_true",
-                   help=f"{' and '.join(OPTION_LISTS)} only: each one's options (name, type, default, help)")
+                   help=f"{', '.join(OPTION_LISTS)} only: each one's options (name, type, default, help; "
+                   "a recipe: the fields it sets)")
     p.add_argument("--capabilities", nargs="?", const="", metavar="PATTERN",
                    help="models only: which analyses, attacks and suites apply to each matching model, its probe, class "
                         "token and registers (each model is built at its default size with random weights on the CPU: "
@@ -386,8 +475,11 @@ def cmd_list(a: argparse.Namespace) -> int:
     if getattr(a, "options", False):
         if a.what not in OPTION_LISTS:
             raise RobustvitError(f"--options applies to `robustvit list {' | '.join(OPTION_LISTS)}`")
-        describe = _module_attr(*OPTION_LISTS[a.what])
-        print("\n".join(_format_options(n, describe(n)) for n in names))
+        print("\n".join(_format_options(n, OPTION_LISTS[a.what](n)) for n in names))
+        return 0
+    if a.what in DESCRIBED and names:
+        width = max(map(len, names))
+        print("\n".join(f"{n:<{width}}  {_description(a.what, n)}".rstrip() for n in names))
         return 0
     print("\n".join(names))
     return 0
@@ -458,6 +550,7 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="how the model's forward computes (the probe's self-check stays fp32)")
+    add_threads_arg(p)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_analyze)
 
@@ -466,13 +559,15 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
     from robustvit.evaluation.runner import build_model
-    from robustvit.models import is_checkpoint_dir
+    from robustvit.evaluation.runner import model_dir_name
     from robustvit.models.factory import warn_if_random
 
+    if a.pretrained:
+        check_pretrained_classes([a.model], a.data, a.class_map)
     model = build_model(a.model, pretrained=a.pretrained, weights=a.weights, data=a.data, model_dir=a.model_dir)
     warn_if_random(a.model, model)
     dataset = dataset_for_model(a.data, model.spec)
-    name = model.spec.architecture if is_checkpoint_dir(a.model) else a.model
+    name = model_dir_name(a.model, model)
     res = run_analyses(model, dataset, _csv(a.analyses), a.out, limit=a.limit, seed=a.seed, batch_size=a.batch_size,
                        device=a.device, precision=a.precision, progress=not a.no_progress, model_name=name,
                        data_spec=a.data, source=a.model,
@@ -668,6 +763,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser(argv).parse_args(argv)
         args.argv = argv
+        if "threads" in vars(args) and not getattr(args, "print_config", False):
+            from robustvit.runs.threads import set_threads
+
+            set_threads(args.threads)
         if getattr(args, "frost_dir", None):
             os.environ["ROBUSTVIT_FROST_DIR"] = args.frost_dir      # read by robustvit.corruptions.frost
         with warnings.catch_warnings():

@@ -14,9 +14,11 @@ is used as it is; any other module is wrapped in ``Normalized`` with its normali
 from __future__ import annotations
 
 import dataclasses
+import sys
 import tempfile
-from contextlib import nullcontext
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +28,15 @@ from torch import nn
 from robustvit.errors import RobustvitError
 
 
+#: Images up to this side are read as they are by a plain module (no resize to side / crop_pct, no centre crop).
+SMALL_IMAGE = 64
+
+
 def as_model(model: str | nn.Module, *, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
              name: str | None = None, num_classes: int | None = None, input_size: int | None = None,
-             pretrained: bool = False, weights: str | None = None) -> Any:
-    """A robustvit ``Normalized`` model from a name or a module (see the module docstring)."""
+             pretrained: bool = False, weights: str | None = None, data: Any = None) -> Any:
+    """A robustvit ``Normalized`` model from a name or a module (see the module docstring); ``data`` (a spec or
+    a data set) gives a plain module its input size (:func:`wrap_module`)."""
     from robustvit.evaluation.runner import build_model
     from robustvit.models import Normalized
 
@@ -37,13 +44,32 @@ def as_model(model: str | nn.Module, *, mean: Sequence[float] | None = None, std
         return build_model(model, pretrained=pretrained, weights=weights)
     if not isinstance(model, nn.Module):
         raise RobustvitError(f"model must be a name or a torch nn.Module, got {type(model).__name__}")
-    return wrap_module(model, mean=mean, std=std, name=name, num_classes=num_classes, input_size=input_size)
+    return wrap_module(model, mean=mean, std=std, name=name, num_classes=num_classes, input_size=input_size,
+                       data=data)
+
+
+def data_image_size(data: Any) -> int | None:
+    """The side of a data set's images when they all share it (in-memory or generated images: synthshapes, npz,
+    CIFAR), else None (files of any size, read at the model's size)."""
+    from robustvit.data import TensorImageDataset, create_dataset
+    from robustvit.data.synthshapes import SynthShapesDataset
+
+    ds = create_dataset(data) if isinstance(data, str) else data
+    if not isinstance(ds, (TensorImageDataset, SynthShapesDataset)) or len(ds) == 0:
+        return None
+    h, w = ds.get_batch(torch.tensor([0]))[0].shape[-2:]
+    return int(h) if h == w else None
 
 
 def wrap_module(module: nn.Module, *, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-                name: str | None = None, num_classes: int | None = None, input_size: int | None = None) -> Any:
+                name: str | None = None, num_classes: int | None = None, input_size: int | None = None,
+                data: Any = None) -> Any:
     """``Normalized(module, spec)``: normalisation from ``mean``/``std``, else the module's timm
-    ``pretrained_cfg``; one line when neither gives it (images are [0, 1]; the model normalises inside)."""
+    ``pretrained_cfg``; one line when neither gives it (images are [0, 1]; the model normalises inside).
+
+    A module without a timm ``pretrained_cfg`` input size takes ``input_size``, else the images' own size
+    (``data`` with images of one size, e.g. CIFAR: 32), else 224; images of at most :data:`SMALL_IMAGE` pixels are
+    not centre-cropped (crop_pct 1: a 32-px image is read as it is, not resized to 36 and cropped)."""
     from robustvit.models import Normalized
     from robustvit.models.factory import spec_from_timm
 
@@ -61,10 +87,15 @@ def wrap_module(module: nn.Module, *, mean: Sequence[float] | None = None, std: 
             raise RobustvitError(f"mean and std take 3 values each (std > 0), got mean={mean} std={std}")
         changes.update(mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std))
     size = getattr(getattr(module, "patch_embed", None), "img_size", None)      # a timm ViT built at another size
+    if input_size is None and "input_size" not in cfg and not isinstance(size, (tuple, list)) and data is not None:
+        input_size = data_image_size(data)                                     # a plain module: the data's size
     if input_size is not None:
         changes["input_size"] = (3, int(input_size), int(input_size))
     elif isinstance(size, (tuple, list)) and len(size) == 2 and tuple(size) != tuple(spec.input_size[1:]):
         changes["input_size"] = (3, int(size[0]), int(size[1]))
+    side = (changes.get("input_size") or spec.input_size)[-1]
+    if "crop_pct" not in cfg and side <= SMALL_IMAGE:
+        changes["crop_pct"] = 1.0
     if num_classes is not None:
         changes["num_classes"] = int(num_classes)
     elif getattr(module, "num_classes", None) is None:      # not a timm model: ask the module
@@ -79,6 +110,24 @@ def wrap_module(module: nn.Module, *, mean: Sequence[float] | None = None, std: 
     wrapped = Normalized(module, dataclasses.replace(spec, **changes))
     wrapped.weights = {"pretrained": None, "source": f"python:{type(module).__name__}"}
     return wrapped
+
+
+@contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """robustvit's warnings (e.g. random weights) as one line on stderr, ``robustvit: warning: …``, as the CLI
+    prints them; other warnings keep Python's format."""
+    show = warnings.showwarning
+
+    def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                 line: str | None = None) -> None:
+        if "robustvit" in filename.replace("\\", "/").split("/site-packages/")[-1]:
+            print(f"robustvit: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = one_line
+        yield
 
 
 #: EvalConfig fields that ``evaluate`` sets from its own arguments (the others are its keyword arguments).
@@ -137,12 +186,13 @@ def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suit
         options.pop(key, None)
     many = isinstance(model, (list, tuple))
     models = [m if isinstance(m, str) else as_model(m, mean=mean, std=std, name=name, input_size=input_size,
-                                                    num_classes=num_classes)
+                                                    num_classes=num_classes, data=data)
               for m in (model if many else [model])]
     config = {k: options.pop(k) for k in list(options) if k in fields}
     config.setdefault("command", "robustvit.evaluate()")
     suite_list = [s.strip() for s in suites.split(",")] if isinstance(suites, str) else list(suites)
-    with tempfile.TemporaryDirectory(prefix="robustvit-eval-") if out is None else nullcontext(Path(out)) as folder:
+    with tempfile.TemporaryDirectory(prefix="robustvit-eval-") if out is None else nullcontext(Path(out)) as folder, \
+            one_line_warnings():
         results = run_eval(EvalConfig(models=models, data=data, suites=suite_list, out=str(folder), limit=limit,
                                       options=options, progress=progress, **config))
     return results if many else next(iter(results.values()))
@@ -179,6 +229,7 @@ def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, ou
     """
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
+    from robustvit.models.factory import warn_if_random
     from robustvit.runs import read_results
 
     allowed = ("class_map", "subset_method", "subset", "subset_seed")
@@ -187,11 +238,13 @@ def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, ou
         raise RobustvitError(f"analyze() got an unknown keyword argument {unknown[0]!r}; besides its named "
                              f"arguments it takes {', '.join(allowed)}")
     m = as_model(model, mean=mean, std=std, name=name, input_size=input_size, num_classes=num_classes,
-                 pretrained=pretrained, weights=weights)
+                 pretrained=pretrained, weights=weights, data=data)
+    with one_line_warnings():
+        warn_if_random(model if isinstance(model, str) else name or type(model).__name__, m)
     dataset = dataset_for_model(data, m.spec) if isinstance(data, str) else data
     label = model if isinstance(model, str) else None
     folder_cm = tempfile.TemporaryDirectory(prefix="robustvit-analyze-") if out is None else nullcontext(Path(out))
-    with folder_cm as folder:
+    with folder_cm as folder, one_line_warnings():
         run_analyses(m, dataset, analyses, folder, limit=limit, seed=seed, batch_size=batch_size, device=device,
                      precision=precision, progress=progress, model_name=name or label,
                      data_spec=data if isinstance(data, str) else None,

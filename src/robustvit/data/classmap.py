@@ -1,6 +1,8 @@
 """Matching a model's classes to a data set's: the class-count check ``eval`` and ``analyze`` share, and
 class-map files (``--class-map FILE``) that score a model with more classes (e.g. a 1000-class ImageNet
-model) on a data set with fewer."""
+model) on a data set with fewer. Shipped maps are found by name when no such file exists:
+``cifar_to_imagenet.json`` (CIFAR-10's classes → the ImageNet-1k classes of each: airplane → airliner, warplane;
+…; deer, which ImageNet lacks, → hartebeest, impala, gazelle)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,29 @@ from typing import Any
 from robustvit.errors import RobustvitError
 
 
+#: The folder of the class maps shipped with robustvit.
+SHIPPED = Path(__file__).parent / "classlists"
+
+
+def shipped_class_maps() -> list[str]:
+    """The class maps shipped with robustvit (file names for ``--class-map``)."""
+    return sorted(p.name for p in SHIPPED.glob("*_to_*.json"))
+
+
+def class_map_path(path: str | Path) -> Path:
+    """``path`` when it exists, else the shipped map of that name (with or without ``.json``), else ``path``."""
+    p = Path(path)
+    if p.exists():
+        return p
+    name = p.name if p.suffix == ".json" else f"{p.name}.json"
+    return SHIPPED / name if p.parent == Path(".") and name in shipped_class_maps() else p
+
+
 def load_class_map(path: str | Path, classes: list[str]) -> list[list[int]]:
-    """A class map file → for each data class (in order), its model class indices. JSON: a list with one
-    entry per data class, or an object keyed by data class name; an entry is an index or a list of indices
-    (the data class then scores as the best of them)."""
+    """A class map file (or a shipped one by name, :func:`class_map_path`) → for each data class (in order), its
+    model class indices. JSON: a list with one entry per data class, or an object keyed by data class name; an
+    entry is an index or a list of indices (the data class then scores as the best of them)."""
+    path = class_map_path(path)
     try:
         raw = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -46,4 +67,4 @@ def match_classes(model: Any, dataset: Any, class_map: str | Path | None, *, mod
             f"(robustvit finetune --model {model_name} --data ...)")
 
 
-__all__ = ["load_class_map", "match_classes"]
+__all__ = ["class_map_path", "load_class_map", "match_classes", "shipped_class_maps"]

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from robustvit.data.base import FileImageDataset, ImageDataset, Resize, TensorImageDataset
+from robustvit.data.subset import select_subset
 from robustvit.data.synthshapes import MAX_CLASSES, SPLITS, SynthShapesDataset
 from robustvit.errors import RobustvitError
 from robustvit.options import NoOptions, option, parse_options
@@ -207,14 +208,24 @@ def _resize_with(resize: Resize | None, options: Any) -> Resize | None:
                                     if getattr(options, f.name) is not None})
 
 
+@dataclass
+class FolderOptions(ResizeOptions):
+    """``ResizeOptions`` and ``count``: a seeded class-stratified sample of the folder's images."""
+
+    count: int | None = option(None, min=1, help="a seeded class-stratified sample of this many images (as "
+                               "--limit; default: all)")
+    seed: int = option(0, help="seed of the count= sample")
+
+
 @register_source
 class Folder(DataSource):
-    """``folder:/path[:size=S:crop_pct=P:interpolation=I]`` — torchvision ImageFolder layout
+    """``folder:/path[:size=S:crop_pct=P:interpolation=I:count=N:seed=S]`` — torchvision ImageFolder layout
     ``<root>/<class>/<image>``; classes sorted. Images are brought to the model's input with its own
-    preprocessing (``resize``); the options override it."""
+    preprocessing (``resize``); the options override it. ``count=N``: a seeded class-stratified sample of N
+    images (:func:`robustvit.data.subset.select_subset`), e.g. for a quick training run."""
 
     name = "folder"
-    Options = ResizeOptions
+    Options = FolderOptions
 
     def build(self, arg: str, options: Any, resize: Resize | None, strict: bool) -> ImageDataset:
         root = Path(arg).expanduser()
@@ -228,6 +239,9 @@ class Folder(DataSource):
                    if p.suffix.lower() in IMG_EXTENSIONS]
         if not samples:
             raise RobustvitError(f"folder {root} has no images with extensions {', '.join(IMG_EXTENSIONS)}")
+        if options.count is not None and options.count < len(samples):
+            keep = select_subset(torch.tensor([c for _, c in samples]), options.count, "stratified", options.seed)
+            samples = [samples[i] for i in keep.tolist()]
         return FileImageDataset(samples, classes, f"folder:{root}", _resize_with(resize, options), strict)
 
 
@@ -333,5 +347,5 @@ cifar10, cifar100, imagenet = _call("cifar10"), _call("cifar100"), _call("imagen
 
 __all__ = ["DataSource", "FunctionSource", "SOURCES", "SourceFn", "register_source", "parse_data_spec",
            "cache_root", "override_resize", "IMG_EXTENSIONS", "MAX_CLASSES", "SynthShapes", "Folder", "ImageNet",
-           "Npz", "Cifar10", "Cifar100", "ResizeOptions", "CifarOptions",
+           "Npz", "Cifar10", "Cifar100", "ResizeOptions", "FolderOptions", "CifarOptions",
            "synthshapes", "folder", "npz", "cifar10", "cifar100", "imagenet"]

@@ -87,10 +87,22 @@ class EvalConfig:
     flops: bool = False             # record model.flops: forward FLOPs of one image (torch.utils.flop_counter)
 
 
+#: Checkpoint folders that a training run names itself (``OUT/checkpoint``, ``OUT/last``, ``OUT/best``).
+_RUN_CHECKPOINTS = ("checkpoint", "last", "best")
+
+
 def model_dir_name(name: str | nn.Module, model: Normalized) -> str:
+    """The run's model name (results.json ``model.name``, the folder of a several-model run): a timm or robustvit
+    name as given; a checkpoint folder by its own name, or by its training run's for ``RUN/checkpoint`` (``RUN``),
+    ``RUN/last`` and ``RUN/best`` (``RUN-last``, ``RUN-best``); a Python module by its architecture."""
     if not isinstance(name, str):
         return model.spec.architecture
-    return model.spec.architecture if is_checkpoint_dir(name) or os.sep in name else name
+    if not (is_checkpoint_dir(name) or os.sep in name):
+        return name
+    path = Path(name).resolve()
+    if path.name in _RUN_CHECKPOINTS and path.parent.name:
+        return path.parent.name if path.name == "checkpoint" else f"{path.parent.name}-{path.name}"
+    return path.name or model.spec.architecture
 
 
 def _source(name: str | nn.Module, model: Normalized) -> str:
@@ -137,7 +149,11 @@ class _Run:
     shard: Shard | None = None
 
     def out(self, key: str) -> Path:
-        return Path(self.cfg.out) / key if len(self.models) > 1 else Path(self.cfg.out)
+        """OUT/<model name>/ for several models, and for one model whose folder OUT already holds (OUT is a
+        parent folder); else OUT (the run folder of one model)."""
+        nested = Path(self.cfg.out) / key
+        parent = any((nested / f).is_file() for f in ("results.json", "units.sqlite"))
+        return nested if len(self.models) > 1 or parent else Path(self.cfg.out)
 
     def dataset(self, key: str) -> ImageDataset:
         return self.datasets[_data_key(self.models[key])]

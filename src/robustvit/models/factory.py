@@ -18,6 +18,7 @@ import fnmatch
 import hashlib
 import json
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,9 @@ from robustvit.models import fan as _fan  # registers the FAN architectures with
 from robustvit.models.finetune import check_structure, conv_stem_consistent, reapply_adaptations
 from robustvit.models.families import architecture_family as model_family
 from robustvit.models.spec import ModelSpec
+from robustvit.models.hub import offline_guard
 from robustvit.models.wrapper import Normalized
+from robustvit.runs.atomic import replacing, write_text
 
 OWN_MODELS = ("vit_cifar_micro", "vit_cifar_tiny", "vit_cifar_small", "vit_cifar_demo", "resnet_cifar18") + tuple(timm.list_models("fan_*"))
 WEIGHTS_FILE, SPEC_FILE = "model.safetensors", "spec.json"
@@ -194,7 +197,8 @@ def file_sha256(path: str | Path) -> str:
 
 def _build(name: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
     try:
-        return timm.create_model(name, pretrained=pretrained, **kwargs)
+        with offline_guard(name) if pretrained else nullcontext():
+            return timm.create_model(name, pretrained=pretrained, **kwargs)
     except TypeError as e:
         raise RobustvitError(f"model {name!r} does not accept these options ({e}); remove them") from None
     except RuntimeError as e:
@@ -244,14 +248,11 @@ def save_checkpoint(model: Normalized, directory: str | Path, extra: dict[str, A
         ptr = (v.untyped_storage().data_ptr(), v.storage_offset()) if v.numel() else None
         state[k] = v.clone() if ptr in seen else v
         seen.add(ptr)
-    tmp = d / (WEIGHTS_FILE + ".tmp")
-    save_file(state, str(tmp))
-    tmp.replace(d / WEIGHTS_FILE)
+    with replacing(d / WEIGHTS_FILE, suffix=".tmp") as tmp:      # safetensors writes 0600; replacing: 0644
+        save_file(state, str(tmp))
     meta = {"format": "robustvit-checkpoint", "version": 1, "robustvit": __version__,
             "spec": model.spec.to_dict(), **(extra or {})}
-    tmp = d / (SPEC_FILE + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2))
-    tmp.replace(d / SPEC_FILE)
+    write_text(d / SPEC_FILE, json.dumps(meta, indent=2))
     return d
 
 

@@ -5,6 +5,8 @@ renamed over the target with ``os.replace`` (atomic on POSIX and Windows); the f
 the platform allows, so the rename survives a power cut. A run killed at any moment leaves either the previous
 file or the complete new one (and at worst a stray ``.NAME.*.tmp``). ``durable=False`` skips the fsyncs (still
 atomic against a killed process, not against a power cut): for many small files such as exported images.
+The file gets the permissions of any file the process creates (0644 under the usual umask 022), not the
+temporary file's 0600.
 
 >>> write_json("out/results.json", {"schema": 2})      # doctest: +SKIP
 >>> with replacing("out/big.npy", suffix=".npy") as tmp:   # doctest: +SKIP
@@ -33,6 +35,7 @@ def replacing(path: str | Path, *, suffix: str = ".tmp", durable: bool = True) -
     tmp = Path(name)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())    # mkstemp's (and safetensors') 0600 → a created file's usual mode
         if durable:
             _fsync(tmp, os.O_RDONLY)
         os.replace(tmp, path)
@@ -59,6 +62,19 @@ def write_text(path: str | Path, text: str, *, durable: bool = True) -> Path:
 def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
     """Write ``obj`` as JSON to ``path`` atomically."""
     return write_text(path, json.dumps(obj, indent=indent) + "\n")
+
+
+def _umask() -> int:
+    """The process's umask: from /proc on Linux, else by setting it and setting it back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync(path: Path, flags: int) -> None:

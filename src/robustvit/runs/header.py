@@ -11,6 +11,7 @@ import torch
 
 from robustvit._version import __version__
 from robustvit.runs.store import RANDOM_WEIGHTS, now
+from robustvit.runs.threads import thread_record
 
 
 def device_name(device: torch.device) -> str:
@@ -19,13 +20,14 @@ def device_name(device: torch.device) -> str:
 
 def run_header(*, device: torch.device | str, seed: int, command: str | None = None, started: str | None = None,
                world_size: int = 1, **extra: Any) -> dict[str, Any]:
-    """The ``run`` record: versions, device, seed, the command, start and end times, processes; ``extra``
+    """The ``run`` record: versions, device, seed, the command, start and end times, processes, CPU threads
+    (``threads``, ``interop_threads``); ``extra``
     adds the kind's settings (``batch_size``, ``limit``, ``options``, ``shard`` …)."""
     device = torch.device(device)
     return {"robustvit": __version__, "torch": torch.__version__, "python": platform.python_version(),
             "device": str(device), "device_name": device_name(device), "seed": seed,
             "started": started or now(), "finished": now(), "command": command or " ".join(sys.argv),
-            "world_size": world_size, **extra}
+            "world_size": world_size, **thread_record(), **extra}
 
 
 def model_record(model: torch.nn.Module, name: str, source: str | None = None,

@@ -29,6 +29,8 @@ class TrainConfig:
     task: Literal["classify", "segment"] = option(
         "classify", help="classify, or segment: --model is then the backbone of a segmentation model, --data a "
         "data set with masks (e.g. synthshapes:train,masks=1); see docs/dense.md")
+    limit: int | None = option(None, min=1, help="train on a seeded class-stratified sample of this many images "
+                               "of data (as eval's --limit; seeded by seed; none: all)")
     recipe: str | None = option(None, help="start from a recipe (see `robustvit list recipes`); flags override "
                                 "its fields")
     epochs: int = option(10, min=1, help="epochs of the learning-rate schedule (warm-up + cosine)")

@@ -238,6 +238,7 @@ class Run:
     ema: Any = None
     augment: TimmAugment | None = None
     val_subset: dict[str, Any] | None = None   # data.val_subset of results.json
+    subset: dict[str, Any] | None = None       # data.subset of results.json (``limit``: the training sample)
     start_epoch: int = 0
     best: float = -1.0
     steps_per_epoch: int = 1
@@ -286,6 +287,18 @@ def validation_data(cfg: TrainConfig, model: Normalized, classes: int) -> tuple[
         return val, None
     record = subset.record()
     return SubsetDataset(val, subset.indices), record
+
+
+def training_sample(cfg: TrainConfig, dataset: ImageDataset) -> tuple[ImageDataset, dict[str, Any] | None]:
+    """The training images: with ``limit``, a seeded class-stratified sample of that many (as ``eval --limit``,
+    seeded by ``seed``; the same on resume), and its ``data.subset`` record (None: every image)."""
+    if cfg.limit is None or cfg.limit >= len(dataset):
+        return dataset, None
+    if cfg.task != "classify":
+        raise RobustvitError(f"limit applies to classification training; for task {cfg.task} give the data's "
+                             "own count= (e.g. synthshapes:train,masks=1,count=N)")
+    subset = make_subset(dataset, limit=cfg.limit, method="stratified", seed=cfg.seed)
+    return SubsetDataset(dataset, subset.indices), subset.record()
 
 
 def recover_last(out: Path) -> None:
@@ -337,6 +350,7 @@ def setup_run(cfg: TrainConfig, resume: bool) -> Run:
     if len(dataset) == 0:
         raise RobustvitError(f"data set {cfg.data} is empty")
     task.check_data(dataset)
+    dataset, subset = training_sample(cfg, dataset)
     if model.spec.num_classes != dataset.num_classes:
         raise RobustvitError(f"model has {model.spec.num_classes} classes but {cfg.data} has {dataset.num_classes}")
     val, val_subset = validation_data(cfg, model, dataset.num_classes)
@@ -353,7 +367,8 @@ def setup_run(cfg: TrainConfig, resume: bool) -> Run:
         step = nn.parallel.DistributedDataParallel(step, device_ids=[device.index] if device.type == "cuda" else None)
     run = Run(cfg=cfg, task=task, out=out, device=device, rank=rank, world=world, dataset=dataset, val=val,
               model=model, loss=loss, step=step, opt=build_optimizer(model, cfg, loss), ema=_build_ema(model, cfg),
-              augment=_build_augment(cfg, model, dataset, loss), val_subset=val_subset, started=started)
+              augment=_build_augment(cfg, model, dataset, loss), val_subset=val_subset, subset=subset,
+              started=started)
     run.steps_per_epoch = max(1, math.ceil(len(dataset) / (cfg.batch_size * world)))
     if resuming:
         load_state(run)
@@ -607,8 +622,9 @@ def write_results(run: Run) -> Path:
     kept = [d for d in ("checkpoint", "best", "last") if (run.out / d).is_dir()]
     cfg = run.cfg
     data = data_record(spec=cfg.data, num_images=len(run.dataset), num_classes=run.dataset.num_classes,
-                       val_spec=cfg.val_data, val_subset=run.val_subset)
-    record = model_record(run.eval_model(), cfg.model, cfg.model)
+                       subset=run.subset, val_spec=cfg.val_data, val_subset=run.val_subset)
+    # named by the run (its folder), as `eval` names RUN/checkpoint: a report joins the training and its evaluations
+    record = model_record(run.eval_model(), run.out.resolve().name or cfg.model, cfg.model)
     weights = run.out / "checkpoint" / "model.safetensors"
     start = "pretrained" if cfg.pretrained else cfg.weights or ("checkpoint" if is_checkpoint_dir(cfg.model)
                                                                 else "random initialisation")
