@@ -42,7 +42,7 @@ def test_clean_suite_matches_manual_accuracy(tmp_path, ckpt):
     assert r["suites"]["clean"]["top1"] == pytest.approx(top1) and r["suites"]["clean"]["top5"] == pytest.approx(top5)
     assert r["schema"] == 2 and r["kind"] == "eval" and r["data"]["num_images"] == 50 and r["model"]["spec"]["architecture"] == "resnet_cifar18"
     assert set(r["run"]) >= {"robustvit", "torch", "device", "seed", "started", "finished", "command"}
-    assert r["model"]["params"] > 0 and list(res) == ["resnet_cifar18"]
+    assert r["model"]["params"] > 0 and list(res) == ["ck"]          # a checkpoint folder: named by its folder
 
 
 class Boom(Exception):
@@ -73,13 +73,13 @@ class _Flaky(Suite):
 def test_resume_after_interruption_gives_the_same_result(tmp_path, ckpt):
     cfg = dict(models=[ckpt], data=DATA, suites=["_flaky_test", "clean"], batch_size=8, device="cpu", progress=False)
     _Flaky.fail_after, _Flaky.calls = None, 0
-    ref = run_eval(EvalConfig(out=str(tmp_path / "ref"), **cfg))["resnet_cifar18"]
+    ref = run_eval(EvalConfig(out=str(tmp_path / "ref"), **cfg))["ck"]
     _Flaky.fail_after, _Flaky.calls = 5, 0
     with pytest.raises(Boom):
         run_eval(EvalConfig(out=str(tmp_path / "run"), **cfg))
     assert not (tmp_path / "run" / "results.json").exists()
     _Flaky.fail_after, _Flaky.calls = None, 0
-    res = run_eval(EvalConfig(out=str(tmp_path / "run"), **cfg))["resnet_cifar18"]
+    res = run_eval(EvalConfig(out=str(tmp_path / "run"), **cfg))["ck"]
     assert _Flaky.calls == 14 - 5  # 7 chunks × 2 parts, 5 already stored
     assert res["suites"] == {k: {**v, "seconds": res["suites"][k]["seconds"]} for k, v in ref["suites"].items()}
     assert sum(res["suites"]["_flaky_test"]["hist"]) == 50
@@ -116,7 +116,7 @@ def test_torchrun_two_processes_match_single(tmp_path, ckpt):
     assert proc.returncode == 0, (proc.stdout[-1500:] + proc.stderr[:3000])
     two = json.loads((tmp_path / "two" / "results.json").read_text())
     assert two["run"]["world_size"] == 2
-    assert two["suites"]["clean"]["top1"] == pytest.approx(single["resnet_cifar18"]["suites"]["clean"]["top1"])
+    assert two["suites"]["clean"]["top1"] == pytest.approx(single["ck"]["suites"]["clean"]["top1"])
     assert two["data"]["num_images"] == 50
 
 
@@ -126,14 +126,14 @@ def test_a_rerun_with_other_suites_keeps_every_finished_suite(tmp_path, ckpt):
     pgd, spatial = "pgd:steps=1:checks=0", "spatial:translations=2:rotations=2:checks=0"
     cfg = dict(models=[ckpt], data=DATA, out=str(tmp_path / "e"), batch_size=16, device="cpu", progress=False,
                limit=8)
-    first = run_eval(EvalConfig(suites=["clean", pgd], **cfg))["resnet_cifar18"]
-    second = run_eval(EvalConfig(suites=[spatial], **cfg))["resnet_cifar18"]
+    first = run_eval(EvalConfig(suites=["clean", pgd], **cfg))["ck"]
+    second = run_eval(EvalConfig(suites=[spatial], **cfg))["ck"]
     on_disk = json.loads((tmp_path / "e" / "results.json").read_text())
     assert list(on_disk["suites"]) == ["clean", pgd, spatial] and on_disk == json.loads(json.dumps(second))
     for key in ("clean", pgd):
         assert on_disk["suites"][key] == json.loads(json.dumps(first["suites"][key]))
     assert 0 <= on_disk["suites"][spatial]["accuracy"] <= on_disk["suites"][spatial]["clean_accuracy"]
-    third = run_eval(EvalConfig(suites=["clean"], **cfg))["resnet_cifar18"]     # resumed from the store: same value
+    third = run_eval(EvalConfig(suites=["clean"], **cfg))["ck"]     # resumed from the store: same value
     assert list(third["suites"]) == [pgd, spatial, "clean"]
     assert third["suites"]["clean"] == {**first["suites"]["clean"], "seconds": third["suites"]["clean"]["seconds"]}
 
@@ -166,9 +166,9 @@ class _OwnImages(Suite):
 def test_a_plan_of_own_images_gets_their_positions_and_a_stratified_limit(tmp_path, ckpt):
     cfg = dict(models=[ckpt], data=DATA, batch_size=4, device="cpu", progress=False, limit=6)
     res = run_eval(EvalConfig(suites=["_own_images_test", "_own_images_test:limit=4:subset=first"],
-                              out=str(tmp_path / "a"), **cfg))["resnet_cifar18"]["suites"]
+                              out=str(tmp_path / "a"), **cfg))["ck"]["suites"]
     assert res["_own_images_test"]["a"] == res["_own_images_test"]["b"] == list(range(10))   # not the run's 6
     assert res["_own_images_test:limit=4:subset=first"]["a"] == [0, 1, 2, 3]
     strat = run_eval(EvalConfig(suites=["_own_images_test:limit=4"], out=str(tmp_path / "b"), **cfg))
-    ids = strat["resnet_cifar18"]["suites"]["_own_images_test:limit=4"]["a"]
+    ids = strat["ck"]["suites"]["_own_images_test:limit=4"]["a"]
     assert len(ids) == 4 and sorted(i % 2 for i in ids) == [0, 0, 1, 1]        # both classes, 2 each

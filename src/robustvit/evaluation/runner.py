@@ -92,17 +92,26 @@ _RUN_CHECKPOINTS = ("checkpoint", "last", "best")
 
 
 def model_dir_name(name: str | nn.Module, model: Normalized) -> str:
-    """The run's model name (results.json ``model.name``, the folder of a several-model run): a timm or robustvit
-    name as given; a checkpoint folder by its own name, or by its training run's for ``RUN/checkpoint`` (``RUN``),
-    ``RUN/last`` and ``RUN/best`` (``RUN-last``, ``RUN-best``); a Python module by its architecture."""
+    """The run's model name (results.json ``model.name``; its folder in a several-model run: :func:`folder_name`):
+    a timm or robustvit name or a model source's spec as given; a checkpoint folder by its own name, or by its
+    training run's for ``RUN/checkpoint`` (``RUN``), ``RUN/last`` and ``RUN/best`` (``RUN-last``, ``RUN-best``); a
+    Python module by its architecture."""
     if not isinstance(name, str):
         return model.spec.architecture
+    if split_source(name) is not None:
+        return name
     if not (is_checkpoint_dir(name) or os.sep in name):
         return name
     path = Path(name).resolve()
     if path.name in _RUN_CHECKPOINTS and path.parent.name:
         return path.parent.name if path.name == "checkpoint" else f"{path.parent.name}-{path.name}"
     return path.name or model.spec.architecture
+
+
+def folder_name(key: str) -> str:
+    """The folder of model ``key`` in a several-model run: its name with ``:`` and ``/`` (a model source's spec,
+    ``robustbench:cifar10/Linf/NAME``) written ``-``."""
+    return re.sub(r"[:/\\]+", "-", key)
 
 
 def _source(name: str | nn.Module, model: Normalized) -> str:
@@ -151,7 +160,7 @@ class _Run:
     def out(self, key: str) -> Path:
         """OUT/<model name>/ for several models, and for one model whose folder OUT already holds (OUT is a
         parent folder); else OUT (the run folder of one model)."""
-        nested = Path(self.cfg.out) / key
+        nested = Path(self.cfg.out) / folder_name(key)
         parent = any((nested / f).is_file() for f in ("results.json", "units.sqlite"))
         return nested if len(self.models) > 1 or parent else Path(self.cfg.out)
 
@@ -318,7 +327,7 @@ def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None
     models: list[str] = records[0][2]["models"]
     out = Path(out)
     for key in models:
-        sub = (lambda p: p / key) if len(models) > 1 else (lambda p: p)
+        sub = (lambda p: p / folder_name(key)) if len(models) > 1 else (lambda p: p)
         with UnitStore(sub(out)) as target:
             for d, _, _ in sorted(records, key=lambda r: r[1].index):
                 with UnitStore(sub(d)) as src:
