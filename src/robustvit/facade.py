@@ -14,7 +14,6 @@ is used as it is; any other module is wrapped in ``Normalized`` with its normali
 from __future__ import annotations
 
 import dataclasses
-import sys
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
@@ -114,20 +113,22 @@ def wrap_module(module: nn.Module, *, mean: Sequence[float] | None = None, std: 
 
 @contextmanager
 def one_line_warnings() -> Iterator[None]:
-    """robustvit's warnings (e.g. random weights) as one line on stderr, ``robustvit: warning: …``, as the CLI
-    prints them; other warnings keep Python's format."""
-    show = warnings.showwarning
+    """robustvit's warnings (e.g. random weights) printed as one line on stderr, ``robustvit: warning: …``, as the
+    CLI prints them; other warnings keep Python's format. Only the format changes (``warnings.formatwarning``), so
+    a caller that records warnings (``warnings.catch_warnings(record=True)``, ``pytest.warns``) still gets them."""
+    fmt = warnings.formatwarning
 
-    def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
-                 line: str | None = None) -> None:
+    def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 line: str | None = None) -> str:
         if "robustvit" in filename.replace("\\", "/").split("/site-packages/")[-1]:
-            print(f"robustvit: warning: {message}", file=sys.stderr, flush=True)
-        else:
-            show(message, category, filename, lineno, file, line)
+            return f"robustvit: warning: {message}\n"
+        return fmt(message, category, filename, lineno, line)
 
-    with warnings.catch_warnings():
-        warnings.showwarning = one_line
+    warnings.formatwarning = one_line
+    try:
         yield
+    finally:
+        warnings.formatwarning = fmt
 
 
 #: EvalConfig fields that ``evaluate`` sets from its own arguments (the others are its keyword arguments).

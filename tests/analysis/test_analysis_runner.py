@@ -77,7 +77,7 @@ def test_cli_analyze_writes_json_keys_and_report(tmp_path, capsys):
     assert len(json.loads((out / "attention_distance.json").read_text())["distance"]) == 4
     assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "## Inside the models" in md and "lesion: clean accuracy" in md
+    assert "## Inside the models" in md and "clean accuracy (analysis images)" in md
     assert main(["list", "analyses"]) == 0
     assert "restricted_attention" in capsys.readouterr().out
     assert main(["analyze", "restricted_attention", "--model", "resnet_cifar18", "--data", "synthshapes:test,count=4",
@@ -154,7 +154,7 @@ def test_analyze_rejects_a_class_count_mismatch_and_takes_a_class_map(tmp_path, 
     assert main(base + ["--out", str(tmp_path / "a")]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("robustvit: warning:")]
     assert len(err) == 1 and err[0].startswith("robustvit: error: ")
-    assert "model resnet_cifar18 has 10 classes but synthshapes:test,count=8,classes=4 has 4; give --class-map" in err[0]
+    assert "model ck has 10 classes but synthshapes:test,count=8,classes=4 has 4; give --class-map" in err[0]
     cmap = tmp_path / "map.json"
     cmap.write_text(json.dumps([3, [0, 1], 2, 9]))
     assert main(base + ["--out", str(tmp_path / "b"), "--class-map", str(cmap), "--limit", "4"]) == 0

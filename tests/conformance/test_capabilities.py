@@ -116,7 +116,7 @@ def test_docs_generator_renders_a_family(tmp_path):
     text = out.read_text()
     assert mod.COMMAND in text.splitlines()[2]
     row = next(line for line in text.splitlines() if line.startswith("| vit_gap | `vit_cifar_micro`"))
-    assert "| ViTProbe | ✓ | — | 0 | 9/0/0 | 12/0/0 |" in row
+    assert "| ViTProbe | ✓ | — | 0 | 9/0/0 | 13/0/0 |" in row
     assert "| vit_gap | ✓ | ✓ | ✓ | ✓ |" in text
     assert "| vit_gap | drop | ✓ |" in text                  # the certification section (benchmarks/certify_models.py)
     assert "## Failures\n\nNone." in text

@@ -21,7 +21,7 @@ def checkpoint(sharp_vit_checkpoint):
 
 def _run(checkpoint, out, **kw):
     return run_eval(EvalConfig(models=[checkpoint], data=DATA, out=str(out), device="cuda", progress=False,
-                               **kw))["vit_cifar_tiny"]
+                               **kw))["vit"]
 
 
 def test_auto_precision_is_bf16_for_plain_accuracy_only(checkpoint, tmp_path):

@@ -67,9 +67,9 @@ def test_bf16_autocasts_inside_the_wrapper_only(tiny_vit):
 def test_eval_bf16_on_cpu_records_precision(checkpoint, tmp_path):
     suites = ["clean", "pgd:checks=0:steps=3"]
     low = run_eval(EvalConfig(models=[checkpoint], data=DATA, suites=suites, out=str(tmp_path / "b"), device="cpu",
-                              precision="bf16", progress=False))["vit_cifar_tiny"]
+                              precision="bf16", progress=False))["vit"]
     ref = run_eval(EvalConfig(models=[checkpoint], data=DATA, suites=suites, out=str(tmp_path / "f"), device="cpu",
-                              progress=False))["vit_cifar_tiny"]
+                              progress=False))["vit"]
     assert low["run"]["precision"] == "bf16" and ref["run"]["precision"] == "auto"
     assert low["suites"]["clean"]["precision"] == "bf16" and ref["suites"]["clean"]["precision"] == "fp32"
     assert low["suites"]["clean"]["top1"] == pytest.approx(ref["suites"]["clean"]["top1"], abs=0.1)
@@ -108,7 +108,7 @@ def test_attack_memory_divides_the_micro_batch(tiny_vit):
 def test_resume_with_another_batch_size_gives_identical_results(checkpoint, tmp_path, monkeypatch):
     suites = ["clean", "pgd:checks=0:steps=3", "corruptions:severities=2:corruptions=gaussian_noise+jpeg_compression"]
     cfg = dict(models=[checkpoint], data=DATA, suites=suites, device="cpu", progress=False)
-    whole = run_eval(EvalConfig(out=str(tmp_path / "a"), batch_size=16, **cfg))["vit_cifar_tiny"]
+    whole = run_eval(EvalConfig(out=str(tmp_path / "a"), batch_size=16, **cfg))["vit"]
     assert 0 < whole["suites"]["clean"]["top1"] < 1
     assert whole["suites"]["pgd:checks=0:steps=3"]["accuracy"] < whole["suites"]["clean"]["top1"]
     put, calls = UnitStore.put, []
@@ -122,7 +122,7 @@ def test_resume_with_another_batch_size_gives_identical_results(checkpoint, tmp_
     with pytest.raises(KeyboardInterrupt):
         run_eval(EvalConfig(out=str(tmp_path / "b"), batch_size=16, **cfg))
     monkeypatch.setattr(UnitStore, "put", put)
-    resumed = run_eval(EvalConfig(out=str(tmp_path / "b"), batch_size=5, **cfg))["vit_cifar_tiny"]
+    resumed = run_eval(EvalConfig(out=str(tmp_path / "b"), batch_size=5, **cfg))["vit"]
     assert resumed["run"]["chunk_size"] == 16 and resumed["run"]["batch_size"] == 5
     assert _suites(resumed) == _suites(whole)
 
@@ -149,7 +149,7 @@ def test_out_of_memory_halves_the_forward_batch_and_says_so_once(tmp_path):
                                   batch_size=16, device="cpu", progress=False))
     said = [w for w in caught if "out of GPU memory" in str(w.message)]
     assert len(said) == 1 and "halved" in str(said[0].message)
-    assert _suites(res["vit_cifar_tiny"]) == _suites(ref["vit_cifar_tiny"])
+    assert _suites(res["vit"]) == _suites(ref["vit"])
     with pytest.raises(RobustvitError, match="one image per forward pass"):
         run_eval(EvalConfig(models=[_oom_model(0)], data=DATA, suites=["clean"], out=str(tmp_path / "z"),
                             batch_size=4, device="cpu", progress=False))

@@ -90,7 +90,7 @@ def _run(ckpts, folder, out, **kw):
 
 
 def test_limit_covers_every_class_of_a_sorted_folder(ckpts, folder, tmp_path):
-    r = _run(ckpts[:1], folder, tmp_path / "a", limit=8, suites=["_seen_images", "clean"])["resnet_cifar18"]
+    r = _run(ckpts[:1], folder, tmp_path / "a", limit=8, suites=["_seen_images", "clean"])["ck"]
     ids = r["suites"]["_seen_images"]["ids"]
     assert torch.bincount(LABELS[ids], minlength=CLASSES).tolist() == [2] * CLASSES     # not 8 images of class0
     assert ids == select_subset(LABELS, 8, "stratified", seed=0).tolist()

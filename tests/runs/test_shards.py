@@ -69,7 +69,7 @@ def test_shards_of_several_models_merge_per_model(tmp_path, ckpt, capsys):
         assert _eval(models, tmp_path / f"s{k}", "--shard", f"{k}/2") == 0
     assert main(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m"),
                  "--no-progress"]) == 0
-    for name in ("resnet_cifar18", "vit_cifar_micro"):
+    for name in ("ck", "vit"):                     # checkpoint folders: named by their folders
         one = json.loads((tmp_path / "one" / name / "results.json").read_text())
         merged = json.loads((tmp_path / "m" / name / "results.json").read_text())
         assert _untimed(merged) == _untimed(one)
