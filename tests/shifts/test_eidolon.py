@@ -44,7 +44,7 @@ def _np_reference(grey: np.ndarray, reach: float, coherence: float, grain: float
         def axis(n):
             v = np.array(list(range(n // 2 + 1)) + list(range(n // 2 - n + 1, 0)), dtype=float)
             return np.exp(-v ** 2 / (2 * s ** 2)) / (np.sqrt(2 * np.pi) * s)
-        k = axis(w := p.shape[1]) * axis(p.shape[0])[:, None]
+        k = axis(p.shape[1]) * axis(p.shape[0])[:, None]
         return np.fft.irfft(np.fft.rfft(p.flatten()) * np.fft.rfft(k.flatten()), n=p.size).reshape(p.shape)
 
     def blurred(z, s):
@@ -63,7 +63,8 @@ def _np_reference(grey: np.ndarray, reach: float, coherence: float, grain: float
     for k in range(levels):
         dx, dy = (sum(coh[a][k:]) + coherence * blurred(table["incoherent", k][i, a], grain) for a in (0, 1))
         rows, cols = np.indices((hh, ww))
-        out += dog[k][np.clip(dx * reach + rows, 0, hh - 1).astype(int), np.clip(dy * reach + cols, 0, ww - 1).astype(int)]
+        rr = np.clip(dx * reach + rows, 0, hh - 1).astype(int)
+        out += dog[k][rr, np.clip(dy * reach + cols, 0, ww - 1).astype(int)]
     return np.floor(np.clip(out[dh:dh + h, dw:dw + w], 0, 255)) / 255
 
 

@@ -232,7 +232,7 @@ def _noise_plane(z: torch.Tensor, sigma: float) -> torch.Tensor:
     blurred by σ, minus mean/std (the toolbox's ``c - m/v``, kept as written)."""
     z = (127.5 * z / z.abs().amax(dim=(-2, -1), keepdim=True)).clamp(-127, 127)
     c = _blur(z, sigma)
-    return c - c.mean(dim=(-2, -1), keepdim=True) / c.std(dim=(-2, -1), unbiased=False, keepdim=True)
+    return c - c.mean(dim=(-2, -1), keepdim=True) / c.std(dim=(-2, -1), correction=0, keepdim=True)
 
 
 def _disarray(p: torch.Tensor, dx: torch.Tensor, dy: torch.Tensor, reach: float) -> torch.Tensor:
@@ -341,7 +341,9 @@ GENERATED: Mapping[str, tuple[tuple[str, ...], Maker]] = {
     "rotation": (("0", "90", "180", "270"), lambda x, c, g, t: rotation(x, int(c))),
     "uniform-noise": (("0.0", "0.03", "0.05", "0.1", "0.2", "0.35", "0.6", "0.9"),
                       lambda x, c, g, t: uniform_noise(x, float(c), g)),
-    **{f"eidolon{roman}": (tuple(f"{2 ** i}-{coh}-10" for i in range(8)), lambda x, c, g, t: _eidolon_condition(x, c, g))
+    # reach-coherence×10-grain: reach 2⁰ … 2⁷, grain 10
+    **{f"eidolon{roman}": (tuple(f"{2 ** i}-{coh}-10" for i in range(8)),
+                           lambda x, c, g, t: _eidolon_condition(x, c, g))
        for roman, coh in (("I", 10), ("II", 3), ("III", 0))},
 }
 #: Generated sets that need the reference's :class:`Tables`.
