@@ -105,7 +105,7 @@ def test_parametric_conditions_in_closed_form_and_against_scipy():
     with pytest.raises(RobustvitError, match="no condition"):
         apply_condition(x, "contrast", "c07")
     with pytest.raises(RobustvitError, match="released files"):
-        apply_condition(x, "eidolonI", "1-10-10")
+        apply_condition(x, "sketch", "0")
 
 
 def test_sixteen_class_decision_averages_probabilities_per_category():
@@ -189,7 +189,7 @@ def test_suite_generates_the_parametric_sets_from_16_class_images():
     assert con["c100"]["accuracy"] == 1.0 and con["c50"]["accuracy"] == 0.0   # c50 codes class 140 (a bird)
     assert r["datasets"]["rotation"]["conditions"]["270"]["accuracy"] == 1.0
     with pytest.raises(RobustvitError, match="unknown data set"):
-        create_suite("model_vs_human:datasets=eidolonI")
+        create_suite("model_vs_human:datasets=sketch")
     with pytest.raises(RobustvitError, match="root="):
         create_suite("model_vs_human:raw_data=/x")
 

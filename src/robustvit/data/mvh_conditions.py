@@ -8,9 +8,9 @@ greyscale is scikit-image's ``rgb2gray`` (0.2125 R + 0.7154 G + 0.0721 B); low-/
 of the 224 px images and scale with the image side. Power equalisation and false colour need two tables the
 reference ships next to its code (``code/mean_power_spectrum_grey.npy``: the mean amplitude spectrum of the
 experiment's 224 px greyscale images; ``code/x_gamma_function.npy``: the lab monitor's measured gamma, 256
-values): :func:`load_tables` reads the user's copy (robustvit does not redistribute them). Not generated: the
-Eidolon sets (Koenderink et al.'s Eidolon factory, a multi-scale disarray of the image's local structure that
-robustvit does not reimplement) — read them from the released files (``root=DIR``).
+values): :func:`load_tables` reads the user's copy (robustvit does not redistribute them). Eidolon I–III follow
+the reference's ``eidolon_partially_coherent_disarray`` (its ``wrapper.py`` around the Eidolon toolbox of Koenderink
+et al., "Eidolons: Novel stimuli for vision research", JoV 2017): see :func:`eidolon`.
 
 >>> x = torch.rand(2, 3, 32, 32)
 >>> bool(torch.allclose(apply_condition(x, "contrast", "c100"), greyscale(x), atol=1e-6))
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from robustvit.corruptions.filters import gaussian_kernel1d
 from robustvit.errors import RobustvitError, unknown_name
@@ -202,6 +203,112 @@ def false_colour(x: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
     return (nearest.double() / 255).to(x.dtype)
 
 
+#: The reference's Eidolon picture side (``wrapper.SZ``): images are resized to it, as its ``Picture`` does.
+EIDOLON_SIDE = 256
+
+
+@lru_cache(maxsize=64)
+def _flat_gaussian_fft(h: int, w: int, sigma: float, device: str, dtype: torch.dtype) -> torch.Tensor:
+    """rfft of the toolbox's (h, w) Gaussian kernel (``Convolution.Kernel``, orders 0: wrapped offsets, each axis
+    exp(−v²/2σ²)/(√(2π)σ)), flattened row-major."""
+    def axis(n: int) -> torch.Tensor:
+        v = torch.cat([torch.arange(n // 2 + 1), torch.arange(n // 2 - n + 1, 0)]).double()
+        return torch.exp(-v ** 2 / (2 * sigma ** 2)) / (math.sqrt(2 * math.pi) * sigma)
+    k = axis(h)[:, None] * axis(w)[None, :]
+    return torch.fft.rfft(k.reshape(-1)).to(device=device, dtype=torch.complex128 if dtype == torch.float64
+                                              else torch.complex64)
+
+
+def _blur(p: torch.Tensor, sigma: float) -> torch.Tensor:
+    """The toolbox's ``Convolution.Convolve``: a 1-D circular convolution of the row-major flattened planes (…, h, w)
+    with the flattened kernel (on a 2-D image, offsets left of a pixel land one row lower: kept, as the toolbox)."""
+    h, w = p.shape[-2:]
+    k = _flat_gaussian_fft(h, w, float(sigma), str(p.device), p.dtype)
+    return torch.fft.irfft(torch.fft.rfft(p.flatten(-2)) * k, n=h * w).view(p.shape)
+
+
+def _noise_plane(z: torch.Tensor, sigma: float) -> torch.Tensor:
+    """``BlurredRandomGaussianDataPlane`` from white noise z (…, h, w): scaled to max |z| = 127.5, clipped to ±127,
+    blurred by σ, minus mean/std (the toolbox's ``c - m/v``, kept as written)."""
+    z = (127.5 * z / z.abs().amax(dim=(-2, -1), keepdim=True)).clamp(-127, 127)
+    c = _blur(z, sigma)
+    return c - c.mean(dim=(-2, -1), keepdim=True) / c.std(dim=(-2, -1), correction=0, keepdim=True)
+
+
+def _disarray(p: torch.Tensor, dx: torch.Tensor, dy: torch.Tensor, reach: float) -> torch.Tensor:
+    """``DataPlaneDisarray``: each pixel of p (N, h, w) read at (row + reach·dx, col + reach·dy), clipped to the
+    plane and truncated to whole pixels."""
+    n, h, w = p.shape
+    rows = torch.arange(h, device=p.device, dtype=p.dtype).view(1, h, 1)
+    cols = torch.arange(w, device=p.device, dtype=p.dtype).view(1, 1, w)
+    r = (dx * reach + rows).clamp(0, h - 1).long()
+    c = (dy * reach + cols).clamp(0, w - 1).long()
+    return p.flatten(1).gather(1, (r * w + c).flatten(1)).view(n, h, w)
+
+
+def _pow2_ceil(n: float) -> int:
+    return 1 if n < 1 else 2 ** math.ceil(math.log2(n))
+
+
+Draw = Callable[[str, int], torch.Tensor]
+
+
+def eidolon(x: torch.Tensor, reach: float, coherence: float, grain: float, generator: torch.Generator,
+            side: int = EIDOLON_SIDE, draw: Draw | None = None) -> torch.Tensor:
+    """Eidolon partially coherent disarray (Koenderink et al., JoV 2017) of images x (N, 3, H, W) in [0, 1], as
+    rgeirhos/generalisation-humans-DNNs' ``eidolon_partially_coherent_disarray(grey, reach, coherence, grain)``
+    made Eidolon I–III (coherence 1.0, 0.3, 0.0; grain 10; reach 2⁰…2⁷).
+
+    The reference, step by step: the greyscale image taken to 8 bits (truncated), resized to ``side`` px on its
+    longer side (here antialiased bicubic, the reference's PIL Lanczos; not resized at that side); mirrored into a
+    power-of-two plane of 1.5× its size; a Gaussian scale space of σₖ = 2^(k/2)/√2, k < ⌈2 log₂(side/4)⌉, cut into
+    difference-of-Gaussian slices (the last one the coarsest blur; their sum is the σ₀ blur); slice k displaced
+    by reach × (coherence · incoherent field k + coherent field k) in rows and in columns, where an incoherent
+    field is white noise blurred by ``grain`` and the coherent field k is the sum over levels j ≥ k of white noise
+    blurred by σⱼ times σⱼ/(side/4); the displaced slices summed, cropped, clipped and truncated to 8 bits; back at
+    H × W (bicubic) when resized. ``draw(kind, k)`` (kind ``coherent``/``incoherent``) may supply the white noise
+    (N, 2, h, w) of level k; by default it comes from ``generator``. Output: greyscale in all three channels.
+    """
+    n, _, h0, w0 = x.shape
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    g = (greyscale(x.to(dtype))[:, :1] * 255).floor().clamp(0, 255)
+    s = side / max(h0, w0)
+    h, w = (h0, w0) if s == 1 else (int(round(h0 * s)), int(round(w0 * s)))
+    if (h, w) != (h0, w0):
+        g = F.interpolate(g, size=(h, w), mode="bicubic", align_corners=False, antialias=True).round().clamp(0, 255)
+    hh, ww = _pow2_ceil(1.5 * h), _pow2_ceil(1.5 * w)
+    dh, dw = (hh - h) // 2, (ww - w) // 2
+    ri = torch.arange(-dh, hh - dh, device=x.device)
+    ci = torch.arange(-dw, ww - dw, device=x.device)
+    ri = torch.where(ri < 0, -ri - 1, torch.where(ri >= h, 2 * h - 1 - ri, ri))       # mirrored, edge repeated
+    ci = torch.where(ci < 0, -ci - 1, torch.where(ci >= w, 2 * w - 1 - ci, ci))
+    fat = g[:, 0][:, ri][:, :, ci]
+    max_sigma = side / 4
+    sigmas = [2 ** (k / 2) / math.sqrt(2) for k in range(math.ceil(2 * math.log2(max_sigma)))]
+    if draw is None:
+        def draw(kind: str, k: int) -> torch.Tensor:
+            return torch.randn((n, 2, hh, ww), generator=generator, device=generator.device,
+                               dtype=dtype).to(x.device)
+    scales = [_blur(fat, sg) for sg in sigmas]
+    out = torch.zeros_like(fat)
+    coherent = torch.zeros((n, 2, hh, ww), device=x.device, dtype=dtype)
+    for k in reversed(range(len(sigmas))):                          # coarsest first: the coherent sums grow
+        coherent = coherent + _noise_plane(draw("coherent", k), sigmas[k]) * (sigmas[k] / max_sigma)
+        d = coherent + coherence * _noise_plane(draw("incoherent", k), grain) if coherence else coherent
+        dog = scales[k] - scales[k + 1] if k + 1 < len(sigmas) else scales[k]
+        out = out + _disarray(dog, d[:, 0], d[:, 1], reach)
+    y = out[:, None, dh:dh + h, dw:dw + w].clamp(0, 255).floor()
+    if (h, w) != (h0, w0):
+        y = F.interpolate(y, size=(h0, w0), mode="bicubic", align_corners=False, antialias=True).clamp(0, 255)
+    return (y / 255).to(x.dtype).expand(-1, 3, -1, -1)
+
+
+def _eidolon_condition(x: torch.Tensor, c: str, g: torch.Generator) -> torch.Tensor:
+    """``reach-coherence×10-grain`` (model-vs-human's folder names, e.g. ``8-3-10``)."""
+    reach, coh, grain = c.split("-")
+    return eidolon(x, float(reach), int(coh) / 10, float(grain), g, side=EIDOLON_SIDE)
+
+
 def _needs(tables: Tables | None, dataset: str) -> Tables:
     if tables is None:
         raise RobustvitError(f"{dataset} needs the reference's tables ({SPECTRUM_FILE}, {GAMMA_FILE}): pass "
@@ -234,6 +341,10 @@ GENERATED: Mapping[str, tuple[tuple[str, ...], Maker]] = {
     "rotation": (("0", "90", "180", "270"), lambda x, c, g, t: rotation(x, int(c))),
     "uniform-noise": (("0.0", "0.03", "0.05", "0.1", "0.2", "0.35", "0.6", "0.9"),
                       lambda x, c, g, t: uniform_noise(x, float(c), g)),
+    # reach-coherence×10-grain: reach 2⁰ … 2⁷, grain 10
+    **{f"eidolon{roman}": (tuple(f"{2 ** i}-{coh}-10" for i in range(8)),
+                           lambda x, c, g, t: _eidolon_condition(x, c, g))
+       for roman, coh in (("I", 10), ("II", 3), ("III", 0))},
 }
 #: Generated sets that need the reference's :class:`Tables`.
 NEEDS_TABLES = ("power-equalisation", "false-colour")
@@ -245,7 +356,8 @@ def apply_condition(x: torch.Tensor, dataset: str, condition: str, generator: to
     ``tables`` (:func:`load_tables`) for power-equalisation and false-colour."""
     if dataset not in GENERATED:
         raise unknown_name("generated model-vs-human data set", dataset, GENERATED,
-                           hint="the Eidolon sets are not generated: read the released files (root=DIR)")
+                           hint="sketch, stylized, edge, silhouette and cue-conflict are not generated: read the "
+                                 "released files (root=DIR)")
     conditions, make = GENERATED[dataset]
     if condition not in conditions:
         raise RobustvitError(f"{dataset} has no condition {condition!r}; its conditions: {', '.join(conditions)}")
