@@ -284,3 +284,11 @@ def test_interrupted_train_says_resume(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_train_config", interrupted)
     code, _, err = run(capsys, "train", "--model", "resnet_cifar18", "--data", "synthshapes:train", "--out", "X")
     assert code == 130 and "re-run it with --resume" in err
+
+
+def test_repeated_suite_flags_add_up(tmp_path):
+    """``--suite a --suite b`` runs both (a repeated flag is not silently reduced to its last value)."""
+    out = tmp_path / "e"
+    assert main(["eval", "--model", "vit_cifar_micro", "--data", "synthshapes:test,count=4,size=32", "--suite", "clean",
+                 "--suite", "fgsm:checks=0", "--out", str(out), "--no-progress"]) == 0
+    assert set(json.loads((out / "results.json").read_text())["suites"]) == {"clean", "fgsm:checks=0"}

@@ -258,7 +258,8 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="model name(s), checkpoint folder(s) or source specs (tv:NAME, "
                    "robustbench:DATASET/THREAT/NAME, hf:REPO_OR_DIR; docs/models.md), comma-separated")
     p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
-    p.add_argument("--suite", default="clean", help=f"comma-separated suites (name[:key=value…]); available: "
+    p.add_argument("--suite", action="append", help=f"comma-separated suites (name[:key=value…]; the flag may be "
+                   "repeated; default: clean); available: "
                    f"{', '.join(list_suites())} (their options: `robustvit list suites --options`)")
     p.add_argument("--out", required=True, help="output folder (re-running resumes)")
     add_subset_args(p, "evaluate")
@@ -323,7 +324,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     if a.pretrained:
         check_pretrained_classes(_csv(a.model), a.data, a.class_map)
 
-    cfg = EvalConfig(models=_csv(a.model), data=a.data, suites=_csv(a.suite), out=a.out, limit=a.limit,
+    cfg = EvalConfig(models=_csv(a.model), data=a.data, suites=_csv(",".join(a.suite or ["clean"])), out=a.out, limit=a.limit,
                      batch_size=a.batch_size, chunk_size=a.chunk_size, device=a.device, precision=a.precision,
                      compile=a.compile, deterministic=a.deterministic, seed=a.seed, strict=a.strict, workers=a.workers,
                      decode=a.decode,
