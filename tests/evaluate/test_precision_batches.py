@@ -149,7 +149,7 @@ def test_out_of_memory_halves_the_forward_batch_and_says_so_once(tmp_path):
                                   batch_size=16, device="cpu", progress=False))
     said = [w for w in caught if "out of GPU memory" in str(w.message)]
     assert len(said) == 1 and "halved" in str(said[0].message)
-    assert _suites(res["vit"]) == _suites(ref["vit"])
+    assert _suites(res["vit_cifar_tiny"]) == _suites(ref["vit_cifar_tiny"])
     with pytest.raises(RobustvitError, match="one image per forward pass"):
         run_eval(EvalConfig(models=[_oom_model(0)], data=DATA, suites=["clean"], out=str(tmp_path / "z"),
                             batch_size=4, device="cpu", progress=False))

@@ -93,13 +93,13 @@ _RUN_CHECKPOINTS = ("checkpoint", "last", "best")
 
 def model_dir_name(name: str | nn.Module, model: Normalized) -> str:
     """The run's model name (results.json ``model.name``; its folder in a several-model run: :func:`folder_name`):
-    a timm or robustvit name or a model source's spec as given; a checkpoint folder by its own name, or by its
-    training run's for ``RUN/checkpoint`` (``RUN``), ``RUN/last`` and ``RUN/best`` (``RUN-last``, ``RUN-best``); a
-    Python module by its architecture."""
+    a timm or robustvit name or a model source's spec as given (``hf:DIR`` as ``hf:<folder name>``); a checkpoint
+    folder by its own name, or by its training run's for ``RUN/checkpoint`` (``RUN``), ``RUN/last`` and ``RUN/best``
+    (``RUN-last``, ``RUN-best``); a Python module by its architecture."""
     if not isinstance(name, str):
         return model.spec.architecture
-    if split_source(name) is not None:
-        return name
+    if (split := split_source(name)) is not None:      # a source's spec; a local folder by its own name
+        return f"{split[0]}:{Path(split[1]).name}" if Path(split[1]).is_dir() else name
     if not (is_checkpoint_dir(name) or os.sep in name):
         return name
     path = Path(name).resolve()
