@@ -17,7 +17,7 @@ SHRINK = [("synthshapes:train,size=64", "synthshapes:train,size=64,count=32"),
           ("synthshapes:train", "synthshapes:train,count=32"), ("synthshapes:test", "synthshapes:test,count=16"),
           ("--epochs 30", "--epochs 1"), ("--limit 200", "--limit 16")]
 #: commands that need something outside the repository (weights, data sets, other runs): parsed only
-NEEDS_OUTSIDE = ("--pretrained", "/data/", "runs/resnet", "eval/resnet", "list models 'vit_*' |")
+NEEDS_OUTSIDE = ("--pretrained", "/data/", "runs/resnet", "eval/resnet", "list models 'vit_*' |", "robustbench:")
 
 
 def readme_commands() -> list[str]:
