@@ -63,6 +63,18 @@ def checkpoint_intervals(steps: int) -> tuple[int, int, int]:
     return max(int(0.22 * steps), 1), max(int(0.03 * steps), 1), max(int(0.06 * steps), 1)
 
 
+def _track(now: torch.Tensor, x_adv: torch.Tensor, loss: torch.Tensor, grad: torch.Tensor, fooled: torch.Tensor,
+           x_fooled: torch.Tensor, x_best: torch.Tensor, grad_best: torch.Tensor, loss_best: torch.Tensor
+           ) -> tuple[torch.Tensor, ...]:
+    """One step's bookkeeping: a fooling iterate kept where ``now`` fools, and the highest-loss point with its
+    gradient: (fooled, x_fooled, x_best, grad_best, loss_best)."""
+    x_fooled = torch.where(_bcast(now, x_adv), x_adv, x_fooled)
+    gain = loss > loss_best
+    better = _bcast(gain, x_adv)
+    return (fooled | now, x_fooled, torch.where(better, x_adv, x_best), torch.where(better, grad, grad_best),
+            torch.where(gain, loss, loss_best))
+
+
 def _bcast(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return mask.view(-1, *([1] * (like.ndim - 1)))
 
@@ -200,13 +212,8 @@ class APGD(Attack):
             x_adv, x_prev = self._step(x, x_adv, x_prev, grad, step, 1.0 if i == 0 else self.momentum, box), x_adv
             loss, grad, logits = self.grad(x_adv, y, target)
             losses[i + 1] = loss
-            now = self.success(logits, y)
-            x_fooled = torch.where(_bcast(now, x), x_adv, x_fooled)
-            fooled = fooled | now
-            better = loss > loss_best
-            x_best = torch.where(_bcast(better, x), x_adv, x_best)
-            grad_best = torch.where(_bcast(better, x), grad, grad_best)
-            loss_best = torch.where(better, loss, loss_best)
+            fooled, x_fooled, x_best, grad_best, loss_best = _track(
+                self.success(logits, y), x_adv, loss, grad, fooled, x_fooled, x_best, grad_best, loss_best)
             since_check += 1
             if since_check == k:
                 increases = (losses[i + 2 - k:i + 2] > losses[i + 1 - k:i + 1]).sum(0)
@@ -255,13 +262,8 @@ class APGD(Attack):
         for _ in range(n_iter):
             x_adv = x + project_l1_box(x, x_adv - x + step * sparse_direction(grad, topk), eps)
             loss, grad, logits = self.grad(x_adv, y, target)
-            now = self.success(logits, y)
-            x_fooled = torch.where(_bcast(now, x), x_adv, x_fooled)
-            fooled = fooled | now
-            better = loss > loss_best
-            x_best = torch.where(_bcast(better, x), x_adv, x_best)
-            grad_best = torch.where(_bcast(better, x), grad, grad_best)
-            loss_best = torch.where(better, loss, loss_best)
+            fooled, x_fooled, x_best, grad_best, loss_best = _track(
+                self.success(logits, y), x_adv, loss, grad, fooled, x_fooled, x_best, grad_best, loss_best)
             since_check += 1
             if since_check == k:       # sparsity-adaptive: k follows the best point's sparsity
                 sp = _l0(x_best - x)

@@ -244,7 +244,7 @@ class Run:
     steps_per_epoch: int = 1
     history: list[dict[str, Any]] = field(default_factory=list)   # the records of the epochs done
     started: str = ""                             # when the run's first session started (results.json's run.started)
-    seconds_before: float = 0.0                   # wall time of earlier sessions (up to their last saved epoch)
+    seconds_before: float = 0.0                   # wall time the resumed checkpoint had recorded (its last epoch)
     session_start: float = field(default_factory=time.time)
 
     @property
@@ -253,7 +253,7 @@ class Run:
 
     @property
     def seconds(self) -> float:
-        """Wall time of the whole training so far, earlier sessions included."""
+        """Wall time of the whole training so far, across resumes."""
         return self.seconds_before + time.time() - self.session_start
 
     def eval_model(self) -> Normalized:
