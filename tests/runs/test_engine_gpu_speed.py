@@ -79,9 +79,9 @@ def test_stats_are_read_one_unit_late_and_stored_as_plain_numbers(tmp_path):
 
     assert run_units(store, 2, lambda c: [("t", "a"), ("t", "b"), ("t", "c")], work) == 2
     assert log == [("yield", "a0"), ("yield", "b0"), ("read", "a0"), ("yield", "c0"), ("read", "b0"),
-                   ("read", "c0"),                        # the chunk's end reads its last unit
-                   ("yield", "a1"), ("yield", "b1"), ("read", "a1"), ("yield", "c1"), ("read", "b1"),
-                   ("read", "c1")]
+                   ("yield", "a1"), ("read", "c0"),       # a chunk's last unit: read once the next one's first runs
+                   ("yield", "b1"), ("read", "a1"), ("yield", "c1"), ("read", "b1"),
+                   ("read", "c1")]                        # the run's end reads its last unit
     assert store.get("t", "b", 1) == {"n": 2, "t": [1, 2]}
     assert collect(store, "t", ["a"], 2) == {"a": {"n": 3, "t": [1, 2]}}
 
@@ -265,3 +265,20 @@ def test_cuda_stats_are_stored_and_the_next_unit_starts_before_the_last_one_fini
     run_units(store, 1, lambda c: [("t", "a"), ("t", "b"), ("t", "c")], work, device=dev)
     assert pending_at_yield == [True, True]
     assert store.get("t", "c", 0) == {"n": 8.0, "v": [0, 1]}
+
+
+@pytest.mark.parametrize("fail_at", [0, 1])
+def test_a_failing_chunk_keeps_every_unit_finished_before_it(tmp_path, fail_at):
+    """The previous chunk's last unit waits for the next chunk's first: when that one raises (first unit or
+    later), the held unit is stored all the same, once."""
+    store = UnitStore(tmp_path)
+
+    def work(data, c, pending):
+        for i, (task, part) in enumerate(pending):
+            if c == 1 and i == fail_at:
+                raise RuntimeError("boom")
+            yield (task, part), {"n": c + 1}
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_units(store, 3, lambda c: [("t", "a"), ("t", "b")], work)
+    assert store.done() == {("t", "a", 0), ("t", "b", 0)} | ({("t", "a", 1)} if fail_at == 1 else set())

@@ -13,7 +13,8 @@ import torch.distributed as dist
 
 from robustvit.data import dataset_for_model
 from robustvit.models import create_model
-from robustvit.training import trainer
+from robustvit.training import TrainConfig, trainer
+from robustvit.training.tasks import Classify
 
 pytestmark = pytest.mark.gpu
 
@@ -52,8 +53,9 @@ def _check_run(out) -> list[dict]:
     # the last epoch's validation, recomputed in this process on the same GPU from the weights last/ holds
     last = create_model(str(out / "last")).cuda()
     val = dataset_for_model(VAL, last.spec)
-    assert trainer.evaluate_accuracy(last, val, torch.device("cuda")) == pytest.approx(lines[-1]["val_acc"],
-                                                                                   abs=1 / len(val))
+    task = Classify(TrainConfig(model="vit_cifar_micro", data=DATA, out=str(out)))
+    record = trainer.validate_model(task, last, val, torch.device("cuda"))
+    assert record["val_acc"] == pytest.approx(lines[-1]["val_acc"], abs=1 / len(val))
     return lines
 
 
@@ -125,11 +127,12 @@ def test_sharded_validation_on_the_gpu_equals_one_process(monkeypatch):
     torch.manual_seed(0)
     model = create_model("resnet_cifar18", width_mult=0.0625, num_classes=4).cuda().eval()
     val = dataset_for_model("synthshapes:test,count=50,size=16,classes=4", model.spec)
-    for fn, kw in (("evaluate_accuracy", {}), ("robust_accuracy", {"attack": "pgd", "eps": "8/255", "steps": 2})):
+    for kw in ({}, {"select_best": "robust", "val_attack": "pgd", "val_eps": "8/255", "val_attack_steps": 2}):
+        task = Classify(TrainConfig(model="m", data="d", out="o", **kw))
         seen.clear()
-        one = getattr(trainer, fn)(model, val, cuda, batch_size=8, **kw)
+        one = trainer.validate_model(task, model, val, cuda, batch_size=8)
         for r in range(3):
-            getattr(trainer, fn)(model, val, cuda, batch_size=8, rank=r, world=3, **kw)
+            trainer.validate_model(task, model, val, cuda, batch_size=8, rank=r, world=3)
         assert len(seen) == 3 and all(t.device == cuda for t in seen)
-        counts = torch.stack(seen).sum(0).tolist()
-        assert counts[1] == 50 and counts[0] / counts[1] == one, fn
+        counts = torch.stack(seen).sum(0)
+        assert int(counts[-1]) == 50 and task.val_record(counts) == one, kw

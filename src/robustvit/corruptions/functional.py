@@ -255,6 +255,19 @@ def contrast(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     return torch.sub(x, mean, out=torch.empty_like(x)).mul_(p.c).add_(mean)
 
 
+def _coords(x: torch.Tensor) -> torch.dtype:
+    """The dtype of sampling coordinates for images ``x``: float32, float64 for float64 images (so that a float64
+    result is the same on every device: float32 coordinates round differently on CUDA and on the CPU)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _pixel_grid(h: int, w: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row and column coordinates (H, W) of every pixel, in :func:`_coords` dtype on ``x``'s device."""
+    dt = _coords(x)
+    return torch.meshgrid(torch.arange(h, device=x.device, dtype=dt), torch.arange(w, device=x.device, dtype=dt),
+                          indexing="ij")
+
+
 def _affine_grid(h: int, w: int, jitter: float, u: torch.Tensor,
                  like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Source coordinates of the affine map moving three fixed points by (2u − 1)·jitter, u (N, 3, 2) in
@@ -268,9 +281,8 @@ def _affine_grid(h: int, w: int, jitter: float, u: torch.Tensor,
     a = torch.cat((src, torch.ones(3, 1, dtype=torch.float64)), 1)            # (3, 3)
     m = torch.linalg.solve(a, dst).transpose(1, 2)                             # (n, 2, 3): dst = M·[src; 1]
     full = torch.cat((m, torch.tensor([0., 0., 1.], dtype=torch.float64).expand(n, 1, 3)), 1)
-    inv = torch.linalg.inv(full)[:, :2].to(device=like.device, dtype=torch.float32)
-    ys, xs = torch.meshgrid(torch.arange(h, device=like.device, dtype=torch.float32),
-                            torch.arange(w, device=like.device, dtype=torch.float32), indexing="ij")
+    inv = torch.linalg.inv(full)[:, :2].to(device=like.device, dtype=_coords(like))
+    ys, xs = _pixel_grid(h, w, like)
     sx = inv[:, 0, 0, None, None] * xs + inv[:, 0, 1, None, None] * ys + inv[:, 0, 2, None, None]
     sy = inv[:, 1, 0, None, None] * xs + inv[:, 1, 1, None, None] * ys + inv[:, 1, 2, None, None]
     return sy, sx
@@ -296,9 +308,8 @@ def elastic_transform(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Te
     y = warp_bilinear(x, sy, sx, "mirror")
     field = d["field"].to(x.device) * 2 - 1
     field = gaussian_filter(field, p.sigma, truncate=3.0, mode="reflect") * p.alpha
-    field = field.to(torch.float32)
-    ys, xs = torch.meshgrid(torch.arange(h, device=x.device, dtype=torch.float32),
-                            torch.arange(w, device=x.device, dtype=torch.float32), indexing="ij")
+    field = field.to(_coords(x))
+    ys, xs = _pixel_grid(h, w, x)
     y = warp_bilinear(y, ys + field[:, 1], xs + field[:, 0], "reflect")
     return y.to(x.dtype)
 
@@ -319,9 +330,8 @@ def elastic_transform_ic(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch
     side, which is the same for square images.)"""
     n, _, h, w = x.shape
     field = (d["field"].to(x.device) * 2 - 1) * p.max_shift
-    field = (gaussian_filter(field, p.sigma, truncate=3.0, mode="reflect") * p.alpha).to(torch.float32)
-    ys, xs = torch.meshgrid(torch.arange(h, device=x.device, dtype=torch.float32),
-                            torch.arange(w, device=x.device, dtype=torch.float32), indexing="ij")
+    field = (gaussian_filter(field, p.sigma, truncate=3.0, mode="reflect") * p.alpha).to(_coords(x))
+    ys, xs = _pixel_grid(h, w, x)
     return warp_bilinear(x, ys + field[:, 1], xs + field[:, 0], "reflect").to(x.dtype)
 
 

@@ -259,6 +259,18 @@ class DeviceJpegDecoder:
             img = F2.resize(img, [short], interpolation=mode, antialias=True)
         return F2.center_crop(img, [r.size, r.size])
 
+    def fit_all(self, imgs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """:meth:`fit` of every image, the images of one size resized together (one call per size rather than
+        per image: the host launches the kernels, and per image it could not keep up with the device)."""
+        out: list[torch.Tensor | None] = [None] * len(imgs)
+        sizes: dict[tuple[int, ...], list[int]] = {}
+        for k, im in enumerate(imgs):
+            sizes.setdefault(tuple(im.shape), []).append(k)
+        for ks in sizes.values():
+            for k, im in zip(ks, self.fit(torch.stack([imgs[k] for k in ks]))):
+                out[k] = im
+        return out                                                           # type: ignore[return-value]
+
     def _decode_each(self, data: list[torch.Tensor], ids: list[int]) -> tuple[list[torch.Tensor], list[bool]]:
         out, ok = [], []
         for d, i in zip(data, ids):
@@ -283,7 +295,7 @@ class DeviceJpegDecoder:
         if enc:
             data = [items[k] for k in enc]
             try:
-                imgs, ok = [self.fit(im) for im in self.decode(data, self.device)], [True] * len(enc)
+                imgs, ok = self.fit_all(self.decode(data, self.device)), [True] * len(enc)
             except Exception:  # noqa: BLE001  one bad file fails nvjpeg's whole batch: one at a time
                 imgs, ok = self._decode_each(data, [int(ids[k]) for k in enc])
             if not all(ok):

@@ -3,7 +3,8 @@
 A run is a number of chunks (chunk ``c`` = images ``c·B … (c+1)·B−1`` of a pass, or a single chunk 0 for work
 that reads no images); each chunk has units (task, part). :func:`run_units` skips the stored ones, reads the
 images of a chunk only when it has units left (``load``: none needed for work without data), calls ``work``
-and stores every ``((task, part), stats)`` it yields; the units of a chunk are committed together when it ends.
+and stores every ``((task, part), stats)`` it yields, one transaction per chunk (a chunk's last unit goes in with
+the next chunk's, once that one's first unit is under way: the device never waits for a commit).
 
 Work is split between processes by chunk, in two ways (:class:`Worker`):
 
@@ -129,8 +130,9 @@ def run_units(store: UnitStore, nchunks: int, units: Callable[[int], Sequence[Un
     ``work(data, c, pending)`` yields ``((task, part), stats)``; ``stats`` may hold tensors (on the device, small:
     scalars, per-class counts): their copy to the host starts when they are yielded (:func:`stage`) and they are
     read — converted to plain numbers, :func:`~robustvit.runs.store.to_plain` — only after ``work`` has yielded
-    the next unit or the chunk has ended (so ``work`` must not change a CPU tensor in place once yielded). A
-    chunk's units are committed together when it ends (or when ``work`` raises: those finished by then).
+    the next unit, of this chunk or the next (so ``work`` must not change a CPU tensor in place once yielded). Each
+    unit is committed with the units of the chunk in which it was read, and when ``work`` raises or the run ends,
+    every unit finished by then.
 
     A unit's seconds are the host's time from the previous unit until it was yielded, plus the time reading its
     statistics waited; there is no synchronisation, so on CUDA the device time of a unit is counted when its
@@ -157,14 +159,21 @@ def run_units(store: UnitStore, nchunks: int, units: Callable[[int], Sequence[Un
 
         ids = chunk_ids()
         data: Iterable[T | None] = load(ids) if load is not None else (None for _ in ids)
-        for batch in data:
-            if not claimed:
-                raise RobustvitError("the scheduler's load() yielded more data than the chunk ids it drew "
-                                     "(one item per id, in order)")
-            c, pend = claimed.popleft()
-            _run_chunk(store, c, pend, work(batch, c, pend), worker.label)
-            ran += 1
-            tick()
+        held: Held | None = None
+        try:
+            for batch in data:
+                if not claimed:
+                    raise RobustvitError("the scheduler's load() yielded more data than the chunk ids it drew "
+                                         "(one item per id, in order)")
+                c, pend = claimed.popleft()
+                prev, held = held, None         # _run_chunk stores it, also when it raises
+                held = _run_chunk(store, c, pend, work(batch, c, pend), worker.label, prev)
+                ran += 1
+                tick()
+        finally:
+            if held is not None:
+                with store.chunk():
+                    _put(store, held, worker.label)
         if claimed or not drawn_all:
             where = f"chunk {claimed[0][0]}" if claimed else "the last chunk ids"
             raise RobustvitError(f"the scheduler's load() stopped before {where}: it must draw every chunk id and "
@@ -198,19 +207,23 @@ def stage(stats: Any) -> tuple[Any, list[torch.cuda.Event]]:
     return host, events
 
 
-def _run_chunk(store: UnitStore, c: int, pend: list[Unit], produced: Iterable[tuple[Unit, Any]],
-               label: str) -> None:
-    """Store the units ``produced`` yields for chunk ``c``, each read one unit late, committed together."""
-    held: tuple[str, str, Any, list[torch.cuda.Event], float] | None = None    # the last unit, not read yet
+#: A unit yielded but not stored yet: (chunk, task, part, host statistics, events to wait for, seconds).
+Held = tuple[int, str, str, Any, list[torch.cuda.Event], float]
 
-    def put(unit: tuple[str, str, Any, list[torch.cuda.Event], float]) -> None:
-        task, part, stats, events, seconds = unit
-        t0 = time.perf_counter()
-        for ev in events:                              # waits for the device to finish this unit (only)
-            ev.synchronize()
-        plain = to_plain(stats)
-        store.put(task, part, c, plain, seconds + time.perf_counter() - t0, label)
 
+def _put(store: UnitStore, unit: Held, label: str) -> None:
+    c, task, part, stats, events, seconds = unit
+    t0 = time.perf_counter()
+    for ev in events:                              # waits for the device to finish this unit (only)
+        ev.synchronize()
+    store.put(task, part, c, to_plain(stats), seconds + time.perf_counter() - t0, label)
+
+
+def _run_chunk(store: UnitStore, c: int, pend: list[Unit], produced: Iterable[tuple[Unit, Any]], label: str,
+               held: Held | None) -> Held | None:
+    """Store the units ``produced`` yields for chunk ``c``, each read one unit late (``held``: the previous chunk's
+    last unit, stored once this chunk's first is under way, so that the device never waits for a commit), in one
+    transaction. Returns this chunk's last unit, not stored yet (the caller stores it)."""
     with store.chunk():
         t = time.perf_counter()
         try:
@@ -218,18 +231,17 @@ def _run_chunk(store: UnitStore, c: int, pend: list[Unit], produced: Iterable[tu
                 seconds = time.perf_counter() - t
                 host, events = stage(stats)
                 if held is not None:
-                    put(held)
-                held = (task, part, host, events, seconds)
+                    _put(store, held, label)
+                held = (c, task, part, host, events, seconds)
                 t = time.perf_counter()
         except BaseException:
             if held is not None:                       # finished before the failure: keep it
                 try:
-                    put(held)
+                    _put(store, held, label)
                 except Exception:                      # noqa: BLE001  the first error is the one to report
                     pass
             raise
-        if held is not None:
-            put(held)
+    return held
 
 
 def collect(store: UnitStore, task: str, parts: Sequence[str], nchunks: int) -> dict[str, Any]:
