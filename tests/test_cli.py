@@ -210,6 +210,15 @@ def test_summary_never_cuts_a_number():
     assert _summary_line("clean", {"top1": 0.95781, "top5": 1.0}) == "clean: top1=0.9578, top5=1.0000"
 
 
+def test_eval_prints_what_the_masking_checks_cost_and_left_out(tmp_path, capsys):
+    assert main(["eval", "--model", "vit_cifar_micro", "--data", "synthshapes:test,count=8,size=32",
+                 "--suite", "pgd:steps=2", "--out", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    line = next(s for s in out.splitlines() if "gradient-masking checks (auto):" in s)
+    assert "% of the attack's time" in line and "not run: blackbox_stronger, more_steps" in line
+    assert "checks=all runs them" in line
+
+
 def test_list_describes_analyses_losses_recipes(capsys):
     from robustvit.analysis.base import get_analysis
     from robustvit.training.recipes import get_recipe

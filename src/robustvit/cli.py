@@ -339,6 +339,9 @@ def cmd_eval(a: argparse.Namespace) -> int:
         print(f"{name}:")
         for key, r in res["suites"].items():
             print(f"  {_summary_line(key, r)}")
+            if r.get("checks_cost"):
+                from robustvit.report.sections.adversarial import checks_text
+                print(f"    {checks_text(r['checks_cost'])}")
     return 0
 
 

@@ -112,7 +112,7 @@ def test_report_sections_and_leaderboard_columns(results):
     curve = sections[f"Certified accuracy (`{CERTIFY}`)"]
     assert len(curve.figures) == 1 and "| constant | 0.3000 | 0.3000 | 0.3000 | 0.0000 | 0.0000 | 10 |" in curve.markdown
     patch = sections[f"Certified patch robustness (`{PATCH}`)"]
-    assert "| constant | 0.3000 | 0.3000 | 0.3000 | 0.0000 | zero_fill | 10 |" in patch.markdown
+    assert "| constant | 0.3000 | 0.3000 | 0.3000 | 0.0000 | zero_fill | rgb | 10 |" in patch.markdown
     row = rows(run)[0]
     assert row["certified_l2"] == 0.3 and row["certified_patch"] == 0.3
     assert any("reduced: n = " in lab and "Cohen et al.: 100000" in lab for lab in labels(run))

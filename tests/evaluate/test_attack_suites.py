@@ -55,7 +55,7 @@ def evaluate(spec: str, ctx: EvalContext, batches: list[Batch]) -> dict:
 
 def test_pgd_defaults_keys_and_bounds(tmp_path):
     model = SmallNet()
-    res = evaluate("pgd", make_ctx(model, tmp_path), [make_batch(model)])
+    res = evaluate("pgd:checks=all", make_ctx(model, tmp_path), [make_batch(model)])
     assert res["eps"] == pytest.approx(4 / 255) and res["norm"] == "linf" and res["eps_source"] == "default:imagenet"
     assert res["steps"] == 10 and res["step_size"] == pytest.approx(1 / 255)
     assert res["clean_accuracy"] == pytest.approx(0.75) and res["num_images"] == 16

@@ -134,3 +134,17 @@ def test_cnn_residual_block_removal(tiny_resnet):
         assert torch.allclose(out.tokens[2], ref, atol=1e-6)
     with pytest.raises(RobustvitError, match="modes block"):
         probe.run(x, remove={1: "attn"})
+
+
+def test_probe_of_a_six_channel_network_sees_what_its_forward_sees():
+    """A derandomized-smoothing ViT (6 input channels, Levine & Feizi's encoding): the probe embeds the same
+    network input as the wrapper's forward, so its logits and the analyses' self-check agree."""
+    from robustvit.models import create_model
+
+    torch.manual_seed(0)
+    m = create_model("vit_cifar_micro", in_chans=6, num_classes=10).eval()
+    x = torch.rand(3, 3, 32, 32)
+    assert m.network_input(x).shape == (3, 6, 32, 32)
+    with torch.no_grad():
+        got = ViTProbe(m).run(x).logits
+        torch.testing.assert_close(got, m(x), rtol=1e-4, atol=1e-4)

@@ -154,6 +154,22 @@ def test_autoattack_is_compared_with_pgd_only_on_the_same_images(tmp_path):
     assert "attacks on different images: PGD n=200, AutoAttack n=20" in vit_row
 
 
+def test_the_same_count_of_other_images_is_not_the_same_images(tmp_path):
+    """Two runs drawing 500 images with other seeds, and AutoAttack on its own sample of as many images as PGD's:
+    compared as different images (the subset records differ), though the counts are equal."""
+    for name, seed, aa in (("a", 0, 0.60), ("b", 1, 0.10)):
+        res = run(name, 0.9, aa, 0.62, n=500)
+        res["data"]["subset"] = {"method": "stratified", "seed": seed, "num_images": 500, "of": 10000}
+        write_run(tmp_path / "E" / name, res)
+    first = scorecard_section(load_results([tmp_path / "E"])).markdown.splitlines()[0]
+    assert first.endswith("measured on different images (n=500 vs n=500)).")
+    res = run("vit", 0.8, 0.15, 0.30, n=200)
+    res["suites"]["autoattack"]["subset"] = {"method": "first", "seed": 0, "num_images": 200, "of": 1000}
+    write_run(tmp_path / "F" / "vit", res)
+    said = "\n".join(scorecard_section(load_results([tmp_path / "F"])).details)
+    assert "vit: AutoAttack (n=200) and PGD (n=200) ran on different images" in said
+
+
 def test_near_chance_is_warned(tmp_path):
     write_run(tmp_path / "E" / "guess", run("guess", 0.12, 0.0, 0.0, n=100))          # 10 classes: chance 10 %
     write_run(tmp_path / "E" / "good", run("good", 0.85, 0.5, 0.55, n=100))

@@ -89,7 +89,12 @@ def test_transverse_chromatic_aberration_is_scipys_unfiltered_zoom():
             assert np.allclose(y[i, c].numpy(), z[e:e + 32, e:e + 32], atol=1e-12), (i, c)
 
 
-def test_circular_motion_blur_is_the_weighted_mean_of_scipy_rotations():
+@pytest.mark.parametrize("dense", [True, False])
+def test_circular_motion_blur_is_the_weighted_mean_of_scipy_rotations(monkeypatch, dense):
+    """Both ways (one matrix for small images, 21 gathers of spline taps for large ones) are scipy's."""
+    import robustvit.corruptions.cbar_cifar as cbar
+
+    monkeypatch.setattr(cbar, "_DENSE_PIXELS", 4096 if dense else 0)
     x = _image(1, 20)
     y = _apply("circular_motion_blur", x, 3, {})
     img = x[0].permute(1, 2, 0).numpy()

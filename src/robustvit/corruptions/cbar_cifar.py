@@ -173,7 +173,7 @@ def _prefilter_matrix(n: int) -> torch.Tensor:
     return torch.linalg.inv(b)
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=128)   # the 21 rotations of each of the 5 levels
 def _rotation_taps(h: int, w: int, degrees: float) -> tuple[torch.Tensor, torch.Tensor]:
     """scipy ``rotate(reshape=False)`` at ``degrees``: for every output pixel, the 16 flat input indices (h·w, 16)
     and spline weights (h·w, 16) (zero outside the input)."""
@@ -193,22 +193,51 @@ def _rotation_taps(h: int, w: int, degrees: float) -> tuple[torch.Tensor, torch.
     return index, weight
 
 
+#: The 21 rotations' offsets t = −1 … 1 (times the level's angle) and their weights exp(−2t²).
+_STEPS = [2 * i / 20 - 1 for i in range(21)]
+_FACTORS = [math.exp(-2 * t * t) for t in _STEPS]
+#: Images up to this many pixels are blurred by one (h·w, h·w) matrix (64 × 64: 128 MB in float64 to build).
+_DENSE_PIXELS = 4096
+
+
+@lru_cache(maxsize=128)
+def _device_taps(h: int, w: int, degrees: float, device: torch.device, dtype: torch.dtype
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_rotation_taps` on ``device``: the flat indices (h·w·16,) and the weights (h·w, 16) in ``dtype``."""
+    index, weight = _rotation_taps(h, w, degrees)
+    return index.reshape(-1).to(device), weight.to(device=device, dtype=dtype)
+
+
+@lru_cache(maxsize=16)
+def _blur_matrix(h: int, w: int, amount: float, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The whole blur of an h × w image as one (h·w, h·w) matrix, built in float64: the weighted mean of the 21
+    rotations' spline taps applied to the prefiltered image (every step is linear)."""
+    k = torch.zeros(h * w, h * w, dtype=torch.float64)
+    rows = torch.arange(h * w)[:, None].expand(-1, 16)
+    for t, f in zip(_STEPS, _FACTORS):
+        index, weight = _rotation_taps(h, w, t * amount)
+        k.index_put_((rows, index), f * weight, accumulate=True)
+    prefilter = torch.kron(_prefilter_matrix(h), _prefilter_matrix(w))     # flat coef = (P_h ⊗ P_w) · flat x
+    return (k @ prefilter / sum(_FACTORS)).to(device=device, dtype=dtype)
+
+
 @corruption("circular_motion_blur", GROUP, ("level",), _levels((2.8, 3.6, 4.4, 5.2, 6.0)))
 def circular_motion_blur(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """The mean of 21 rotations about the centre by t·(15·level/10) degrees, t = −1 … 1, weighted exp(−2t²),
-    each scipy's ``rotate(reshape=False)`` (cubic spline, black outside). Deterministic."""
+    each scipy's ``rotate(reshape=False)`` (cubic spline, black outside). Deterministic. Images of up to
+    :data:`_DENSE_PIXELS` pixels (CIFAR's 32 × 32) take one matrix product (:func:`_blur_matrix`), larger ones
+    21 gathers of 16 taps."""
     n, c, h, w = x.shape
     amount = p.level * 15 / 10
+    if h * w <= _DENSE_PIXELS:
+        return (x.reshape(n * c, h * w) @ _blur_matrix(h, w, amount, x.device, x.dtype).T).view(n, c, h, w)
     coef = (_prefilter_matrix(h).to(device=x.device, dtype=x.dtype) @ x
             @ _prefilter_matrix(w).to(device=x.device, dtype=x.dtype).T).reshape(n, c, h * w)
     out = torch.zeros_like(coef)
-    ts = [2 * i / 20 - 1 for i in range(21)]
-    factors = [math.exp(-2 * t * t) for t in ts]
-    for t, f in zip(ts, factors):
-        index, weight = _rotation_taps(h, w, t * amount)
-        taps = coef[:, :, index.to(x.device).reshape(-1)].view(n, c, h * w, 16)
-        out += f * (taps * weight.to(device=x.device, dtype=x.dtype)).sum(-1)
-    return (out / sum(factors)).view(n, c, h, w)
+    for t, f in zip(_STEPS, _FACTORS):
+        index, weight = _device_taps(h, w, t * amount, x.device, x.dtype)
+        out += f * (coef[:, :, index].view(n, c, h * w, 16) * weight).sum(-1)
+    return (out / sum(_FACTORS)).view(n, c, h, w)
 
 
 # ---------------------------------------------------------------- lines

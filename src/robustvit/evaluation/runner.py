@@ -569,14 +569,14 @@ def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], plans: l
                 yield (task, part), run_unit(index[task], part, c, xp, yp.to(ctx.device, non_blocking=True), pos, ids)
 
         def run_unit(i: int, part: str, c: int, x: torch.Tensor, y: torch.Tensor, pos: torch.Tensor,
-                     ids: torch.Tensor) -> Any:
+                     ids: torch.Tensor, sizes: dict[int, int] = sizes) -> Any:
             """Suite ``i``'s statistics of one unit: seeded from (seed, suite, part, chunk), in the suite's precision,
             retried with a smaller forward batch on CUDA out-of-memory."""
             def attempt() -> Any:
                 gen = torch.Generator(device=ctx.device)
                 gen.manual_seed(derive_seed(cfg.seed, keys[i], part, c))
                 with inference_settings(ctx.model, precision=precision[i]):
-                    return suites[i].run(ctx, part, Batch(x, y, pos, gen, ids))
+                    return suites[i].run(ctx, part, Batch(x, y, pos, gen, ids, c, math.ceil(sizes[i] / b)))
             return retry_out_of_memory(ctx.model, attempt, len(y))
 
         run_units(store, nchunks, units, work, load=load, worker=worker, device=ctx.device,

@@ -258,7 +258,7 @@ class ViTProbe(_Tokens):
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         net = self.net
         if self.wrapper is not None:
-            x = (x - self.wrapper.mean.to(x.dtype)) / self.wrapper.std.to(x.dtype)
+            x = self.wrapper.network_input(x)
         h = net.patch_embed(x)
         if self.arch == "vit":
             h = net._pos_embed(h)

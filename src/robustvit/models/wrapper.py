@@ -97,13 +97,19 @@ class Normalized(nn.Module):
                               for part, k in zip(x.split(mb), keeps)])
         return torch.cat([self._logits(part, k) for part, k in zip(x.split(mb), keeps)])
 
-    def _logits(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    def network_input(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """What the network sees for images ``x`` (N, 3, H, W) in [0, 1]: normalised, the pixels ``keep`` drops
+        zeroed, and for a 6-channel network Levine & Feizi's encoding (z, 1 − z; 0 where dropped)."""
         k = None if keep is None else keep[:, None].to(x.dtype)
         if k is not None and self.in_chans == 3:
             x = x * k
         z = (x - self.mean.to(x.dtype)) / self.std.to(x.dtype)
         if self.in_chans == 6:
             z = torch.cat([z, 1 - z], 1) if k is None else torch.cat([z * k, (1 - z) * k], 1)
+        return z
+
+    def _logits(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        z = self.network_input(x, keep)
         with computing_in(self.precision, x.device):
             logits = self.model(z)
         logits = logits.to(x.dtype)

@@ -13,8 +13,8 @@ AFAT), ``shape_bias`` (Geirhos et al., arXiv:1811.12231), ``spatial`` (worst-of-
 ``imagenet_r``/``imagenet_a``/``imagenet_sketch``/``imagenet_v2``, ``mfr`` (mean flip rate, %, lower is better).
 
 Each number comes with its cell facts: ``<column>_n`` (images it was measured on), ``<column>_ci95`` (95 % Wilson
-score interval, for accuracies) and ``<column>_protocol`` (the suite's ``protocol`` entry,
-:mod:`robustvit.protocols`). Each robustness accuracy (``GAP_COLUMNS``) also has ``<column>_gap``: its value minus
+score interval, for accuracies), ``<column>_images`` (which images: :func:`images_id`) and ``<column>_protocol``
+(the suite's ``protocol`` entry, :mod:`robustvit.protocols`). Each robustness accuracy (``GAP_COLUMNS``) also has ``<column>_gap``: its value minus
 the clean accuracy of the same images (the suite's own ``clean_accuracy``; the ``clean`` column where the suite
 records none), a fraction like the value (−0.381 is 38.1 points below clean). ``labels`` joins the deviations of
 the row's own cells (``autoattack: partial AutoAttack …``); ``comparable`` holds when every cell of the row is
@@ -23,6 +23,8 @@ comparable.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any
 
@@ -81,14 +83,28 @@ def _count(s: dict[str, Any]) -> int | None:
     return int(n) if n else None
 
 
-#: A cell: value, images, protocol entry and (optionally) the clean accuracy of the same images.
+#: A cell: value, images, protocol entry and (optionally) the clean accuracy of the same images and the suite's own
+#: sample of the run's data (results.json's suite ``subset``; None: the run's images).
 Cell = tuple[Any, ...]
+
+
+def _cell(value: float | None, s: dict[str, Any]) -> Cell:
+    return value, _count(s), s.get("protocol"), _num(s.get("clean_accuracy")), s.get("subset")
+
+
+def images_id(run: dict[str, Any], own: Any, n: int | None) -> str:
+    """Which images a number was measured on, as a short digest: the run's data spec and the suite's own sample (else
+    the run's: method, seed, size), and the count. Equal digests: the same images."""
+    data = run.get("data") or {}
+    key = json.dumps([data.get("spec"), own if own is not None else data.get("subset"), n], sort_keys=True,
+                     default=str)
+    return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
 def _first(suites: dict[str, Any], name: str, field: str) -> Cell:
     for key, s in suites.items():
         if base_name(key) == name and isinstance(s, dict) and _num(s.get(field)) is not None:
-            return _num(s[field]), _count(s), s.get("protocol"), _num(s.get("clean_accuracy"))
+            return _cell(_num(s[field]), s)
     return None, None, None
 
 
@@ -97,8 +113,7 @@ def _certified(suites: dict[str, Any], name: str, at: str | None) -> Cell:
     for key, s in suites.items():
         acc = s.get("certified_accuracy") if base_name(key) == name and isinstance(s, dict) else None
         if isinstance(acc, dict) and acc:
-            return (_num(acc.get(at if at is not None else next(iter(acc)))), _count(s), s.get("protocol"),
-                    _num(s.get("clean_accuracy")))
+            return _cell(_num(acc.get(at if at is not None else next(iter(acc)))), s)
     return None, None, None
 
 
@@ -108,7 +123,7 @@ def _occlusion(suites: dict[str, Any]) -> Cell:
             vals = [_num(e.get("mean")) for e in s["per_rho"].values() if isinstance(e, dict)]
             vals = [v for v in vals if v is not None]
             if vals:
-                return sum(vals) / len(vals), _count(s), s.get("protocol"), _num(s.get("clean_accuracy"))
+                return _cell(sum(vals) / len(vals), s)
     return None, None, None
 
 
@@ -123,7 +138,7 @@ def threat_models(suites: dict[str, Any]) -> list[tuple[str, float]]:
 
 def _attack(suites: dict[str, Any], name: str, norm: str, eps: float) -> Cell:
     """The strongest matching suite of ``name`` (lowest robust accuracy)."""
-    found = [(_num(s.get("accuracy")), _count(s), s.get("protocol"), _num(s.get("clean_accuracy")))
+    found = [_cell(_num(s.get("accuracy")), s)
              for key, s in suites.items()
              if base_name(key) == name and isinstance(s, dict) and _num(s.get("eps")) is not None
              and str(s.get("norm") or "linf") == norm and abs(float(s["eps"]) - eps) < 1e-6]
@@ -131,9 +146,10 @@ def _attack(suites: dict[str, Any], name: str, norm: str, eps: float) -> Cell:
     return min(found, key=lambda c: c[0]) if found else (None, None, None)   # type: ignore[arg-type,return-value]
 
 
-def _put(row: dict[str, Any], col: str, cell: Cell) -> None:
+def _put(row: dict[str, Any], col: str, cell: Cell, run: dict[str, Any]) -> None:
     v, n, proto, *same = cell
     row[col], row[f"{col}_n"], row[f"{col}_protocol"] = v, n, proto
+    row[f"{col}_images"] = None if v is None else images_id(run, same[1] if len(same) > 1 else None, n)
     ci = None if col in NO_INTERVAL else wilson_interval(v, n)
     row[f"{col}_ci95"] = None if ci is None else [round(ci[0], 6), round(ci[1], 6)]
     if col in GAP_COLUMNS:          # the clean accuracy of the same images; filled from ``clean`` by ``_gaps``
@@ -156,9 +172,9 @@ def _labels(row: dict[str, Any], run: dict[str, Any]) -> list[str]:
         for d in devs:
             where.setdefault(d, []).append(COLUMNS[c][0])
     out = [d if len(cols) == len(per) else f"{', '.join(cols)}: {d}" for d, cols in where.items()]
-    counts = {c: row.get(f"{c}_n") for c in ATTACK_COLUMNS if row.get(c) is not None and row.get(f"{c}_n")}
-    if len(set(counts.values())) > 1:
-        out.append("attacks on different images: " + ", ".join(f"{COLUMNS[c][0]} n={n}" for c, n in counts.items()))
+    shown = [c for c in ATTACK_COLUMNS if row.get(c) is not None and row.get(f"{c}_n")]
+    if len({row.get(f"{c}_images") for c in shown}) > 1:
+        out.append("attacks on different images: " + ", ".join(f"{COLUMNS[c][0]} n={row[f'{c}_n']}" for c in shown))
     low = sorted({str(s["precision"]) for s in (run.get("suites") or {}).values()
                   if isinstance(s, dict) and s.get("precision") not in (None, "fp32")})
     if low:             # how the numbers were computed (``--precision``); attacks re-check robust points in fp32
@@ -194,21 +210,21 @@ def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
                             "num_classes": _num((model.get("spec") or {}).get("num_classes"))
                             or _num(((run.get("data") or {}).get("subset") or {}).get("num_classes"))}
     for col, (suite, fld) in SOURCES.items():
-        _put(base, col, _first(suites, suite, fld))
-    _put(base, "occlusion", _occlusion(suites))
-    _put(base, "certified_l2", _certified(suites, "certify", "0.5"))
-    _put(base, "certified_patch", _certified(suites, "certify_patch", None))
+        _put(base, col, _first(suites, suite, fld), run)
+    _put(base, "occlusion", _occlusion(suites), run)
+    _put(base, "certified_l2", _certified(suites, "certify", "0.5"), run)
+    _put(base, "certified_patch", _certified(suites, "certify_patch", None), run)
     if base["clean"] is None:   # an attack suite's clean accuracy on its own images
         for name in ("pgd", "autoattack", "apgd"):
-            v, n, proto, *_ = _first(suites, name, "clean_accuracy")
+            v, n, proto, *rest = _first(suites, name, "clean_accuracy")
             if v is not None:
-                _put(base, "clean", (v, n, proto))
+                _put(base, "clean", (v, n, proto, None, rest[1]), run)
                 break
     out = []
     for norm, eps in threat_models(suites) or [("none", None)]:
         row = {**base, "threat_model": "none" if eps is None else THREAT_MODELS.get(norm, "Linf"), "eps": eps}
         for col in ATTACK_COLUMNS:
-            _put(row, col, (None, None, None) if eps is None else _attack(suites, col, norm, eps))
+            _put(row, col, (None, None, None) if eps is None else _attack(suites, col, norm, eps), run)
         _gaps(row)
         lab = _labels(row, run)
         shown = [row.get(f"{c}_protocol") for c in COLUMNS if row.get(c) is not None]

@@ -74,9 +74,16 @@ def _what(col: str, row: dict[str, Any]) -> str:
     return f"more robust than {{b}} under {COLUMNS[col][0]}{eps}"
 
 
+def _same_images(a: dict[str, Any], b: dict[str, Any], ca: str, cb: str) -> bool:
+    """Whether cell ``ca`` of row ``a`` and ``cb`` of ``b`` were measured on the same images (their
+    ``<column>_images`` digests; the counts where a row has none)."""
+    ia, ib = a.get(f"{ca}_images"), b.get(f"{cb}_images")
+    return ia == ib if ia is not None and ib is not None else a.get(f"{ca}_n") == b.get(f"{cb}_n")
+
+
 def _different_images(a: dict[str, Any], b: dict[str, Any], col: str) -> str:
     na, nb = a.get(f"{col}_n"), b.get(f"{col}_n")
-    return f", measured on different images (n={na} vs n={nb})" if na != nb else ""
+    return "" if _same_images(a, b, col, col) else f", measured on different images (n={na} vs n={nb})"
 
 
 def compare(rows: list[dict[str, Any]]) -> list[str]:
@@ -111,7 +118,7 @@ def attacks_compared(row: dict[str, Any]) -> str | None:
     if na is None or np_ is None:
         return (f"{row['model']}: AutoAttack and PGD do not record their images; their robust accuracies are not "
                 "compared.")
-    if na != np_:
+    if not _same_images(row, row, "autoattack", "pgd"):
         return (f"{row['model']}: AutoAttack (n={na}) and PGD (n={np_}) ran on different images; their robust "
                 "accuracies are not compared.")
     d = 100 * (pgd - aa)

@@ -24,9 +24,10 @@ attack's settings as they applied (``steps``, ``step_size``, ``restarts``, ``ver
 ``flags``: the gradient-masking checks of :mod:`robustvit.attacks.checks` that apply to the attack (its
 ``masking_checks``) — randomised output, softmax output, zero gradients, robust accuracy rising with more steps
 (steps vs 2 × steps, same seed) and a black-box attack (Square, ``check_queries`` = 100 queries) beating the
-white-box one. They run in every chunk on a sample of the attacked images (``checks=auto``: one in k, k sized
-so that they cost about a quarter of the attack, :meth:`AttackSuite.check_stride`; ``checks=all``: every one;
-``checks=N``: those among the first N; ``checks=0``: none), and ``checks_cost`` records the images checked,
+white-box one. They run on the attacked images of some chunks (``checks=auto``: the model and zero-gradient checks
+on the first chunk, every check on one chunk in m, m sized so that they cost at most a quarter of the attack,
+:meth:`AttackSuite.check_period` — none on a suite of fewer chunks, said so; ``checks=all``: every chunk;
+``checks=N``: the first N images; ``checks=0``: none), and ``checks_cost`` records the images checked,
 their seconds and the attack's. ``save=N`` writes the first N clean images, adversarial examples and
 perturbations (δ rescaled to [0, 1] by (δ + ε) / 2ε) as PNGs under ``OUT/adversarial/<suite key>/``;
 ``save=all`` every adversarial example into one safetensors file (``save_dtype=float32`` or ``uint8``).
@@ -400,53 +401,75 @@ class AttackSuite(Suite):
         write_bytes(path, save({"x_adv": x_adv, "indices": idx[order].contiguous()}))
         return {"file": str(path.relative_to(ctx.out_dir)), "count": int(idx.numel()), "dtype": str(self.opts.save_dtype)}
 
-    # ---- gradient-masking checks (a sample of every chunk) -------------------------------------
-    def check_stride(self, ctx: EvalContext) -> int:
-        """``checks=auto``: one in every k of a chunk's attacked images is checked, k chosen so that the checks
-        cost about a quarter of the attack. Costs in gradient evaluations per image: the attack s·r (steps ×
-        restarts; 1 for an attack without steps), the checks s·r (the white-box run, shared by the black-box
-        check), 2·s·r (``more_steps``: 2 × steps), q/3 (``blackbox``: q Square queries, a forward each, about a
-        third of a forward and backward pass) and 2 (the model checks); k = ⌈4 × checks / attack⌉."""
-        if self.opts.checks == "all" or isinstance(self.opts.checks, int):
-            return 1
+    # ---- gradient-masking checks --------------------------------------------------------------
+    def attack_checks(self, ctx: EvalContext) -> set[str]:
+        """The checks that run attacks (``more_steps``, ``blackbox``) this suite's attack gets: none for a targeted
+        attack, no ``blackbox`` without a bounded ε."""
+        white = self.attack_for(ctx, ctx.model, 0)
+        if white.targeted:
+            return set()
+        kinds = {"more_steps", "blackbox"} & set(self.check_kinds)
+        if not (white.bounded and white.eps > 0):
+            kinds.discard("blackbox")
+        return kinds
+
+    def check_period(self, ctx: EvalContext) -> int | None:
+        """``checks=auto``: the attack-running checks run on every attacked image of one chunk in m, m chosen so that
+        they cost at most a quarter of the attack. Costs are counted in passes over a batch (on a small sample the
+        fixed cost of a pass, not its images, sets the time; on a chunk, both count alike): the attack's s·r per chunk
+        (steps × restarts; 1 without steps); on a checked chunk s·r (the white-box run at the attack's steps) +
+        2·s·r (``more_steps``: 2 × steps) + q (``blackbox``: q Square queries); m = ⌈4 × checks / attack⌉. None
+        when the attack gets no such check."""
+        kinds = self.attack_checks(ctx)
+        if not kinds:
+            return None
         white = self.attack_for(ctx, ctx.model, 0)
         cost = int(getattr(white.opts, "steps", 1) or 1) * int(getattr(white.opts, "restarts", 1) or 1)
-        kinds = self.check_kinds if not white.targeted else ("model",)
-        bounded = white.bounded and white.eps > 0
-        check = 2.0 + (cost if {"more_steps", "blackbox"} & set(kinds) else 0) + 2 * cost * ("more_steps" in kinds)
-        check += self.opts.check_queries / 3 if "blackbox" in kinds and bounded else 0
+        check = cost + 2 * cost * ("more_steps" in kinds) + self.opts.check_queries * ("blackbox" in kinds)
         return max(1, math.ceil(4 * check / cost))
 
-    def check_sample(self, ctx: EvalContext, batch: Batch, clean_ok: torch.Tensor) -> torch.Tensor:
-        """The chunk's images checked (bool): ``auto``: the attacked (clean-correct) ones of rank 0, k, 2k, …
-        in the chunk (:meth:`check_stride`); ``all``: every attacked one; N: the attacked ones among the first N."""
+    def check_plan(self, ctx: EvalContext, batch: Batch) -> tuple[bool, bool]:
+        """(whether the chunk's attacked images are checked at all, whether the attack-running checks run on them).
+        ``all``: every chunk, fully; ``N``: the chunks holding the first N images, fully; ``auto``: the model and
+        zero-gradient checks on the first chunk, and every check on chunks m − 1, 2m − 1, … (:meth:`check_period`;
+        none when the suite has fewer than m chunks)."""
+        if self.opts.checks == "all":
+            return True, True
         if isinstance(self.opts.checks, int):
-            return clean_ok & (batch.index < self.opts.checks).to(clean_ok.device)
-        rank = clean_ok.long().cumsum(0) - 1
-        return clean_ok & (rank % self.check_stride(ctx) == 0)
+            return int(batch.index.min()) < self.opts.checks, True
+        m = self.check_period(ctx)
+        full = m is not None and batch.chunks >= m and batch.chunk % m == m - 1
+        return full or batch.chunk == 0, full
 
     def run_checks(self, ctx: EvalContext, batch: Batch) -> dict[str, Any]:
-        """The checks on the chunk's sample (:meth:`check_sample`), as counts added over chunks; the model checks
-        (randomised and softmax output) once, on the first chunk. The flags are made in :meth:`check_flags`."""
+        """The checks on the chunk's attacked images (:meth:`check_plan`), as counts added over chunks; the model
+        checks (randomised and softmax output) once, on the first chunk. The flags are made in :meth:`check_flags`."""
         t0 = time.perf_counter()
+        checked, full = self.check_plan(ctx, batch)
+        if not checked:
+            return {"images": 0, "gradient_images": 0, "chunks": 0, "seconds": 0.0}
         with torch.no_grad():
-            sel = self.check_sample(ctx, batch, correct(ctx.model(batch.x), batch.y))
+            sel = correct(ctx.model(batch.x), batch.y)
+        if isinstance(self.opts.checks, int):
+            sel &= (batch.index < self.opts.checks).to(sel.device)
         xs, ys = batch.x[sel], batch.y[sel]
-        out: dict[str, Any] = {"images": int(ys.numel())}
-        if int(batch.index.min()) == 0 and "model" in self.check_kinds:
+        out: dict[str, Any] = {"images": int(ys.numel()) if full else 0, "gradient_images": int(ys.numel()),
+                               "chunks": int(full)}
+        if batch.chunk == 0 and "model" in self.check_kinds:
             xm = xs if len(xs) else batch.x[:1]
             out["model"] = {"randomized": checks.check_randomized(ctx.model, xm),
                             "softmax_output": checks.check_softmax_output(ctx.model, xm)}
         if len(ys) and "model" in self.check_kinds:
             frac = checks.check_zero_gradients(ctx.model, xs, ys)["detail"]["fraction"]
             out["zero_gradients"] = int(round(frac * len(ys)))
-        white = self.attack_for(ctx, ctx.model, 0)
-        if len(ys) and not white.targeted and {"more_steps", "blackbox"} & set(self.check_kinds):  # true labels only
+        kinds = self.attack_checks(ctx) if full else set()
+        if len(ys) and kinds:                                       # true labels only
+            white = self.attack_for(ctx, ctx.model, 0)
             out["robust"] = self._robust_count(ctx.model, white, xs, ys)
-            if "more_steps" in self.check_kinds:
+            if "more_steps" in kinds:
                 out["robust_more_steps"] = self._robust_count(
                     ctx.model, self.attack_for(ctx, ctx.model, 0, steps=2 * int(white.opts.steps)), xs, ys)
-            if "blackbox" in self.check_kinds and white.bounded and white.eps > 0:
+            if "blackbox" in kinds:
                 square = create_attack("square", ctx.model, eps=white.eps, norm=white.norm, seed=0,
                                        n_queries=self.opts.check_queries)
                 out["robust_square"] = self._robust_count(ctx.model, square, xs, ys)
@@ -454,33 +477,42 @@ class AttackSuite(Suite):
         return out
 
     def check_flags(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, checks.CheckResult]:
-        """The flags from the checks' counts summed over chunks (``s``)."""
-        n = s.get("images", 0)
+        """The flags from the checks' counts summed over chunks (``s``); the attack-running checks' only where they
+        ran on some image."""
         flags: dict[str, checks.CheckResult] = dict(s.get("model", {}))
         if "model" in self.check_kinds:
-            flags["zero_gradients"] = checks.zero_gradients_result(s.get("zero_gradients", 0) / max(n, 1), images=n)
-        white = self.attack_for(ctx, ctx.model, 0)
-        if white.targeted:
+            g = s.get("gradient_images", 0)
+            flags["zero_gradients"] = checks.zero_gradients_result(s.get("zero_gradients", 0) / max(g, 1), images=g)
+        n = s.get("images", 0)
+        kinds = self.attack_checks(ctx)
+        if not n or not kinds:
             return flags
-        acc = s.get("robust", 0) / max(n, 1)
-        if "more_steps" in self.check_kinds:
+        white = self.attack_for(ctx, ctx.model, 0)
+        acc = s.get("robust", 0) / n
+        if "more_steps" in kinds:
             steps = int(white.opts.steps)
             flags["more_steps"] = checks.more_steps_result(self.attack_name, (steps, 2 * steps),
-                                                           (acc, s.get("robust_more_steps", 0) / max(n, 1)), images=n)
-        if "blackbox" in self.check_kinds and white.bounded and white.eps > 0:
+                                                           (acc, s.get("robust_more_steps", 0) / n), images=n)
+        if "blackbox" in kinds:
             flags["blackbox_stronger"] = checks.check_blackbox_stronger(
-                {self.attack_name: acc, "square": s.get("robust_square", 0) / max(n, 1)})
+                {self.attack_name: acc, "square": s.get("robust_square", 0) / n})
             flags["blackbox_stronger"]["detail"]["images"] = n
         return flags
 
     def checks_cost(self, ctx: EvalContext, s: dict[str, Any], attack_seconds: float) -> dict[str, Any]:
-        """What the checks cost beside the attack (results.json ``checks_cost``)."""
+        """What the checks cost beside the attack (results.json ``checks_cost``), and the checks ``auto`` left out."""
         mode = self.opts.checks if isinstance(self.opts.checks, str) else f"first {self.opts.checks}"
-        out = {"mode": mode, "images": s.get("images", 0), "seconds": round(s.get("seconds", 0.0), 3),
-               "attack_seconds": round(attack_seconds, 3),
+        out = {"mode": mode, "images": s.get("images", 0), "gradient_images": s.get("gradient_images", 0),
+               "chunks": s.get("chunks", 0), "seconds": round(s.get("seconds", 0.0), 3), "attack_seconds": round(attack_seconds, 3),
                "fraction_of_attack": round(s.get("seconds", 0.0) / attack_seconds, 3) if attack_seconds > 0 else None}
-        if self.opts.checks == "auto":
-            out["every"] = self.check_stride(ctx)
+        m = self.check_period(ctx) if self.opts.checks == "auto" else None
+        if m is not None:
+            out["every"] = m
+            if not s.get("images", 0):
+                names = sorted("blackbox_stronger" if k == "blackbox" else k for k in self.attack_checks(ctx))
+                out["not_run"] = names
+                out["why"] = (f"{', '.join(names)} run on one chunk in {m} to cost at most a quarter of the attack, "
+                              f"and this suite has fewer chunks; checks=all runs them")
         return out
 
     @staticmethod

@@ -60,6 +60,8 @@ class Batch:
     index: torch.Tensor        # long (N,): positions of these images among the suite's images (0 = its first)
     generator: torch.Generator  # seeded from (run seed, suite key, part, chunk): replayable
     data_index: torch.Tensor | None = None   # long (N,): their indices in the data set (None: equal to ``index``)
+    chunk: int = 0             # the unit's chunk among the suite's chunks (0 = its first)
+    chunks: int = 1            # how many chunks the suite's images make
 
     @property
     def ids(self) -> torch.Tensor:

@@ -113,8 +113,8 @@ def pre_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if not (callable(getattr(net, "forward_features", None)) and callable(getattr(net, "forward_head", None))):
         raise RobustvitError(f"fewshot needs a timm-style model with forward_features/forward_head; "
                              f"{type(net).__name__} has none")
-    if hasattr(model, "mean") and hasattr(model, "std") and net is not model:
-        x = (x - model.mean.to(x.dtype)) / model.std.to(x.dtype)
+    if callable(getattr(model, "network_input", None)):      # a robustvit wrapper: normalised (6-channel encoded)
+        x = model.network_input(x)
     out = net.forward_head(net.forward_features(x), pre_logits=True)
     return out.flatten(1).float()
 

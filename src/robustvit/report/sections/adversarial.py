@@ -33,12 +33,25 @@ def _family(key: str) -> str:
 
 
 def _flag_lines(key: str, results: list[dict[str, Any]]) -> list[str]:
+    """The raised gradient-masking flags, and what the checks cost and left out (``checks_cost``)."""
     lines = []
     for r in results:
-        for name, f in (r["suites"].get(key, {}).get("flags") or {}).items():
+        res = r["suites"].get(key, {})
+        for name, f in (res.get("flags") or {}).items():
             if f.get("flag"):
                 lines.append(f"⚠ {r['model']['name']} · `{key}` · {name}: {f.get('message', '')}")
+        if res.get("checks_cost"):
+            lines.append(f"{r['model']['name']} · `{key}` · {checks_text(res['checks_cost'])}.")
     return lines
+
+
+def checks_text(cost: dict[str, Any]) -> str:
+    """One line on a suite's gradient-masking checks (results.json ``checks_cost``): images, share of the attack's
+    time, and the checks ``checks=auto`` left out."""
+    frac = cost.get("fraction_of_attack")
+    return (f"gradient-masking checks ({cost['mode']}): {cost.get('gradient_images', cost['images'])} images"
+            + (f", {100 * frac:.0f} % of the attack's time" if frac is not None else "")
+            + (f"; not run: {', '.join(cost['not_run'])} ({cost['why']})" if cost.get("not_run") else ""))
 
 
 def _eps_label(eps: float | None) -> str:

@@ -61,12 +61,14 @@ def certify_patch_section(key: str, results: list[dict[str, Any]]) -> Section | 
         return None
     patches = sorted({int(k) for _, s in runs for k in s.get("certified_accuracy", {})})
     rows = [[name, s.get("clean_accuracy"), *(s.get("certified_accuracy", {}).get(str(m)) for m in patches),
-             s.get("tokens"), s.get("num_images")] for name, s in runs]
+             s.get("tokens"), s.get("encoding"), s.get("num_images")] for name, s in runs]
     st = runs[0][1].get("settings", {})
     text = (f"Derandomized smoothing against an m×m adversarial patch ({st.get('ablation')} ablation, band "
             f"{st.get('size_pixels')} px, stride {st.get('stride')}; Levine & Feizi 2020, Salman et al. 2022): clean = "
             "the smoothed classifier's accuracy, m = the fraction certified and correct; tokens = ViT tokens dropped "
-            "or ablated pixels zero-filled.\n\n")
-    md = text + md_table(["model", "clean", *[f"patch {m}×{m}" for m in patches], "tokens", "images"], rows)
+            "or ablated pixels zero-filled; encoding = the network's input (rgb: the ablated image, 3 channels; "
+            "levine_feizi: Levine & Feizi's 6 channels, the image and its complement, zero where ablated).\n\n")
+    md = text + md_table(["model", "clean", *[f"patch {m}×{m}" for m in patches], "tokens", "encoding", "images"],
+                         rows)
     notes = [f"{name}: {s['tokens_note']}" for name, s in runs if s.get("tokens_note")]
     return Section(f"Certified patch robustness (`{key}`)", md, details=notes)
