@@ -32,6 +32,17 @@ def save_figure(fig: Any, path: str | Path, *, dpi: int = DPI) -> str:
     return path.name
 
 
+def finish_figure(fig: Any, path: str | Path, title: str | None = None, *, fontsize: float | None = None,
+                  tight: bool = True) -> str:
+    """Give ``fig`` its title (``suptitle``), lay it out (``tight``; off beside a colorbar) and write it
+    (:func:`save_figure`); returns the file's name."""
+    if title:
+        fig.suptitle(title, **({"fontsize": fontsize} if fontsize else {}))
+    if tight:
+        fig.tight_layout()
+    return save_figure(fig, path)
+
+
 def integer_ticks(ax: Any, axis: Literal["x", "y", "both"] = "x") -> None:
     """Ticks only at whole numbers on ``axis`` (block, layer and head indices are integers)."""
     from matplotlib.ticker import MaxNLocator

@@ -207,8 +207,8 @@ def test_restricted_attention_title_follows_the_recorded_tokens(tmp_path, monkey
     import robustvit.analysis.restricted as restricted
 
     titles = []
-    monkeypatch.setattr(restricted, "save_figure",
-                        lambda fig, path: titles.append([ax.get_title() for ax in fig.axes]) or str(path))
+    monkeypatch.setattr(restricted, "finish_figure",
+                        lambda fig, path, *a, **k: titles.append([ax.get_title() for ax in fig.axes]) or str(path))
     base = {"local": {"1": 0.5}, "random": {"1": 0.4}, "clean_accuracy": 0.6, "cls_only_first": {"0": 0.6, "1": 0.2},
             "cls_only_last": {"0": 0.6, "1": 0.3}, "cls_only": "cls", "model": "m"}
     restricted.plot_restricted({**base, "has_class_token": False}, tmp_path)

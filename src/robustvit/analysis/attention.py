@@ -24,7 +24,7 @@ from robustvit.analysis import checks
 from robustvit.analysis.base import Analysis, Context, register_analysis, tolist
 from robustvit.errors import RobustvitError
 from robustvit.options import option
-from robustvit.plotting import integer_ticks, place_legend, save_figure
+from robustvit.plotting import finish_figure, integer_ticks, place_legend
 
 
 @dataclass
@@ -110,8 +110,7 @@ def plot_attention_distance(result: dict[str, Any], out: Path) -> list[str]:
     ax.set_title(f"Attention distance — {result.get('model', '')}")
     if H <= 8:
         place_legend(ax, outside=True, fontsize=7)
-    fig.tight_layout()
-    return [save_figure(fig, out / "attention_distance.png")]
+    return [finish_figure(fig, out / "attention_distance.png")]
 
 
 @register_analysis
@@ -204,9 +203,8 @@ def plot_attention_maps(result: dict[str, Any], out: Path) -> list[str]:
         for l in range(L):
             _overlay(axes[i, l + 1], img, maps[i, l], f"layer {l}")
         _overlay(axes[i, L + 1], img, roll[i], f"rollout ({result['rollout_source']})")
-    fig.suptitle(f"Attention of the query patch per layer, and rollout — {result.get('model', '')}", fontsize=9)
-    fig.tight_layout()
-    return [save_figure(fig, out / "attention_maps.png")]
+    return [finish_figure(fig, out / "attention_maps.png",
+                          f"Attention of the query patch per layer, and rollout — {result.get('model', '')}", fontsize=9)]
 
 
 @register_analysis
@@ -257,8 +255,8 @@ def plot_pos_embed(result: dict[str, Any], out: Path) -> list[str]:
     ax.set_yticks([(r + 0.5) * (gh + 1) - 1 for r in range(gh)], [str(r) for r in range(gh)], fontsize=6)
     ax.set_xlabel("input patch column"), ax.set_ylabel("input patch row")
     fig.colorbar(im, ax=ax, shrink=0.8, label="cosine similarity")
-    fig.suptitle(f"Position embedding similarity — {result.get('model', '')}", fontsize=9)
-    return [save_figure(fig, out / "pos_embed_similarity.png")]
+    return [finish_figure(fig, out / "pos_embed_similarity.png",
+                          f"Position embedding similarity — {result.get('model', '')}", fontsize=9, tight=False)]
 
 
 @register_analysis

@@ -25,7 +25,7 @@ from robustvit.analysis import checks
 from robustvit.analysis.base import Analysis, Context, register_analysis, tolist
 from robustvit.errors import RobustvitError
 from robustvit.options import option
-from robustvit.plotting import save_figure
+from robustvit.plotting import finish_figure
 
 METHODS = ("pearson", "cka")
 
@@ -155,8 +155,7 @@ def plot_correlation(result: dict[str, Any], out: Path) -> list[str]:
         ax.set_yticklabels([str(i + (1 if result["level"] == "stage" else 0)) for i in ticks], fontsize=7)
         ax.set_xlabel(result["level"]), ax.set_ylabel(result["level"])
     fig.colorbar(im, ax=list(axes), shrink=0.8)
-    fig.suptitle(f"Layer correlation — {result.get('model', '')}")
-    return [save_figure(fig, out / "correlation.png")]
+    return [finish_figure(fig, out / "correlation.png", f"Layer correlation — {result.get('model', '')}", tight=False)]
 
 
 @register_analysis

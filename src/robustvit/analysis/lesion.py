@@ -30,7 +30,7 @@ from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats
                                      register_analysis)
 from robustvit.errors import RobustvitError
 from robustvit.options import option
-from robustvit.plotting import integer_ticks, place_legend, save_figure
+from robustvit.plotting import finish_figure, integer_ticks, place_legend
 from robustvit.protocols import ANALYSIS_PROTOCOLS
 from robustvit.utils import derive_seed
 
@@ -181,9 +181,7 @@ def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
     ax.set_title("n random parts removed (first block kept)")
     for a in axes:
         integer_ticks(a, "x")
-    fig.suptitle(f"Lesion study — {result.get('model', '')}")
-    fig.tight_layout()
-    return [save_figure(fig, out / "lesion.png")]
+    return [finish_figure(fig, out / "lesion.png", f"Lesion study — {result.get('model', '')}")]
 
 
 @register_analysis

@@ -34,7 +34,7 @@ from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats
                                      register_analysis)
 from robustvit.errors import RobustvitError
 from robustvit.options import option
-from robustvit.plotting import integer_ticks, place_legend, save_figure
+from robustvit.plotting import finish_figure, integer_ticks, place_legend
 from robustvit.utils import derive_seed
 
 
@@ -212,9 +212,7 @@ def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
     ax.set_xlabel("k (blocks)"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
     integer_ticks(ax, "x"), place_legend(ax)
     ax.set_title(cls_only_title(result))
-    fig.suptitle(f"Restricted attention — {result.get('model', '')}")
-    fig.tight_layout()
-    return [save_figure(fig, out / "restricted_attention.png")]
+    return [finish_figure(fig, out / "restricted_attention.png", f"Restricted attention — {result.get('model', '')}")]
 
 
 @register_analysis

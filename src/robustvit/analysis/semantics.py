@@ -30,7 +30,7 @@ from robustvit.attacks import create_attack
 from robustvit.attacks.pgd import class_visualisation
 from robustvit.errors import RobustvitError
 from robustvit.options import option
-from robustvit.plotting import save_figure
+from robustvit.plotting import finish_figure
 from robustvit.protocols import ANALYSIS_PROTOCOLS
 from robustvit.utils import derive_seed, parse_eps
 
@@ -187,10 +187,8 @@ def plot_semantics(result: dict[str, Any], out: Path) -> list[str]:
         name = v["class_names"][i] if v.get("class_names") else str(v["classes"][i])
         axes[0, i].set_title(name, fontsize=7)
         axes[0, i].axis("off")
-    fig.suptitle(f"Class-targeted visualisation (L2 ε = {v['eps_l2']:.3g}, {v['steps']} steps) — {result.get('model', '')}",
-                 fontsize=8)
-    fig.tight_layout()
-    return [save_figure(fig, out / "perturbation_semantics.png")]
+    return [finish_figure(fig, out / "perturbation_semantics.png", f"Class-targeted visualisation (L2 ε = "
+                          f"{v['eps_l2']:.3g}, {v['steps']} steps) — {result.get('model', '')}", fontsize=8)]
 
 
 @register_analysis

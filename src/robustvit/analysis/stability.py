@@ -31,7 +31,7 @@ from robustvit.corruptions.occlusion import (NOISE_SPACES, model_normalization, 
                                              occlusion_patch_size)
 from robustvit.errors import RobustvitError
 from robustvit.options import option
-from robustvit.plotting import integer_ticks, save_figure
+from robustvit.plotting import finish_figure, integer_ticks, save_figure
 from robustvit.protocols import ANALYSIS_PROTOCOLS
 
 BINS = 20
@@ -239,9 +239,8 @@ def plot_centre_patch(result: dict[str, Any], out: Path) -> str:
         axes[i + 1, 0].set_ylabel(f"layer {i}", fontsize=8)
     for ax in axes.flat:
         ax.set_xticks([]), ax.set_yticks([])
-    fig.suptitle(f"Centre-patch attention, clean vs {result['rho']:.0%} occluded", fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, out / "attention_stability_maps.png")
+    return finish_figure(fig, out / "attention_stability_maps.png",
+                         f"Centre-patch attention, clean vs {result['rho']:.0%} occluded", fontsize=8)
 
 
 @register_analysis

@@ -256,18 +256,25 @@ class Square(Attack):
                 delta[:, :, vh:vh + s, vw:vw + s] += self._patterns(n, s, gen, x) * self._signs((n, c, 1, 1), gen, x)
         return delta
 
-    def propose_l2(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator) -> torch.Tensor:
-        """Move the mass of window 2 into window 1, add a fresh pattern there, renormalise to ‖δ‖₂ = ε."""
-        n, c, h, w = x.shape
+    def _two_windows(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
+        """The L2 / L1 proposals' draw: two random s × s windows per image. Returns δ = x_best − x, the mask of
+        both windows, window 2's mask, window 1's index and δ in window 1 (n, c, s, s)."""
+        n, _, h, w = x.shape
         delta = x_best - x
         p1 = (self._positions(n, s, h, gen, x.device), self._positions(n, s, w, gen, x.device))
         p2 = (self._positions(n, s, h, gen, x.device), self._positions(n, s, w, gen, x.device))
         m1, m2 = window_mask(*p1, s, h, w), window_mask(*p2, s, h, w)
         idx1 = window_index(*p1, s)
-        old = delta[idx1].permute(0, 3, 1, 2)                                    # (n, c, s, s)
+        return delta, m1 | m2, m2, idx1, delta[idx1].permute(0, 3, 1, 2)
+
+    def propose_l2(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator) -> torch.Tensor:
+        """Move the mass of window 2 into window 1, add a fresh pattern there, renormalise to ‖δ‖₂ = ε."""
+        delta, union, m2, idx1, old = self._two_windows(x, x_best, s, gen)
+        n, c = x.shape[:2]
         norm_old = old.pow(2).sum((-2, -1), keepdim=True).sqrt()
         norm_img = delta.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
-        norm_union = (delta * (m1 | m2)).pow(2).sum((-2, -1), keepdim=True).sqrt()
+        norm_union = (delta * union).pow(2).sum((-2, -1), keepdim=True).sqrt()
         new = self._patterns(n, s, gen, x) * self._signs((n, c, 1, 1), gen, x) + old / (norm_old + 1e-12)
         budget = ((self.eps ** 2 - norm_img ** 2).clamp_min(0) / c + norm_union ** 2).sqrt()
         new = new / (new.pow(2).sum((-2, -1), keepdim=True).sqrt() + 1e-12) * budget
@@ -283,16 +290,11 @@ class Square(Attack):
     def propose_l1(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator) -> torch.Tensor:
         """Clear window 2, put a fresh L1 pattern plus window 1's normalised old content in window 1 with the mass
         c·((ε − ‖δ‖₁)/c + the channel's L1 mass in both windows), then project onto the L1 ball ∩ box."""
-        n, c, h, w = x.shape
-        delta = x_best - x
-        p1 = (self._positions(n, s, h, gen, x.device), self._positions(n, s, w, gen, x.device))
-        p2 = (self._positions(n, s, h, gen, x.device), self._positions(n, s, w, gen, x.device))
-        m1, m2 = window_mask(*p1, s, h, w), window_mask(*p2, s, h, w)
-        idx1 = window_index(*p1, s)
-        old = delta[idx1].permute(0, 3, 1, 2)                                    # (n, c, s, s)
+        delta, union, m2, idx1, old = self._two_windows(x, x_best, s, gen)
+        n, c = x.shape[:2]
         norm_old = old.abs().sum((-2, -1), keepdim=True)
         norm_img = delta.flatten(1).abs().sum(1).view(-1, 1, 1, 1)
-        norm_union = (delta * (m1 | m2)).abs().sum((-2, -1), keepdim=True)
+        norm_union = (delta * union).abs().sum((-2, -1), keepdim=True)
         new = self._patterns(n, s, gen, x) * self._signs((n, c, 1, 1), gen, x) + old / (norm_old + 1e-12)
         budget = ((self.eps - norm_img).clamp_min(0) / c + norm_union) * c
         new = new / (new.abs().sum((-2, -1), keepdim=True) + 1e-12) * budget
