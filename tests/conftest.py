@@ -24,7 +24,13 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+#: The slowest test files (minutes on the CI machine's cores), run first: under ``--dist loadfile`` a worker takes
+#: each while the others share the rest, rather than one of them running alone at the end.
+SLOW_FIRST = ("test_demo.py", "test_readme.py", "test_first_hour.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: SLOW_FIRST.index(item.path.name) if item.path.name in SLOW_FIRST else len(SLOW_FIRST))
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA device")
         for item in items:
