@@ -282,3 +282,22 @@ def test_a_failing_chunk_keeps_every_unit_finished_before_it(tmp_path, fail_at):
     with pytest.raises(RuntimeError, match="boom"):
         run_units(store, 3, lambda c: [("t", "a"), ("t", "b")], work)
     assert store.done() == {("t", "a", 0), ("t", "b", 0)} | ({("t", "a", 1)} if fail_at == 1 else set())
+
+
+def test_a_failing_loader_keeps_the_last_chunks_units(tmp_path):
+    """The loader fails after the first chunk: that chunk's last unit, held for the next one, is stored."""
+    store = UnitStore(tmp_path)
+
+    def load(ids):
+        for c in ids:
+            if c == 1:
+                raise OSError("disk gone")
+            yield c
+
+    def work(data, c, pending):
+        for task, part in pending:
+            yield (task, part), {"n": 1}
+
+    with pytest.raises(OSError, match="disk gone"):
+        run_units(store, 3, lambda c: [("t", "a"), ("t", "b")], work, load=load)
+    assert store.done() == {("t", "a", 0), ("t", "b", 0)}

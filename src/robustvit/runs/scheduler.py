@@ -27,7 +27,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -170,10 +170,14 @@ def run_units(store: UnitStore, nchunks: int, units: Callable[[int], Sequence[Un
                 held = _run_chunk(store, c, pend, work(batch, c, pend), worker.label, prev)
                 ran += 1
                 tick()
-        finally:
-            if held is not None:
-                with store.chunk():
+        except BaseException:
+            if held is not None:                # finished before the failure (of the loader): keep it
+                with suppress(Exception), store.chunk():
                     _put(store, held, worker.label)
+            raise
+        if held is not None:
+            with store.chunk():
+                _put(store, held, worker.label)
         if claimed or not drawn_all:
             where = f"chunk {claimed[0][0]}" if claimed else "the last chunk ids"
             raise RobustvitError(f"the scheduler's load() stopped before {where}: it must draw every chunk id and "
@@ -235,11 +239,9 @@ def _run_chunk(store: UnitStore, c: int, pend: list[Unit], produced: Iterable[tu
                 held = (c, task, part, host, events, seconds)
                 t = time.perf_counter()
         except BaseException:
-            if held is not None:                       # finished before the failure: keep it
-                try:
+            if held is not None:                       # finished before the failure: keep it (the failure is
+                with suppress(Exception):              # the error to report)
                     _put(store, held, label)
-                except Exception:                      # noqa: BLE001  the first error is the one to report
-                    pass
             raise
     return held
 
