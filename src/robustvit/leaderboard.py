@@ -127,7 +127,7 @@ def table_rows(runs: list[dict[str, Any]], sort: str | None = None) -> list[dict
     """The leaderboard rows of eval runs (the runs of one model on one data set merged; newer runs first win)."""
     evals = [r for r in runs if r.get("suites")]
     evals.sort(key=lambda r: str((r.get("run") or {}).get("finished") or ""), reverse=True)
-    out = [{**row, **reported_cells(entry)} for entry in merge_by_model(evals, by_data=True)
+    out = [{**row, **reported_cells(entry, row)} for entry in merge_by_model(evals, by_data=True)
            for row in headline_rows(entry)]
     out.sort(key=lambda r: (str(r["model"]), str(r["data"]), r["threat_model"], -(r["eps"] or 0)))
     return sort_rows(out, sort) if sort else out

@@ -101,6 +101,11 @@ def test_robustbench_eval_is_the_zoo_architecture_with_its_weights(zoo, tmp_path
     linf = {**rows[0], "threat_model": "Linf", "eps": 8 / 255}          # as a row of an attack suite's run
     entry = json.loads(format_rows([linf], "json"))[0]
     assert entry["reported_autoattack"] == "41.44" and entry["reported_clean"] == "84.36"
+    from robustvit.report.scorecard import reported_cells
+
+    run = json.loads((out / "results.json").read_text())
+    assert reported_cells(run, {"threat_model": "Linf", "eps": 8 / 255})["reported_autoattack"] == pytest.approx(0.4144)
+    assert reported_cells(run, {"threat_model": "L2", "eps": 0.5}) == {"reported_clean": pytest.approx(0.8436)}
     cols = next(csv.DictReader(io.StringIO(format_rows(rows, "csv"))))
     assert float(cols["reported_autoattack"]) == pytest.approx(0.4144)
     from robustvit.report.load import load_run

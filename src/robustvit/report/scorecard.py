@@ -9,10 +9,12 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.ticker import NullFormatter
 
+from robustvit.errors import RobustvitError
 from robustvit.plotting import place_legend
 from robustvit.report.section import Figure, Section, md_table
 from robustvit.report.headline import ATTACK_COLUMNS, COLUMNS, PERCENT_COLUMNS, eps_text, labels, scorecard_row
 from robustvit.report.verdict import BEST, attacks_compared, best_cells, cell_text, compare, near_chance
+from robustvit.utils import parse_eps
 
 SIZE_SERIES = (("clean", "clean"), ("corruption_mean", "corruptions (mean)"), ("pgd", "PGD"),
                ("autoattack", "AutoAttack"), ("imagenet_r", "ImageNet-R"), ("imagenet_a", "ImageNet-A"))
@@ -24,16 +26,26 @@ REPORTED = {"reported_clean": ("clean_acc", "reported clean"),
             "reported_autoattack": ("autoattack_acc", "reported AutoAttack")}
 
 
-def reported_cells(run: dict[str, Any]) -> dict[str, Any]:
-    """``reported_clean`` / ``reported_autoattack`` (fractions) of a run whose model records published numbers."""
+def reported_cells(run: dict[str, Any], row: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``reported_clean`` / ``reported_autoattack`` (fractions) of a run whose model records published numbers; for
+    a leaderboard ``row`` of a threat model, the published AutoAttack accuracy only where its ε is the row's (not
+    beside another budget's numbers)."""
     rep = (run.get("model") or {}).get("reported") or {}
-    return {col: rep[key] for col, (key, _) in REPORTED.items() if isinstance(rep.get(key), (int, float))}
+    out = {col: rep[key] for col, (key, _) in REPORTED.items() if isinstance(rep.get(key), (int, float))}
+    if row is not None and row.get("eps") is not None and "reported_autoattack" in out:
+        try:
+            same = abs(parse_eps(rep.get("eps")) - float(row["eps"])) < 1e-6
+        except RobustvitError:
+            same = False
+        if not same:
+            del out["reported_autoattack"]
+    return out
 
 
 def scorecard_section(results: list[dict[str, Any]]) -> Section:
     """One row per model; above the table the verdict (the comparison the 95 % intervals support on the strongest
     attack measured) and the near-chance warnings; every other comparison folded under it."""
-    rows = [{**scorecard_row(r), **reported_cells(r)} for r in results]
+    rows = [{**row, **reported_cells(r, row)} for r in results for row in [scorecard_row(r)]]
     shown = [c for c in REPORTED if any(r.get(c) is not None for r in rows)]
     cols = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
     eps = {eps_text(r["eps"], r["threat_model"]) for r in rows
