@@ -377,6 +377,16 @@ def to_markdown(meta: dict, rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_report(md: str, meta: dict, rows: list, out: str | None) -> None:
+    """Print the Markdown table ``md``; with ``out``, write it there (or, for a ``.json`` path, ``meta`` and
+    ``rows``). Shared by the agreement benchmarks."""
+    print("\n" + md)
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) if path.suffix == ".json" else md)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default=str(DEFAULT_DATA), help="cifar10-jpg.tar.gz, or 'synthetic'")
@@ -414,12 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             "eps": args.eps, "norm": {"linf": "L∞", "l1": "L1"}[args.norm], "seed": args.seed,
             "clock": "process CPU time" if args.cpu_time else "wall clock", "device": str(device), "torch": torch.__version__,
             "threads": torch.get_num_threads()}
-    md = to_markdown(meta, rows)
-    print("\n" + md)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) if out.suffix == ".json" else md)
+    write_report(to_markdown(meta, rows), meta, rows, args.out)
     return 0 if all(r["pass"] is not False for r in rows) else 1
 
 

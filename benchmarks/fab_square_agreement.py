@@ -175,12 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"data": data_name, "n": len(y), "clean": clean, "norm": a.norm, "eps": round(a.eps, 6), "steps": a.steps,
             "n_queries": a.n_queries, "seed": a.seed, "device": str(device), "torch": torch.__version__,
             "threads": torch.get_num_threads()}
-    md = to_markdown(meta, rows)
-    print("\n" + md)
-    if a.out:
-        out = Path(a.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) if out.suffix == ".json" else md)
+    agreement.write_report(to_markdown(meta, rows), meta, rows, a.out)
     return 0
 
 

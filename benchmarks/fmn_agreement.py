@@ -40,7 +40,7 @@ for p in (ROOT / "src", ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from attack_agreement import DEFAULT_DATA, accuracy, get_model, load_data  # noqa: E402
+from attack_agreement import DEFAULT_DATA, accuracy, get_model, load_data, write_report  # noqa: E402
 from robustvit.attacks import create_attack  # noqa: E402
 from robustvit.attacks.fmn import lp_norm  # noqa: E402
 from robustvit.evaluation.suites.min_norm import accuracy_at, accuracy_curve, quantile  # noqa: E402
@@ -176,12 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"model": f"SmallCNN width {args.width} (benchmarks/attack_agreement.py)", "data": data_name, "n": len(y),
             "clean": clean, "steps": args.steps, "repeat": args.repeat, "device": str(device), "torch": torch.__version__,
             "threads": torch.get_num_threads()}
-    md = to_markdown(meta, rows)
-    print("\n" + md)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) if out.suffix == ".json" else md)
+    write_report(to_markdown(meta, rows), meta, rows, args.out)
     return 0 if all(r["pass"] for r in rows) else 1
 
 

@@ -88,3 +88,12 @@ def make_linear():
 @pytest.fixture
 def make_images():
     return images
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models gain nothing from threads; on a loaded 2-core box two threads are many times slower."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -5,39 +5,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from robustvit.attacks import create_attack
 from robustvit.attacks.fab import MAX_NEWTON, _project_sorted, lp_norm, project_hyperplane_box
 from robustvit.errors import RobustvitError
 
+from attack_helpers import Binary, accuracy
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from threads; on a loaded 2-core box two threads are many times slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 QUICK = {"steps": 5, "restarts": 1}
-
-
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return (model(x).argmax(1) == y).float().mean().item()
-
-
-class Binary(nn.Module):
-    """Two classes: logits (u·x + b, 0), so the decision boundary is the hyperplane u·x + b = 0."""
-
-    def __init__(self, u: torch.Tensor, b: float) -> None:
-        super().__init__()
-        self.u, self.b = nn.Parameter(u.flatten(), requires_grad=False), b
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        m = x.flatten(1) @ self.u + self.b
-        return torch.stack((m, torch.zeros_like(m)), 1)
 
 
 # ---- the projection -------------------------------------------------------------------------------

@@ -13,25 +13,9 @@ from robustvit.attacks import create_attack
 from robustvit.attacks.fmn import lp_norm, project_ball, project_l1_ball
 from robustvit.errors import RobustvitError
 
+from attack_helpers import Binary
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-class Binary(nn.Module):
-    """Two classes: logits (u·x + b, 0), so the decision boundary is the hyperplane u·x + b = 0."""
-
-    def __init__(self, u: torch.Tensor, b: float) -> None:
-        super().__init__()
-        self.u, self.b = nn.Parameter(u.flatten(), requires_grad=False), b
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        m = x.flatten(1) @ self.u + self.b
-        return torch.stack((m, torch.zeros_like(m)), 1)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

@@ -17,19 +17,9 @@ from robustvit.attacks.square import meta_pattern
 from robustvit.errors import RobustvitError
 from robustvit.protocols import assess
 
+from attack_helpers import Binary, accuracy
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from threads; on a loaded 2-core box two threads are many times slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return (model(x).argmax(1) == y).float().mean().item()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---- the projection onto the L1 ball ∩ box --------------------------------------------------------------
@@ -103,17 +93,6 @@ def test_sparse_direction_keeps_the_top_fraction_with_unit_l1_norm():
 
 
 # ---- a linear model: the exact minimal L1 distance ------------------------------------------------------
-class Binary(nn.Module):
-    """Two classes: logits (u·x + b, 0)."""
-
-    def __init__(self, u: torch.Tensor, b: float) -> None:
-        super().__init__()
-        self.u, self.b = nn.Parameter(u.flatten(), requires_grad=False), b
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        m = x.flatten(1) @ self.u + self.b
-        return torch.stack((m, torch.zeros_like(m)), 1)
-
 
 def _minimal_l1(u: torch.Tensor, x: torch.Tensor, margin: torch.Tensor) -> torch.Tensor:
     """The smallest ‖δ‖₁ with u·δ = −margin and x + δ in the box (greedy knapsack, coordinate by coordinate)."""

@@ -14,6 +14,8 @@ from robustvit.attacks import create_attack, list_attacks
 from robustvit.attacks.base import attack_keywords, get_attack_class, lp_norm
 from robustvit.errors import RobustvitError
 
+from attack_helpers import accuracy
+
 EPS = {"linf": 8 / 255, "l2": 0.5, "l1": 2.0}
 QUICK = {"steps": 3, "n_queries": 30, "restarts": 1, "n_restarts": 1, "n_iter": 3, "n_target_classes": 2,
          "skip_missing": True, "eot_iter": 1}
@@ -29,11 +31,6 @@ def build(name: str, model: torch.nn.Module, **kw) -> object:
     args = {k: v for k, v in QUICK.items() if k in accepted}
     args.update(kw)
     return create_attack(name, model, **args)
-
-
-def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return (model(x).argmax(1) == y).float().mean().item()
 
 
 def test_registry_lists_my_attacks():

@@ -13,19 +13,9 @@ from robustvit.attacks import create_attack
 from robustvit.attacks.square import meta_pattern, p_schedule, window_mask
 from robustvit.errors import RobustvitError
 
+from attack_helpers import accuracy
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from threads; on a loaded 2-core box two threads are many times slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return (model(x).argmax(1) == y).float().mean().item()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def size(d: torch.Tensor, norm: str) -> torch.Tensor:
