@@ -1,7 +1,7 @@
 """``run_analyses``: run registered analyses on one model and data set, write ``DIR/results.json`` (schema 2,
 kind ``analysis``: run, model, data and ``analyses``; the analyses an earlier run wrote there are kept), and
 beside it ``DIR/<analysis>.json`` and its PNG plots; resumable through the run engine's unit store
-``DIR/units.sqlite`` (:mod:`robustvit.runs`).
+``DIR/units.sqlite``, on the run skeleton ``robustvit eval`` uses too (:class:`robustvit.runs.folder.RunFolder`).
 
 ``limit`` draws the images as ``robustvit eval`` does (``robustvit.data.subset``): a seeded class-stratified
 sample by default (``subset_method="first"``: the first N), or the images a ``subset`` file lists; the analyses
@@ -17,16 +17,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from robustvit.analysis.base import Context, make_context
+from robustvit.analysis.base import make_context
 from robustvit.data.classmap import match_classes
 from robustvit.data.subset import Subset, SubsetDataset, make_subset
 from robustvit.errors import RobustvitError
 from robustvit.models.wrapper import check_precision, inference_settings
 from robustvit.protocols import analysis_protocol
 from robustvit.registry import parse_spec
-from robustvit.runs import (UnitStore, model_record, results_document, run_header, weights_id, write_json,
-                            write_results)
-from robustvit.runs.results import check_kind, keep_finished
+from robustvit.runs import RunFolder, weights_id, write_json
 
 
 def parse_analysis_spec(spec: str) -> tuple[str, dict[str, str]]:
@@ -79,15 +77,14 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
     view = dataset          # the run's images ranked: a prefix of them (an analysis's ``images=k``) is stratified too
     if images is not None and not images.whole:
         view = SubsetDataset(dataset, images.indices if images.method == "first" else images.ranking())
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        check_kind(out, "analysis")
-    store = UnitStore(out) if out is not None else None
-    ctx = make_context(model, view, batch_size=batch_size, seed=seed, device=device, store=store, progress=progress)
+    folder = RunFolder(out_dir, "analysis")
+    out = folder.out
+    ctx = make_context(model, view, batch_size=batch_size, seed=seed, device=device, store=folder.store,
+                       progress=progress)
     subset_record = images.record() if images is not None else None
     results: dict[str, dict[str, Any]] = {}
-    weights = weights_id(model, source) if store is not None else None
-    try:
+    weights = weights_id(model, source) if out is not None else None
+    with folder:
         for a, opts in todo:
             ctx.name = a.name
             fp = {"model": model_name, "source": source or model_name, "weights": weights,
@@ -99,7 +96,7 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                 fp["subset"] = images.fingerprint()
             if class_map is not None:
                 fp["class_map"] = str(class_map)
-            ctx.store.check_fingerprint(fp, scope=a.name)
+            folder.check(fp, scope=a.name)
             t0, before = time.time(), ctx.store.seconds(a.name)
             with inference_settings(model, precision=precision):
                 res = a.compute(ctx, **opts)
@@ -116,28 +113,13 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                 res["figures"] = a.plot(res, out)
                 write_json(out / f"{a.name}.json", _jsonable(res), indent=1)
             results[a.name] = res
-        doc = analysis_document(model, model_name, source, data_spec, dataset, ctx, results, command, limit=limit,
-                                subset=subset_record, class_map=class_map, precision=precision)
-        if out is not None:
-            write_results(out, keep_finished(out, doc))
-    finally:
-        ctx.store.close()
+        analyses = {k: _jsonable(r) for k, r in results.items()}
+        figures = [f for r in analyses.values() for f in r.get("figures") or []]
+        data = {"spec": data_spec, "num_images": ctx.num_images, "num_classes": getattr(dataset, "num_classes", None),
+                "subset": subset_record}
+        folder.write(folder.document(model, model_name, source, device=ctx.device, seed=seed, command=command,
+                                     data=data, payload={**analyses, "figures": figures}, class_map=class_map,
+                                     resize=getattr(dataset, "resize", None), batch_size=batch_size, limit=limit,
+                                     precision=precision))
     return results
 
-
-def analysis_document(model: nn.Module, name: str, source: str | None, data_spec: str, dataset: Any, ctx: Context,
-                      results: dict[str, Any], command: str | None, *, limit: int | None = None,
-                      subset: dict[str, Any] | None = None, class_map: str | Path | None = None,
-                      precision: str = "fp32") -> dict[str, Any]:
-    """The results.json document (kind ``analysis``) of analyses ``results`` ({name: result}): ``analyses`` holds
-    each result without its figure data, and ``figures`` every PNG written; its ``notes`` (the run's sample and
-    weights, every analysis's deviations) come from :func:`robustvit.protocols.attach`."""
-    analyses: dict[str, Any] = {k: _jsonable(r) for k, r in results.items()}
-    figures = [f for r in analyses.values() for f in r.get("figures") or []]
-    run = run_header(device=ctx.device, seed=ctx.seed, command=command, started=ctx.store.meta("started"),
-                     batch_size=ctx.batch_size, limit=limit, precision=precision)
-    data = {"spec": data_spec, "num_images": ctx.num_images, "num_unreadable": 0,
-            "num_classes": getattr(dataset, "num_classes", None), "subset": subset}
-    record = model_record(model, name, source, class_map, resize=getattr(dataset, "resize", None))
-    return results_document("analysis", run=run, model=record, data=data,
-                            payload={**analyses, "figures": figures})

@@ -39,10 +39,8 @@ from robustvit.models import Normalized, create_model, is_checkpoint_dir
 from robustvit.models.factory import warn_if_random
 from robustvit.models.sources import build_from_source, split_source
 from robustvit.protocols import subset_note
-from robustvit.runs import (RESULTS_FILE, Shard, UnitStore, Worker, barrier, count_flops, init_distributed,
-                            model_record, open_shared_store, results_document, run_header, run_units, weights_id,
-                            write_json, write_results)
-from robustvit.runs.results import check_kind, keep_finished
+from robustvit.runs import (RESULTS_FILE, RunFolder, Shard, UnitStore, Worker, barrier, count_flops,
+                            init_distributed, run_units, weights_id, write_json)
 from robustvit.runs.scheduler import Unit, pending_chunks
 from robustvit.utils import derive_seed, resolve_device, sum_stats
 
@@ -174,17 +172,18 @@ class _Run:
                            seed=cfg.seed, options=cfg.options, out_dir=self.out(key), subset=self.subset,
                            class_map=cfg.class_map)
 
-    def open_store(self, key: str) -> tuple[UnitStore, int]:
-        """The model's unit store, checked against this run's settings, and the run's chunk size."""
+    def open_folder(self, key: str, *, check: bool = True) -> tuple[RunFolder, int]:
+        """The model's run folder (``check``: refuse one of another kind), its units checked against this run's
+        settings, and the run's chunk size."""
         cfg, model = self.cfg, self.models[key]
-        store = open_shared_store(self.out(key), self.rank, self.world)
-        chunk = chunk_size(cfg, store)
-        store.check_fingerprint({"model": key, "checkpoint": weights_id(model, self.sources[key]),
+        folder = RunFolder(self.out(key), "eval", rank=self.rank, world=self.world, check=check)
+        chunk = chunk_size(cfg, folder.store)
+        folder.check({"model": key, "checkpoint": weights_id(model, self.sources[key]),
                                  "data": cfg.data, "limit": cfg.limit, "chunk": chunk, "seed": cfg.seed,
                                  "subset": self.subset.fingerprint(), "device": self.device.type,
                                  "precision": cfg.precision, "decode": cfg.decode,
                                  "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
-        return store, chunk
+        return folder, chunk
 
 
 def _prepare(cfg: EvalConfig) -> _Run:
@@ -258,9 +257,9 @@ def _run_eval(cfg: EvalConfig) -> dict[str, dict[str, Any]]:
 def _evaluate_model(run: _Run, key: str, loaders: "_Loaders") -> dict[str, dict[str, Any]]:
     """Run one model's units into its folder's store; rank 0 of an unsharded run writes its results.json."""
     cfg, model = run.cfg, run.models[key]
-    check_kind(run.out(key), "eval")
     ctx = run.context(key)
-    store, chunk = run.open_store(key)
+    folder, chunk = run.open_folder(key)
+    store = folder.store
     try:
         model.micro_batch = cfg.batch_size if cfg.batch_size < chunk else None
         plans = [suite.plan(ctx) for suite in run.suites]
@@ -271,12 +270,10 @@ def _evaluate_model(run: _Run, key: str, loaders: "_Loaders") -> dict[str, dict[
         if run.rank != 0 or run.shard is not None:
             return {}
         counted = _counted_images(passes, plans, run.keys, chunk)
-        doc = keep_finished(run.out(key), _finalize(ctx, store, run, plans, chunk, counted))
-        write_results(run.out(key), doc)
-        return {key: doc}
+        return {key: folder.write(_finalize(ctx, folder, run, plans, chunk, counted))}
     finally:
         model.micro_batch = None
-        store.close()
+        folder.close()
 
 
 #: EvalConfig fields that may differ between the shards of one run (the rest must agree to merge them).
@@ -340,24 +337,21 @@ def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None
     results: dict[str, dict[str, Any]] = {}
     for key in run.models:                  # finalised from the joined store: every unit must be there
         ctx = run.context(key)
-        store, chunk = run.open_store(key)
-        try:
+        folder, chunk = run.open_folder(key, check=False)
+        with folder:
             plans = [suite.plan(ctx) for suite in run.suites]
             passes = _passes(ctx, run.suites, plans, run.dataset(key), run.cfg)
             for p in passes:
                 nchunks, _, units = _pass_units(p, plans, run.keys, chunk)
-                lost = pending_chunks(store, nchunks, units)
+                lost = pending_chunks(folder.store, nchunks, units)
                 if lost:
                     raise RobustvitError(f"the shards lack {sum(len(u) for _, u in lost)} units of {key} "
                                          f"({lost[0][1][0][0]}, chunk {lost[0][0]}); re-run the unfinished shards, "
                                          "then merge")
             counted = _counted_images(passes, plans, run.keys, chunk)
-            doc = keep_finished(run.out(key), _finalize(ctx, store, run, plans, chunk, counted))
-        finally:
-            store.close()
-        doc["run"]["shard"] = shards
-        write_results(run.out(key), doc)
-        results[key] = doc
+            doc = _finalize(ctx, folder, run, plans, chunk, counted)
+            doc["run"]["shard"] = shards
+            results[key] = folder.write(doc)
     return results
 
 
@@ -636,13 +630,13 @@ class _Loaders:
         self.part_loaders.clear()
 
 
-def _finalize(ctx: EvalContext, store: UnitStore, run: _Run, plans: list[Plan], chunk: int,
+def _finalize(ctx: EvalContext, folder: RunFolder, run: _Run, plans: list[Plan], chunk: int,
               counted: torch.Tensor) -> dict[str, Any]:
     """The model's results.json document, from its store: each suite's ``finalize`` on its summed statistics, and
     the ``data`` record of the images ``counted`` (:func:`_counted_images`) with the unreadable ones the store
     holds."""
     cfg, suites, keys, dataset = run.cfg, run.suites, run.keys, ctx.dataset
-    world, source = run.world, run.sources[ctx.model_name]
+    store, source = folder.store, run.sources[ctx.model_name]
     unreadable = store.unreadable()
     bad = [j for j in counted.tolist() if j in unreadable]
     files = [f for f in (unreadable[j] for j in bad) if f is not None][:20]
@@ -658,18 +652,18 @@ def _finalize(ctx: EvalContext, store: UnitStore, run: _Run, plans: list[Plan], 
         if suite.subset_info is not None:
             res.setdefault("subset", suite.subset_info)
         suites_out[key] = res
-    run = run_header(device=ctx.device, seed=cfg.seed, command=cfg.command, started=store.meta("started"),
-                     world_size=world, batch_size=cfg.batch_size, chunk_size=chunk, precision=cfg.precision,
-                     compile=cfg.compile, deterministic=cfg.deterministic, decode=cfg.decode, limit=cfg.limit,
-                     options={k: v for k, v in cfg.options.items() if v is not None}, shard=None)
     data = {"spec": cfg.data, "num_images": len(counted) - len(bad), "num_unreadable": len(bad),
-            "unreadable_files": files, "num_classes": dataset.num_classes, "subset": ctx.subset.record() if ctx.subset else None}
-    record = model_record(ctx.model, ctx.model_name, _source(source, ctx.model), cfg.class_map,
-                          resize=getattr(dataset, "resize", None))
+            "unreadable_files": files, "num_classes": dataset.num_classes,
+            "subset": ctx.subset.record() if ctx.subset else None}
+    doc = folder.document(ctx.model, ctx.model_name, _source(source, ctx.model), device=ctx.device, seed=cfg.seed,
+                          command=cfg.command, data=data, payload=suites_out, class_map=cfg.class_map,
+                          resize=getattr(dataset, "resize", None), world_size=run.world, batch_size=cfg.batch_size,
+                          chunk_size=chunk, precision=cfg.precision, compile=cfg.compile,
+                          deterministic=cfg.deterministic, decode=cfg.decode, limit=cfg.limit,
+                          options={k: v for k, v in cfg.options.items() if v is not None}, shard=None)
     if cfg.flops:
-        record["flops"] = count_flops(ctx.model)
-    return results_document("eval", run=run, model=record,
-                            data=data, payload=suites_out)
+        doc["model"]["flops"] = count_flops(ctx.model)
+    return doc
 
 
 __all__ = ["EvalConfig", "RESULTS_FILE", "RUN_OPTIONS", "SHARD_FILE", "build_model", "merge_shards", "run_eval"]

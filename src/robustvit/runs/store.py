@@ -61,13 +61,16 @@ def _dumps(stats: Any) -> str:
 
 
 class UnitStore:
-    """Units, fingerprints, run metadata and chunk claims of one folder (``directory/name``)."""
+    """Units, fingerprints, run metadata and chunk claims of one folder (``directory/name``; ``directory=None``:
+    in memory)."""
 
-    def __init__(self, directory: str | Path, name: str = DB_NAME) -> None:
-        self.path = Path(directory) / name
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, directory: str | Path | None, name: str = DB_NAME) -> None:
+        self.path = Path(directory) / name if directory is not None else Path(":memory:")
+        if directory is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self._rows: list[tuple[str, tuple[Any, ...]]] | None = None   # the open chunk's writes (None: none open)
-        self.db = sqlite3.connect(self.path, timeout=120, isolation_level=None)
+        self.db = sqlite3.connect(self.path if directory is not None else ":memory:", timeout=120,
+                                  isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")           # per connection: no fsync per commit under WAL
         cols = [r[1] for r in self.db.execute("PRAGMA table_info(units)")]
@@ -238,74 +241,13 @@ class UnitStore:
 
 
 class MemoryStore(UnitStore):
-    """The same interface in memory (the Python API without an output folder)."""
+    """The same store in memory (the Python API without an output folder)."""
 
-    def __init__(self) -> None:  # noqa: D107  (no super: no file)
-        self.units: dict[tuple[str, str, int], tuple[Any, float]] = {}
-        self.prints: dict[str, str] = {}
-        self.info: dict[str, str] = {"started": now()}
-        self.held: dict[tuple[str, int], str] = {}
-        self.bad: dict[int, str | None] = {}
-
-    def check_fingerprint(self, fingerprint: dict[str, Any], scope: str = RUN_SCOPE) -> None:
-        pass
-
-    def fingerprint_text(self, scope: str = RUN_SCOPE) -> str | None:
-        return self.prints.get(scope)
-
-    def meta(self, key: str) -> str | None:
-        return self.info.get(key)
-
-    def set_meta(self, key: str, value: str) -> None:
-        self.info[key] = value
-
-    def done(self, task: str | None = None) -> set[tuple[str, str, int]]:
-        return {k for k in self.units if task is None or k[0] == task}
-
-    def put(self, task: str, part: str, chunk: int, stats: Any, seconds: float, worker: str = "") -> None:
-        self.units[(task, part, int(chunk))] = (json.loads(_dumps(stats)), float(seconds))
-
-    @contextmanager
-    def chunk(self) -> Iterator[None]:
-        yield
-
-    def put_unreadable(self, images: dict[int, str | None]) -> None:
-        self.bad.update({int(k): v for k, v in images.items()})
-
-    def unreadable(self) -> dict[int, str | None]:
-        return dict(self.bad)
-
-    def claim(self, tag: str, chunk: int, worker: str) -> bool:
-        if (tag, int(chunk)) in self.held:
-            return False
-        self.held[(tag, int(chunk))] = worker
-        return True
-
-    def claims(self, tag: str | None = None) -> dict[tuple[str, int], str]:
-        return {k: w for k, w in self.held.items() if tag is None or k[0] == tag}
-
-    def clear_claims(self) -> None:
-        self.held.clear()
-
-    def get(self, task: str, part: str, chunk: int) -> Any:
-        item = self.units.get((task, part, int(chunk)))
-        return None if item is None else item[0]
-
-    def stats(self, task: str) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {}
-        for (t, p, _), (s, _) in sorted(self.units.items(), key=lambda kv: kv[0][2]):
-            if t == task:
-                out.setdefault(p, []).append(s)
-        return out
-
-    def seconds(self, task: str) -> float:
-        return sum(sec for (t, _, _), (_, sec) in self.units.items() if t == task)
+    def __init__(self) -> None:
+        super().__init__(None)
 
     def merge_from(self, other: UnitStore) -> int:
         raise RobustvitError("an in-memory store cannot merge shards; give an output folder")
-
-    def close(self) -> None:
-        pass
 
 
 __all__ = ["DB_NAME", "MemoryStore", "RUN_SCOPE", "UnitStore", "now", "to_plain"]
