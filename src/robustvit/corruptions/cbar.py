@@ -55,6 +55,15 @@ def _col(t: torch.Tensor) -> torch.Tensor:
     return t.view(-1, 1, 1)
 
 
+def _bilinear(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """x (N, C, H, W) read at pixel coordinates rows, cols (N, h, w): bilinear, black outside (the reference's
+    ``bilinear_interpolation``)."""
+    h, w = x.shape[-2:]
+    grid = torch.stack((cols * (2 / max(w - 1, 1)) - 1, rows * (2 / max(h - 1, 1)) - 1), dim=-1)
+    return torch.nn.functional.grid_sample(x, grid.to(x.dtype), mode="bilinear", padding_mode="zeros",
+                                           align_corners=True)
+
+
 # ---------------------------------------------------------------- single_frequency_greyscale
 def _sample_single_frequency(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
     mag = _uniform((n,), -math.pi, math.pi, g, like)
@@ -174,10 +183,8 @@ def caustic_refraction(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.T
     dy = torch.where(straight, 0.0, torch.round(n0 * factor, decimals=3))
     dx = torch.where(straight, 0.0, torch.round(n1 * factor, decimals=3))
     ys, xs = _grid(x)
-    grid = torch.stack(((xs + dx) * (2 / max(w - 1, 1)) - 1, (ys + dy) * (2 / max(h - 1, 1)) - 1), -1)
-    out = torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
     light = ((north - south) + (east - west)) * (p.level * 2.0 / 10)
-    return out + light[:, None]
+    return _bilinear(x, ys + dy, xs + dx) + light[:, None]
 
 
 # ---------------------------------------------------------------- sparkles / inverse_sparkles

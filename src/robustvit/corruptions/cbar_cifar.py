@@ -2,16 +2,13 @@
 circular motion blur, lines, pinch and twirl, ripple and transverse chromatic aberration, group ``cifar10_c_bar``
 (with the five shared with ImageNet-C̄, :mod:`robustvit.corruptions.cbar`).
 
-Each follows ``imagenet_c_bar/corrupt.py`` of facebookresearch/augmentation-corruption, with the levels of its
-``cifar10_c_bar.csv`` (both presets; the reference generates CIFAR-10-C̄ only) and ``float_parameter(level, m)
-= level · m / 10``: its random parameters (``sample_parameters``) drawn from the unit's generator and its
-per-pixel formula evaluated for the whole batch on the device. The reference's resampling is reproduced:
-bilinear reads with black outside the image (its ``bilinear_interpolation``; ``grid_sample`` with
-``align_corners=True`` and zero padding), scipy's ``zoom(prefilter=False)`` (cubic B-spline weights on the raw
-values, mirrored taps) and scipy's ``rotate(reshape=False)`` (cubic B-spline interpolation: the mirror-boundary
-prefilter, then the spline, black outside the image). Lengths the reference states in units of its square side
-S (32) use the shorter side of the image. Deviations: no rounding to uint8 (the reference truncates, or for
-the zoom rounds, its output, lines after each line; ``jpeg_quality`` adds the step of the released files).
+Each follows ``imagenet_c_bar/corrupt.py`` of facebookresearch/augmentation-corruption, as :mod:`~.cbar` does,
+with the levels of its ``cifar10_c_bar.csv`` for both presets (the reference generates CIFAR-10-C̄ only). Its
+resampling is reproduced: bilinear reads with black outside (its ``bilinear_interpolation``), scipy's
+``zoom(prefilter=False)`` (cubic B-spline weights on the raw values, mirrored taps) and ``rotate(reshape=False)``
+(mirror-boundary prefilter, then the spline, black outside). Lengths in units of its side S (32) use the shorter
+side. Deviations: no rounding to uint8 (the reference truncates, or for the zoom rounds, its output, lines after
+each line; ``jpeg_quality`` adds the step of the released files).
 """
 
 from __future__ import annotations
@@ -20,29 +17,13 @@ import math
 from functools import lru_cache
 
 import torch
-import torch.nn.functional as F
 
+from robustvit.corruptions.cbar import _bilinear, _col, _grid, _levels
 from robustvit.corruptions.sampling import rand
 from robustvit.corruptions.spec import CorruptionParams, Draw, corruption
 
 GROUP = "cifar10_c_bar"
 Size = tuple[int, int]
-
-
-def _levels(values: tuple[float, ...]) -> dict[str, list[tuple[float]]]:
-    return {"imagenet": [(v,) for v in values], "cifar": [(v,) for v in values]}
-
-
-def _bilinear(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-    """x (N, C, H, W) read at pixel coordinates rows, cols (N, h, w): bilinear, black outside (the reference's
-    ``bilinear_interpolation``)."""
-    h, w = x.shape[-2:]
-    grid = torch.stack((cols * (2 / max(w - 1, 1)) - 1, rows * (2 / max(h - 1, 1)) - 1), dim=-1)
-    return F.grid_sample(x, grid.to(x.dtype), mode="bilinear", padding_mode="zeros", align_corners=True)
-
-
-def _side(x: torch.Tensor) -> int:
-    return min(x.shape[-2:])
 
 
 # ---------------------------------------------------------------- ripple
@@ -55,11 +36,10 @@ def ripple(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """x read at (y + A·sin(2πy/λ_y + φ_y), x + A·sin(2πx/λ_x + φ_x)), A = 0.025·level/10 · S, wavelengths
     U(0.1, 0.3)·S."""
     n, _, h, w = x.shape
-    s = _side(x)
+    s = min(h, w)
     amp = p.level * 0.025 / 10 * s
     lam, ph = d["wavelengths"].to(x.dtype) * s, d["phases"].to(x.dtype)
-    ys = torch.arange(h, dtype=x.dtype, device=x.device).view(1, h, 1)
-    xs = torch.arange(w, dtype=x.dtype, device=x.device).view(1, 1, w)
+    ys, xs = _grid(x)
     rows = ys + amp * torch.sin(2 * math.pi * ys / lam[:, 0, None, None] + ph[:, 0, None, None])
     cols = xs + amp * torch.sin(2 * math.pi * xs / lam[:, 1, None, None] + ph[:, 1, None, None])
     return _bilinear(x, rows.expand(n, h, w), cols.expand(n, h, w))
@@ -84,7 +64,7 @@ def pinch_and_twirl(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tens
     cells before left it, as the reference."""
     n, _, h, w = x.shape
     k = _cells_per_axis(p)
-    grid = _side(x) // k
+    grid = min(x.shape[-2:]) // k
     radius = grid / 2
     amount = p.level * 0.4 / 10 + 0.1
     angles = d["signs"].to(x.dtype) * (p.level * (math.pi / 2) / 10)
