@@ -18,9 +18,9 @@ from functools import lru_cache
 
 import torch
 
-from robustvit.corruptions.cbar import _bilinear, _col, _grid, _levels
+from robustvit.corruptions.cbar import _bilinear, _col, _grid
 from robustvit.corruptions.sampling import rand
-from robustvit.corruptions.spec import CorruptionParams, Draw, corruption
+from robustvit.corruptions.spec import CorruptionParams, Draw, _levels, corruption
 
 GROUP = "cifar10_c_bar"
 Size = tuple[int, int]
@@ -40,8 +40,8 @@ def ripple(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     amp = p.level * 0.025 / 10 * s
     lam, ph = d["wavelengths"].to(x.dtype) * s, d["phases"].to(x.dtype)
     ys, xs = _grid(x)
-    rows = ys + amp * torch.sin(2 * math.pi * ys / lam[:, 0, None, None] + ph[:, 0, None, None])
-    cols = xs + amp * torch.sin(2 * math.pi * xs / lam[:, 1, None, None] + ph[:, 1, None, None])
+    rows = ys + amp * torch.sin(2 * math.pi * ys / _col(lam[:, 0]) + _col(ph[:, 0]))
+    cols = xs + amp * torch.sin(2 * math.pi * xs / _col(lam[:, 1]) + _col(ph[:, 1]))
     return _bilinear(x, rows.expand(n, h, w), cols.expand(n, h, w))
 
 
@@ -276,7 +276,8 @@ def lines(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     s = min(h, w)
     u = d["lines"].to(device=x.device, dtype=torch.float64)               # (n, k, 3): row, column, angle draws
     k = u.shape[1]
-    ang = d["angle"].to(x.device).double()[:, None] + 2 * math.pi * d["variation"].to(x.device).double()[:, None] * (u[..., 2] - 0.5)
+    angle, variation = (d[key].to(x.device).double()[:, None] for key in ("angle", "variation"))
+    ang = angle + 2 * math.pi * variation * (u[..., 2] - 0.5)
     xr, yc = s * u[..., 0], s * u[..., 1]
     ds, dc = torch.sin(ang) * s, torch.cos(ang) * s
     ends = [torch.trunc(v).long().reshape(-1) for v in (xr - dc, yc - ds, xr + dc, yc + ds)]
@@ -288,10 +289,8 @@ def lines(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     out = x.reshape(n, c, h * w).clone()
     for j in range(k):
         last = torch.full((n, h * w + 1), -1, dtype=torch.long, device=x.device)
-        last.scatter_reduce_(1, pix[:, j], order, reduce="amax")       # the last emission of each pixel wins
-        last = last[:, :h * w]
-        touched = last >= 0
+        last = last.scatter_reduce_(1, pix[:, j], order, reduce="amax")[:, :h * w]   # a pixel's last emission wins
         a = torch.gather(val.view(n, k, t)[:, j], 1, last.clamp_min(0)).to(x.dtype)
-        a = torch.where(touched, a, torch.zeros_like(a))[:, None]
+        a = torch.where(last >= 0, a, torch.zeros_like(a))[:, None]
         out = (1 - a) * out + a * (128 / 255)
     return out.view(n, c, h, w)
