@@ -145,8 +145,6 @@ def occlude_patches(x: torch.Tensor, rho: float, patch_size: int, *, mode: str =
     (N, 3, H, W) and bool masks (N, gh, gw); with an int K, K independent masks per image: images
     (K, N, 3, H, W) and masks (K, N, gh, gw). True in a mask = occluded.
     """
-    if mode not in OCCLUSION_MODES:
-        raise RobustvitError(f"unknown occlusion mode {mode!r}; choose from {', '.join(OCCLUSION_MODES)}")
     grid = _grid(x.shape[-2], x.shape[-1], patch_size)
     k = 1 if num_masks is None else int(num_masks)
     masks = sample_patch_masks(x.shape[0], grid, rho, num_masks=k, generator=generator,

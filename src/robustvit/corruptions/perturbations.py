@@ -64,8 +64,7 @@ def list_perturbations(pattern: str | None = None) -> list[str]:
     """Perturbation names, in ImageNet-P's order: all of them (None), a group (``test``, ``validation``,
     ``all``, ``noise``, ``geometric``), or those matching a shell-style pattern such as ``"*noise"``."""
     groups = _groups()
-    if pattern is None:
-        return list(groups["all"])
+    pattern = "all" if pattern is None else pattern
     if pattern in groups:
         return list(groups[pattern])
     if any(c in pattern for c in "*?["):
