@@ -104,13 +104,16 @@ def _mirror(i: torch.Tensor, n: int) -> torch.Tensor:
     return torch.where(i >= n, period - i, i)
 
 
+def _spline_taps(coords: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 4 mirrored tap indices and cubic B-spline weights (len(coords), 4) at 1-D ``coords`` of a length-n axis."""
+    f = torch.floor(coords)
+    return _mirror(f.long()[:, None] + torch.arange(-1, 3, device=coords.device), n), _bspline_weights(coords - f)
+
+
 def _spline_matrix(coords: torch.Tensor, n: int) -> torch.Tensor:
     """(len(coords), n) M with ``M @ c`` the cubic B-spline with coefficients c (mirrored taps) at coords."""
-    f = torch.floor(coords)
-    w = _bspline_weights(coords - f)
-    taps = _mirror(f.long()[:, None] + torch.arange(-1, 3, device=coords.device), n)
-    m = torch.zeros(len(coords), n, dtype=coords.dtype, device=coords.device)
-    return m.scatter_add_(1, taps, w)
+    taps, w = _spline_taps(coords, n)
+    return torch.zeros(len(coords), n, dtype=coords.dtype, device=coords.device).scatter_add_(1, taps, w)
 
 
 @lru_cache(maxsize=32)
@@ -163,11 +166,7 @@ def _rotation_taps(h: int, w: int, degrees: float) -> tuple[torch.Tensor, torch.
     r = math.cos(th) * (ii - ci) + math.sin(th) * (jj - cj) + ci
     c = -math.sin(th) * (ii - ci) + math.cos(th) * (jj - cj) + cj
     inside = ((r >= 0) & (r <= h - 1) & (c >= 0) & (c <= w - 1)).reshape(-1, 1)
-    fr, fc = torch.floor(r).reshape(-1), torch.floor(c).reshape(-1)
-    wr, wc = _bspline_weights(r.reshape(-1) - fr), _bspline_weights(c.reshape(-1) - fc)
-    off = torch.arange(-1, 3)
-    rows = _mirror(fr.long()[:, None] + off, h)
-    cols = _mirror(fc.long()[:, None] + off, w)
+    (rows, wr), (cols, wc) = _spline_taps(r.reshape(-1), h), _spline_taps(c.reshape(-1), w)
     index = (rows[:, :, None] * w + cols[:, None, :]).reshape(-1, 16)
     weight = (wr[:, :, None] * wc[:, None, :]).reshape(-1, 16) * inside
     return index, weight

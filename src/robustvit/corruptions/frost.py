@@ -65,7 +65,7 @@ def frost_photo_dir() -> Path | None:
 
 
 def frost_source() -> str:
-    """``"photos:<folder>"`` or ``"procedural"``: what :func:`frost_layer` uses now."""
+    """``"photos:<folder>"`` or ``"procedural"``: what the ``frost`` corruption uses now."""
     folder = frost_photo_dir()
     return "procedural" if folder is None else f"photos:{folder}"
 

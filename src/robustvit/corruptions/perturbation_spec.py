@@ -1,10 +1,8 @@
-"""An ImageNet-P perturbation is one registered :class:`Perturbation`: its parameter table and frame count
-per preset, its flags, and — as the corruptions do — the random draws made before the first frame
-(:meth:`Perturbation.sample`) split from making the frames of one block (:meth:`Perturbation.apply`).
-
-Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
-ICLR 2019 (arXiv:1903.12261), section 4. The built-in fourteen are registered by
-``robustvit.corruptions.sequences`` (loaded on the first lookup).
+"""An ImageNet-P perturbation (Hendrycks & Dietterich, ICLR 2019, arXiv:1903.12261, section 4) is one
+registered :class:`Perturbation`: its parameter table and frame count per preset, its flags, and — as the
+corruptions do — the random draws made before the first frame (:meth:`Perturbation.sample`) split from making
+the frames of one block (:meth:`Perturbation.apply`). ``robustvit.corruptions.sequences`` registers the
+fourteen built-in ones (loaded on the first lookup).
 
 >>> spec = PERTURBATIONS.get("rotate")
 >>> spec.frames("imagenet"), spec.split, spec.family, spec.warps_full

@@ -1,17 +1,12 @@
 """The 14 ImageNet-P / CIFAR-10-P perturbations, each one registered :class:`Perturbation` spec.
 
-Hendrycks & Dietterich, ICLR 2019 (arXiv:1903.12261); the frames and numbers follow the reference generators
-``make_imagenet_p.py`` (preset ``imagenet``, 224 px) and ``make_cifar_p.py`` (preset ``cifar``, 32 px) of
-``hendrycks/robustness``. Lengths in pixels (``lengths``) are given at the preset's native size.
-
-* noise (gaussian_noise, shot_noise, speckle_noise): frame 0 is the clean image, frames 1…T−1 independent
-  draws at one fixed level, one batched draw per frame in frame order; ``difficulty`` 2 and 3 pick the
-  stronger levels of the ``_2``/``_3`` folders;
-* motion_blur (angle sweep), zoom_blur (running average of zooms), snow (one flake layer drawn before the
-  first frame, blurred along a sweeping angle), brightness (HSV value shift), gaussian_blur and spatter
-  (one liquid layer drawn before the first frame, dripping down frame by frame);
-* geometric: translate, rotate, tilt (3-D perspective), scale, shear, as batched ``grid_sample`` warps with
-  black (zero) fill, like PIL's ``affine`` / OpenCV's ``warpPerspective``.
+Hendrycks & Dietterich, ICLR 2019 (arXiv:1903.12261): frames and numbers of ``make_imagenet_p.py`` (preset
+``imagenet``, 224 px) and ``make_cifar_p.py`` (``cifar``, 32 px) of ``hendrycks/robustness``; ``lengths`` in
+pixels at the preset's native size. Noise: frame 0 clean, then one independent batched draw per frame at a
+fixed level (``difficulty`` 2 and 3: the ``_2``/``_3`` folders' levels). Blur and weather: motion_blur (angle
+sweep), zoom_blur (running mean of zooms), snow (one flake layer, blurred along a sweeping angle), brightness
+(HSV value shift), gaussian_blur, spatter (one liquid layer dripping down frame by frame). Geometric:
+translate, rotate, tilt (3-D perspective), scale, shear, batched ``grid_sample`` warps with black fill.
 """
 
 from __future__ import annotations
