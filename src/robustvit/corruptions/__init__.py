@@ -11,10 +11,7 @@ batches (N, 3, H, W) in [0, 1] on any device. See ``docs/corruptions.md``.
 >>> list_perturbations("geometric")                   # ImageNet-P sequences, registered next to them
 ['translate', 'rotate', 'tilt', 'scale', 'shear']
 
-Building blocks (stable names, reused by the ImageNet-P sequences): :func:`gaussian_blur`,
-:func:`motion_blur`, :func:`clipped_zoom`, :func:`plasma_fractal`, :func:`snow_layer`, :func:`frost_texture`,
-:func:`disk_kernel`, :func:`defocus`, :func:`gaussian_filter`, :func:`glass_shuffle`, :func:`jpeg_roundtrip`,
-:func:`rgb_to_hsv` / :func:`hsv_to_rgb`, :func:`warp_bilinear`.
+The building blocks (the last group of ``__all__``) have stable names; the ImageNet-P sequences reuse them.
 """
 
 from robustvit.corruptions.color import hsv_to_rgb, rgb_to_gray, rgb_to_hsv

@@ -16,12 +16,9 @@ _NUMPY_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 def empty_output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An uninitialised tensor for a large result written once (a corrupted batch).
-
-    On the CPU it comes from NumPy, which asks the kernel for transparent huge pages on allocations of
-    4 MiB or more; torch's allocator does not (unless ``THP_MEM_ALLOC_ENABLE=1``), so writing a fresh
-    64-image 224-px float batch takes 4 KiB page faults that cost as much as a cheap corruption itself.
-    """
+    """An uninitialised tensor for a large result written once (a corrupted batch). On the CPU it comes from
+    NumPy, which asks for transparent huge pages on allocations of ≥ 4 MiB; torch's allocator does not (unless
+    ``THP_MEM_ALLOC_ENABLE=1``), and the 4 KiB page faults of a 64-image 224-px batch cost a cheap corruption."""
     if device.type == "cpu" and dtype in _NUMPY_FLOATS:
         return torch.from_numpy(np.empty(shape, dtype=_NUMPY_FLOATS[dtype]))
     return torch.empty(shape, dtype=dtype, device=device)
@@ -51,15 +48,13 @@ os.register_at_fork(after_in_child=_forget_helpers)
 
 def run_shared(jobs: Sequence[tuple], fn: Callable[..., None], threads: int | None = None) -> None:
     """Call ``fn(*job)`` for every job on the calling thread and ``threads - 1`` helper threads (default
-    ``torch.get_num_threads()``), which take jobs from one shared queue; for work that releases the GIL.
-    The calling thread takes jobs too rather than only waiting (measured faster right after a parallel torch
-    op, while OpenMP's idle threads still spin).
+    ``torch.get_num_threads()``) taking jobs from one queue; for work that releases the GIL. The calling thread
+    takes jobs too (measured faster right after a parallel torch op, while OpenMP's idle threads still spin).
 
-    ``fn`` must not run parallel torch ops (NumPy and the image codecs are fine): in a kept helper thread
-    such an op starts a second OpenMP team that lives on, and once OpenMP manages more threads than there
-    are cores it stops letting idle threads spin, so every later parallel op in the process pays a wake-up
-    (pixelate, brightness, contrast ran up to 2× slower). Short-lived threads (``ThreadPoolExecutor`` in a
-    ``with`` block, as :func:`robustvit.corruptions.sampling.poisson` uses) take their team with them."""
+    ``fn`` must not run parallel torch ops (NumPy and the codecs are fine): in a kept helper thread such an op
+    starts a second OpenMP team that lives on, and once OpenMP manages more threads than cores it stops letting
+    idle threads spin, so every later parallel op pays a wake-up (pixelate, brightness, contrast up to 2×
+    slower). Short-lived threads (a ``with ThreadPoolExecutor``, as :func:`~.sampling.poisson`) take theirs along."""
     threads = min(threads or torch.get_num_threads(), len(jobs))
     queue = iter(jobs)
     lock = threading.Lock()

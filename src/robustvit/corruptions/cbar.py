@@ -1,19 +1,14 @@
 """The 10 corruptions of ImageNet-C̄ (Mintun, Kirillov & Xie, "On Interaction Between Augmentations and
 Corruptions in Natural Corruption Robustness", NeurIPS 2021, arXiv:2102.11273), group ``imagenet_c_bar``.
 
-Each follows ``imagenet_c_bar/corrupt.py`` of facebookresearch/augmentation-corruption: the same random
-parameters (``sample_parameters``) and the same per-pixel formula (``transform``), evaluated for a whole batch
-on the device. The table field ``level`` is the released severity value (``imagenet_c_bar.csv`` for preset
-``imagenet``, ``cifar10_c_bar.csv`` for ``cifar``); the reference turns it into a strength with
-``float_parameter(level, m) = level · m / 10``. Lengths the reference states in units of its square image
-side ``S`` (224 or 32) use the shorter side of the image. Deviations (measured in ``docs/corruptions.md``):
-no rounding to uint8 (the reference truncates its output to integers); random fields drawn from torch's
-generator, so where the reference seeds a NumPy ``RandomState`` per image (noise phases, ray lengths, Perlin
-tables, the checkerboard's cells) the fields have the reference's distribution, not its values.
-
-CIFAR-10-C̄ shares five of these (blue-noise sample, brownish noise, checkerboard cutout, inverse sparkles,
-sparkles; their ``cifar`` rows are its levels). The other five have no CIFAR-10-C̄ level: their ``cifar``
-rows repeat the ImageNet-C̄ ones (the formulas are relative to the image side).
+Each follows ``imagenet_c_bar/corrupt.py`` of facebookresearch/augmentation-corruption: its random parameters
+(``sample_parameters``) and per-pixel formula (``transform``), for a whole batch on the device. The field
+``level`` is the released severity value (``imagenet_c_bar.csv`` for preset ``imagenet``, ``cifar10_c_bar.csv``
+for ``cifar``; CIFAR-10-C̄ shares five of these, the other five repeat the ImageNet-C̄ rows), made a strength by
+``float_parameter(level, m) = level · m / 10``. Lengths in units of the reference's side ``S`` (224 or 32) use
+the shorter side. Deviations (measured in ``docs/corruptions.md``): no rounding to uint8; random fields from
+torch's generator, so where the reference seeds a NumPy ``RandomState`` per image (noise phases, ray lengths,
+Perlin tables, checkerboard cells) they have its distribution, not its values.
 """
 
 from __future__ import annotations
@@ -26,16 +21,12 @@ from robustvit.corruptions.cbar_noise import (mirrored_phases, perlin_tables, pe
                                               spectral_noise)
 from robustvit.corruptions.filters import gaussian_filter
 from robustvit.corruptions.sampling import rand, randn
-from robustvit.corruptions.spec import PRESET_SIZES, CorruptionParams, Draw, corruption
+from robustvit.corruptions.spec import PRESET_SIZES, CorruptionParams, Draw, _levels, corruption
 
 GROUP = "imagenet_c_bar"
 Size = tuple[int, int]
 #: Most rays a sparkle has (``randint(50, 200)``).
 MAX_RAYS = 199
-
-
-def _levels(imagenet: tuple[float, ...], cifar: tuple[float, ...] | None = None) -> dict[str, list[tuple[float]]]:
-    return {"imagenet": [(v,) for v in imagenet], "cifar": [(v,) for v in (cifar or imagenet)]}
 
 
 def _uniform(shape: tuple[int, ...], lo: float, hi: float, g: torch.Generator, like: torch.Tensor) -> torch.Tensor:
@@ -55,6 +46,15 @@ def _col(t: torch.Tensor) -> torch.Tensor:
     return t.view(-1, 1, 1)
 
 
+def _bilinear(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """x (N, C, H, W) read at pixel coordinates rows, cols (N, h, w): bilinear, black outside (the reference's
+    ``bilinear_interpolation``)."""
+    h, w = x.shape[-2:]
+    grid = torch.stack((cols * (2 / max(w - 1, 1)) - 1, rows * (2 / max(h - 1, 1)) - 1), dim=-1)
+    return torch.nn.functional.grid_sample(x, grid.to(x.dtype), mode="bilinear", padding_mode="zeros",
+                                           align_corners=True)
+
+
 # ---------------------------------------------------------------- single_frequency_greyscale
 def _sample_single_frequency(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
     mag = _uniform((n,), -math.pi, math.pi, g, like)
@@ -70,8 +70,7 @@ def single_frequency_greyscale(x: torch.Tensor, p: CorruptionParams, d: Draw) ->
     """x + (19.6·level/255)·sin(fx·x + fy·y + φ), the same grey wave in every channel; frequencies in radians
     per pixel of a 224 (ImageNet) or 32 (CIFAR) image, scaled to the image side."""
     ys, xs = _grid(x)
-    k = _side_scale(x, p)
-    f = d["freq"] / k
+    f = d["freq"] / _side_scale(x, p)
     wave = torch.sin(xs * _col(f[:, 0]) + ys * _col(f[:, 1]) + _col(d["phase"]))
     return x + (p.level * 196 / 10 / 255) * wave[:, None]
 
@@ -159,8 +158,8 @@ def caustic_refraction(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.T
     are a height map whose luma gradient is the lens normal; each pixel samples the image bilinearly (zero
     outside) at its refraction (η = 4, lens scale 0.05·level·S) and is lit by 0.2·level times the gradient."""
     n, _, h, w = x.shape
-    k = _side_scale(x, p)
-    luma = gaussian_filter(caustics(h, w, d["time"].to(x.dtype), d["size"] * min(h, w)), k, mode="reflect")
+    luma = gaussian_filter(caustics(h, w, d["time"].to(x.dtype), d["size"] * min(h, w)), _side_scale(x, p),
+                           mode="reflect")
     padded = torch.nn.functional.pad(luma, (1, 1, 1, 1))
     north, south = padded[:, 1:-1, :-2], padded[:, 1:-1, 2:]      # (y, x∓1)
     west, east = padded[:, :-2, 1:-1], padded[:, 2:, 1:-1]        # (y∓1, x)
@@ -174,10 +173,8 @@ def caustic_refraction(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.T
     dy = torch.where(straight, 0.0, torch.round(n0 * factor, decimals=3))
     dx = torch.where(straight, 0.0, torch.round(n1 * factor, decimals=3))
     ys, xs = _grid(x)
-    grid = torch.stack(((xs + dx) * (2 / max(w - 1, 1)) - 1, (ys + dy) * (2 / max(h - 1, 1)) - 1), -1)
-    out = torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
     light = ((north - south) + (east - west)) * (p.level * 2.0 / 10)
-    return out + light[:, None]
+    return _bilinear(x, ys + dy, xs + dx) + light[:, None]
 
 
 # ---------------------------------------------------------------- sparkles / inverse_sparkles

@@ -2,16 +2,13 @@
 circular motion blur, lines, pinch and twirl, ripple and transverse chromatic aberration, group ``cifar10_c_bar``
 (with the five shared with ImageNet-C̄, :mod:`robustvit.corruptions.cbar`).
 
-Each follows ``imagenet_c_bar/corrupt.py`` of facebookresearch/augmentation-corruption, with the levels of its
-``cifar10_c_bar.csv`` (both presets; the reference generates CIFAR-10-C̄ only) and ``float_parameter(level, m)
-= level · m / 10``: its random parameters (``sample_parameters``) drawn from the unit's generator and its
-per-pixel formula evaluated for the whole batch on the device. The reference's resampling is reproduced:
-bilinear reads with black outside the image (its ``bilinear_interpolation``; ``grid_sample`` with
-``align_corners=True`` and zero padding), scipy's ``zoom(prefilter=False)`` (cubic B-spline weights on the raw
-values, mirrored taps) and scipy's ``rotate(reshape=False)`` (cubic B-spline interpolation: the mirror-boundary
-prefilter, then the spline, black outside the image). Lengths the reference states in units of its square side
-S (32) use the shorter side of the image. Deviations: no rounding to uint8 (the reference truncates, or for
-the zoom rounds, its output, lines after each line; ``jpeg_quality`` adds the step of the released files).
+Each follows ``imagenet_c_bar/corrupt.py`` of facebookresearch/augmentation-corruption, as :mod:`~.cbar` does,
+with the levels of its ``cifar10_c_bar.csv`` for both presets (the reference generates CIFAR-10-C̄ only). Its
+resampling is reproduced: bilinear reads with black outside (its ``bilinear_interpolation``), scipy's
+``zoom(prefilter=False)`` (cubic B-spline weights on the raw values, mirrored taps) and ``rotate(reshape=False)``
+(mirror-boundary prefilter, then the spline, black outside). Lengths in units of its side S (32) use the shorter
+side. Deviations: no rounding to uint8 (the reference truncates, or for the zoom rounds, its output, lines after
+each line; ``jpeg_quality`` adds the step of the released files).
 """
 
 from __future__ import annotations
@@ -20,29 +17,13 @@ import math
 from functools import lru_cache
 
 import torch
-import torch.nn.functional as F
 
+from robustvit.corruptions.cbar import _bilinear, _col, _grid
 from robustvit.corruptions.sampling import rand
-from robustvit.corruptions.spec import CorruptionParams, Draw, corruption
+from robustvit.corruptions.spec import CorruptionParams, Draw, _levels, corruption
 
 GROUP = "cifar10_c_bar"
 Size = tuple[int, int]
-
-
-def _levels(values: tuple[float, ...]) -> dict[str, list[tuple[float]]]:
-    return {"imagenet": [(v,) for v in values], "cifar": [(v,) for v in values]}
-
-
-def _bilinear(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-    """x (N, C, H, W) read at pixel coordinates rows, cols (N, h, w): bilinear, black outside (the reference's
-    ``bilinear_interpolation``)."""
-    h, w = x.shape[-2:]
-    grid = torch.stack((cols * (2 / max(w - 1, 1)) - 1, rows * (2 / max(h - 1, 1)) - 1), dim=-1)
-    return F.grid_sample(x, grid.to(x.dtype), mode="bilinear", padding_mode="zeros", align_corners=True)
-
-
-def _side(x: torch.Tensor) -> int:
-    return min(x.shape[-2:])
 
 
 # ---------------------------------------------------------------- ripple
@@ -55,13 +36,12 @@ def ripple(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """x read at (y + A·sin(2πy/λ_y + φ_y), x + A·sin(2πx/λ_x + φ_x)), A = 0.025·level/10 · S, wavelengths
     U(0.1, 0.3)·S."""
     n, _, h, w = x.shape
-    s = _side(x)
+    s = min(h, w)
     amp = p.level * 0.025 / 10 * s
     lam, ph = d["wavelengths"].to(x.dtype) * s, d["phases"].to(x.dtype)
-    ys = torch.arange(h, dtype=x.dtype, device=x.device).view(1, h, 1)
-    xs = torch.arange(w, dtype=x.dtype, device=x.device).view(1, 1, w)
-    rows = ys + amp * torch.sin(2 * math.pi * ys / lam[:, 0, None, None] + ph[:, 0, None, None])
-    cols = xs + amp * torch.sin(2 * math.pi * xs / lam[:, 1, None, None] + ph[:, 1, None, None])
+    ys, xs = _grid(x)
+    rows = ys + amp * torch.sin(2 * math.pi * ys / _col(lam[:, 0]) + _col(ph[:, 0]))
+    cols = xs + amp * torch.sin(2 * math.pi * xs / _col(lam[:, 1]) + _col(ph[:, 1]))
     return _bilinear(x, rows.expand(n, h, w), cols.expand(n, h, w))
 
 
@@ -84,7 +64,7 @@ def pinch_and_twirl(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tens
     cells before left it, as the reference."""
     n, _, h, w = x.shape
     k = _cells_per_axis(p)
-    grid = _side(x) // k
+    grid = min(x.shape[-2:]) // k
     radius = grid / 2
     amount = p.level * 0.4 / 10 + 0.1
     angles = d["signs"].to(x.dtype) * (p.level * (math.pi / 2) / 10)
@@ -124,13 +104,16 @@ def _mirror(i: torch.Tensor, n: int) -> torch.Tensor:
     return torch.where(i >= n, period - i, i)
 
 
+def _spline_taps(coords: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 4 mirrored tap indices and cubic B-spline weights (len(coords), 4) at 1-D ``coords`` of a length-n axis."""
+    f = torch.floor(coords)
+    return _mirror(f.long()[:, None] + torch.arange(-1, 3, device=coords.device), n), _bspline_weights(coords - f)
+
+
 def _spline_matrix(coords: torch.Tensor, n: int) -> torch.Tensor:
     """(len(coords), n) M with ``M @ c`` the cubic B-spline with coefficients c (mirrored taps) at coords."""
-    f = torch.floor(coords)
-    w = _bspline_weights(coords - f)
-    taps = _mirror(f.long()[:, None] + torch.arange(-1, 3, device=coords.device), n)
-    m = torch.zeros(len(coords), n, dtype=coords.dtype, device=coords.device)
-    return m.scatter_add_(1, taps, w)
+    taps, w = _spline_taps(coords, n)
+    return torch.zeros(len(coords), n, dtype=coords.dtype, device=coords.device).scatter_add_(1, taps, w)
 
 
 @lru_cache(maxsize=32)
@@ -183,11 +166,7 @@ def _rotation_taps(h: int, w: int, degrees: float) -> tuple[torch.Tensor, torch.
     r = math.cos(th) * (ii - ci) + math.sin(th) * (jj - cj) + ci
     c = -math.sin(th) * (ii - ci) + math.cos(th) * (jj - cj) + cj
     inside = ((r >= 0) & (r <= h - 1) & (c >= 0) & (c <= w - 1)).reshape(-1, 1)
-    fr, fc = torch.floor(r).reshape(-1), torch.floor(c).reshape(-1)
-    wr, wc = _bspline_weights(r.reshape(-1) - fr), _bspline_weights(c.reshape(-1) - fc)
-    off = torch.arange(-1, 3)
-    rows = _mirror(fr.long()[:, None] + off, h)
-    cols = _mirror(fc.long()[:, None] + off, w)
+    (rows, wr), (cols, wc) = _spline_taps(r.reshape(-1), h), _spline_taps(c.reshape(-1), w)
     index = (rows[:, :, None] * w + cols[:, None, :]).reshape(-1, 16)
     weight = (wr[:, :, None] * wc[:, None, :]).reshape(-1, 16) * inside
     return index, weight
@@ -296,7 +275,8 @@ def lines(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     s = min(h, w)
     u = d["lines"].to(device=x.device, dtype=torch.float64)               # (n, k, 3): row, column, angle draws
     k = u.shape[1]
-    ang = d["angle"].to(x.device).double()[:, None] + 2 * math.pi * d["variation"].to(x.device).double()[:, None] * (u[..., 2] - 0.5)
+    angle, variation = (d[key].to(x.device).double()[:, None] for key in ("angle", "variation"))
+    ang = angle + 2 * math.pi * variation * (u[..., 2] - 0.5)
     xr, yc = s * u[..., 0], s * u[..., 1]
     ds, dc = torch.sin(ang) * s, torch.cos(ang) * s
     ends = [torch.trunc(v).long().reshape(-1) for v in (xr - dc, yc - ds, xr + dc, yc + ds)]
@@ -308,10 +288,8 @@ def lines(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     out = x.reshape(n, c, h * w).clone()
     for j in range(k):
         last = torch.full((n, h * w + 1), -1, dtype=torch.long, device=x.device)
-        last.scatter_reduce_(1, pix[:, j], order, reduce="amax")       # the last emission of each pixel wins
-        last = last[:, :h * w]
-        touched = last >= 0
+        last = last.scatter_reduce_(1, pix[:, j], order, reduce="amax")[:, :h * w]   # a pixel's last emission wins
         a = torch.gather(val.view(n, k, t)[:, j], 1, last.clamp_min(0)).to(x.dtype)
-        a = torch.where(touched, a, torch.zeros_like(a))[:, None]
+        a = torch.where(last >= 0, a, torch.zeros_like(a))[:, None]
         out = (1 - a) * out + a * (128 / 255)
     return out.view(n, c, h, w)

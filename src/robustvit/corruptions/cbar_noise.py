@@ -1,7 +1,6 @@
-"""Noise fields of the ImageNet-C̄ corruptions (Mintun, Kirillov & Xie 2021, arXiv:2102.11273), batched.
-
-The constructions of ``imagenet_c_bar/corrupt.py`` and ``utils/perlin_noise.py`` of
-facebookresearch/augmentation-corruption, written for whole batches on the device:
+"""Noise fields of the ImageNet-C̄ corruptions (Mintun, Kirillov & Xie 2021, arXiv:2102.11273), batched: the
+constructions of ``imagenet_c_bar/corrupt.py`` and ``utils/perlin_noise.py`` of
+facebookresearch/augmentation-corruption:
 
 - :func:`spectral_noise`: ``real(ifft2(power · e^{iφ}))`` with the released code's phase layout (the left half
   of the spectrum drawn, the right half its point mirror, rolled by half the size), scaled to unit std;
@@ -64,8 +63,7 @@ def perlin_tables(n: int, g: torch.Generator, like: torch.Tensor) -> tuple[torch
     for i in range(PERLIN_B - 1, -1, -1):          # 256 swaps, each on the whole batch
         j = partner[:, i]
         here, there = perm[:, i].clone(), perm[rows, j]
-        perm[:, i] = there
-        perm[rows, j] = here
+        perm[:, i], perm[rows, j] = there, here
     grad = grad / grad.norm(dim=-1, keepdim=True).clamp_min(1 / PERLIN_B)
     return perm, grad
 

@@ -1,9 +1,8 @@
 """A drop-in for the ``imagecorruptions`` package (bethgelab): ``corrupt_image`` and ``get_corruption_names``.
 
 Like ``imagecorruptions.corrupt``, :func:`corrupt_image` takes one uint8 image (H, W, 3), (H, W, 1) or (H, W),
-always uses the ImageNet (224 px) parameters, unscaled, whatever the image size (unless told otherwise), and returns uint8 values truncated as
-``np.uint8`` does. Unlike it, randomness is seeded (``seed``), and a grayscale input comes back in its own
-layout ((H, W) → (H, W); the old package returned (H, W, 3)).
+uses the ImageNet (224 px) parameters unscaled at any size (by default) and returns uint8 values truncated as
+``np.uint8`` does. Unlike it, randomness is seeded (``seed``), and a grayscale input keeps its layout.
 """
 
 from __future__ import annotations

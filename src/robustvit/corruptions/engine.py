@@ -1,17 +1,10 @@
-"""The corruption engine: ``corrupt`` and ``list_corruptions``.
+"""The corruption engine: ``corrupt`` and ``list_corruptions`` (Hendrycks & Dietterich, ICLR 2019,
+arXiv:1903.12261), batched in PyTorch on the input's device.
 
-Common corruptions of Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions
-and Perturbations", ICLR 2019 (arXiv:1903.12261), batched in PyTorch on the input's device.
-
-Randomness and batches. Random corruptions draw every random number for the whole batch from one
-generator (``generator``, or a new one seeded with ``seed``), *then* apply them. Hence:
-
-- the same seed, the same batch and the same device give the same output, bit for bit;
-- deterministic corruptions (defocus/zoom/gaussian blur, brightness, contrast, pixelate, JPEG, saturate)
-  give each image exactly the result it gets on its own: ``corrupt(x)[i] == corrupt(x[i:i+1])[0]``;
-- for random corruptions an image's noise depends on its position in the batch (and the batch size), so
-  ``corrupt(x)[i]`` is a different *draw* from the same distribution as ``corrupt(x[i:i+1])[0]``. To
-  replay one image, replay its batch with the same seed.
+Random corruptions draw every random number for the whole batch from one generator, *then* apply them: the
+same seed, batch and device give the same output bit for bit; a deterministic corruption gives each image
+what it gets on its own (``corrupt(x)[i] == corrupt(x[i:i+1])[0]``); a random one draws an image's noise by
+its position in the batch, so to replay one image, replay its batch with the same seed.
 """
 
 from __future__ import annotations
@@ -19,8 +12,7 @@ from __future__ import annotations
 import torch
 
 from robustvit.corruptions.jpeg import jpeg_roundtrip
-from robustvit.corruptions.params import (check_name, check_severity, corruption_groups,
-                                          resolve_preset)
+from robustvit.corruptions.params import check_name, check_severity, corruption_groups, resolve_preset
 from robustvit.corruptions.spec import CORRUPTIONS
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.utils import check_images, default_generator, make_generator
@@ -28,9 +20,8 @@ from robustvit.utils import check_images, default_generator, make_generator
 
 def list_corruptions(group: str | None = None) -> list[str]:
     """Corruption names, benchmark ones first. ``group``: noise, blur, weather, digital, extra, benchmark,
-    all (every group but imagenet_c_bar), imagenet_c_bar (ImageNet-C̄), or the group of a corruption
-    registered with :func:`register_corruption`; ``variants``: the
-    alternative implementations (``elastic_transform@imagecorruptions``).
+    all (every group but imagenet_c_bar), imagenet_c_bar (ImageNet-C̄), the group of a corruption registered
+    with :func:`register_corruption`, or ``variants`` (``elastic_transform@imagecorruptions``).
 
     >>> list_corruptions("noise")
     ['gaussian_noise', 'shot_noise', 'impulse_noise']

@@ -1,15 +1,10 @@
-"""Batched linear filters used by the corruptions: padding, Gaussian, box, disk (defocus) and 2-D kernels.
+"""Batched linear filters of the corruptions (padding, Gaussian, box, disk, 2-D kernels) on (N, C, H, W) floats.
 
-All functions take float tensors (N, C, H, W) on any device and work on the whole batch at once.
-Boundary modes follow the libraries the reference corruptions of Hendrycks & Dietterich 2019
-(arXiv:1903.12261) were written with:
-
-- ``"nearest"``  – edge value repeated (scipy ``nearest``, OpenCV ``BORDER_REPLICATE``);
-- ``"reflect"``  – half-sample symmetric ``d c b a | a b c d`` (scipy ``reflect``);
-- ``"mirror"``   – whole-sample symmetric ``d c b | a b c d`` (scipy ``mirror``, OpenCV ``BORDER_REFLECT_101``,
-  torch ``reflect``).
-
-Padding and Gaussian filtering are exact for any kernel size, even one larger than the image.
+Boundary modes follow the libraries of the reference corruptions (Hendrycks & Dietterich 2019, arXiv:1903.12261):
+``"nearest"`` repeats the edge value (scipy ``nearest``, OpenCV ``BORDER_REPLICATE``); ``"reflect"`` is
+half-sample symmetric ``d c b a | a b c d`` (scipy ``reflect``); ``"mirror"`` whole-sample symmetric
+``d c b | a b c d`` (scipy ``mirror``, OpenCV ``BORDER_REFLECT_101``, torch ``reflect``). Padding and Gaussian
+filtering are exact for any kernel size, even one larger than the image.
 """
 
 from __future__ import annotations
@@ -55,9 +50,8 @@ def pad(x: torch.Tensor, top: int, bottom: int, left: int, right: int, mode: str
         flat = x.reshape(-1, 1, h, w) if x.ndim not in (3, 4) else x      # ~8x faster than two gathers
         return F.pad(flat, (left, right, top, bottom), mode=torch_mode).reshape(*x.shape[:-2], h + top + bottom,
                                                                                w + left + right)
-    dev = x.device
-    rows = boundary_index(torch.arange(-top, h + bottom, device=dev), h, mode)
-    cols = boundary_index(torch.arange(-left, w + right, device=dev), w, mode)
+    rows = boundary_index(torch.arange(-top, h + bottom, device=x.device), h, mode)
+    cols = boundary_index(torch.arange(-left, w + right, device=x.device), w, mode)
     return x.index_select(-2, rows).index_select(-1, cols)
 
 
@@ -76,9 +70,7 @@ def _filter_matrix_cpu(n: int, sigma: float, truncate: float, mode: str) -> torc
     r = (k.numel() - 1) // 2
     out = torch.arange(n).unsqueeze(1)                      # (n, 1)
     src = boundary_index(out + torch.arange(-r, r + 1).unsqueeze(0), n, mode)   # (n, 2r+1)
-    m = torch.zeros(n, n, dtype=torch.float64)
-    m.scatter_add_(1, src, k.expand(n, -1).contiguous())
-    return m
+    return torch.zeros(n, n, dtype=torch.float64).scatter_add_(1, src, k.expand(n, -1).contiguous())
 
 
 def gaussian_matrix(n: int, sigma: float, *, truncate: float = 4.0, mode: str = "nearest",
@@ -89,11 +81,8 @@ def gaussian_matrix(n: int, sigma: float, *, truncate: float = 4.0, mode: str = 
 
 def gaussian_filter(x: torch.Tensor, sigma: float | tuple[float, float], *, truncate: float = 4.0,
                     mode: str = "nearest") -> torch.Tensor:
-    """Separable Gaussian filter over the last two dims, identical to scipy ``gaussian_filter``.
-
-    σ = 0 leaves that axis unchanged (as scipy does). Implemented as two small matrix products, which is
-    exact for any boundary mode and radius and fast on CPU and GPU.
-    """
+    """Separable Gaussian filter over the last two dims, identical to scipy ``gaussian_filter`` (σ = 0 leaves
+    that axis unchanged): two small matrix products, exact for any boundary mode and radius."""
     sy, sx = (sigma, sigma) if not isinstance(sigma, tuple) else sigma
     h, w = x.shape[-2:]
     y = x
@@ -117,12 +106,9 @@ def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
 
 
 def filter2d(x: torch.Tensor, kernel: torch.Tensor, mode: str = "mirror") -> torch.Tensor:
-    """Correlate every channel of ``x`` (N, C, H, W) with one 2-D ``kernel`` (kh, kw), centre anchor.
-
-    Like OpenCV ``filter2D`` (default border ``BORDER_REFLECT_101`` = ``"mirror"``). Kernels of up to 5×5
-    taps are weighted sums of shifted views (single-channel convolutions are slow on CPUs), larger ones
-    a convolution.
-    """
+    """Correlate every channel of ``x`` (N, C, H, W) with one 2-D ``kernel`` (kh, kw), centre anchor, like
+    OpenCV ``filter2D`` (default border ``BORDER_REFLECT_101`` = ``"mirror"``). Kernels of up to 5×5 taps are
+    weighted sums of shifted views (single-channel convolutions are slow on CPUs), larger ones a convolution."""
     n, c, h, w = x.shape
     kh, kw = kernel.shape
     xp = pad(x, kh // 2, (kh - 1) // 2, kw // 2, (kw - 1) // 2, mode)
@@ -161,31 +147,22 @@ def _cv_gaussian_kernel(ksize: int, sigma: float) -> torch.Tensor:
 
 
 def disk_kernel(radius: float, alias_blur: float) -> torch.Tensor:
-    """Defocus kernel: a disk of ``radius`` (sum 1), smoothed by a small Gaussian of σ ``alias_blur``.
-
-    Grid −8…8 when radius ≤ 8 (3×3 smoothing), else −r…r (5×5 smoothing); the smoothing uses OpenCV's
-    ``GaussianBlur`` border (reflect-101), as in Hendrycks & Dietterich 2019 (arXiv:1903.12261).
-    Returns a float64 (k, k) kernel.
-    """
+    """Defocus kernel (float64 (k, k)): a disk of ``radius`` (sum 1), smoothed by a small Gaussian of σ
+    ``alias_blur``. Grid −8…8 when radius ≤ 8 (3×3 smoothing), else −r…r (5×5 smoothing); the smoothing uses
+    OpenCV's ``GaussianBlur`` border (reflect-101), as in Hendrycks & Dietterich 2019 (arXiv:1903.12261)."""
     radius = float(radius)
-    if radius <= 8:
-        grid = torch.arange(-8, 9, dtype=torch.float64)
-        ksize = 3
-    else:
-        grid = torch.arange(-radius, radius + 1, 1.0, dtype=torch.float64)
-        ksize = 5
+    small = radius <= 8
+    grid = torch.arange(-8, 9, dtype=torch.float64) if small else torch.arange(-radius, radius + 1, 1.0,
+                                                                                dtype=torch.float64)
     yy, xx = torch.meshgrid(grid, grid, indexing="ij")
     disk = (xx ** 2 + yy ** 2 <= radius ** 2).to(torch.float64)
     disk = disk / disk.sum().clamp_min(1e-12)
     if alias_blur <= 0:
         return disk
+    ksize = 3 if small else 5
     g = _cv_gaussian_kernel(ksize, float(alias_blur))
-    d = disk[None, None]
-    r = ksize // 2
-    d = pad(d, r, r, r, r, "mirror")
-    d = F.conv2d(d, g.view(1, 1, -1, 1))
-    d = F.conv2d(d, g.view(1, 1, 1, -1))
-    return d[0, 0]
+    d = pad(disk[None, None], ksize // 2, ksize // 2, ksize // 2, ksize // 2, "mirror")
+    return F.conv2d(F.conv2d(d, g.view(1, 1, -1, 1)), g.view(1, 1, 1, -1))[0, 0]
 
 
 def defocus(x: torch.Tensor, radius: float, alias_blur: float) -> torch.Tensor:
@@ -197,8 +174,7 @@ def defocus(x: torch.Tensor, radius: float, alias_blur: float) -> torch.Tensor:
 
 
 def _filter2d_fft(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
-    """:func:`filter2d` through the FFT (cheaper for large kernels; same result up to float error), a few
-    images at a time (:func:`fft_chunks`)."""
+    """:func:`filter2d` through the FFT (cheaper for large kernels; same up to float error), in :func:`fft_chunks`."""
     n, c, h, w = x.shape
     kh, kw = kernel.shape
     ph, pw = kh // 2, kw // 2

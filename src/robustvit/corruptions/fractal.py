@@ -43,7 +43,6 @@ def plasma_fractal(n: int, size: int = 256, decay: float = 3.0, generator: torch
         m[:, half::step, 0::step] = wibbled_mean(top)
         step = half
         wibble /= decay
-    lo = m.amin(dim=(1, 2), keepdim=True)
-    m = m - lo
+    m = m - m.amin(dim=(1, 2), keepdim=True)
     m = m / m.amax(dim=(1, 2), keepdim=True).clamp_min(1e-12)
     return m.to(dtype)

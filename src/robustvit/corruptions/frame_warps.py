@@ -1,9 +1,8 @@
 """Batched geometric warps of the ImageNet-P sequences: every image under every frame's map at once.
 
-Hendrycks & Dietterich, ICLR 2019 (arXiv:1903.12261), ``make_imagenet_p.py``: translate / rotate / scale /
-shear use PIL's ``affine`` (torchvision 0.2's matrix), tilt OpenCV's ``warpPerspective``; both sample
-bilinearly with a black (zero) border, as :func:`sample_frames` does with one ``grid_sample`` call.
-"""
+Hendrycks & Dietterich, ICLR 2019 (arXiv:1903.12261), ``make_imagenet_p.py``: translate / rotate / scale / shear
+use PIL's ``affine`` (torchvision 0.2's matrix), tilt OpenCV's ``warpPerspective``; both bilinear with a black
+border, as :func:`sample_frames` (one ``grid_sample`` call)."""
 
 from __future__ import annotations
 
@@ -14,18 +13,15 @@ import torch.nn.functional as F
 
 
 def affine_frames(x: torch.Tensor, mats: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
-    """Warp every image with every forward affine map p ↦ A(p − c) + c + t; returns (N, t, C, H, W).
-
-    ``mats`` (t, 2, 2) and ``shifts`` (t, 2) in pixel units (x right, y down), about the image centre c;
-    bilinear sampling, zero fill (PIL ``affine`` with ``fillcolor=0``).
-    """
+    """Warp every image with every forward affine map p ↦ A(p − c) + c + t → (N, t, C, H, W): ``mats`` (t, 2, 2)
+    and ``shifts`` (t, 2) in pixels (x right, y down) about the image centre c; bilinear, zero fill (PIL ``affine``
+    with ``fillcolor=0``)."""
     n, c, h, w = x.shape
-    t = mats.shape[0]
     inv = torch.linalg.inv(mats.to(torch.float64))                           # (t, 2, 2)
     ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64),
                             indexing="ij")
     cx, cy = (w - 1) / 2, (h - 1) / 2
-    q = torch.stack((xs - cx, ys - cy), -1).reshape(1, h * w, 2) - shifts.to(torch.float64).reshape(t, 1, 2)
+    q = torch.stack((xs - cx, ys - cy), -1).reshape(1, h * w, 2) - shifts.to(torch.float64).reshape(len(mats), 1, 2)
     src = q @ inv.transpose(1, 2)                                           # (t, HW, 2)
     return sample_frames(x, src[..., 0] + cx, src[..., 1] + cy)
 

@@ -1,31 +1,20 @@
 """Frost layers: the ImageNet-C frost photographs when they are available, else a procedural texture.
 
-The reference frost corruption (Hendrycks & Dietterich 2019, arXiv:1903.12261) blends a random crop of one
-of five frost *photographs* into the image: ``out = a·x + b·frost``. robustvit does not ship those photos. It
-uses them when it finds them (:func:`frost_photo_dir`): the folder in ``$ROBUSTVIT_FROST_DIR``
-(``robustvit eval --frost-dir``), else the ``frost/`` folder of an installed ``imagecorruptions`` package
-(found without importing it). The photo is scaled as the reference package ``imagecorruptions`` 1.1.2 does
-for the ``imagenet`` preset: by the spec's ``crystal_size`` (1 at 224 px, times the image size over the
-preset's), replaced by the smallest factor that covers the image when that is too small, then *always*
-enlarged by ``photo_zoom`` = 1.1 (bicubic, OpenCV's ``INTER_CUBIC`` kernel, the new side ``ceil(side·f)``),
-so a 224-px crop spans 204 px of the photograph, smoothed by the interpolation. The ``cifar`` preset follows
-``make_cifar_c.py``: the photo shrunk by 0.2 (bilinear, rounded size), no zoom. One of the five photos is
-cropped at a uniform random position per image (``randint(0, side′ − side)``, as the reference).
-:func:`frost_source` names the source used; results and exports record it.
+The reference frost (Hendrycks & Dietterich 2019, arXiv:1903.12261) blends a random crop of one of five frost
+*photographs* into the image: ``out = a·x + b·frost``. robustvit does not ship them; it uses them when
+:func:`frost_photo_dir` finds them (``$ROBUSTVIT_FROST_DIR`` / ``robustvit eval --frost-dir``, else the
+``frost/`` folder of an installed ``imagecorruptions``, found without importing it). Preset ``imagenet``
+scales the photo as ``imagecorruptions`` 1.1.2 does (:func:`photo_scale`, then *always* ×``photo_zoom`` = 1.1,
+bicubic like OpenCV's ``INTER_CUBIC``, new side ``ceil(side·f)``); preset ``cifar`` follows ``make_cifar_c.py``
+(shrunk by 0.2, bilinear, rounded size, no zoom). The crop is at a uniform random position per image
+(``randint(0, side′ − side)``). :func:`frost_source` names the source used; results and exports record it.
 
-Without the photos it synthesises a frost-like texture per image instead, seeded from the generator:
-
-- a cloudy base: a diamond-square plasma (decay 2), the ice sheet's uneven thickness;
-- ice crystals: sparse seeds smeared into needles along three directions 120° apart (hexagonal ice, a
-  random rotation per image) and lightly blurred — dendrite-like streaks (each seed stamps its taps: a
-  scatter-add, not a full-size convolution);
-- fine grain: smoothed white noise (rime).
-
-The three are standardised and mixed, then given a per-image brightness level, a cold (blue-white) tint and a
-contrast drawn so that the texture's statistics match those of 224-px crops of the reference photos
-(measured by ``benchmarks/corruption_fidelity.py``): channel means ≈ (0.56, 0.65, 0.69), spread of crop means
-across photos ≈ 0.13–0.19, within-crop standard deviation ≈ 0.09. ``scale`` sets the crystal size in pixels
-(1 at 224 px; the CIFAR preset uses 0.2, like the reference's 0.2× resized photos).
+Without the photos, :func:`frost_texture` synthesises a texture per image from the generator: a cloudy
+diamond-square plasma (decay 2), ice needles along three directions 120° apart (hexagonal ice, random rotation;
+a scatter-add of each seed's taps, not a full-size convolution) and smoothed white grain (rime), standardised,
+mixed, then given a brightness level, a cold tint and a contrast drawn so that its statistics match 224-px crops
+of the reference photos (``benchmarks/corruption_fidelity.py``: channel means ≈ (0.56, 0.65, 0.69), spread of
+crop means ≈ 0.13–0.19, within-crop std ≈ 0.09). ``scale`` sets the crystal size (1 at 224 px; 0.2 for CIFAR).
 """
 
 from __future__ import annotations
@@ -76,7 +65,7 @@ def frost_photo_dir() -> Path | None:
 
 
 def frost_source() -> str:
-    """``"photos:<folder>"`` or ``"procedural"``: what :func:`frost_layer` uses now."""
+    """``"photos:<folder>"`` or ``"procedural"``: what the ``frost`` corruption uses now."""
     folder = frost_photo_dir()
     return "procedural" if folder is None else f"photos:{folder}"
 
@@ -119,17 +108,15 @@ def resized_size(photo_size: tuple[int, int], k: float, height: int, width: int)
 @lru_cache(maxsize=8)
 def _scaled_photos(folder: str, scale: float, zoom: float, height: int,
                    width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The photographs resized by :func:`photo_scale` to :func:`resized_size` (bicubic in float64 when
-    enlarging, which gives OpenCV's ``INTER_CUBIC`` up to a grey level in one pixel of 10⁵; bilinear when
-    shrinking, ``cv2.resize``'s default), rounded to uint8 values and zero-padded into one float stack
-    (5, 3, Hmax, Wmax) in [0, 1], with their sizes (5, 2)."""
+    """The photos resized by :func:`photo_scale` to :func:`resized_size` (bicubic in float64 when enlarging:
+    OpenCV's ``INTER_CUBIC`` up to a grey level in one pixel of 10⁵; bilinear when shrinking, as ``cv2.resize``),
+    rounded to uint8 values, zero-padded into one stack (5, 3, Hmax, Wmax) in [0, 1]; and their sizes (5, 2)."""
     scaled = []
     for photo in _photos(folder):
-        ph, pw = photo.shape[-2:]
-        k = photo_scale((ph, pw), height, width, scale, zoom)
-        size = resized_size((ph, pw), k, height, width)
+        k = photo_scale(photo.shape[-2:], height, width, scale, zoom)
+        size = resized_size(photo.shape[-2:], k, height, width)
         img = photo[None].double()
-        if size != (ph, pw):
+        if size != tuple(photo.shape[-2:]):
             mode = "bilinear" if k < 1 else "bicubic"
             img = F.interpolate(img, size=size, mode=mode, align_corners=False).clamp(0, 255).round()
         scaled.append(img[0].float() / 255)
@@ -140,8 +127,8 @@ def _scaled_photos(folder: str, scale: float, zoom: float, height: int,
 
 def photo_crops(folder: Path, photo: torch.Tensor, top_left: torch.Tensor, height: int, width: int, *,
                 scale: float = 1.0, zoom: float = 1.0) -> torch.Tensor:
-    """Crops (n, 3, H, W) in [0, 1] (CPU) of the resized photographs: photo ``photo[i]`` (index into
-    :data:`FROST_FILES`) from row, column ``top_left[i]``, one batched gather."""
+    """Crops (n, 3, H, W) in [0, 1] (CPU) of the resized photos: ``photo[i]`` (index into :data:`FROST_FILES`)
+    from row, column ``top_left[i]``, one batched gather."""
     stack, _ = _scaled_photos(str(folder), float(scale), float(zoom), int(height), int(width))
     photo, top_left = photo.long().cpu(), top_left.long().cpu()
     rows = top_left[:, :1] + torch.arange(height)                            # (n, H)
@@ -161,12 +148,12 @@ def photo_frost(n: int, height: int, width: int, generator: torch.Generator, fol
     u = torch.rand((n, 2), generator=g, device=g.device, dtype=torch.float64).cpu()
     room = (sizes[photo] - torch.tensor([height, width])).clamp_min(1)     # randint(0, size − side)
     top_left = (u * room).floor().long()
-    texture = photo_crops(folder, photo, top_left, height, width, scale=scale, zoom=zoom)
-    return {"photo": photo, "top_left": top_left, "texture": texture}
+    return {"photo": photo, "top_left": top_left,
+            "texture": photo_crops(folder, photo, top_left, height, width, scale=scale, zoom=zoom)}
 
 
 def _standardise(t: torch.Tensor) -> torch.Tensor:
-    """Per-image zero mean, unit standard deviation (vectorised passes; ``Tensor.std`` is several times slower)."""
+    """Per-image zero mean, unit std (vectorised passes; ``Tensor.std`` is several times slower)."""
     c = t - t.mean(dim=(1, 2, 3), keepdim=True)
     std = torch.linalg.vector_norm(c, dim=(1, 2, 3), keepdim=True) / max(1, c[0].numel() - 1) ** 0.5
     return c.div_(std.clamp_min(1e-6))
@@ -179,11 +166,9 @@ def _rand(shape: tuple[int, ...], g: torch.Generator, device: torch.device) -> t
 def _needles(n: int, height: int, width: int, radius: float, g: torch.Generator, device: torch.device,
              dtype: torch.dtype) -> torch.Tensor:
     """Sparse crystal seeds (2 % of the pixels per direction, values U(0, 1)) smeared by a one-sided motion
-    kernel along three directions 120° apart (a random rotation per image), (n, 1, H, W).
-
-    Each seed stamps the kernel's taps directly (a scatter-add of ``seeds × taps`` values), which is the
-    motion blur of the sparse seed image without a full-size convolution; taps leaving the image are dropped.
-    """
+    kernel along three directions 120° apart (random rotation per image), (n, 1, H, W). Each seed stamps the
+    kernel's taps (a scatter-add: the motion blur of the seed image without a full-size convolution); taps
+    leaving the image are dropped."""
     seeds = max(1, round(0.02 * height * width))
     pos = (_rand((n, 3, seeds), g, device) * (height * width)).long().clamp_(max=height * width - 1)
     val = _rand((n, 3, seeds), g, device).to(dtype)
@@ -201,11 +186,10 @@ def _needles(n: int, height: int, width: int, radius: float, g: torch.Generator,
 
 
 def scatter_sum(size: int, index: torch.Tensor, values: torch.Tensor, *, ordered: bool | None = None) -> torch.Tensor:
-    """A vector of ``size`` zeros with ``values`` added at ``index`` (1-D, same device).
-
-    ``ordered`` (default: off the CPU) uses ``index_put_`` with ``accumulate``, which CUDA computes by sorting
-    the indices (the same sums on every run); ``index_add_`` there adds atomically in an arbitrary order. On
-    the CPU ``index_add_`` adds in index order, and is the faster one."""
+    """A vector of ``size`` zeros with ``values`` added at ``index`` (1-D, same device). ``ordered`` (default:
+    off the CPU) uses ``index_put_(accumulate=True)``, which CUDA computes by sorting the indices (the same sums
+    on every run; its ``index_add_`` adds atomically in any order). On the CPU ``index_add_`` is in index order
+    and faster."""
     out = torch.zeros(size, device=values.device, dtype=values.dtype)
     if ordered if ordered is not None else values.device.type != "cpu":
         return out.index_put_((index,), values, accumulate=True)
@@ -221,19 +205,15 @@ def frost_texture(n: int, height: int, width: int, generator: torch.Generator, *
     """
     device = torch.device(device)
     g = generator
-    size = next_power_of_2(max(height, width))
-    cloud = plasma_fractal(n, size, 2.0, g, device=device, dtype=dtype)[:, None, :height, :width]
-
+    side = next_power_of_2(max(height, width))
+    cloud = plasma_fractal(n, side, 2.0, g, device=device, dtype=dtype)[:, None, :height, :width]
     needles = gaussian_blur(_needles(n, height, width, max(1.0, 8.0 * scale), g, device, dtype), 0.5 * max(scale, 0.2))
-
     grain = gaussian_blur(torch.randn((n, 1, height, width), generator=g, device=g.device,
                                       dtype=dtype).to(device), max(0.7 * scale, 0.3))
-
     z = _standardise(0.6 * _standardise(cloud) + 0.7 * _standardise(needles) + 0.4 * _standardise(grain))
     u = _rand((n, 3), g, device).to(dtype)
     level = 0.42 + 0.46 * u[:, 0]                      # green level, mean 0.65
     tint = 0.17 * u[:, 1]                              # cold tint: red lower, blue higher
     contrast = 0.06 + 0.07 * u[:, 2]                   # within-texture std, mean ≈ 0.095
     means = torch.stack((level - tint, level, level + 0.55 * tint), 1).view(n, 3, 1, 1)
-    tex = means + contrast.view(n, 1, 1, 1) * z
-    return tex.clamp(0, 1)
+    return (means + contrast.view(n, 1, 1, 1) * z).clamp(0, 1)

@@ -1,11 +1,8 @@
-"""The 19 common corruptions of Hendrycks & Dietterich 2019 (arXiv:1903.12261), batched, each registered
-by the :func:`~robustvit.corruptions.spec.corruption` decorator on its apply function as one
-:class:`~robustvit.corruptions.spec.Corruption`: its parameter table (presets ``imagenet``, from
-``make_imagenet_c.py`` at 224 px, and ``cifar``, from ``make_cifar_c.py`` at 32 px), its group, and its
-``sample`` (the random parameters of a batch, drawn from a generator) / ``apply`` (images, parameters,
-draw → corrupted images) pair. Use :func:`robustvit.corruptions.corrupt`, which checks the inputs.
-
-Spatial fields (lengths in pixels) are scaled by k = image side / preset size; see ``params.py``.
+"""The 19 common corruptions of Hendrycks & Dietterich 2019 (arXiv:1903.12261), batched, each registered by
+the :func:`~robustvit.corruptions.spec.corruption` decorator on its apply function: its parameter table
+(presets ``imagenet``, from ``make_imagenet_c.py`` at 224 px, and ``cifar``, from ``make_cifar_c.py`` at 32 px;
+spatial fields scaled by k = image side / preset size, see ``params.py``), its group and its ``sample`` /
+``apply`` pair. Use :func:`robustvit.corruptions.corrupt`, which checks the inputs.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from robustvit.corruptions.jpeg import jpeg_roundtrip
 from robustvit.corruptions.sampling import poisson, rand, randn
 from robustvit.corruptions.spatter import mud_layer, water_layer
 from robustvit.corruptions._parallel import empty_output
-from robustvit.corruptions.spec import CorruptionParams, Draw, corruption
+from robustvit.corruptions.spec import CorruptionParams, Draw, _levels, corruption
 
 Size = tuple[int, int]
 
@@ -50,10 +47,8 @@ def _sample_noise(n: int, size: Size, p: CorruptionParams, g: torch.Generator, l
 
 
 # ---------------------------------------------------------------- noise
-@corruption("gaussian_noise", "noise", ("c",), {
-    "imagenet": [(.08,), (.12,), (.18,), (.26,), (.38,)],
-    "cifar": [(.04,), (.06,), (.08,), (.09,), (.10,)]},
-    sample=_sample_noise, in_range=True)
+@corruption("gaussian_noise", "noise", ("c",), _levels((.08, .12, .18, .26, .38), (.04, .06, .08, .09, .10)),
+            sample=_sample_noise, in_range=True)
 def gaussian_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """x + N(0, c²), independently per pixel and channel."""
     return torch.mul(d["noise"], p.c).add_(x).clamp_(0, 1)
@@ -64,10 +59,8 @@ def _sample_shot(n: int, size: Size, p: CorruptionParams, g: torch.Generator, li
     return {"seed": torch.randint(0, 2**62, (1,), generator=g, device=g.device)}
 
 
-@corruption("shot_noise", "noise", ("c",), {
-    "imagenet": [(60,), (25,), (12,), (5,), (3,)],
-    "cifar": [(500,), (250,), (100,), (75,), (50,)]},
-    sample=_sample_shot, in_range=True)
+@corruption("shot_noise", "noise", ("c",), _levels((60, 25, 12, 5, 3), (500, 250, 100, 75, 50)),
+            sample=_sample_shot, in_range=True)
 def shot_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Poisson(x·c)/c (photon noise); the counts come from a sampler seeded with the draw's ``seed``."""
     g = torch.Generator(device=x.device).manual_seed(int(d["seed"].item()))
@@ -78,21 +71,16 @@ def _sample_impulse(n: int, size: Size, p: CorruptionParams, g: torch.Generator,
     return {"uniform": rand((2, n, 3, *size), g, like)}
 
 
-@corruption("impulse_noise", "noise", ("c",), {
-    "imagenet": [(.03,), (.06,), (.09,), (.17,), (.27,)],
-    "cifar": [(.01,), (.02,), (.03,), (.05,), (.07,)]},
-    sample=_sample_impulse)
+@corruption("impulse_noise", "noise", ("c",), _levels((.03, .06, .09, .17, .27), (.01, .02, .03, .05, .07)),
+            sample=_sample_impulse)
 def impulse_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Salt and pepper: each value flipped with probability c (``uniform[0]`` < c), to 1 or 0 with
     probability ½ each (``uniform[1]`` < ½)."""
-    u = d["uniform"]
-    return torch.where(u[0] < p.c, u[1] < 0.5, x, out=torch.empty_like(x))
+    return torch.where(d["uniform"][0] < p.c, d["uniform"][1] < 0.5, x, out=torch.empty_like(x))
 
 
-@corruption("speckle_noise", "extra", ("c",), {
-    "imagenet": [(.15,), (.2,), (.35,), (.45,), (.6,)],
-    "cifar": [(.06,), (.1,), (.12,), (.16,), (.2,)]},
-    sample=_sample_noise, in_range=True)
+@corruption("speckle_noise", "extra", ("c",), _levels((.15, .2, .35, .45, .6), (.06, .1, .12, .16, .2)),
+            sample=_sample_noise, in_range=True)
 def speckle_noise(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """x + x·N(0, c²)."""
     return torch.mul(d["noise"], x).mul_(p.c).add_(x).clamp_(0, 1)
@@ -117,8 +105,7 @@ def _sample_glass(n: int, size: Size, p: CorruptionParams, g: torch.Generator, l
     "cifar": [(.05, 1, 1), (.25, 1, 1), (.4, 1, 1), (.25, 1, 2), (.4, 1, 2)]},
     sample=_sample_glass, spatial=("sigma", "dist"))
 def glass_blur(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
-    """Gaussian blur → uint8 → local pixel walk (``iters`` passes of ``offsets``, distance ``dist``) →
-    Gaussian blur."""
+    """Gaussian blur → uint8 → local pixel walk (``iters`` passes of ``offsets``, ``dist``) → Gaussian blur."""
     y = torch.floor(gaussian_blur(x, p.sigma) * 255 + 1e-4)
     y = shuffle_with_offsets(y, max(1, int(round(p.dist))), d["offsets"])
     return gaussian_blur(y / 255, p.sigma)
@@ -150,10 +137,7 @@ def zoom_blur(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     return out.div_(len(factors) + 1)
 
 
-@corruption("gaussian_blur", "extra", ("sigma",), {
-    "imagenet": [(1,), (2,), (3,), (4,), (6,)],
-    "cifar": [(.4,), (.6,), (.7,), (.8,), (1,)]},
-    spatial=("sigma",))
+@corruption("gaussian_blur", "extra", ("sigma",), _levels((1, 2, 3, 4, 6), (.4, .6, .7, .8, 1)), spatial=("sigma",))
 def gaussian_blur_corruption(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Gaussian blur with σ pixels (mode nearest, truncate 4)."""
     return gaussian_blur(x, p.sigma)
@@ -161,7 +145,7 @@ def gaussian_blur_corruption(x: torch.Tensor, p: CorruptionParams, d: Draw) -> t
 
 # ---------------------------------------------------------------- weather
 def _sample_snow(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
-    flakes = randn((n, 1, *size), g, like)
+    flakes = randn((n, 1, *size), g, like)      # drawn before the angles
     return {"flakes": flakes, "angle": _angles(n, -135.0, -45.0, g, like)}
 
 
@@ -216,8 +200,7 @@ def frost(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
 
 
 def _sample_fog(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
-    side = next_power_of_2(max(size))
-    plasma = plasma_fractal(n, side, p.decay, g, device=like.device, dtype=like.dtype)
+    plasma = plasma_fractal(n, next_power_of_2(max(size)), p.decay, g, device=like.device, dtype=like.dtype)
     return {"plasma": plasma[:, None, :size[0], :size[1]]}
 
 
@@ -231,14 +214,10 @@ def fog(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     return (x + p.strength * d["plasma"]) * peak / (peak + p.strength)
 
 
-@corruption("brightness", "weather", ("c",), {
-    "imagenet": [(.1,), (.2,), (.3,), (.4,), (.5,)],
-    "cifar": [(.05,), (.1,), (.15,), (.2,), (.3,)]})
+@corruption("brightness", "weather", ("c",), _levels((.1, .2, .3, .4, .5), (.05, .1, .15, .2, .3)))
 def brightness(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
-    """HSV value V ← clip(V + c), hue and saturation kept (scikit-image HSV conventions).
-
-    With H and S fixed, RGB is proportional to V, so this is x·V'/V (and V' grey where V = 0).
-    """
+    """HSV value V ← clip(V + c), hue and saturation kept (scikit-image HSV conventions): with H and S fixed,
+    RGB ∝ V, so this is x·V'/V (and V' grey where V = 0)."""
     v = x.amax(1, keepdim=True)
     v2 = (v + p.c).clamp(0, 1)
     ratio = v2 / torch.where(v > 0, v, torch.ones_like(v))
@@ -246,9 +225,7 @@ def brightness(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- digital
-@corruption("contrast", "digital", ("c",), {
-    "imagenet": [(.4,), (.3,), (.2,), (.1,), (.05,)],
-    "cifar": [(.75,), (.5,), (.4,), (.3,), (.15,)]})
+@corruption("contrast", "digital", ("c",), _levels((.4, .3, .2, .1, .05), (.75, .5, .4, .3, .15)))
 def contrast(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """(x − μ)·c + μ with μ the per-image, per-channel mean."""
     mean = x.mean(dim=(2, 3), keepdim=True)
@@ -256,16 +233,14 @@ def contrast(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
 
 
 def _coords(x: torch.Tensor) -> torch.dtype:
-    """The dtype of sampling coordinates for images ``x``: float32, float64 for float64 images (so that a float64
-    result is the same on every device: float32 coordinates round differently on CUDA and on the CPU)."""
+    """float64 sampling coordinates for float64 images, else float32 (float32 coordinates round differently on
+    CUDA and on the CPU: a float64 result is then the same on every device)."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _pixel_grid(h: int, w: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Row and column coordinates (H, W) of every pixel, in :func:`_coords` dtype on ``x``'s device."""
-    dt = _coords(x)
-    return torch.meshgrid(torch.arange(h, device=x.device, dtype=dt), torch.arange(w, device=x.device, dtype=dt),
-                          indexing="ij")
+    return torch.meshgrid(*(torch.arange(k, device=x.device, dtype=_coords(x)) for k in (h, w)), indexing="ij")
 
 
 def _affine_grid(h: int, w: int, jitter: float, u: torch.Tensor,
@@ -275,12 +250,10 @@ def _affine_grid(h: int, w: int, jitter: float, u: torch.Tensor,
     cy, cx = h // 2, w // 2
     s = min(h, w) // 3
     src = torch.tensor([[cx + s, cy + s], [cx + s, cy - s], [cx - s, cy - s]], dtype=torch.float64)
-    n = u.shape[0]
-    u = u.cpu()
-    dst = src + (2 * u - 1) * jitter
+    dst = src + (2 * u.cpu() - 1) * jitter
     a = torch.cat((src, torch.ones(3, 1, dtype=torch.float64)), 1)            # (3, 3)
     m = torch.linalg.solve(a, dst).transpose(1, 2)                             # (n, 2, 3): dst = M·[src; 1]
-    full = torch.cat((m, torch.tensor([0., 0., 1.], dtype=torch.float64).expand(n, 1, 3)), 1)
+    full = torch.cat((m, torch.tensor([0., 0., 1.], dtype=torch.float64).expand(len(u), 1, 3)), 1)
     inv = torch.linalg.inv(full)[:, :2].to(device=like.device, dtype=_coords(like))
     ys, xs = _pixel_grid(h, w, like)
     sx = inv[:, 0, 0, None, None] * xs + inv[:, 0, 1, None, None] * ys + inv[:, 0, 2, None, None]
@@ -303,15 +276,16 @@ def _sample_elastic(n: int, size: Size, p: CorruptionParams, g: torch.Generator,
     sample=_sample_elastic, spatial=("alpha", "sigma", "affine"), rescale=_elastic_rescale)
 def elastic_transform(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Random affine warp (reflect-101), then a smooth random displacement field (α, σ; scipy reflect)."""
-    n, _, h, w = x.shape
-    sy, sx = _affine_grid(h, w, p.affine, d["affine"], x)
-    y = warp_bilinear(x, sy, sx, "mirror")
-    field = d["field"].to(x.device) * 2 - 1
-    field = gaussian_filter(field, p.sigma, truncate=3.0, mode="reflect") * p.alpha
-    field = field.to(_coords(x))
-    ys, xs = _pixel_grid(h, w, x)
-    y = warp_bilinear(y, ys + field[:, 1], xs + field[:, 0], "reflect")
-    return y.to(x.dtype)
+    sy, sx = _affine_grid(*x.shape[-2:], p.affine, d["affine"], x)
+    return _displace(warp_bilinear(x, sy, sx, "mirror"), d["field"].to(x.device) * 2 - 1, p, x)
+
+
+def _displace(y: torch.Tensor, field: torch.Tensor, p: CorruptionParams, x: torch.Tensor) -> torch.Tensor:
+    """``y`` warped by ``field`` (N, 2, H, W) smoothed (σ, truncate 3, reflect) and scaled by α; bilinear, scipy
+    reflect; in ``x``'s dtype."""
+    field = (gaussian_filter(field, p.sigma, truncate=3.0, mode="reflect") * p.alpha).to(_coords(x))
+    ys, xs = _pixel_grid(*x.shape[-2:], x)
+    return warp_bilinear(y, ys + field[:, 1], xs + field[:, 0], "reflect").to(x.dtype)
 
 
 def _sample_elastic_ic(n: int, size: Size, p: CorruptionParams, g: torch.Generator, like: torch.Tensor) -> Draw:
@@ -325,14 +299,9 @@ def _sample_elastic_ic(n: int, size: Size, p: CorruptionParams, g: torch.Generat
     sample=_sample_elastic_ic, spatial=("sigma", "max_shift"), variant_of="elastic_transform")
 def elastic_transform_ic(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """``imagecorruptions``' elastic transform: no affine step; a displacement field U(−m, m) per pixel
-    (m = ``max_shift``), Gaussian-smoothed (σ, truncate 3, reflect) and scaled by α; bilinear, scipy reflect.
-    (``imagecorruptions`` uses σ = 1 % of each side and m = ½ % of the height; here both follow the shorter
-    side, which is the same for square images.)"""
-    n, _, h, w = x.shape
-    field = (d["field"].to(x.device) * 2 - 1) * p.max_shift
-    field = (gaussian_filter(field, p.sigma, truncate=3.0, mode="reflect") * p.alpha).to(_coords(x))
-    ys, xs = _pixel_grid(h, w, x)
-    return warp_bilinear(x, ys + field[:, 1], xs + field[:, 0], "reflect").to(x.dtype)
+    (m = ``max_shift``) as :func:`_displace`. (It uses σ = 1 % of each side and m = ½ % of the height; here both
+    follow the shorter side, the same for square images.)"""
+    return _displace(x, (d["field"].to(x.device) * 2 - 1) * p.max_shift, p, x)
 
 
 @lru_cache(maxsize=64)
@@ -353,16 +322,10 @@ def _pil_box_members(n_in: int, n_out: int) -> torch.Tensor:
     return m
 
 
-@corruption("pixelate", "digital", ("c",), {
-    "imagenet": [(.6,), (.5,), (.4,), (.3,), (.25,)],
-    "cifar": [(.95,), (.9,), (.85,), (.75,), (.65,)]},
-    in_range=True)
+@corruption("pixelate", "digital", ("c",), _levels((.6, .5, .4, .3, .25), (.95, .9, .85, .75, .65)), in_range=True)
 def pixelate(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
-    """Downsample to ``int(side·c)`` with PIL's BOX filter, back up with nearest neighbour.
-
-    Rows, then columns, are summed into their boxes (:func:`_box_sum`); the upsampling is one gather into
-    the output. No full-size temporaries: this corruption is memory-bound.
-    """
+    """Downsample to ``int(side·c)`` with PIL's BOX filter (rows, then columns summed into their boxes), back up
+    with nearest neighbour (one gather into the output). No full-size temporaries: this is memory-bound."""
     n, c, h, w = x.shape
     sh, sw = max(1, int(h * p.c)), max(1, int(w * p.c))
     rows, cols = _pil_box_members(h, sh), _pil_box_members(w, sw)
@@ -378,10 +341,8 @@ def pixelate(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
 def _box_sum(x: torch.Tensor, dim: int, members: torch.Tensor, *, ordered: bool | None = None) -> torch.Tensor:
     """Sum ``x`` (…, H, W) along ``dim`` (2 or 3) into boxes given as a 0/1 matrix (n_out, n_in): an
     ``index_add_`` when each input belongs to one box (4× faster than the matrix product), else the product.
-
-    ``ordered`` (default: off the CPU) adds the inputs in rounds, the r-th member of every box in round r, so
-    that no output takes two adds in one ``index_add_``: CUDA's atomic adds then keep the CPU's order (and its
-    bits) instead of an arbitrary one."""
+    ``ordered`` (default: off the CPU) adds the r-th member of every box in round r, so that no output takes two
+    adds in one ``index_add_``: CUDA's atomic adds then keep the CPU's order (and bits)."""
     if bool((members.sum(0) == 1).all()):
         shape = list(x.shape)
         shape[dim] = members.shape[0]
@@ -405,10 +366,8 @@ def _nearest_index(n_in: int, n_out: int) -> torch.Tensor:
     return torch.clamp(((torch.arange(n_out, dtype=torch.float64) + 0.5) * scale).floor().long(), max=n_in - 1)
 
 
-@corruption("jpeg_compression", "digital", ("quality",), {
-    "imagenet": [(25,), (18,), (15,), (10,), (7,)],
-    "cifar": [(80,), (65,), (58,), (50,), (40,)]},
-    in_range=True, checks_range=True)
+@corruption("jpeg_compression", "digital", ("quality",), _levels((25, 18, 15, 10, 7), (80, 65, 58, 50, 40)),
+            in_range=True, checks_range=True)
 def jpeg_compression(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """JPEG encode at ``quality`` and decode (uint8 round trip)."""
     return jpeg_roundtrip(x, int(p.quality))
@@ -427,8 +386,7 @@ def _sample_spatter(n: int, size: Size, p: CorruptionParams, g: torch.Generator,
     sample=_sample_spatter, spatial=("sigma",), rescale=_spatter_rescale)
 def spatter(x: torch.Tensor, p: CorruptionParams, d: Draw) -> torch.Tensor:
     """Water drops (severities 1–3 in the table: ``mud`` = 0) or mud splashes (``mud`` = 1)."""
-    liquid = d["liquid"] * p.std + p.mean
-    liquid = gaussian_blur(liquid, p.sigma)
+    liquid = gaussian_blur(d["liquid"] * p.std + p.mean, p.sigma)
     liquid = torch.where(liquid < p.threshold, torch.zeros_like(liquid), liquid)
     if p.mud:
         m = mud_layer(liquid, p.threshold, p.intensity)

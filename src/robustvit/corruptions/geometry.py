@@ -1,8 +1,5 @@
-"""Batched geometric building blocks: clipped zoom, motion blur with per-image angles, warps.
-
-These follow the reference corruptions of Hendrycks & Dietterich 2019 (arXiv:1903.12261) and are public
-because the ImageNet-P perturbation sequences reuse them. All take float tensors (N, C, H, W).
-"""
+"""Batched geometric building blocks on (N, C, H, W) floats: clipped zoom, motion blur with per-image angles,
+warps; as the reference corruptions of Hendrycks & Dietterich 2019 (arXiv:1903.12261), public for ImageNet-P."""
 
 from __future__ import annotations
 
@@ -15,11 +12,9 @@ from robustvit.corruptions.filters import fft_chunks, pad
 
 
 def clipped_zoom(x: torch.Tensor, factor: float) -> torch.Tensor:
-    """Zoom into the centre of every image by ``factor`` ≥ 1 and crop back to the input size.
-
-    The central ``ceil(H/factor)`` × ``ceil(W/factor)`` crop is resized with linear interpolation to
-    ``round(crop·factor)`` (scipy ``zoom(order=1)`` coordinates, i.e. corners aligned), then the centre
-    H × W is kept — the reference's ``clipped_zoom``.
+    """Zoom into the centre of every image by ``factor`` ≥ 1 and crop back to the input size (the reference's
+    ``clipped_zoom``): the central ``ceil(H/factor)`` × ``ceil(W/factor)`` crop resized linearly to
+    ``round(crop·factor)`` (scipy ``zoom(order=1)`` coordinates, corners aligned), its centre H × W kept.
 
     >>> clipped_zoom(torch.rand(1, 3, 32, 32), 1.2).shape
     torch.Size([1, 3, 32, 32])
@@ -32,19 +27,16 @@ def clipped_zoom(x: torch.Tensor, factor: float) -> torch.Tensor:
     top, left = (h - ch) // 2, (w - cw) // 2
     oh, ow = int(round(ch * factor)), int(round(cw * factor))
     crop = x[..., top:top + ch, left:left + cw]
-    lead = crop.shape[:-2]
     crop = crop.reshape(-1, 1, ch, cw) if crop.ndim != 4 else crop
     if (oh, ow) != (ch, cw):
         crop = F.interpolate(crop, size=(oh, ow), mode="bilinear", align_corners=True)
     tt, tl = (oh - h) // 2, (ow - w) // 2
-    out = crop[..., tt:tt + h, tl:tl + w]
-    return out.reshape(*lead, h, w)
+    return crop[..., tt:tt + h, tl:tl + w].reshape(*x.shape[:-2], h, w)
 
 
 def zoom_factors(start: float, stop: float, step: float) -> list[float]:
     """``numpy.arange(start, stop, step)`` for floats: ``ceil((stop - start) / step)`` values."""
-    n = math.ceil((stop - start) / step)
-    return [start + i * step for i in range(n)]
+    return [start + i * step for i in range(math.ceil((stop - start) / step))]
 
 
 def motion_kernel(radius: float, sigma: float) -> torch.Tensor:
@@ -81,23 +73,21 @@ def motion_blur(x: torch.Tensor, radius: float, sigma: float, angle_deg: float |
     """Motion blur of every image along ``angle_deg`` (a float, or a tensor with one angle per image).
 
     The ImageMagick-style one-sided kernel of :func:`motion_kernel`: output pixel (h, w) is
-    Σ_i k_i · x[h + dy_i, w + dx_i] with edges replicated; taps that would leave the image stop the sum
-    (their weight is dropped, as in the reference). Each image has its own sparse kernel, applied to the
-    whole batch at once as a product in the Fourier domain of the edge-padded images (no per-image loop;
-    the cost does not grow with the radius).
+    Σ_i k_i · x[h + dy_i, w + dx_i], edges replicated; taps that would leave the image stop the sum (weight
+    dropped, as the reference). Each image's sparse kernel is applied to the whole batch at once in the Fourier
+    domain of the edge-padded images (no per-image loop; the cost does not grow with the radius).
 
     >>> motion_blur(torch.rand(2, 3, 32, 32), 5, 2, torch.tensor([0.0, 30.0])).shape
     torch.Size([2, 3, 32, 32])
     """
     n, c, h, w = x.shape
     k = motion_kernel(radius, sigma)
-    width = k.numel()
     angle = torch.as_tensor(angle_deg, dtype=torch.float64).reshape(-1).cpu()
     if angle.numel() == 1:
         angle = angle.expand(n)
     if angle.numel() != n:
         raise ValueError(f"motion_blur needs one angle or one per image ({n}), got {angle.numel()}")
-    dy, dx = motion_offsets(width, angle)                     # (N, width), on CPU
+    dy, dx = motion_offsets(k.numel(), angle)                 # (N, width), on CPU
     inside = (dy.abs() < h) & (dx.abs() < w)
     valid = torch.cumprod(inside.to(torch.int64), dim=1).bool()
     weights = k.unsqueeze(0) * valid                          # (N, width) float64
@@ -120,31 +110,24 @@ def motion_blur(x: torch.Tensor, radius: float, sigma: float, angle_deg: float |
 
 
 def merge_taps(pos: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Taps (N, width) at kernel positions ``pos`` with ``weights`` (CPU) → the weights with every position's
-    total on its first tap and 0 on the others, summed in tap order (the sums a CPU ``scatter_add_`` of
-    ``weights`` makes). A ``scatter_add_`` of the result adds at most one nonzero value per position, so it
-    is exact in any order: on CUDA, where the adds are atomic and unordered, it is deterministic."""
+    """Taps (N, width) at kernel positions ``pos`` with ``weights`` (CPU) → each position's total (summed in tap
+    order, as a CPU ``scatter_add_``) on its first tap, 0 on the others: a ``scatter_add_`` of the result adds
+    one nonzero value per position, so it is deterministic on CUDA too (atomic, unordered adds)."""
     same = pos.unsqueeze(2) == pos.unsqueeze(1)                         # (N, width, width)
     first = same.to(torch.uint8).argmax(2)                              # the first tap at each tap's position
     return torch.zeros_like(weights).scatter_add_(1, first, weights)
 
 
 def warp_bilinear(x: torch.Tensor, ys: torch.Tensor, xs: torch.Tensor, mode: str) -> torch.Tensor:
-    """Sample ``x`` (N, C, H, W) bilinearly at pixel coordinates (ys, xs), each (N, H', W').
-
-    ``mode`` ``"mirror"`` reflects about the edge pixels (OpenCV reflect-101), ``"reflect"`` about the
-    edges of the image (scipy ``reflect``).
-    """
+    """Sample ``x`` (N, C, H, W) bilinearly at pixel coordinates (ys, xs), each (N, H', W'); ``mode``
+    ``"mirror"`` reflects about the edge pixels (OpenCV reflect-101), ``"reflect"`` about the image's edges
+    (scipy ``reflect``)."""
     h, w = x.shape[-2:]
     if mode == "mirror":
-        gx = 2 * xs / max(w - 1, 1) - 1
-        gy = 2 * ys / max(h - 1, 1) - 1
-        align = True
+        grid = torch.stack((2 * xs / max(w - 1, 1) - 1, 2 * ys / max(h - 1, 1) - 1), -1)
     elif mode == "reflect":
-        gx = (2 * xs + 1) / w - 1
-        gy = (2 * ys + 1) / h - 1
-        align = False
+        grid = torch.stack(((2 * xs + 1) / w - 1, (2 * ys + 1) / h - 1), -1)
     else:
         raise ValueError(f"unknown warp mode {mode!r}")
-    grid = torch.stack((gx, gy), -1).to(x.dtype)
-    return F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=align)
+    return F.grid_sample(x, grid.to(x.dtype), mode="bilinear", padding_mode="reflection",
+                         align_corners=mode == "mirror")

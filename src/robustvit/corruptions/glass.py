@@ -1,12 +1,10 @@
 """Glass blur's local pixel shuffle, computed in parallel but with the reference's sequential semantics.
 
-The reference (Hendrycks & Dietterich 2019, arXiv:1903.12261) walks the pixels one by one, from
-(H−d, W−d) down to (d+1, d+1), and sets pixel p to the *current* value of p + (dy, dx), dy, dx uniform in
-−d…d−1. When that source pixel was visited earlier in the walk it already holds its new value, so values
-travel along chains. Writing s(p) for p's source, the result is ``new[p] = new[s(p)]`` if s(p) was visited
-before p, else ``old[s(p)]``: every pixel's value comes from the end of a pointer chain. We resolve all
-chains at once by pointer doubling (log₂ of the longest chain gather steps), which gives *exactly* the
-sequential result for the same offsets, batched on any device. Only the random stream differs from numpy's.
+The reference (Hendrycks & Dietterich 2019, arXiv:1903.12261) walks the pixels from (H−d, W−d) down to
+(d+1, d+1), setting pixel p to the *current* value of its source s(p) = p + (dy, dx), dy, dx uniform in
+−d…d−1: ``new[p] = new[s(p)]`` if s(p) was visited before p, else ``old[s(p)]``, so values travel along
+chains. Pointer doubling resolves all chains at once (log₂ of the longest chain gathers): *exactly* the
+sequential result for the same offsets, batched on any device; only the random stream differs from numpy's.
 """
 
 from __future__ import annotations
@@ -30,25 +28,19 @@ def _pass_sources(off: torch.Tensor, h: int, w: int, d: int) -> torch.Tensor:
     """Flat source index (N, H·W) of every pixel after one sequential pass with offsets ``off``
     (N, 2, rows, cols) (identity outside the walk)."""
     n, _, nr, nc = off.shape
-    device = off.device
-    ident = torch.arange(h * w, device=device).expand(n, h * w).clone()
+    ident = torch.arange(h * w, device=off.device).expand(n, h * w).clone()
     if nr <= 0 or nc <= 0:
         return ident
-    rows = torch.arange(d + 1, h - d + 1, device=device)        # visited rows (any order)
-    cols = torch.arange(d + 1, w - d + 1, device=device)
-    dx, dy = off[:, 0], off[:, 1]
-    ph = rows.view(1, nr, 1)
-    pw = cols.view(1, 1, nc)
-    sh, sw = ph + dy, pw + dx
+    ph = torch.arange(d + 1, h - d + 1, device=off.device).view(1, nr, 1)        # visited rows (any order)
+    pw = torch.arange(d + 1, w - d + 1, device=off.device).view(1, 1, nc)
+    sh, sw = ph + off[:, 1], pw + off[:, 0]                                     # offsets are (dx, dy)
     # the source was visited earlier iff it lies in the walk and comes later in raster order
     in_walk = (sh <= h - d) & (sw >= d + 1) & (sw <= w - d)
     earlier = in_walk & ((sh > ph) | ((sh == ph) & (sw > pw)))
     p_flat = (ph * w + pw).expand(n, nr, nc)
     s_flat = sh * w + sw
-    nxt = ident.clone()
-    src = ident.clone()
-    nxt.scatter_(1, p_flat.reshape(n, -1), torch.where(earlier, s_flat, p_flat).reshape(n, -1))
-    src.scatter_(1, p_flat.reshape(n, -1), s_flat.reshape(n, -1))
+    nxt = ident.clone().scatter_(1, p_flat.reshape(n, -1), torch.where(earlier, s_flat, p_flat).reshape(n, -1))
+    src = ident.scatter_(1, p_flat.reshape(n, -1), s_flat.reshape(n, -1))
     # pointer doubling: nxt → the last pixel of p's chain (whose source was not yet visited)
     for _ in range(64):
         nxt2 = nxt.gather(1, nxt)

@@ -1,14 +1,11 @@
 """JPEG round trips of image batches with libjpeg-turbo (torchvision's CPU codec), on any device.
 
-Chunks of 8 images are coded by the calling thread and ``torch.get_num_threads() - 1`` helper threads (kept
-between calls), with NumPy and the codec only, which release the GIL. A CPU batch is also quantised there.
-A batch on another device (CUDA) is quantised to uint8 on that device with the same arithmetic, copied to
-pinned host memory as (N, H, W, 3), coded by the same threads, and divided by 255 back on the device: the
-result equals the CPU one bit for bit. (torchvision's nvjpeg coder is not used: it subsamples chroma 4:4:4,
-not the 4:2:0 of PIL/libjpeg and the released ImageNet-C files, and its decoder refuses the bytes its encoder
-leaves on the GPU.) torchvision marks its image codecs deprecated (in favour of TorchCodec) from 0.29; if they
-are missing, Pillow's libjpeg codes the images instead (same settings: 4:2:0 chroma, islow DCT, hence the
-same bytes).
+Chunks of 8 images are quantised and coded by the calling thread and ``torch.get_num_threads() - 1`` kept
+helper threads (NumPy and the codec only, which release the GIL). A batch on another device is quantised there
+with the same arithmetic, coded on the CPU as uint8 (N, H, W, 3) and divided by 255 back on the device: the
+CPU result bit for bit. (torchvision's nvjpeg is not used: it subsamples chroma 4:4:4, not the 4:2:0 of
+PIL/libjpeg and the released ImageNet-C files, and its decoder refuses the bytes its encoder leaves on the GPU.)
+Without torchvision's codecs (deprecated from 0.29), Pillow's libjpeg codes the images: same settings, same bytes.
 """
 
 from __future__ import annotations
@@ -36,9 +33,8 @@ _CODEC_DEPRECATION = "The image decoding and encoding capabilities of TorchVisio
 
 @contextlib.contextmanager
 def _quiet_codec() -> Iterator[None]:
-    """Silence torchvision's codec deprecation warning. Entered once by the calling thread around all coding:
-    the warning filters are process-wide and ``catch_warnings`` is not thread-safe, so helper threads that
-    entered it themselves could restore each other's filters and let the warning through."""
+    """Silence torchvision's codec deprecation warning, entered once by the calling thread around all coding
+    (``catch_warnings`` is not thread-safe: helper threads could restore each other's filters)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_CODEC_DEPRECATION, category=DeprecationWarning)
         yield
@@ -54,15 +50,13 @@ _OFFSETS = {"round": 0.5, "floor": 1e-4}
 def to_uint8(x: torch.Tensor, rounding: str = "floor") -> torch.Tensor:
     """[0, 1] floats → uint8. ``"floor"`` truncates like ``np.uint8(255·x)`` (how ImageNet-C files were saved);
     ``"round"`` rounds halves up. In-place passes after one allocation."""
-    y = x.mul(255).add_(_OFFSETS[rounding]).clamp_(0, 255)
-    return y.to(torch.uint8)            # truncation toward zero = floor for these non-negative values
+    return x.mul(255).add_(_OFFSETS[rounding]).clamp_(0, 255).to(torch.uint8)   # truncation = floor here
 
 
 def _quantise_chunk(src: np.ndarray, offset: float, bounds: np.ndarray) -> np.ndarray | None:
-    """``src`` (n, 3, H, W) floats → uint8 (n, H, W, 3) with the arithmetic of :func:`to_uint8`, in ``src``'s
-    dtype; ``src``'s minimum and maximum go to ``bounds`` (taken from the scaled values while they are in
-    cache, mapped back). None when ``src`` holds a NaN (it has no uint8 value; the caller raises). The cast
-    to uint8 also interleaves the channels (free for a channels_last batch)."""
+    """``src`` (n, 3, H, W) floats → uint8 (n, H, W, 3) with :func:`to_uint8`'s arithmetic in ``src``'s dtype;
+    ``src``'s min and max go to ``bounds`` (from the scaled values while in cache, mapped back). None when
+    ``src`` holds a NaN (the caller raises). The cast also interleaves the channels."""
     one = src.dtype.type
     scaled = np.multiply(src, one(255))     # keeps src's memory layout
     np.add(scaled, one(offset), out=scaled)
@@ -81,10 +75,9 @@ def _quantise_chunk(src: np.ndarray, offset: float, bounds: np.ndarray) -> np.nd
 
 
 def _roundtrip_chunk(src: np.ndarray, dst: np.ndarray, quality: int, offset: float, bounds: np.ndarray) -> None:
-    """JPEG round trip of ``src`` (n, 3, H, W) floats into ``dst``: :func:`_quantise_chunk`, the codec, and
-    ``decoded / 255`` in ``src``'s dtype (the decoder's (H, W, 3) output read in place). NumPy only around the
-    codec: it runs on kept helper threads, where a parallel torch op would start an OpenMP team of its own
-    (see :func:`robustvit.corruptions._parallel.run_shared`)."""
+    """JPEG round trip of ``src`` (n, 3, H, W) floats into ``dst``: :func:`_quantise_chunk`, the codec and
+    ``decoded / 255`` in ``src``'s dtype. NumPy only: it runs on kept helper threads, where a parallel torch op
+    would start an OpenMP team of its own (see :func:`robustvit.corruptions._parallel.run_shared`)."""
     hwc = _quantise_chunk(src, offset, bounds)
     if hwc is None:                         # NaN: jpeg_roundtrip raises
         return
@@ -100,8 +93,7 @@ def _code_chunk(src: np.ndarray, dst: np.ndarray, quality: int) -> None:
 
 
 def _codec(hwc: np.ndarray, quality: int) -> list[np.ndarray]:
-    """Encode and decode uint8 images (n, H, W, 3) on the CPU; returns (3, H, W) views of the decoded
-    (H, W, 3) arrays."""
+    """Encode and decode uint8 images (n, H, W, 3); returns (3, H, W) views of the decoded (H, W, 3) arrays."""
     if encode_jpeg is None:
         decoded = []
         for img in hwc:
@@ -119,10 +111,9 @@ def _chunk_size(image_values: int) -> int:
 
 
 def _roundtrip_via_uint8(x: torch.Tensor, quality: int, rounding: str) -> torch.Tensor:
-    """The round trip of a batch on a non-CPU device (any device works): :func:`to_uint8` and the division by
-    255 on ``x``'s device, the codec on the CPU threads. One host–device synchronisation, for the range check.
-    Bit for bit the result of the CPU path (same dtype arithmetic; the division is by a tensor, since a CUDA
-    division by a Python number multiplies by its rounded reciprocal)."""
+    """The round trip of a batch on a non-CPU device: :func:`to_uint8` and the division by 255 on ``x``'s
+    device, the codec on the CPU threads, one host–device synchronisation (the range check). Bit for bit the
+    CPU path (the division is by a tensor: CUDA divides by a Python number via its rounded reciprocal)."""
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     n, _, h, w = x.shape
     if x.numel() == 0:
@@ -149,32 +140,28 @@ def jpeg_roundtrip(x: torch.Tensor, quality: int, *, rounding: str = "round") ->
     """Encode every image of ``x`` (N, 3, H, W) in [0, 1] as JPEG at ``quality`` and decode it again.
 
     Raises :class:`~robustvit.errors.RobustvitError` for values outside [0, 1]. The images are first
-    quantised to uint8 (``rounding`` ``"round"``, as PIL does for 8-bit images, or ``"floor"``, as the
-    released ImageNet-C files were). Chroma is subsampled 4:2:0 as in PIL's default. On every device the
-    images are coded by libjpeg-turbo, chunks of 8 images on ``torch.get_num_threads()`` CPU threads (the
-    caller's and helpers'); a batch on another device is quantised and rescaled there and travels as uint8
-    (:func:`_roundtrip_via_uint8`), with the same result as on the CPU. For a CPU batch the coding threads
-    also check the range: a parallel torch reduction (``torch.aminmax``) just before would leave OpenMP's
-    idle threads spinning on the cores the codec threads need (measured 20 % slower).
+    quantised to uint8 (``rounding`` ``"round"``, as PIL does, or ``"floor"``, as the released ImageNet-C files
+    were); chroma is subsampled 4:2:0 as PIL's default. Coded by libjpeg-turbo on ``torch.get_num_threads()``
+    CPU threads, the same result on every device (see the module). For a CPU batch the coding threads also
+    check the range: a parallel ``torch.aminmax`` just before would leave OpenMP's idle threads spinning on
+    the cores the codec threads need (measured 20 % slower).
 
     >>> jpeg_roundtrip(torch.rand(2, 3, 32, 32), 85).shape
     torch.Size([2, 3, 32, 32])
     """
-    q = int(quality)
     if rounding not in _OFFSETS:
         raise RobustvitError(f"rounding must be 'round' or 'floor', got {rounding!r}")
     if x.device.type != "cpu":
-        return _roundtrip_via_uint8(x, q, rounding)
+        return _roundtrip_via_uint8(x, int(quality), rounding)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     a = x.detach().to(work).numpy()     # no copy for a CPU float batch; NumPy reads any strides
     b = np.empty_like(a)        # NumPy backs it with huge pages (see robustvit.corruptions._parallel.empty_output)
     step = _chunk_size(a[0].size) if len(a) else 1
-    offset = _OFFSETS[rounding]
     starts = range(0, len(a), step)
     bounds = np.zeros((len(starts), 2), a.dtype)
+    jobs = [(a[i:i + step], b[i:i + step], int(quality), _OFFSETS[rounding], lim) for i, lim in zip(starts, bounds)]
     with _quiet_codec():
-        run_shared([(a[i:i + step], b[i:i + step], q, offset, lim) for i, lim in zip(starts, bounds)],
-                   _roundtrip_chunk)
+        run_shared(jobs, _roundtrip_chunk)
     if len(bounds):
         check_unit_range(float(bounds[:, 0].min()), float(bounds[:, 1].max()), name="x")
     return torch.from_numpy(b).to(x.dtype)

@@ -1,34 +1,20 @@
 """Patch occlusion: replace a fraction ρ of an image's patches with uniform noise (or zeros).
 
-The random patch-based corruption of AFAT ("Adversarial Feature Alignment" / RSPC, Guo et al., "Improving
-Robustness of Vision Transformers by Reducing Sensitivity to Patch Corruptions", CVPR 2023,
-arXiv:2306.07881; code guoyongcs/RSPC): an image is cut into the model's patch grid, ``round(ρ·P)`` of its
-``P`` patches are chosen uniformly at random, and each chosen patch is replaced by noise δ,
-``x̂ = M·x + (1 − M)·δ`` (M = 1 on kept patches). AFAT Fig. 1 plots the accuracy of models under such masks
-for ρ from 0.1 to 0.5 with the spread over random masks.
+The random patch corruption of AFAT / RSPC (Guo et al., "Improving Robustness of Vision Transformers by Reducing
+Sensitivity to Patch Corruptions", CVPR 2023, arXiv:2306.07881; code guoyongcs/RSPC): ``round(ρ·P)`` of an
+image's ``P`` patches (the model's patch grid) are chosen uniformly at random and replaced by noise δ,
+``x̂ = M·x + (1 − M)·δ`` (M = 1 on kept patches); AFAT Fig. 1 plots accuracy for ρ from 0.1 to 0.5.
 
-The noise (:func:`occlusion_noise`, the one definition that ``afat`` training, the ``patch_occlusion`` suite
-and the ``attention_stability`` analysis share): RSPC's code draws δ ~ U[0, 1) per pixel and channel on the
-model's *normalised* input (after the mean/std normalisation of its data loader), so in robustvit's pixel
-space δ = u·std + mean (``noise_space="normalized"``, the default); ``noise_space="pixel"`` draws U[0, 1) in
-pixel space instead. A model without normalisation (no ``spec``) sees pixels, so the two coincide for it.
+The noise (:func:`occlusion_noise`, shared by ``afat`` training, the ``patch_occlusion`` suite and the
+``attention_stability`` analysis): RSPC draws δ ~ U[0, 1) on the model's *normalised* input, so in pixel space
+δ = u·std + mean (``noise_space="normalized"``, the default); ``"pixel"`` draws U[0, 1) in pixel space (the
+same for a model without normalisation). Mode ``"drop"`` zeroes the patch pixels instead, for ViTs and CNNs
+alike: the "patch drop" of Naseer et al. ("Intriguing Properties of Vision Transformers", arXiv:2105.10497),
+who also zero pixels; removing tokens is not what AFAT measures and would make ViTs and CNNs incomparable.
 
-Modes:
-
-* ``"noise"`` — the AFAT corruption (the noise above).
-* ``"drop"`` — zero the patch pixels (black, since images are in [0, 1] before normalisation), for ViTs
-  and CNNs alike. This is the "patch drop" of Naseer et al. ("Intriguing Properties of Vision
-  Transformers", arXiv:2105.10497), who also zero the pixels rather than remove tokens; removing the tokens
-  through attention masks is not what AFAT (which only uses noise) measures and would make ViTs and CNNs
-  incomparable, so robustvit zero-fills for every architecture.
-
-Sampling is separate from application (kornia style): :func:`sample_patch_masks` draws the masks from a
-generator, :func:`apply_patch_masks` applies them; :func:`occlude_patches` does both. Everything is
-batched: the masks of all images × all mask draws come from one ``rand``/``topk``.
-
-The patch grid: a patch model's ``spec.patch_size`` (see :func:`occlusion_patch_size`); for CNNs a given
-patch size, by default 16 px at ≥ 224 px and ``image_size // 8`` below (4 px at 32 px: an 8 × 8 grid,
-the grid of the CIFAR ViTs).
+Sampling (:func:`sample_patch_masks`, all images × all draws from one ``rand``/``topk``) is separate from
+application (:func:`apply_patch_masks`); :func:`occlude_patches` does both. The patch grid is a patch model's
+``spec.patch_size`` (:func:`occlusion_patch_size`), for CNNs 16 px at ≥ 224 px, else ``image_size // 8``.
 
 >>> x = torch.rand(8, 3, 32, 32)
 >>> xo, m = occlude_patches(x, 0.25, 4, num_masks=3, generator=torch.Generator().manual_seed(0))
@@ -62,9 +48,8 @@ def occlusion_noise(shape: tuple[int, ...], *, noise_space: str = "normalized",
                     mean: tuple[float, ...] = (0.0, 0.0, 0.0), std: tuple[float, ...] = (1.0, 1.0, 1.0),
                     generator: torch.Generator | None = None, device: torch.device | str | None = None,
                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Occlusion fill of ``shape`` (…, 3, H, W) in pixel space: U[0, 1) drawn in the model's normalised input
-    space as RSPC draws it (u·std + mean in pixels, ``noise_space="normalized"``) or in pixel space (``"pixel"``).
-    The uniform numbers come from ``generator`` (on its device), one ``rand`` of ``shape``."""
+    """Occlusion fill of ``shape`` (…, 3, H, W) in pixel space: U[0, 1) in the model's normalised input space
+    (u·std + mean, ``"normalized"``, as RSPC) or in pixel space (``"pixel"``); one ``rand`` of ``generator``."""
     if noise_space not in NOISE_SPACES:
         raise RobustvitError(f"unknown noise space {noise_space!r}; choose from {', '.join(NOISE_SPACES)}")
     dev = torch.device(device) if device is not None else torch.device("cpu")
@@ -118,7 +103,7 @@ def sample_patch_masks(num_images: int, grid: tuple[int, int], rho: float, *, nu
     gh, gw = grid
     p = gh * gw
     m = num_occluded(rho, p)
-    dev = torch.device(device) if device is not None else (generator.device if generator is not None else torch.device("cpu"))
+    dev = device if device is not None else (generator.device if generator is not None else "cpu")
     scores = torch.rand(num_masks, num_images, p, generator=generator, device=dev)
     mask = torch.zeros(num_masks, num_images, p, dtype=torch.bool, device=dev)
     if m:
@@ -140,10 +125,9 @@ def apply_patch_masks(x: torch.Tensor, masks: torch.Tensor, patch_size: int, *, 
     if masks.ndim != 4 or tuple(masks.shape[1:]) != (x.shape[0], gh, gw):
         raise RobustvitError(f"masks must have shape (K, {x.shape[0]}, {gh}, {gw}), got {tuple(masks.shape)}")
     pix = masks.to(x.device).repeat_interleave(patch_size, 2).repeat_interleave(patch_size, 3)[:, :, None]
-    k = masks.shape[0]
     if mode == "noise":
-        fill = occlusion_noise((k, *x.shape), noise_space=noise_space, mean=mean, std=std, generator=generator,
-                               device=x.device, dtype=x.dtype)
+        fill = occlusion_noise((masks.shape[0], *x.shape), noise_space=noise_space, mean=mean, std=std,
+                               generator=generator, device=x.device, dtype=x.dtype)
     else:
         fill = torch.zeros((), dtype=x.dtype, device=x.device)
     return torch.where(pix, fill, x.unsqueeze(0))
@@ -155,18 +139,16 @@ def occlude_patches(x: torch.Tensor, rho: float, patch_size: int, *, mode: str =
                     std: tuple[float, ...] = (1.0, 1.0, 1.0)) -> tuple[torch.Tensor, torch.Tensor]:
     """Occlude ``round(ρ·P)`` random patches of every image (AFAT, arXiv:2306.07881).
 
-    ``x``: float (N, 3, H, W) in [0, 1]; ``patch_size`` must divide H and W (use
-    :func:`occlusion_patch_size` to get a model's); ``noise_space``, ``mean``, ``std``: see
-    :func:`occlusion_noise` (pass the model's :func:`model_normalization`). Returns ``(images, masks)``: with ``num_masks=None``
-    images (N, 3, H, W) and masks bool (N, gh, gw); with an int K, K independent masks per image:
-    images (K, N, 3, H, W) and masks (K, N, gh, gw). True in a mask = occluded.
+    ``x``: float (N, 3, H, W) in [0, 1]; ``patch_size`` must divide H and W (a model's:
+    :func:`occlusion_patch_size`); ``noise_space``, ``mean``, ``std``: see :func:`occlusion_noise` (pass the
+    model's :func:`model_normalization`). Returns ``(images, masks)``: with ``num_masks=None`` images
+    (N, 3, H, W) and bool masks (N, gh, gw); with an int K, K independent masks per image: images
+    (K, N, 3, H, W) and masks (K, N, gh, gw). True in a mask = occluded.
     """
-    if mode not in OCCLUSION_MODES:
-        raise RobustvitError(f"unknown occlusion mode {mode!r}; choose from {', '.join(OCCLUSION_MODES)}")
     grid = _grid(x.shape[-2], x.shape[-1], patch_size)
     k = 1 if num_masks is None else int(num_masks)
-    dev = generator.device if generator is not None else x.device
-    masks = sample_patch_masks(x.shape[0], grid, rho, num_masks=k, generator=generator, device=dev)
+    masks = sample_patch_masks(x.shape[0], grid, rho, num_masks=k, generator=generator,
+                               device=generator.device if generator is not None else x.device)
     out = apply_patch_masks(x, masks, patch_size, mode=mode, generator=generator, noise_space=noise_space,
                             mean=mean, std=std)
     masks = masks.to(x.device)

@@ -1,16 +1,15 @@
 """Corruption names, groups, presets and parameters at a severity, and the parsers of the CLI's lists.
 
-Each corruption's table (presets ``imagenet`` and ``cifar``) is part of its registered spec (see
-``functional.py``). The numbers are those of Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common
-Corruptions and Perturbations", ICLR 2019 (arXiv:1903.12261): ``make_imagenet_c.py`` (224 px, preset
-``imagenet``) and ``make_cifar_c.py`` (32 px, preset ``cifar``).
+Each corruption's table is part of its registered spec (``functional.py``), with the numbers of Hendrycks &
+Dietterich, ICLR 2019 (arXiv:1903.12261): ``make_imagenet_c.py`` (224 px, preset ``imagenet``) and
+``make_cifar_c.py`` (32 px, preset ``cifar``).
 
-Size scaling. A preset has a native size S0 (224 or 32). For an image of shorter side ``s`` the factor is
-``k = s / S0``; every *spatial* parameter (a length in pixels: blur radii and σ, glass-blur distance (rounded, ≥ 1), snow
-flake zoom and streak length, elastic σ and affine jitter, spatter smoothing, frost crystal size) is
-multiplied by ``k``; elastic α by ``k²`` (the displacement is ∝ α/σ, so it then grows ∝ ``k``); all other
-parameters (noise levels, zoom-blur factors, pixelate ratio, JPEG quality, colour factors) are size-free.
-Fog's plasma map is always the next power of two ≥ max(H, W), so it scales by construction.
+Size scaling: for an image of shorter side ``s`` and a preset of native size S0, ``k = s / S0``. Every
+*spatial* parameter (a length in pixels: blur radii and σ, glass-blur distance (rounded, ≥ 1), snow flake zoom
+and streak length, elastic σ and affine jitter, spatter smoothing, frost crystal size) is multiplied by ``k``;
+elastic α by ``k²`` (the displacement ∝ α/σ then grows ∝ ``k``); the others (noise levels, zoom-blur factors,
+pixelate ratio, JPEG quality, colour factors) are size-free. Fog's plasma map is the next power of two
+≥ max(H, W), so it scales by construction.
 
 Example::
 
@@ -28,15 +27,13 @@ from robustvit.corruptions.spec import CORRUPTIONS, PRESET_SIZES, CorruptionPara
 from robustvit.errors import RobustvitError, unknown_name
 
 __all__ = ["PRESET_SIZES", "CIFAR_MAX_SIDE", "CORRUPTION_GROUPS", "BENCHMARK_CORRUPTIONS", "EXTRA_CORRUPTIONS",
-           "CorruptionParams", "check_name", "corruption_groups", "check_severity", "parse_corruptions", "parse_severities",
-           "resolve_preset", "corruption_params"]
+           "CorruptionParams", "check_name", "corruption_groups", "check_severity", "parse_corruptions",
+           "parse_severities", "resolve_preset", "corruption_params"]
 
 #: Images whose shorter side is at most this use the ``cifar`` preset unless one is given.
 CIFAR_MAX_SIDE = 64
 #: The groups of the ImageNet-C benchmark, in the order of its tables; other corruptions are in ``extra``.
 BENCHMARK_GROUPS: tuple[str, ...] = ("noise", "blur", "weather", "digital")
-
-
 #: The 15 corruptions of ImageNet-C / CIFAR-10-C in the order of its tables (mCE averages over these).
 BENCHMARK_CORRUPTIONS: tuple[str, ...] = (
     "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur", "snow",
@@ -53,10 +50,9 @@ CIFAR10_C_BAR: tuple[str, ...] = (
 
 
 def corruption_groups() -> dict[str, tuple[str, ...]]:
-    """Group → corruption names of the corruptions registered now (variants left out): noise, blur, weather,
-    digital, extra and any other group a registered corruption names, then ``benchmark`` (the 15 of ImageNet-C)
-    and ``all`` (every one but the separate benchmarks' such as ImageNet-C̄: the benchmark first, then in
-    registration order).
+    """Group → names of the corruptions registered now (variants left out): noise, blur, weather, digital,
+    extra, any other group a corruption names, ``benchmark`` (the 15 of ImageNet-C) and ``all`` (all but the
+    separate benchmarks' such as ImageNet-C̄: the benchmark first, then in registration order).
 
     >>> corruption_groups()["noise"]
     ('gaussian_noise', 'shot_noise', 'impulse_noise')
@@ -75,8 +71,7 @@ def corruption_groups() -> dict[str, tuple[str, ...]]:
 
 
 class _Groups(Mapping[str, tuple[str, ...]]):
-    """A read-only view of :func:`corruption_groups`, computed at each access (so a corruption registered later
-    is in its group and in ``all``)."""
+    """A read-only view of :func:`corruption_groups`, computed at each access (so it sees later registrations)."""
 
     def __getitem__(self, group: str) -> tuple[str, ...]:
         return corruption_groups()[group]
@@ -156,11 +151,8 @@ def resolve_preset(preset: str | None, height: int, width: int) -> str:
 
 def corruption_params(name: str, severity: int, preset: str = "imagenet",
                       size: int | tuple[int, int] | None = None) -> CorruptionParams:
-    """The parameters ``corrupt`` uses for ``name`` at ``severity``.
-
-    ``size`` is the image's shorter side (or ``(H, W)``); spatial parameters are scaled by
-    ``size / PRESET_SIZES[preset]``. Without ``size`` the preset's native size is assumed (no scaling).
-    """
+    """The parameters ``corrupt`` uses for ``name`` at ``severity``; spatial ones scaled by
+    ``size / PRESET_SIZES[preset]`` (``size``: the shorter side, or ``(H, W)``; None: the native size)."""
     check_severity(severity)
     if preset not in PRESET_SIZES:
         raise unknown_name("corruption preset", str(preset), PRESET_SIZES)

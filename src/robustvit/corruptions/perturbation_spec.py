@@ -1,10 +1,8 @@
-"""An ImageNet-P perturbation is one registered :class:`Perturbation`: its parameter table and frame count
-per preset, its flags, and — as the corruptions do — the random draws made before the first frame
-(:meth:`Perturbation.sample`) split from making the frames of one block (:meth:`Perturbation.apply`).
-
-Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
-ICLR 2019 (arXiv:1903.12261), section 4. The built-in fourteen are registered by
-``robustvit.corruptions.sequences`` (loaded on the first lookup).
+"""An ImageNet-P perturbation (Hendrycks & Dietterich, ICLR 2019, arXiv:1903.12261, section 4) is one
+registered :class:`Perturbation`: its parameter table and frame count per preset, its flags, and — as the
+corruptions do — the random draws made before the first frame (:meth:`Perturbation.sample`) split from making
+the frames of one block (:meth:`Perturbation.apply`). ``robustvit.corruptions.sequences`` registers the
+fourteen built-in ones (loaded on the first lookup).
 
 >>> spec = PERTURBATIONS.get("rotate")
 >>> spec.frames("imagenet"), spec.split, spec.family, spec.warps_full
@@ -47,9 +45,8 @@ class PerturbationOptions:
 
 @dataclass(frozen=True)
 class PerturbationParams:
-    """The parameters of one sequence after size scaling (``values``) and the frame count.
-
-    Values in ``levels`` are tuples, one per difficulty; :meth:`at` picks one."""
+    """The parameters of one sequence after size scaling (``values``; those in ``levels`` are tuples, one per
+    difficulty, :meth:`at` picks one) and the frame count."""
 
     name: str
     preset: str
@@ -69,14 +66,13 @@ class PerturbationParams:
 class Perturbation:
     """One perturbation sequence.
 
-    ``tables`` maps each preset (``imagenet``, ``cifar``) to its row: ``frames`` (T) and the parameters.
-    Keys in ``lengths`` are lengths in pixels, multiplied by k = image side / preset size; keys in ``levels``
-    hold one value per difficulty. ``split``: ``test`` (the 10 of mFR / mT5D) or ``validation``.
-    ``family``: noise, blur, weather, digital or geometric; the noise family's frames are compared with
-    frame 0 (the reference's ``'noise' in name``). ``warps_full``: the sequence warps the uncropped image and
-    is centre-cropped afterwards (ImageNet-P warps the Resize(256) image before CenterCrop(224)).
-    ``random``: it draws random numbers (from the generator, in frame order). ``sequential``: blocks must be
-    made in frame order (``apply`` carries state or draws frame by frame); others may be made in any order.
+    ``tables`` maps each preset (``imagenet``, ``cifar``) to its row: ``frames`` (T) and the parameters; keys in
+    ``lengths`` are lengths in pixels (× k = image side / preset size), keys in ``levels`` hold one value per
+    difficulty. ``split``: ``test`` (the 10 of mFR / mT5D) or ``validation``. ``family``: noise (frames compared
+    with frame 0, the reference's ``'noise' in name``), blur, weather, digital or geometric. ``warps_full``: it
+    warps the uncropped image, centre-cropped afterwards (ImageNet-P warps the Resize(256) image before
+    CenterCrop(224)). ``random``: it draws from the generator, in frame order. ``sequential``: blocks must be
+    made in frame order (``apply`` carries state or draws frame by frame).
     """
 
     name: str
@@ -133,10 +129,8 @@ class Perturbation:
 
     def apply(self, x: torch.Tensor, values: Mapping[str, Any], idx: list[int], state: State,
               generator: torch.Generator) -> torch.Tensor:
-        """Frames ``idx`` of every image of ``x`` (N, 3, H, W) in [0, 1]: (N, t, 3, H, W) in [0, 1].
-
-        ``values``: :meth:`PerturbationParams.at`; ``state``: from :meth:`sample` (updated in place by a
-        ``sequential`` perturbation, whose blocks must then come in frame order)."""
+        """Frames ``idx`` of every image of ``x`` (N, 3, H, W) in [0, 1]: (N, t, 3, H, W) in [0, 1]. ``values``:
+        :meth:`PerturbationParams.at`; ``state``: from :meth:`sample` (updated in place if ``sequential``)."""
         return self.apply_fn(x, values, list(idx), state, generator)
 
     def blocks(self, x: torch.Tensor, values: Mapping[str, Any], blocks: list[list[int]],
@@ -173,8 +167,7 @@ def perturbation(name: str, split: str, family: str, tables: Mapping[str, Mappin
     >>> _ = PERTURBATIONS._items.pop("test_fade")
     """
     def deco(fn: ApplyFn) -> ApplyFn:
-        register_perturbation(Perturbation(name, split, family, MappingProxyType(dict(tables)), fn, sample,
-                                           **flags))
+        register_perturbation(Perturbation(name, split, family, MappingProxyType(dict(tables)), fn, sample, **flags))
         return fn
     return deco
 

@@ -1,15 +1,12 @@
 """ImageNet-P / CIFAR-10-P perturbation sequences, batched in PyTorch.
 
 Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
-ICLR 2019 (arXiv:1903.12261), section 4 / ImageNet-P. Each clean image becomes a sequence of T frames
-(T = 31 for most perturbations) whose perturbation changes a little from frame to frame; a stable model
-keeps its prediction along the sequence (see :mod:`robustvit.metrics.perturbation`).
-
-Each perturbation is one registered :class:`~robustvit.corruptions.perturbation_spec.Perturbation` (its
-table per preset, frame count, flags, and ``sample`` / ``apply`` per block of frames); the fourteen built-in
-ones are in :mod:`robustvit.corruptions.sequences`. All frames of all images are computed batched on the
-input's device; :func:`iter_perturbation_frames` yields them in blocks of frames so that N × 31 frames at
-224 px need not fit in memory at once.
+ICLR 2019 (arXiv:1903.12261), section 4 / ImageNet-P: each clean image becomes a sequence of T frames (mostly
+31) whose perturbation changes a little from frame to frame; a stable model keeps its prediction along it
+(:mod:`robustvit.metrics.perturbation`). Each perturbation is one registered
+:class:`~robustvit.corruptions.perturbation_spec.Perturbation` (the fourteen built-in ones are in
+:mod:`robustvit.corruptions.sequences`). Frames are computed batched on the input's device;
+:func:`iter_perturbation_frames` yields them in blocks, so that N × 31 frames at 224 px need not fit in memory.
 
 >>> import torch
 >>> x = torch.rand(4, 3, 32, 32)
@@ -33,17 +30,16 @@ from robustvit.corruptions.perturbation_spec import (PERTURBATIONS, Perturbation
                                                      PerturbationParams, perturbation, register_perturbation)
 from robustvit.errors import RobustvitError, unknown_name
 from robustvit.options import parse_options, parse_spec
+from robustvit.utils import make_generator
 
 
 def _groups() -> dict[str, tuple[str, ...]]:
     """The groups over the registered perturbations, in registration order."""
     specs = PERTURBATIONS.values()
-    groups = {"test": tuple(s.name for s in specs if s.split == "test"),
-              "validation": tuple(s.name for s in specs if s.split == "validation")}
-    groups["all"] = tuple(s.name for s in specs)
-    groups["noise"] = tuple(s.name for s in specs if s.noise)
-    groups["geometric"] = tuple(s.name for s in specs if s.family == "geometric")
-    return groups
+    return {"test": tuple(s.name for s in specs if s.split == "test"),
+            "validation": tuple(s.name for s in specs if s.split == "validation"),
+            "all": tuple(s.name for s in specs), "noise": tuple(s.name for s in specs if s.noise),
+            "geometric": tuple(s.name for s in specs if s.family == "geometric")}
 
 
 #: The built-in groups: ``test`` (the 10 of mFR / mT5D), ``validation`` (4), ``all``, ``noise``, ``geometric``.
@@ -68,8 +64,7 @@ def list_perturbations(pattern: str | None = None) -> list[str]:
     """Perturbation names, in ImageNet-P's order: all of them (None), a group (``test``, ``validation``,
     ``all``, ``noise``, ``geometric``), or those matching a shell-style pattern such as ``"*noise"``."""
     groups = _groups()
-    if pattern is None:
-        return list(groups["all"])
+    pattern = "all" if pattern is None else pattern
     if pattern in groups:
         return list(groups[pattern])
     if any(c in pattern for c in "*?["):
@@ -99,12 +94,6 @@ def is_noise(name: str) -> bool:
     return name in PERTURBATIONS and PERTURBATIONS.get(name).noise
 
 
-def _check_difficulty(difficulty: int) -> int:
-    if isinstance(difficulty, bool) or not isinstance(difficulty, int) or not 1 <= difficulty <= 3:
-        raise RobustvitError(f"difficulty must be 1, 2 or 3, got {difficulty!r}")
-    return difficulty
-
-
 def num_frames(name: str, preset: str = "imagenet") -> int:
     """Frames T of a sequence (31; translate 41 for ImageNet-P, 16 for CIFAR-P; CIFAR-P motion_blur 21)."""
     return get_perturbation(name).frames(preset)
@@ -113,14 +102,6 @@ def num_frames(name: str, preset: str = "imagenet") -> int:
 def perturbation_params(name: str, preset: str = "imagenet", size: int | None = None) -> PerturbationParams:
     """The parameters used for ``name`` with ``preset``, lengths scaled by k = ``size`` / native size."""
     return get_perturbation(name).params(preset, size)
-
-
-def _generator(x: torch.Tensor, seed: int | None, generator: torch.Generator | None) -> torch.Generator:
-    if generator is not None:
-        return generator
-    g = torch.Generator(device=x.device)
-    g.manual_seed(0 if seed is None else int(seed))
-    return g
 
 
 def _check_images(x: torch.Tensor) -> None:
@@ -147,22 +128,20 @@ def iter_perturbation_frames(x: torch.Tensor, name: str, *, difficulty: int = 1,
     """
     _check_images(x)
     spec = get_perturbation(name)
-    _check_difficulty(difficulty)
     out_hw = tuple(x.shape[-2:]) if crop is None else ((crop, crop) if isinstance(crop, int) else tuple(crop))
     if out_hw[0] > x.shape[-2] or out_hw[1] > x.shape[-1] or min(out_hw) < 1:
         raise RobustvitError(f"crop {out_hw} must fit inside the {tuple(x.shape[-2:])} images")
     src = x if spec.warps_full else _center_crop(x, out_hw)
     preset = resolve_preset(preset, *out_hw)
     params = spec.params(preset, size=min(out_hw))
-    g = _generator(x, seed, generator)
-    n = x.shape[0]
+    values = params.at(difficulty)
     t_all = params.frames
     if block_frames is None:
-        block_frames = max(1, int(block_pixels) // max(1, n * src.shape[-2] * src.shape[-1]))
+        block_frames = max(1, int(block_pixels) // max(1, x.shape[0] * src.shape[-2] * src.shape[-1]))
     block_frames = max(1, min(int(block_frames), t_all))
     compute = src.float() if src.dtype in (torch.float16, torch.bfloat16) else src
     blocks = [list(range(s, min(t_all, s + block_frames))) for s in range(0, t_all, block_frames)]
-    for idx, frames in zip(blocks, spec.blocks(compute, params.at(difficulty), blocks, g)):
+    for idx, frames in zip(blocks, spec.blocks(compute, values, blocks, make_generator(seed, x.device, generator))):
         if spec.warps_full and crop is not None:
             frames = _center_crop(frames, out_hw)
         yield idx[0], frames.to(x.dtype).contiguous()

@@ -31,11 +31,9 @@ def rand(shape: tuple[int, ...], g: torch.Generator, like: torch.Tensor) -> torc
 
 def poisson(rate: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     """Poisson counts with the given rates (float, on ``g``'s device), like ``torch.poisson(rate, generator=g)``.
-
-    On the CPU, tensors of more than :data:`POISSON_CHUNK` values are drawn in chunks of that size, each
-    from its own generator seeded from ``g``, on ``torch.get_num_threads()`` threads (torch's sampler
-    releases the GIL). The result depends on ``g``'s state and the shape only, not on the thread count.
-    """
+    On the CPU, more than :data:`POISSON_CHUNK` values are drawn in chunks of that size, each from its own
+    generator seeded from ``g``, on ``torch.get_num_threads()`` threads (torch's sampler releases the GIL);
+    the result depends on ``g``'s state and the shape only."""
     if rate.device.type != "cpu" or rate.numel() <= POISSON_CHUNK:
         return torch.poisson(rate, generator=g)
     flat = rate.contiguous().view(-1)
@@ -45,8 +43,8 @@ def poisson(rate: torch.Tensor, g: torch.Generator) -> torch.Tensor:
 
     def draw(job: tuple[int, int]) -> None:
         start, seed = job
-        part = flat[start:start + POISSON_CHUNK]
-        out[start:start + POISSON_CHUNK] = torch.poisson(part, generator=torch.Generator().manual_seed(seed))
+        part = slice(start, start + POISSON_CHUNK)
+        out[part] = torch.poisson(flat[part], generator=torch.Generator().manual_seed(seed))
 
     with ThreadPoolExecutor(max(1, min(torch.get_num_threads(), len(seeds)))) as pool:
         list(pool.map(draw, zip(starts, seeds)))

@@ -1,17 +1,12 @@
 """The 14 ImageNet-P / CIFAR-10-P perturbations, each one registered :class:`Perturbation` spec.
 
-Hendrycks & Dietterich, ICLR 2019 (arXiv:1903.12261); the frames and numbers follow the reference generators
-``make_imagenet_p.py`` (preset ``imagenet``, 224 px) and ``make_cifar_p.py`` (preset ``cifar``, 32 px) of
-``hendrycks/robustness``. Lengths in pixels (``lengths``) are given at the preset's native size.
-
-* noise (gaussian_noise, shot_noise, speckle_noise): frame 0 is the clean image, frames 1…T−1 independent
-  draws at one fixed level, one batched draw per frame in frame order; ``difficulty`` 2 and 3 pick the
-  stronger levels of the ``_2``/``_3`` folders;
-* motion_blur (angle sweep), zoom_blur (running average of zooms), snow (one flake layer drawn before the
-  first frame, blurred along a sweeping angle), brightness (HSV value shift), gaussian_blur and spatter
-  (one liquid layer drawn before the first frame, dripping down frame by frame);
-* geometric: translate, rotate, tilt (3-D perspective), scale, shear, as batched ``grid_sample`` warps with
-  black (zero) fill, like PIL's ``affine`` / OpenCV's ``warpPerspective``.
+Hendrycks & Dietterich, ICLR 2019 (arXiv:1903.12261): frames and numbers of ``make_imagenet_p.py`` (preset
+``imagenet``, 224 px) and ``make_cifar_p.py`` (``cifar``, 32 px) of ``hendrycks/robustness``; ``lengths`` in
+pixels at the preset's native size. Noise: frame 0 clean, then one independent batched draw per frame at a
+fixed level (``difficulty`` 2 and 3: the ``_2``/``_3`` folders' levels). Blur and weather: motion_blur (angle
+sweep), zoom_blur (running mean of zooms), snow (one flake layer, blurred along a sweeping angle), brightness
+(HSV value shift), gaussian_blur, spatter (one liquid layer dripping down frame by frame). Geometric:
+translate, rotate, tilt (3-D perspective), scale, shear, batched ``grid_sample`` warps with black fill.
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ _NOISE = {"split": "test", "family": "noise", "levels": ("level",), "random": Tr
 
 
 # ---------------------------------------------------------------- noise: frame 0 clean, then one draw per frame
-def _noise_frames(x: torch.Tensor, idx: list[int], g: torch.Generator, draw: Any) -> torch.Tensor:
+def _noise_frames(x: torch.Tensor, idx: list[int], draw: Any) -> torch.Tensor:
     # one batched draw per frame: the stream does not depend on the block size
     return torch.stack([x if i == 0 else draw() for i in idx], 1)
 
@@ -42,7 +37,7 @@ def _noise_frames(x: torch.Tensor, idx: list[int], g: torch.Generator, draw: Any
 @perturbation("gaussian_noise", tables={"imagenet": {"frames": 31, "level": (0.03, 0.05, 0.08)},
                                         "cifar": {"frames": 31, "level": (0.02, 0.04, 0.06)}}, **_NOISE)
 def _gaussian_noise(x: torch.Tensor, p: Values, idx: list[int], state: State, g: torch.Generator) -> torch.Tensor:
-    return _noise_frames(x, idx, g, lambda: (x + p["level"] * randn(tuple(x.shape), g, x)).clamp(0, 1))
+    return _noise_frames(x, idx, lambda: (x + p["level"] * randn(tuple(x.shape), g, x)).clamp(0, 1))
 
 
 @perturbation("shot_noise", tables={"imagenet": {"frames": 31, "level": (300.0, 120.0, 60.0)},
@@ -53,7 +48,13 @@ def _shot_noise(x: torch.Tensor, p: Values, idx: list[int], state: State, g: tor
     def draw() -> torch.Tensor:
         rate = (x * level).to(device=g.device, dtype=torch.float32)
         return (poisson(rate, g).to(device=x.device, dtype=x.dtype) / level).clamp(0, 1)
-    return _noise_frames(x, idx, g, draw)
+    return _noise_frames(x, idx, draw)
+
+
+def _scaled(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """:func:`affine_frames` scaling by each frame's factor ``s`` (t,) about the centre."""
+    mats = torch.eye(2, dtype=torch.float64).expand(len(s), 2, 2) * s.reshape(-1, 1, 1)
+    return affine_frames(x, mats, torch.zeros(len(s), 2, dtype=torch.float64))
 
 
 # ---------------------------------------------------------------- blur and weather (test split)
@@ -80,9 +81,7 @@ def _zoom_blur(x: torch.Tensor, p: Values, idx: list[int], state: State, g: torc
     # frame i = mean(x, zoom(1 + step·1), …, zoom(1 + step·i)): a running sum over the frames
     total = state["total"]
     zs = [i for i in idx if i > 0]
-    scales = torch.tensor([1 + p["step"] * i for i in zs], dtype=torch.float64)
-    warped = affine_frames(x, torch.eye(2, dtype=torch.float64).expand(len(zs), 2, 2) * scales.reshape(-1, 1, 1),
-                           torch.zeros(len(zs), 2, dtype=torch.float64)) if zs else None
+    warped = _scaled(x, torch.tensor([1 + p["step"] * i for i in zs], dtype=torch.float64)) if zs else None
     out = []
     for i in idx:
         if i > 0:
@@ -110,13 +109,12 @@ def _snow_start(x: torch.Tensor, p: Values, g: torch.Generator) -> State:
     sample=_snow_start, lengths=("zoom", "radius", "sigma"), random=True)
 def _snow(x: torch.Tensor, p: Values, idx: list[int], state: State, g: torch.Generator) -> torch.Tensor:
     n, c, h, w = x.shape
-    layer, base = state["layer"], state["base"]
     t = len(idx)
     angles = torch.tensor([p["angle0"] + p["angle_step"] * i for i in idx], dtype=torch.float64)
-    layers = layer.unsqueeze(1).expand(n, t, 1, h, w).reshape(n * t, 1, h, w)
+    layers = state["layer"].unsqueeze(1).expand(n, t, 1, h, w).reshape(n * t, 1, h, w)
     moving = motion_blur(layers, p["radius"], p["sigma"], angles.repeat(n))
     moving = (torch.round(moving.clamp(0, 1) * 255) / 255).reshape(n, t, 1, h, w)
-    return (base.unsqueeze(1) + moving + moving.flip(-2, -1)).clamp(0, 1)
+    return (state["base"].unsqueeze(1) + moving + moving.flip(-2, -1)).clamp(0, 1)
 
 
 @perturbation("brightness", "test", "weather", {"imagenet": {"frames": 31, "step": 0.02},
@@ -127,8 +125,7 @@ def _brightness(x: torch.Tensor, p: Values, idx: list[int], state: State, g: tor
     v = x.amax(1, keepdim=True).unsqueeze(1)                                 # (N, 1, 1, H, W)
     v2 = (v + cs).clamp(0, 1)
     ratio = v2 / torch.where(v > 0, v, torch.ones_like(v))
-    xs = x.unsqueeze(1)
-    return torch.where(v > 0, xs * ratio, v2.expand(-1, -1, x.shape[1], -1, -1)).clamp(0, 1)
+    return torch.where(v > 0, x.unsqueeze(1) * ratio, v2.expand(-1, -1, x.shape[1], -1, -1)).clamp(0, 1)
 
 
 # ---------------------------------------------------------------- geometric (test split)
@@ -139,9 +136,8 @@ _GEOMETRIC = {"family": "geometric", "warps_full": True}
                                            "cifar": {"frames": 16, "shift0": -7.0, "shift_step": 1.0}},
               lengths=("shift0", "shift_step"), **_GEOMETRIC)
 def _translate(x: torch.Tensor, p: Values, idx: list[int], state: State, g: torch.Generator) -> torch.Tensor:
-    t = len(idx)
     shifts = torch.tensor([[p["shift0"] + p["shift_step"] * i, 0.0] for i in idx], dtype=torch.float64)
-    return affine_frames(x, torch.eye(2, dtype=torch.float64).expand(t, 2, 2), shifts)
+    return affine_frames(x, torch.eye(2, dtype=torch.float64).expand(len(idx), 2, 2), shifts)
 
 
 @perturbation("rotate", "test", tables={"imagenet": {"frames": 31, "step": 1.0},
@@ -161,9 +157,7 @@ def _tilt(x: torch.Tensor, p: Values, idx: list[int], state: State, g: torch.Gen
 @perturbation("scale", "test", tables={"imagenet": {"frames": 31, "start": 0.40, "step": 0.025},
                                        "cifar": {"frames": 31, "start": 0.70, "step": 0.02}}, **_GEOMETRIC)
 def _scale(x: torch.Tensor, p: Values, idx: list[int], state: State, g: torch.Generator) -> torch.Tensor:
-    s = torch.tensor([p["start"] + p["step"] * i for i in idx], dtype=torch.float64)
-    mats = torch.eye(2, dtype=torch.float64).expand(len(idx), 2, 2) * s.reshape(-1, 1, 1)
-    return affine_frames(x, mats, torch.zeros(len(idx), 2, dtype=torch.float64))
+    return _scaled(x, torch.tensor([p["start"] + p["step"] * i for i in idx], dtype=torch.float64))
 
 
 # ---------------------------------------------------------------- the validation split
@@ -171,7 +165,7 @@ def _scale(x: torch.Tensor, p: Values, idx: list[int], state: State, g: torch.Ge
                                        "cifar": {"frames": 31, "level": (0.05, 0.07, 0.10)}},
               **{**_NOISE, "split": "validation"})
 def _speckle_noise(x: torch.Tensor, p: Values, idx: list[int], state: State, g: torch.Generator) -> torch.Tensor:
-    return _noise_frames(x, idx, g, lambda: (x + x * p["level"] * randn(tuple(x.shape), g, x)).clamp(0, 1))
+    return _noise_frames(x, idx, lambda: (x + x * p["level"] * randn(tuple(x.shape), g, x)).clamp(0, 1))
 
 
 @perturbation("gaussian_blur", "validation", "blur", {
@@ -187,9 +181,8 @@ def _gaussian_blur(x: torch.Tensor, p: Values, idx: list[int], state: State, g: 
 
 def _drip(liquid: torch.Tensor, kernel: tuple[float, ...]) -> torch.Tensor:
     """numpy ``convolve(column, kernel, mode="same")`` down every column (zero padding): liquid runs down."""
-    k = len(kernel)
     h = liquid.shape[-2]
-    start = (k - 1) // 2
+    start = (len(kernel) - 1) // 2
     out = torch.zeros_like(liquid)
     for j, kj in enumerate(kernel):   # same[r] = Σ_j k_j · col[r + start − j]
         off = start - j
@@ -215,12 +208,10 @@ def _spatter_start(x: torch.Tensor, p: Values, g: torch.Generator) -> State:
 def _spatter(x: torch.Tensor, p: Values, idx: list[int], state: State, g: torch.Generator) -> torch.Tensor:
     n, c, h, w = x.shape
     colour = torch.tensor([175, 238, 238], device=x.device, dtype=x.dtype).view(1, 1, 3, 1, 1) / 255
-    liquid = state["liquid"]
     layers = []
     for _ in idx:   # the drip is sequential; the water shading is batched
-        layers.append(liquid)
-        liquid = _drip(liquid, p["drip"])
-    state["liquid"] = liquid
+        layers.append(state["liquid"])
+        state["liquid"] = _drip(state["liquid"], p["drip"])
     t = len(layers)
     m = (water_layer(torch.stack(layers, 1).reshape(n * t, 1, h, w)) * p["intensity"]).reshape(n, t, 1, h, w)
     return (x.unsqueeze(1) + m * colour).clamp(0, 1)

@@ -1,14 +1,11 @@
 """Spatter layers (water and mud), batched: the extra corruption of Hendrycks & Dietterich 2019 (arXiv:1903.12261).
 
-The water variant shades the liquid blobs with an embossed, histogram-equalised distance-to-edge map. The
-reference builds it with OpenCV (Canny, distanceTransform, equalizeHist, filter2D, blur); here each step is
-a batched tensor operation with the same definition: Canny with Sobel L1 magnitude, 4-direction
-non-maximum suppression and hysteresis (50, 150); OpenCV's ``distanceTransform(DIST_L2, 5)``, which is the
-5×5 *chamfer* distance (steps 1, 1.4 and 2.1969 for a side, a diagonal and a knight's move), not the exact
-Euclidean one, truncated at 20 px. The difference matters: the distance is blurred and truncated to whole
-grey levels before the histogram equalisation, so the exact distance moves pixels between grey levels and
-shifts the shading (about +1 % of mean damage at 224 px, measured against ``imagecorruptions`` on the same
-liquid draws).
+The water variant shades the liquid blobs with an embossed, histogram-equalised distance-to-edge map, which
+the reference builds with OpenCV (Canny, distanceTransform, equalizeHist, filter2D, blur); here each step is a
+batched tensor operation with the same definition: Canny with Sobel L1 magnitude, 4-direction non-maximum
+suppression and hysteresis (50, 150); ``distanceTransform(DIST_L2, 5)``, the 5×5 *chamfer* distance (steps 1,
+1.4 and 2.1969), not the exact Euclidean one (which moves pixels between the grey levels the distance is
+truncated to before the equalisation: about +1 % of mean damage at 224 px vs ``imagecorruptions``), capped at 20.
 """
 
 from __future__ import annotations
@@ -72,10 +69,9 @@ CHAMFER_STEPS: tuple[float, float, float] = (1.0, 1.4, 2.1969)
 def chamfer_norm(dx: int, dy: int) -> float:
     """Length of the cheapest path of 5×5 chamfer steps covering the offset (dx, dy), as OpenCV returns it.
 
-    With u = max(|dx|, |dy|) and v = min(|dx|, |dy|): u − 2v side steps and v knight's moves when u ≥ 2v,
-    else 2v − u diagonals and u − v knight's moves (Borgefors 1986). The steps are float32 numbers summed in
-    float32, sides or diagonals first, then knight's moves. OpenCV (its IPP kernel) sums along the path its
-    two raster scans find, so a few pixels get the same length rounded one float32 step (~1e-6) the other way.
+    With u = max(|dx|, |dy|), v = min(|dx|, |dy|): u − 2v sides and v knight's moves when u ≥ 2v, else 2v − u
+    diagonals and u − v knight's moves (Borgefors 1986), summed in float32, knight's moves last. (OpenCV's IPP
+    kernel sums along the path its raster scans find: a few pixels round one float32 step the other way.)
     """
     a, b, c = (np.float32(s) for s in CHAMFER_STEPS)
     u, v = max(abs(dx), abs(dy)), min(abs(dx), abs(dy))
@@ -111,12 +107,11 @@ def edge_distance(edges: torch.Tensor, cap: int = 20) -> torch.Tensor:
     """OpenCV ``distanceTransform(~edges, DIST_L2, 5)`` (N, 1, H, W), capped at ``cap`` (float32).
 
     The chamfer length grows with |dx| at a fixed |dy|, so the nearest edge pixel of each row suffices: the
-    horizontal distance r to it along every row (running maxima of edge positions), then the minimum over
-    row offsets |k| ≤ cap of the chamfer length of (r, k) — in exact integer units of 10⁻⁴, as the larger of
-    the two linear pieces of the 5×5 chamfer norm (u = max(r, k), v = min(r, k)):
-    max(1·u + 0.1969·v, 0.7969·u + 0.6031·v) — and one lookup of OpenCV's float32 value at the end
-    (:func:`chamfer_norm`). Every chamfer length is ≥ max(|dx|, |dy|), so offsets beyond ``cap`` never fall
-    under it. Rows are laid out outermost, so each offset's rows are one contiguous block.
+    horizontal distance r to it (running maxima of edge positions), then the minimum over row offsets
+    |k| ≤ cap of the chamfer length of (r, k), in exact integer units of 10⁻⁴ as the larger of the norm's two
+    linear pieces (u = max(r, k), v = min(r, k)): max(u + 0.1969·v, 0.7969·u + 0.6031·v); one lookup of
+    OpenCV's float32 value at the end (:func:`chamfer_norm`). Chamfer lengths are ≥ max(|dx|, |dy|), so
+    offsets beyond ``cap`` never fall under it. Rows are outermost: each offset's rows are one block.
     """
     n, _, h, w = edges.shape
     a, b, c = _UNITS
@@ -143,19 +138,16 @@ def edge_distance(edges: torch.Tensor, cap: int = 20) -> torch.Tensor:
 
 def equalize_hist(img: torch.Tensor) -> torch.Tensor:
     """OpenCV ``equalizeHist`` per image of 8-bit-valued (N, 1, H, W) float images."""
-    n = img.shape[0]
-    v = img.reshape(n, -1).to(torch.int64)
+    v = img.reshape(img.shape[0], -1).to(torch.int64)
     total = v.shape[1]
-    hist = torch.zeros(n, 256, dtype=torch.int64, device=img.device)
-    hist.scatter_add_(1, v, torch.ones_like(v))
+    hist = torch.zeros(img.shape[0], 256, dtype=torch.int64, device=img.device).scatter_add_(1, v, torch.ones_like(v))
     first = (hist > 0).to(torch.int64).argmax(1, keepdim=True)            # first non-empty bin
     h_first = hist.gather(1, first)
     cdf = hist.cumsum(1)
     scale = 255.0 / (total - h_first).clamp_min(1).to(torch.float32)
     lut = torch.round((cdf - h_first).to(torch.float32) * scale).clamp(0, 255)
     out = lut.gather(1, v).to(img.dtype)
-    flat = (h_first == total).expand_as(out)
-    out = torch.where(flat, first.expand_as(out).to(img.dtype), out)
+    out = torch.where((h_first == total).expand_as(out), first.expand_as(out).to(img.dtype), out)
     return out.reshape(img.shape)
 
 
@@ -163,9 +155,7 @@ def water_layer(liquid: torch.Tensor) -> torch.Tensor:
     """The water tint weight m (N, 1, H, W) in [0, 1] from a thresholded liquid layer in [0, 1]."""
     lq8 = torch.floor(liquid * 255).clamp(0, 255)
     edges = canny(lq8, 50, 150)
-    dist = edge_distance(edges, 20)
-    dist = torch.floor(box_blur3(dist))
-    dist = equalize_hist(dist)
+    dist = equalize_hist(torch.floor(box_blur3(edge_distance(edges, 20))))
     emboss = torch.tensor([[-2., -1., 0.], [-1., 1., 1.], [0., 1., 2.]], dtype=torch.float64)
     dist = torch.round(filter2d(dist, emboss)).clamp(0, 255)
     dist = torch.round(box_blur3(dist))

@@ -32,11 +32,9 @@ Draw = dict[str, torch.Tensor]
 
 @dataclass(frozen=True)
 class CorruptionParams:
-    """The parameters of one corruption at one severity, for one preset and image size.
-
-    Fields are read as attributes (``p.radius``); ``values`` holds them all, already scaled by ``scale``
-    (= shorter image side / preset size) where they are spatial. ``table`` holds the unscaled row.
-    """
+    """The parameters of one corruption at one severity, for one preset and image size, read as attributes
+    (``p.radius``): ``values``, spatial ones scaled by ``scale`` (= shorter image side / preset size);
+    ``table``, the unscaled row."""
 
     name: str
     severity: int
@@ -52,6 +50,11 @@ class CorruptionParams:
         raise AttributeError(f"{self.name} has no parameter {key!r}; it has {', '.join(values)}")
 
 
+def _levels(imagenet: Sequence[float], cifar: Sequence[float] | None = None) -> dict[str, list[tuple[float]]]:
+    """The tables of a one-field corruption: its five values per preset (``cifar`` defaults to ``imagenet``'s)."""
+    return {"imagenet": [(v,) for v in imagenet], "cifar": [(v,) for v in (cifar or imagenet)]}
+
+
 #: (N, (H, W), parameters, generator, a tensor of the output's device and dtype) → the draw
 SampleFn = Callable[[int, tuple[int, int], CorruptionParams, torch.Generator, torch.Tensor], Draw]
 #: (images, parameters, draw) → corrupted images (clamped to [0, 1] by :meth:`Corruption.apply` unless
@@ -64,15 +67,13 @@ class Corruption:
     """One corruption.
 
     ``tables`` maps each preset (``imagenet``, ``cifar``) to five rows (severities 1–5) of the values of
-    ``fields``. Fields named in ``spatial`` are lengths in pixels, multiplied by k = image side / preset size;
-    ``rescale`` (values, k) adjusts values that follow another rule. ``sample_fn`` is None for a
-    deterministic corruption. ``in_range``: ``apply_fn``'s output is already in [0, 1] (no clamp).
-    ``checks_range``: ``apply_fn`` rejects input outside [0, 1] itself, in a pass it makes anyway, so
-    :func:`~robustvit.corruptions.corrupt` skips its own range check.
-    ``variant_of``: another implementation of that corruption (named ``base@variant``); variants are not in
-    the groups, and the corruptions suite uses one in place of its base when asked to. ``aliases``: other
-    spellings the registry resolves to ``name``. A corruption's only setting is its severity (1–5), so its
-    ``Options`` are :class:`~robustvit.options.NoOptions`.
+    ``fields``; ``spatial`` fields are lengths in pixels, multiplied by k = image side / preset size;
+    ``rescale`` (values, k) adjusts values that follow another rule. ``sample_fn`` is None for a deterministic
+    corruption. ``in_range``: ``apply_fn``'s output is already in [0, 1] (no clamp). ``checks_range``:
+    ``apply_fn`` rejects input outside [0, 1] itself, so :func:`~robustvit.corruptions.corrupt` skips its check.
+    ``variant_of``: another implementation of that corruption (named ``base@variant``; not in the groups; the
+    corruptions suite can use it in place of its base). ``aliases``: other spellings of ``name``. The only
+    setting is the severity, so ``Options`` are :class:`~robustvit.options.NoOptions`.
     """
 
     name: str
@@ -140,7 +141,8 @@ class Corruption:
 
 #: Every corruption (filled by the decorators of ``corruptions/functional.py``, which the package imports);
 #: :func:`~robustvit.corruptions.list_corruptions` orders them as the ImageNet-C tables.
-CORRUPTIONS: Registry[Corruption] = Registry("corruption", package="robustvit.corruptions", hint="see robustvit.corruptions.list_corruptions()")
+CORRUPTIONS: Registry[Corruption] = Registry("corruption", package="robustvit.corruptions",
+                                             hint="see robustvit.corruptions.list_corruptions()")
 
 
 def corruption(name: str, group: str, fields: tuple[str, ...], tables: Mapping[str, Sequence[Sequence[float]]], *,
