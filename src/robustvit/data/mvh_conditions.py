@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from robustvit.corruptions.filters import gaussian_kernel1d
+from robustvit.data.modelvshuman import DATASETS
 from robustvit.errors import RobustvitError, unknown_name
 
 #: The mean grey of the 16-class ImageNet images (``bg_grey`` of the reference's filters).
@@ -310,6 +311,7 @@ def _eidolon_condition(x: torch.Tensor, c: str, g: torch.Generator) -> torch.Ten
 
 
 def _needs(tables: Tables | None, dataset: str) -> Tables:
+    """``tables``, or a one-line error naming the files ``dataset`` needs."""
     if tables is None:
         raise RobustvitError(f"{dataset} needs the reference's tables ({SPECTRUM_FILE}, {GAMMA_FILE}): pass "
                              "tables=DIR (the code/ folder of rgeirhos/generalisation-humans-DNNs)")
@@ -317,35 +319,29 @@ def _needs(tables: Tables | None, dataset: str) -> Tables:
 
 
 def _scaled(std: float, x: torch.Tensor) -> float:
+    """A filter width of the reference's 224 px images at the size of ``x``."""
     return std * min(x.shape[-2:]) / REFERENCE_SIDE
 
 
 Maker = Callable[[torch.Tensor, str, torch.Generator, "Tables | None"], torch.Tensor]
-
-#: The data sets generated on the fly: name → (its conditions in model-vs-human's order, the manipulation).
-GENERATED: Mapping[str, tuple[tuple[str, ...], Maker]] = {
-    "colour": (("cr", "bw"), lambda x, c, g, t: colour(x, c)),
-    "contrast": (("c100", "c50", "c30", "c15", "c10", "c05", "c03", "c01"),
-                 lambda x, c, g, t: contrast(x, int(c[1:]) / 100)),
-    "high-pass": (("inf", "3.0", "1.5", "1.0", "0.7", "0.55", "0.45", "0.4"),
-                  lambda x, c, g, t: high_pass(x, _scaled(float(c), x))),
-    "low-pass": (("0", "1", "3", "5", "7", "10", "15", "40"), lambda x, c, g, t: low_pass(x, _scaled(float(c), x))),
-    "phase-scrambling": (("0", "30", "60", "90", "120", "150", "180"),
-                         lambda x, c, g, t: phase_scrambling(x, float(c), g)),
+_MAKERS: dict[str, Maker] = {
+    "colour": lambda x, c, g, t: colour(x, c),
+    "contrast": lambda x, c, g, t: contrast(x, int(c[1:]) / 100),
+    "high-pass": lambda x, c, g, t: high_pass(x, _scaled(float(c), x)),
+    "low-pass": lambda x, c, g, t: low_pass(x, _scaled(float(c), x)),
+    "phase-scrambling": lambda x, c, g, t: phase_scrambling(x, float(c), g),
     # "0": the greyscale original, as every greyscale set's control; "pow": equalised
-    "power-equalisation": (("0", "pow"), lambda x, c, g, t: greyscale(x) if c == "0" else
-                           power_equalisation(x, _needs(t, "power-equalisation").spectrum)),
+    "power-equalisation": lambda x, c, g, t: (greyscale(x) if c == "0" else
+                                              power_equalisation(x, _needs(t, "power-equalisation").spectrum)),
     # "True": the image; "False": opponent colours
-    "false-colour": (("True", "False"), lambda x, c, g, t: x if c == "True" else
-                     false_colour(x, _needs(t, "false-colour").gamma)),
-    "rotation": (("0", "90", "180", "270"), lambda x, c, g, t: rotation(x, int(c))),
-    "uniform-noise": (("0.0", "0.03", "0.05", "0.1", "0.2", "0.35", "0.6", "0.9"),
-                      lambda x, c, g, t: uniform_noise(x, float(c), g)),
-    # reach-coherence×10-grain: reach 2⁰ … 2⁷, grain 10
-    **{f"eidolon{roman}": (tuple(f"{2 ** i}-{coh}-10" for i in range(8)),
-                           lambda x, c, g, t: _eidolon_condition(x, c, g))
-       for roman, coh in (("I", 10), ("II", 3), ("III", 0))},
+    "false-colour": lambda x, c, g, t: x if c == "True" else false_colour(x, _needs(t, "false-colour").gamma),
+    "rotation": lambda x, c, g, t: rotation(x, int(c)),
+    "uniform-noise": lambda x, c, g, t: uniform_noise(x, float(c), g),
+    **{f"eidolon{roman}": lambda x, c, g, t: _eidolon_condition(x, c, g) for roman in ("I", "II", "III")},
 }
+#: The data sets generated on the fly: name → (its conditions in model-vs-human's order, the manipulation).
+GENERATED: Mapping[str, tuple[tuple[str, ...], Maker]] = {name: (DATASETS[name], make)
+                                                          for name, make in _MAKERS.items()}
 #: Generated sets that need the reference's :class:`Tables`.
 NEEDS_TABLES = ("power-equalisation", "false-colour")
 
