@@ -52,11 +52,16 @@ class ImageDataset(Dataset):
 
 
 class BatchedImageDataset(ImageDataset):
-    """A data set that reads whole batches (``get_batch`` is its own); one item is a batch of one."""
+    """A data set that reads whole batches: its own ``read_batch`` (uint8, which ``get_batch`` makes float) or
+    ``get_batch``; one item is a batch of one."""
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         x, y = self.get_batch(torch.tensor([int(i)]))
         return x[0], int(y[0])
+
+    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.read_batch(index)
+        return to_float(x), y
 
 
 def _read_items(read: Any, index: torch.Tensor) -> list[tuple[torch.Tensor, int]]:

@@ -160,7 +160,6 @@ def file_view(ds: ImageDataset) -> tuple[FileImageDataset, torch.Tensor | None] 
     """The image-file data set behind ``ds`` and the map of ``ds``'s indices to its own (None: the same), or
     None when ``ds`` does not read image files (``decode="gpu"`` then decodes nothing)."""
     from robustvit.data.subset import SubsetDataset
-
     if isinstance(ds, FileImageDataset):
         return ds, None
     if isinstance(ds, SubsetDataset):
@@ -546,11 +545,8 @@ def iter_chunks(dataset: ImageDataset, chunks: Iterable[torch.Tensor], *, worker
                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """One pass of a :class:`ChunkLoader` (its workers stop at the end): ``(x float on device, y long on the CPU)``
     for each 1-D index tensor of ``chunks``, taken lazily in order."""
-    loader = ChunkLoader(dataset, workers=workers, device=device, decode=decode, prefetch=prefetch)
-    try:
+    with ChunkLoader(dataset, workers=workers, device=device, decode=decode, prefetch=prefetch) as loader:
         yield from loader.iter(chunks)
-    finally:
-        loader.close()
 
 
 # ---------------------------------------------------------------- several aligned data sets, one loader
@@ -627,11 +623,8 @@ def iter_parts(parts: Mapping[str, ImageDataset] | PartsDataset,
                ) -> Iterator[tuple[Any, ChunkParts]]:
     """One pass of :meth:`ChunkLoader.iter_parts` over ``parts`` (a mapping name → data set, or a PartsDataset)."""
     pds = parts if isinstance(parts, PartsDataset) else PartsDataset(parts)
-    loader = ChunkLoader(pds, workers=workers, device=device, prefetch=prefetch)
-    try:
+    with ChunkLoader(pds, workers=workers, device=device, prefetch=prefetch) as loader:
         yield from loader.iter_parts(chunks, as_float=as_float)
-    finally:
-        loader.close()
 
 
 __all__ = ["ChunkLoader", "ChunkParts", "DECODERS", "DeviceJpegDecoder", "MAX_AUTO_WORKERS", "PartsDataset",

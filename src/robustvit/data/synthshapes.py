@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from robustvit.data.base import BatchedImageDataset, to_float
+from robustvit.data.base import BatchedImageDataset
 from robustvit.errors import RobustvitError
 from robustvit.utils import derive_seed
 
@@ -286,10 +286,6 @@ class SynthShapesDataset(BatchedImageDataset):
 
     def __len__(self) -> int:
         return len(self.labels)
-
-    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = self.read_batch(index)
-        return to_float(x), y
 
     def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 images (rendered in 8 bits) and labels."""
