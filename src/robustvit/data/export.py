@@ -294,8 +294,8 @@ class _Exporter:
         todo = self._imagenet_c_todo() if imagenet else self._cifar_c_todo()
         total = len(self.names) * len(self.severities)
         write_unit = self._imagenet_c_unit if imagenet else self._cifar_c_unit
-        bad = 0
-        with progress_bar(self.cfg.progress, f"corrupt → {self.cfg.layout}", len(todo) * len(self._batches())) as tick:
+        bad, steps = 0, len(todo) * len(self._batches())
+        with progress_bar(self.cfg.progress, f"corrupt → {self.cfg.layout}", steps) as tick:
             for name, s in todo:
                 bad = max(bad, write_unit(name, s, tick))
         if bad:

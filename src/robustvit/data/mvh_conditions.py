@@ -1,16 +1,15 @@
 """model-vs-human's parametric image manipulations, generated on the fly on a batch (N, 3, H, W) in [0, 1].
 
-Geirhos et al., "Generalisation in humans and deep neural networks", NeurIPS 2018 (arXiv:1808.08750), made
-these data sets with ``code/image_manipulation.py`` of rgeirhos/generalisation-humans-DNNs; model-vs-human
-(arXiv:2106.07411) ships the images at the conditions of :data:`GENERATED`. Each function follows that code:
-greyscale is scikit-image's ``rgb2gray`` (0.2125 R + 0.7154 G + 0.0721 B); low-/high-pass filters are scipy's
-``gaussian_filter`` with ``mode='constant', cval=0.4423`` (the images' mean grey); filter widths are in pixels
-of the 224 px images and scale with the image side. Power equalisation and false colour need two tables the
-reference ships next to its code (``code/mean_power_spectrum_grey.npy``: the mean amplitude spectrum of the
-experiment's 224 px greyscale images; ``code/x_gamma_function.npy``: the lab monitor's measured gamma, 256
-values): :func:`load_tables` reads the user's copy (robustvit does not redistribute them). Eidolon I–III follow
-the reference's ``eidolon_partially_coherent_disarray`` (its ``wrapper.py`` around the Eidolon toolbox of Koenderink
-et al., "Eidolons: Novel stimuli for vision research", JoV 2017): see :func:`eidolon`.
+Geirhos et al., "Generalisation in humans and deep neural networks", NeurIPS 2018 (arXiv:1808.08750), made these
+data sets with ``code/image_manipulation.py`` of rgeirhos/generalisation-humans-DNNs, which each function follows;
+model-vs-human (arXiv:2106.07411) ships them at the conditions of :data:`GENERATED`. Greyscale is scikit-image's
+``rgb2gray``; low-/high-pass filters are scipy's ``gaussian_filter(mode='constant', cval=0.4423)`` (the mean grey),
+widths in pixels of 224 px images, scaled with the side. Power equalisation and false colour need the reference's
+``code/mean_power_spectrum_grey.npy`` (mean amplitude spectrum of its 224 px grey images) and
+``code/x_gamma_function.npy`` (the lab monitor's gamma, 256 values), not redistributed: :func:`load_tables` reads
+the user's copy. Eidolon I–III: :func:`eidolon`, after the reference's ``eidolon_partially_coherent_disarray`` (its
+``wrapper.py`` around the Eidolon toolbox of Koenderink et al., "Eidolons: Novel stimuli for vision research",
+JoV 2017).
 
 >>> x = torch.rand(2, 3, 32, 32)
 >>> bool(torch.allclose(apply_condition(x, "contrast", "c100"), greyscale(x), atol=1e-6))
