@@ -339,4 +339,5 @@ _register("cifar_c", "cifar-c", "``cifar_c:ROOT,corruption=NAME,severity=S`` —
 
 
 __all__ = ["CLASSES_FILE", "CORRUPTIONS_3DCC", "CifarCSource", "CorruptedSource", "ImageNet3DCCSource",
-           "ImageNetCSource", "LAYOUTS", "NpyImageDataset", "READ_LAYOUTS", "detect_layout", "open_corrupted", "read_classes_file"]
+           "ImageNetCSource", "LAYOUTS", "NpyImageDataset", "READ_LAYOUTS", "detect_layout", "open_corrupted",
+           "read_classes_file"]

@@ -114,8 +114,7 @@ class SegmentationFileDataset(ImageDataset):
 
 
 def segmentation_samples(ds: Any, index: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Images and masks of a segmentation data set at native size (``get_native``, else ``get_batch`` and
-    ``get_masks`` of a generated one)."""
+    """A segmentation data set's images and masks at native size (``get_native``, else ``get_batch``, ``get_masks``)."""
     if hasattr(ds, "get_native"):
         return ds.get_native(index)
     index = torch.as_tensor(index).long().reshape(-1)

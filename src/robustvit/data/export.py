@@ -306,8 +306,7 @@ class _Exporter:
 
 
 def export_corrupted(cfg: ExportConfig) -> dict[str, Any]:
-    """Write the corrupted copy described by ``cfg`` (see the module docstring); returns a summary dict
-    (``out``, ``layout``, ``num_images``, ``units_written``, ``units_skipped``, ``preset``, …)."""
+    """Write the corrupted copy ``cfg`` describes; returns a summary (``out``, ``num_images``, ``units_written``, …)."""
     return _Exporter(cfg).run()
 
 

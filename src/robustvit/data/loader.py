@@ -72,8 +72,7 @@ def resolve_workers(value: int | str | None) -> int:
 
 
 def check_decode(decode: str, device: torch.device | str, resize: Resize | None = None) -> None:
-    """One-line refusals: an unknown ``decode``; ``"gpu"`` without a CUDA device or with an interpolation the
-    device cannot resize with."""
+    """One-line refusals: an unknown ``decode``; ``"gpu"`` without CUDA or with an interpolation it lacks."""
     if decode not in DECODERS:
         raise RobustvitError(f"--decode must be cpu or gpu, got {decode!r}")
     if decode == "gpu":
@@ -252,8 +251,7 @@ class DeviceJpegDecoder:
         return F2.center_crop(img, [r.size, r.size])
 
     def fit_all(self, imgs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """:meth:`fit` of every image, those of one size resized together (per image, the host launching the kernels
-        could not keep up with the device)."""
+        """:meth:`fit` of every image, those of one size together (per image the host can't keep up with the device)."""
         out: list[torch.Tensor | None] = [None] * len(imgs)
         sizes: dict[tuple[int, ...], list[int]] = {}
         for k, im in enumerate(imgs):
@@ -479,7 +477,7 @@ class ChunkLoader:
         stream = torch.cuda.Stream(self.device) if cuda else None
 
         def start(tag: Any, batch: Any) -> tuple[Any, Any, Any]:
-            if self.jpeg is not None or not cuda:
+            if self.jpeg is not None:
                 return tag, batch, None
             x, y = batch
             with torch.cuda.stream(stream):
@@ -543,8 +541,7 @@ class _Peek:
 def iter_chunks(dataset: ImageDataset, chunks: Iterable[torch.Tensor], *, workers: int | str = 0,
                 device: torch.device | str = "cpu", decode: str = "cpu", prefetch: int = 2
                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """One pass of a :class:`ChunkLoader` (its workers stop at the end): ``(x float on device, y long on the CPU)``
-    for each 1-D index tensor of ``chunks``, taken lazily in order."""
+    """One pass of a :class:`ChunkLoader` (workers stop at the end): ``(x, y)`` for each index tensor of ``chunks``."""
     with ChunkLoader(dataset, workers=workers, device=device, decode=decode, prefetch=prefetch) as loader:
         yield from loader.iter(chunks)
 

@@ -84,8 +84,7 @@ def low_pass(x: torch.Tensor, std: float) -> torch.Tensor:
 
 
 def high_pass(x: torch.Tensor, std: float) -> torch.Tensor:
-    """Greyscale minus its Gaussian low-pass, shifted to mean 0.4423, clipped (``high_pass_filter``); std ∞:
-    greyscale."""
+    """Greyscale minus its Gaussian low-pass, shifted to mean 0.4423, clipped (``high_pass_filter``); ∞: grey."""
     g = greyscale(x)
     if math.isinf(std):
         return g
@@ -136,8 +135,7 @@ class Tables:
 
 
 def load_tables(folder: str | Path) -> Tables:
-    """Read ``mean_power_spectrum_grey.npy`` and ``x_gamma_function.npy`` from ``folder`` (the reference's
-    ``code/``); one-line errors for a missing or malformed file."""
+    """The reference's two tables from ``folder`` (its ``code/``); one-line errors for a missing or malformed file."""
     folder = Path(folder).expanduser()
     arrays = []
     for name, ndim in ((SPECTRUM_FILE, 2), (GAMMA_FILE, 1)):

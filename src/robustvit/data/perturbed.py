@@ -211,8 +211,7 @@ class VideoFolderSequences(PerturbationSource):
 
 def open_perturbation_source(root: str | Path, name: str, difficulty: int = 1, *,
                              labels: Any = None) -> PerturbationSource:
-    """The sequences of ``name`` at ``difficulty`` under ``root``: ``<stem>.npy`` (CIFAR-P) or ``<stem>/``
-    (ImageNet-P), ``stem`` = :func:`perturbation_file_stem`."""
+    """The sequences of ``name`` at ``difficulty``: ``root/<stem>.npy`` (CIFAR-P) or ``root/<stem>/`` (ImageNet-P)."""
     root = Path(root)
     if not root.is_dir():
         raise RobustvitError(f"perturbation source {root} is not a folder; give the CIFAR-10-P or ImageNet-P root")

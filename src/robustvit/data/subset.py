@@ -293,8 +293,7 @@ class Subset:
 
 def make_subset(ds: Any, *, limit: int | None = None, method: str = "stratified", seed: int = 0,
                 file: str | Path | None = None, labels: torch.Tensor | None = None) -> Subset:
-    """The run's images of ``ds``: ``--subset FILE``, else ``--limit N`` drawn by ``method`` with ``seed``
-    (see :func:`select_subset`), else all of them."""
+    """The run's images of ``ds``: ``--subset FILE``, else ``--limit N`` drawn by ``method`` with ``seed``, else all."""
     check_method(method)
     n = len(ds)
     if labels is None:
