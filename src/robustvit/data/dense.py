@@ -1,22 +1,15 @@
 """Dense-prediction data: semantic segmentation (``cityscapes:``, ``ade20k:``, stored Cityscapes-C-style
-corruptions) and object detection (``coco:``), plus the COCO ground truth of any detection data set.
+corruptions) and object detection (``coco:``), plus the COCO ground truth of any detection data set; the layouts
+are documented in docs/dense.md ("Data").
 
 A *segmentation* data set is an :class:`ImageDataset` with ``get_masks(index) -> long (n, H, W)`` (class
 indices, ``ignore_index`` 255 unlabelled) at its images' size. A *detection* data set has ``get_images(index)``
 (float (3, H, W), native sizes), ``get_targets(index)`` (per image ``boxes`` (m, 4) ``[x0, y0, x1, y1]`` in
 pixels, ``labels`` (m,) COCO category ids) and ``image_sizes(index)``. ``synthshapes:…,masks=1`` / ``boxes=1``
-are both, generated. Layouts:
-
-* Cityscapes as torchvision's ``Cityscapes``: ``ROOT/leftImg8bit/<split>/<city>/*_leftImg8bit.png`` and
-  ``ROOT/gtFine/<split>/<city>/*_gtFine_labelIds.png``; label ids → the 19 train ids (cityscapesScripts
-  ``labels.py``), the rest 255.
-* ADE20K SceneParsing (``ADEChallengeData2016``): ``ROOT/images/<split>/*.jpg`` and
-  ``ROOT/annotations/<split>/*.png`` (split ``training`` or ``validation``); label 0 ("other") → 255, 1–150 →
-  0–149 (mmseg's ``reduce_zero_label``); class names from ``objectInfo150.txt``/``.csv`` if present.
-* Stored corruptions: FAN's layout (its ``gen_coco_c.py``) ``DIR/<corruption>_<severity>/<path relative to the
-  clean folder>`` or Kamann & Rother's (Cityscapes-C, arXiv:1908.05005) ``DIR/<corruption>/<severity>/<relative
-  path>`` (any image extension; for COCO the ``file_name``); masks and boxes are the clean data set's.
-* COCO: ``ROOT/annotations/instances_<split>.json`` with images in ``ROOT/<split>/``, or ``coco:IMAGES,ann=FILE``.
+are both, generated. Cityscapes labels map to the 19 train ids (cityscapesScripts ``labels.py``), ADE20K's
+0 → 255 and 1–150 → 0–149 (mmseg's ``reduce_zero_label``). Stored corruptions, in FAN's layout (its
+``gen_coco_c.py``: ``DIR/<corruption>_<severity>/<relative path>``) or Kamann & Rother's (Cityscapes-C,
+arXiv:1908.05005: ``DIR/<corruption>/<severity>/<relative path>``), keep the clean data set's masks and boxes.
 
 The dense suites read at native resolution (``get_native``). Items and ``get_batch`` (training, previews) bring
 segmentation images to the model's square input (bilinear, antialiased; masks nearest) so that a batch has one

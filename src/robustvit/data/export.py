@@ -1,25 +1,16 @@
 """Write a corrupted copy of a data set in the official ImageNet-C or CIFAR-10-C layout (``robustvit corrupt``).
 
 Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
-ICLR 2019 (arXiv:1903.12261). Layouts (read back by ``robustvit.data.corrupted`` and the ``corruptions``
-suite with ``source=OUT``):
+ICLR 2019 (arXiv:1903.12261); layouts and options in docs/corruptions.md ("Writing ImageNet-C / CIFAR-C copies"):
+``imagenet-c`` ``OUT/<corruption>/<severity>/<class folder>/<name>.JPEG``, each image truncated to uint8
+(``np.uint8(255·x)``, as the reference) and saved at JPEG quality 85 like the release (or PNG); ``cifar-c``
+``OUT/<corruption>.npy`` uint8 (5·N, H, W, 3), severity-major, and ``OUT/labels.npy`` (5·N,). ``OUT/classes.txt``
+lists the classes in label order, ``OUT/corrupt.json`` the settings, ``OUT/subset.txt`` the images ``limit`` /
+``subset`` drew (as ``robustvit eval`` does; written in data-set order).
 
-* ``imagenet-c``: ``OUT/<corruption>/<severity>/<class folder>/<name>.JPEG``, each image truncated to uint8
-  (``np.uint8(255·x)``, as the reference) and saved as JPEG quality 85 like the release (``image_format="png"``:
-  PNG). ``<name>``: the source file's stem, or the 8-digit index for in-memory data. ``OUT/classes.txt`` lists
-  the class folders in label order.
-* ``cifar-c``: ``OUT/<corruption>.npy`` uint8 (5·N, H, W, 3), rows N·(s−1) … N·s−1 = severity s, and
-  ``OUT/labels.npy`` (5·N,), the labels repeated per severity as CIFAR-10-C. All 5 severities are written.
-
-Resumable: a finished unit is skipped (ImageNet-C: marker ``<corruption>/<severity>/.done``; CIFAR-C:
-``.partial/<corruption>_<severity>.npy``, assembled into ``<corruption>.npy`` once its 5 severities exist); every
-file is written atomically (``robustvit.runs.atomic``). Batch ``c`` of a unit uses the seed
-``derive_seed(seed, corruption, severity, c)``: a copy is reproducible for the same seed, batch size and device
-kind. ``OUT/corrupt.json`` records the settings.
-
-``limit`` draws the images as ``robustvit eval`` does (``robustvit.data.subset``; ``subset``: a file of indices
-or relative paths); they are written in data-set order and ``OUT/subset.txt`` lists their indices (``robustvit
-eval --data SAME --subset OUT/subset.txt --suite corruptions:source=OUT`` then scores the clean images too).
+Resumable: a finished unit is skipped (marker ``<corruption>/<severity>/.done``; CIFAR-C: ``.partial/`` files
+assembled once a corruption's 5 severities exist); files are written atomically. Batch ``c`` of a unit uses the
+seed ``derive_seed(seed, corruption, severity, c)``: reproducible for the same seed, batch size and device kind.
 
 >>> export_corrupted(ExportConfig(data="synthshapes:test,count=20", out="/tmp/ssc", layout="cifar-c",
 ...                               corruptions="fog", progress=False))          # doctest: +SKIP

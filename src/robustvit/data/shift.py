@@ -10,13 +10,9 @@
 * **ImageNet-V2** (Recht et al., arXiv:1902.10811), e.g. ``imagenetv2-matched-frequency-format-val``: folders
   ``0`` … ``999``, the label the folder's *integer*, not its sorted-string position ("10" < "2").
 
-ImageNet class i is the i-th wnid of ``classlists/imagenet_wnids.txt`` (sorted, as ImageFolder). Folders may be
-missing (a subset); one not in the class list is an error. Images are resized like ImageNet validation (shorter
-side to ``size / crop_pct``, centre crop ``size``: Resize(256) + CenterCrop(224) at 0.875).
-
-Data specs ``imagenet_r:/path`` etc. (option ``crop_pct=``; without a path ``$ROBUSTVIT_DATA/<DEFAULT_FOLDERS
-entry>``) label with the ImageNet-1k class index, so that any suite scores a 1000-class model's argmax; the
-``imagenet_r`` / ``imagenet_a`` *suites* use the 200-class labels and masked logits.
+ImageNet class i is the i-th wnid of ``classlists/imagenet_wnids.txt`` (sorted); folders may be missing, not
+unknown. Data specs ``imagenet_r:/path`` etc. (docs/natural-shift.md) label with the ImageNet-1k index, so that any
+suite scores a 1000-class model's argmax; the ``imagenet_r`` / ``imagenet_a`` *suites* mask the logits instead.
 """
 
 from __future__ import annotations
@@ -161,14 +157,13 @@ def load_shift_dataset(name: str, root: str | Path | None = None, *, image_size:
 
 
 def _source(name: str, arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
-    crop_pct = float(options.pop("crop_pct", resize.crop_pct if resize is not None else 0.875))
+    resize = resize or Resize(224)
+    crop_pct = float(options.pop("crop_pct", resize.crop_pct))
     root = options.pop("root", None)
     if options:
         raise RobustvitError(f"data source {name!r} has no option {next(iter(options))!r}; it takes root=, crop_pct=")
-    path = resolve_root(name, arg or None, {"root": root})
-    return load_shift_dataset(name, path, image_size=resize.size if resize is not None else None, crop_pct=crop_pct,
-                              interpolation=resize.interpolation if resize is not None else "bilinear",
-                              strict=strict, labels="imagenet")
+    return load_shift_dataset(name, arg or root, image_size=resize.size, crop_pct=crop_pct,
+                              interpolation=resize.interpolation, strict=strict, labels="imagenet")
 
 
 @dataclass
