@@ -18,7 +18,7 @@ order (that of ``imagenet:/path/to/val`` or ``cifar10:test``). Data specs: ``ima
 (a 3DCC tree too: ``corruption=fog_3d``) and ``cifar_c:ROOT,corruption=fog,severity=3``.
 
 >>> src = open_corrupted("/data/CIFAR-10-C")                      # doctest: +SKIP
->>> ds = src.unit("fog", 3); x, y = ds.get_batch(torch.arange(8))  # doctest: +SKIP
+>>> x, y = src.unit("fog", 3).get_batch(torch.arange(8))          # doctest: +SKIP
 """
 
 from __future__ import annotations

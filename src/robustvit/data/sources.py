@@ -205,8 +205,7 @@ class ResizeOptions:
 
 
 def _resize_with(resize: Resize | None, options: Any) -> Resize | None:
-    return override_resize(resize, {f.name: getattr(options, f.name) for f in fields(ResizeOptions)
-                                    if getattr(options, f.name) is not None})
+    return override_resize(resize, {f.name: getattr(options, f.name) for f in fields(ResizeOptions)})
 
 
 @dataclass
