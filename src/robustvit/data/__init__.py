@@ -1,10 +1,8 @@
 """Data sets from spec strings: ``create_dataset("synthshapes:test")``, ``"folder:/path"``, ``"npz:/x.npz"``,
-``"cifar10:test"``, ``"imagenet:/val"``; options follow as ``:key=value`` (or ``,key=value``), e.g.
-``synthshapes:train:size=64:count=100``. The grammar and the :class:`DataSource` convention are in
-:mod:`robustvit.data.sources`; ``list_sources()`` names every registered source; ``SOURCES`` imports every module of this package before its
-first lookup, so a module with a ``@register_source`` function or class is picked up with no list to edit.
-
-Every data set yields float images (3, H, W) in [0, 1] and integer labels; see ``robustvit.data.base``.
+``"cifar10:test"``, ``"imagenet:/val"``, options as ``:key=value`` (or ``,key=value``), e.g.
+``synthshapes:train:size=64:count=100``. The grammar and :class:`DataSource` are in :mod:`robustvit.data.sources`;
+``list_sources()`` names every source (``SOURCES`` imports every module of this package before its first lookup,
+so a ``@register_source`` here needs no list to edit). Images are float (3, H, W) in [0, 1] (``data.base``).
 """
 
 from __future__ import annotations

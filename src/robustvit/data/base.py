@@ -22,8 +22,6 @@ from torch.utils.data import Dataset
 from robustvit.errors import RobustvitError
 
 UNREADABLE = -1
-
-
 #: Threads decoding image files in :meth:`ImageDataset.get_batch`.
 READ_THREADS = 8
 
@@ -54,19 +52,22 @@ class ImageDataset(Dataset):
 
 
 class BatchedImageDataset(ImageDataset):
-    """A data set that reads whole batches (``get_batch`` is its own); one item is a batch of one."""
+    """A data set that reads whole batches: its own ``read_batch`` (uint8, which ``get_batch`` makes float) or
+    ``get_batch``; one item is a batch of one."""
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         x, y = self.get_batch(torch.tensor([int(i)]))
         return x[0], int(y[0])
 
+    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.read_batch(index)
+        return to_float(x), y
+
 
 def _read_items(read: Any, index: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
-    """``read(i)`` for every index: on :data:`READ_THREADS` threads in the main process, one after the other in a
-    DataLoader worker process (the workers are the parallelism there; threads in a worker lose to the GIL on small
-    images: 32-px JPEGs read 1.5× slower on two threads than on one)."""
+    """``read(i)`` for every index: on :data:`READ_THREADS` threads in the main process, serially in a DataLoader
+    worker (threads there lose to the GIL on small images: 32-px JPEGs read 1.5× slower on two threads)."""
     from torch.utils.data import get_worker_info
-
     ids = torch.as_tensor(index).long().reshape(-1).tolist()
     if not ids:
         raise RobustvitError("get_batch needs at least one index")
@@ -77,12 +78,17 @@ def _read_items(read: Any, index: torch.Tensor) -> list[tuple[torch.Tensor, int]
         return list(pool.map(read, ids))
 
 
-def _stack(items: list[tuple[torch.Tensor, int]], spec: str) -> tuple[torch.Tensor, torch.Tensor]:
-    shapes = {tuple(it[0].shape) for it in items}
+def _stack_images(images: list[torch.Tensor], spec: str) -> torch.Tensor:
+    """The images as one batch; a one-line error when their sizes differ."""
+    shapes = {tuple(x.shape) for x in images}
     if len(shapes) > 1:
         raise RobustvitError(f"images of different sizes {sorted(shapes)[:2]} in one batch of {spec}; "
                              "give the data set a size (e.g. folder:/path,size=224 or --image-size)")
-    return torch.stack([it[0] for it in items]), torch.tensor([int(it[1]) for it in items], dtype=torch.long)
+    return torch.stack(images)
+
+
+def _stack(items: list[tuple[torch.Tensor, int]], spec: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _stack_images([x for x, _ in items], spec), torch.tensor([int(y) for _, y in items], dtype=torch.long)
 
 
 class TensorImageDataset(ImageDataset):
@@ -94,8 +100,7 @@ class TensorImageDataset(ImageDataset):
             raise RobustvitError(f"images must have shape (N, 3, H, W), got {tuple(images.shape)}")
         if len(images) != len(labels):
             raise RobustvitError(f"{len(images)} images but {len(labels)} labels")
-        self.images, self.labels = images, labels.long()
-        self.classes, self.spec = list(classes), spec
+        self.images, self.labels, self.classes, self.spec = images, labels.long(), list(classes), spec
         self.extra = extra or {}
         if len(labels) and (int(self.labels.max()) >= len(classes) or int(self.labels.min()) < 0):
             raise RobustvitError(f"labels must lie in [0, {len(classes) - 1}] for {len(classes)} classes, "
@@ -122,10 +127,9 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Resize:
-    """How images reach a model's input, as timm's evaluation transform does it (without its Normalize, which
-    robustvit's models apply inside): the shorter side resized to ``floor(size / crop_pct)`` with the model's
-    ``interpolation`` (PIL, antialiased), then a centre crop of ``size`` × ``size``. ``crop_pct=0.875`` at 224 px
-    is the ImageNet convention Resize(256) + CenterCrop(224)."""
+    """How images reach a model's input, as timm's evaluation transform (less its Normalize, which robustvit's models
+    apply inside): the shorter side resized to ``floor(size / crop_pct)`` with ``interpolation`` (PIL, antialiased),
+    then a centre crop ``size`` × ``size``; ``crop_pct=0.875`` at 224 px is Resize(256) + CenterCrop(224)."""
 
     size: int
     crop_pct: float = 0.875
@@ -141,7 +145,6 @@ class Resize:
 
     def __call__(self, im: Image.Image) -> Image.Image:
         import torchvision.transforms.functional as TF
-
         mode = TF.InterpolationMode(self.interpolation)
         im = TF.resize(im, math.floor(self.size / self.crop_pct), interpolation=mode)
         return TF.center_crop(im, [self.size, self.size])
@@ -166,8 +169,8 @@ class UnreadableImage(ValueError):
 
 
 def check_pixel_limit(im: Image.Image, path: str | Path) -> None:
-    """Refuse an image with more pixels than ``PIL.Image.MAX_IMAGE_PIXELS`` (a possible decompression bomb) before
-    it is decoded, so it costs neither the time nor the memory; ``MAX_IMAGE_PIXELS = None`` lifts the limit."""
+    """Refuse an image over ``PIL.Image.MAX_IMAGE_PIXELS`` (a possible decompression bomb) before decoding it;
+    ``MAX_IMAGE_PIXELS = None`` lifts the limit."""
     limit = Image.MAX_IMAGE_PIXELS
     if limit and im.width * im.height > limit:
         raise UnreadableImage(f"{im.width}x{im.height} pixels exceed Pillow's limit of {limit} "
@@ -179,7 +182,6 @@ def to_rgb(im: Image.Image) -> Image.Image:
     white), palette images with transparency through RGBA (same colours, without Pillow's warning), CMYK, grey,
     1-bit and alpha modes by Pillow's conversion (alpha dropped, as torchvision's ImageFolder loader does)."""
     import numpy as np
-
     if im.mode in WIDE_GREY_MODES:
         a = np.asarray(im, dtype=np.float64)
         im = Image.fromarray(np.clip(np.rint(a / 257.0), 0, 255).astype(np.uint8), "L")
@@ -189,8 +191,8 @@ def to_rgb(im: Image.Image) -> Image.Image:
 
 
 def load_image(path: str | Path, resize: Resize | None = None) -> torch.Tensor:
-    """Read an image file as float RGB (3, H, W) in [0, 1], brought to a model's input by ``resize``. Images over
-    Pillow's pixel limit raise :class:`UnreadableImage` before decoding; see :func:`to_rgb` for the modes."""
+    """An image file as float RGB (3, H, W) in [0, 1], brought to a model's input by ``resize``; images over
+    Pillow's pixel limit raise :class:`UnreadableImage` before decoding (modes: :func:`to_rgb`)."""
     return to_float(load_image_uint8(path, resize))
 
 
@@ -198,7 +200,6 @@ def load_image_uint8(path: str | Path | BinaryIO, resize: Resize | None = None) 
     """:func:`load_image` before its division by 255: uint8 RGB (3, H, W) (Pillow resizes and crops in 8 bits, so
     ``load_image == to_float(load_image_uint8)`` exactly). ``path`` may be an open binary file (bytes read already)."""
     import torchvision.transforms.functional as TF
-
     with Image.open(path) as im:
         check_pixel_limit(im, path if isinstance(path, (str, Path)) else "<bytes>")
         im = to_rgb(im)
@@ -206,6 +207,7 @@ def load_image_uint8(path: str | Path | BinaryIO, resize: Resize | None = None) 
 
 
 def _reason(e: BaseException) -> str:
+    """``Type: first line of the message`` (160 characters at most)."""
     text = str(e).splitlines()[0][:160] if str(e) else ""
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
@@ -215,9 +217,7 @@ class FileImageDataset(ImageDataset):
 
     def __init__(self, samples: list[tuple[str, int]], classes: list[str], spec: str = "",
                  resize: Resize | None = None, strict: bool = False) -> None:
-        self.samples, self.classes, self.spec = samples, list(classes), spec
-        self.resize, self.strict = resize, strict
-        self.bad_files: list[str] = []
+        self.samples, self.classes, self.spec, self.resize, self.strict = samples, list(classes), spec, resize, strict
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -227,8 +227,8 @@ class FileImageDataset(ImageDataset):
         return to_float(x), label
 
     def read_item(self, i: int, read: Any = load_image_uint8) -> tuple[torch.Tensor, int]:
-        """Image ``i`` as uint8 (3, H, W) and its label; an unreadable file gives a zero image and
-        :data:`UNREADABLE` (``strict``: a one-line error). ``read(path, resize)`` decodes (default: Pillow)."""
+        """Image ``i`` as uint8 (3, H, W) and its label, decoded by ``read(path, resize)``; an unreadable file gives
+        a zero image and :data:`UNREADABLE` (``strict``: a one-line error)."""
         path, label = self.samples[i]
         try:
             return read(path, self.resize), label
@@ -241,8 +241,8 @@ class FileImageDataset(ImageDataset):
             raise RobustvitError(f"cannot read image {path} ({_reason(e)}); remove or replace it, "
                                  "or run without --strict to skip unreadable files") from None
         warnings.warn(f"skipping unreadable image {path} ({_reason(e)})", stacklevel=3)
-        s = self.resize.size if self.resize is not None else 32
-        return torch.zeros(3, s, s, dtype=torch.uint8)
+        side = self.resize.size if self.resize is not None else 32
+        return torch.zeros(3, side, side, dtype=torch.uint8)
 
     def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 images (files decoded on a few threads; one after the other in a loader worker) and labels."""
@@ -258,8 +258,7 @@ class ResizedDataset(ImageDataset):
     in-memory images (CIFAR, npz) evaluated with a model of another input size."""
 
     def __init__(self, ds: ImageDataset, resize: Resize) -> None:
-        self.ds, self.resize = ds, resize
-        self.classes, self.spec = ds.classes, ds.spec
+        self.ds, self.resize, self.classes, self.spec = ds, resize, ds.classes, ds.spec
 
     def __len__(self) -> int:
         return len(self.ds)

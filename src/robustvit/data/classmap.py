@@ -39,11 +39,13 @@ def load_class_map(path: str | Path, classes: list[str]) -> list[list[int]]:
     try:
         raw = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise RobustvitError(f"cannot read the class map {path} ({type(e).__name__}); give a JSON list or object") from None
+        raise RobustvitError(f"cannot read the class map {path} ({type(e).__name__}); "
+                             "give a JSON list or object") from None
     if isinstance(raw, dict):
         missing = [c for c in classes if c not in raw]
         if missing:
-            raise RobustvitError(f"class map {path} has no entry for data class {missing[0]!r} ({len(missing)} missing)")
+            raise RobustvitError(f"class map {path} has no entry for data class {missing[0]!r} "
+                                 f"({len(missing)} missing)")
         raw = [raw[c] for c in classes]
     if not isinstance(raw, list) or len(raw) != len(classes):
         raise RobustvitError(f"class map {path} must have one entry per data class ({len(classes)})")

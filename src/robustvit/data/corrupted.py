@@ -5,27 +5,20 @@ Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corrup
 ICLR 2019 (arXiv:1903.12261); Kar et al., "3D Common Corruptions and Data Augmentation", CVPR 2022
 (arXiv:2203.01441). Layouts:
 
-* **ImageNet-C**: ``ROOT/<corruption>/<severity 1-5>/<wnid>/<file>.JPEG`` (224 × 224 JPEG-85 files; 50,000
-  per corruption × severity). Labels: when ``ROOT/classes.txt`` exists (written by ``robustvit corrupt``)
-  its lines are the class names in label order; else, when every class folder is an ImageNet wnid, the
-  index of the wnid among the 1000 sorted wnids (so a subset of folders keeps ImageNet-1k labels); else the
-  sorted folder names (torchvision ``ImageFolder``).
-* **ImageNet-3DCC** (EPFL-VILAB/3DCommonCorruptions' ``tools/download_imagenet_3dcc.sh``, read by RobustBench's
-  ``load_imagenet3dcc``): the same tree, ``ROOT/<corruption>/<severity 1-5>/<wnid>/<file>.JPEG``, with the 12
-  corruptions of :data:`CORRUPTIONS_3DCC` (detected by those folder names); labels as ImageNet-C's.
-* **CIFAR-10-C / CIFAR-100-C**: ``ROOT/<corruption>.npy`` uint8 (5·N, 32, 32, 3) — rows N·(s−1) … N·s−1 are
-  severity s (N = 10,000 for the release) — and ``ROOT/labels.npy`` (5·N,) (or (N,)). Optional
-  ``ROOT/classes.txt``.
+* **ImageNet-C**: ``ROOT/<corruption>/<severity 1-5>/<wnid>/<file>.JPEG`` (224 × 224 JPEG-85 files, 50,000 per
+  unit). Labels: the lines of ``ROOT/classes.txt`` (written by ``robustvit corrupt``) when it exists; else, when
+  every class folder is a wnid, its index among the 1000 sorted wnids; else the sorted folder names.
+* **ImageNet-3DCC** (EPFL-VILAB/3DCommonCorruptions' ``tools/download_imagenet_3dcc.sh``, RobustBench's
+  ``load_imagenet3dcc``): the same tree with the 12 corruptions of :data:`CORRUPTIONS_3DCC`.
+* **CIFAR-10-C / CIFAR-100-C**: ``ROOT/<corruption>.npy`` uint8 (5·N, 32, 32, 3), rows N·(s−1) … N·s−1 severity
+  s, and ``ROOT/labels.npy`` (5·N,) or (N,); optional ``ROOT/classes.txt``.
 
-Every unit (one corruption at one severity) is an :class:`~robustvit.data.base.ImageDataset` of float
-images in [0, 1]; images are listed in the same order in every unit (class folders sorted, files sorted),
-which for ImageNet-C is the order of ``imagenet:/path/to/val`` and for CIFAR-C that of ``cifar10:test``.
-
-Data specs (``--data``): ``imagenet_c:ROOT,corruption=fog,severity=3`` (an ImageNet-3DCC tree too:
-``imagenet_c:ImageNet-3DCC,corruption=fog_3d,severity=3``) and ``cifar_c:ROOT,corruption=fog,severity=3``.
+Every unit (one corruption at one severity) is an :class:`~robustvit.data.base.ImageDataset` of images in the same
+order (that of ``imagenet:/path/to/val`` or ``cifar10:test``). Data specs: ``imagenet_c:ROOT,corruption=fog,severity=3``
+(a 3DCC tree too: ``corruption=fog_3d``) and ``cifar_c:ROOT,corruption=fog,severity=3``.
 
 >>> src = open_corrupted("/data/CIFAR-10-C")                      # doctest: +SKIP
->>> ds = src.unit("fog", 3); x, y = ds.get_batch(torch.arange(8))  # doctest: +SKIP
+>>> x, y = src.unit("fog", 3).get_batch(torch.arange(8))          # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -39,7 +32,8 @@ import numpy as np
 import torch
 
 from robustvit.corruptions.params import CORRUPTION_GROUPS
-from robustvit.data.base import FileImageDataset, ImageDataset, Resize, to_float
+from robustvit.data.base import BatchedImageDataset, FileImageDataset, ImageDataset, Resize
+from robustvit.data.shift import imagenet_wnids
 from robustvit.data.sources import register_source
 from robustvit.errors import RobustvitError
 from robustvit.options import option
@@ -61,9 +55,7 @@ def _all_corruptions() -> list[str]:
 def read_classes_file(root: Path) -> list[str] | None:
     """``ROOT/classes.txt`` (one class name a line, in label order), or None."""
     f = Path(root) / CLASSES_FILE
-    if not f.is_file():
-        return None
-    return [line.strip() for line in f.read_text().splitlines() if line.strip()]
+    return [line.strip() for line in f.read_text().splitlines() if line.strip()] if f.is_file() else None
 
 
 def detect_layout(root: str | Path) -> str:
@@ -86,7 +78,7 @@ def detect_layout(root: str | Path) -> str:
                          f"{', '.join(sorted(names))}; ImageNet-3DCC's are {', '.join(CORRUPTIONS_3DCC)}")
 
 
-class NpyImageDataset(ImageDataset):
+class NpyImageDataset(BatchedImageDataset):
     """Rows ``start … start+n−1`` of a memory-mapped uint8 (M, H, W, 3) array, with labels."""
 
     def __init__(self, array: np.ndarray, start: int, n: int, labels: torch.Tensor, classes: list[str],
@@ -96,14 +88,6 @@ class NpyImageDataset(ImageDataset):
 
     def __len__(self) -> int:
         return self.n
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        x, y = self.get_batch(torch.tensor([i]))
-        return x[0], int(y[0])
-
-    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = self.read_batch(index)
-        return to_float(x), y
 
     def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 images (n, 3, H, W) as stored, and labels."""
@@ -120,19 +104,13 @@ class CorruptedSource:
 
     layout: str
     root: Path
-
-    @property
-    def corruptions(self) -> list[str]:
-        raise NotImplementedError
+    corruptions: list[str]
+    classes: list[str]
 
     def severities(self, name: str) -> list[int]:
         raise NotImplementedError
 
     def unit(self, name: str, severity: int) -> ImageDataset:
-        raise NotImplementedError
-
-    @property
-    def classes(self) -> list[str]:
         raise NotImplementedError
 
     @property
@@ -170,8 +148,7 @@ class ImageNetCSource(CorruptedSource):
     layout = "imagenet-c"
 
     def __init__(self, root: str | Path, image_size: int | None = None, strict: bool = False) -> None:
-        self.root = Path(root).expanduser()
-        self.image_size, self.strict = image_size, strict
+        self.root, self.image_size, self.strict = Path(root).expanduser(), image_size, strict
         self._units: dict[tuple[str, int], FileImageDataset] = {}
 
     def set_image_size(self, size: int | None) -> None:
@@ -196,12 +173,8 @@ class ImageNetCSource(CorruptedSource):
         if listed is not None:
             return listed
         folders = self._folders(*self._first_unit())
-        from robustvit.data.shift import imagenet_wnids
-
         wnids = imagenet_wnids()
-        if all(f in set(wnids) for f in folders):
-            return list(wnids)
-        return folders
+        return list(wnids) if set(folders) <= set(wnids) else folders
 
     def _first_unit(self) -> tuple[str, int]:
         for c in self.corruptions:
@@ -232,9 +205,8 @@ class ImageNetCSource(CorruptedSource):
             if not samples:
                 raise RobustvitError(f"{d} has no images with extensions {', '.join(IMG_EXTENSIONS)}")
             spec = f"imagenet_c:{self.root},corruption={name},severity={severity}"
-            self._units[key] = FileImageDataset(samples, self.classes, spec,
-                                                None if self.image_size is None else Resize(self.image_size, 1.0),
-                                                self.strict)
+            resize = None if self.image_size is None else Resize(self.image_size, 1.0)
+            self._units[key] = FileImageDataset(samples, self.classes, spec, resize, self.strict)
         return self._units[key]
 
 
@@ -280,8 +252,7 @@ class CifarCSource(CorruptedSource):
         if listed is not None:
             return listed
         k = int(self.labels.max()) + 1 if len(self.labels) else 0
-        k = 10 if k <= 10 else 100 if k <= 100 else k
-        return [str(i) for i in range(k)]
+        return [str(i) for i in range(10 if k <= 10 else 100 if k <= 100 else k)]
 
     def array(self, name: str) -> np.ndarray:
         if name not in self._arrays:
@@ -295,7 +266,8 @@ class CifarCSource(CorruptedSource):
             if a.dtype != np.uint8 or a.ndim != 4 or a.shape[-1] != 3:
                 raise RobustvitError(f"{f} holds {a.dtype} {tuple(a.shape)}; a CIFAR-C file is uint8 (5·N, H, W, 3)")
             if a.shape[0] % 5:
-                raise RobustvitError(f"{f} has {a.shape[0]} rows, not a multiple of 5 (rows N·(s−1)…N·s−1 are severity s)")
+                raise RobustvitError(f"{f} has {a.shape[0]} rows, not a multiple of 5 "
+                                     "(rows N·(s−1)…N·s−1 are severity s)")
             n = a.shape[0] // 5
             if len(self.labels) not in (n, 5 * n):
                 raise RobustvitError(f"{self.root / 'labels.npy'} has {len(self.labels)} labels but {f} holds "
@@ -309,7 +281,8 @@ class CifarCSource(CorruptedSource):
         n = a.shape[0] // 5
         start = n * (int(severity) - 1)
         y = self.labels[start:start + n] if len(self.labels) == 5 * n else self.labels
-        return NpyImageDataset(a, start, n, y, self.classes, f"cifar_c:{self.root},corruption={name},severity={severity}")
+        spec = f"cifar_c:{self.root},corruption={name},severity={severity}"
+        return NpyImageDataset(a, start, n, y, self.classes, spec)
 
 
 def open_corrupted(root: str | Path, layout: str | None = None, *, image_size: int | None = None,
@@ -328,22 +301,20 @@ def open_corrupted(root: str | Path, layout: str | None = None, *, image_size: i
 
 
 def _source(layout: str, arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
-    name = options.pop("corruption", None)
-    sev = options.pop("severity", None)
+    name, sev, source = options.pop("corruption", None), options.pop("severity", None), layout.replace("-", "_")
     if options:
-        raise RobustvitError(f"data source {layout.replace('-', '_')!r} has no option {next(iter(options))!r}; "
+        raise RobustvitError(f"data source {source!r} has no option {next(iter(options))!r}; "
                              "it takes corruption=NAME,severity=1-5")
     if name is None or sev is None:
-        raise RobustvitError(f"{layout.replace('-', '_')}:{arg} needs corruption=NAME,severity=1-5 (e.g. "
-                             f"{layout.replace('-', '_')}:{arg},corruption=fog,severity=3); to evaluate every unit "
-                             f"use the corruptions suite with source={arg}")
+        raise RobustvitError(f"{source}:{arg} needs corruption=NAME,severity=1-5 (e.g. {source}:{arg},corruption=fog,"
+                             f"severity=3); to evaluate every unit use the corruptions suite with source={arg}")
     try:
         severity = int(sev)
     except ValueError:
         raise RobustvitError(f"severity must be an integer 1-5, got {sev!r}") from None
-    size = None if resize is None else resize.size
     if layout == "imagenet-c" and detect_layout(arg) == "imagenet-3dcc":      # the same tree, 3DCC's names
         layout = "imagenet-3dcc"
+    size = None if resize is None else resize.size
     return open_corrupted(arg, layout, image_size=size, strict=strict).unit(name, severity)
 
 
@@ -367,5 +338,6 @@ _register("cifar_c", "cifar-c", "``cifar_c:ROOT,corruption=NAME,severity=S`` —
           "CIFAR-100-C file.")
 
 
-__all__ = ["CLASSES_FILE", "CORRUPTIONS_3DCC", "CifarCSource", "CorruptedSource", "ImageNet3DCCSource", "ImageNetCSource",
-           "LAYOUTS", "NpyImageDataset", "READ_LAYOUTS", "detect_layout", "open_corrupted", "read_classes_file"]
+__all__ = ["CLASSES_FILE", "CORRUPTIONS_3DCC", "CifarCSource", "CorruptedSource", "ImageNet3DCCSource",
+           "ImageNetCSource", "LAYOUTS", "NpyImageDataset", "READ_LAYOUTS", "detect_layout", "open_corrupted",
+           "read_classes_file"]

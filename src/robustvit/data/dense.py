@@ -1,31 +1,19 @@
 """Dense-prediction data: semantic segmentation (``cityscapes:``, ``ade20k:``, stored Cityscapes-C-style
-corruptions) and object detection (``coco:``), plus the COCO ground truth of any detection data set.
+corruptions) and object detection (``coco:``), plus the COCO ground truth of any detection data set; the layouts
+are documented in docs/dense.md ("Data").
 
 A *segmentation* data set is an :class:`ImageDataset` with ``get_masks(index) -> long (n, H, W)`` (class
-indices, ``ignore_index`` = 255 for unlabelled pixels) at the size of its images. A *detection* data set has
-``get_images(index) -> list of float (3, H, W)`` (native sizes), ``get_targets(index)`` (per image ``boxes``
-(m, 4) ``[x0, y0, x1, y1]`` in pixels and ``labels`` (m,) = COCO category ids) and ``image_sizes(index)``.
-``synthshapes:…,masks=1`` / ``boxes=1`` are both, generated offline.
+indices, ``ignore_index`` 255 unlabelled) at its images' size. A *detection* data set has ``get_images(index)``
+(float (3, H, W), native sizes), ``get_targets(index)`` (per image ``boxes`` (m, 4) ``[x0, y0, x1, y1]`` in
+pixels, ``labels`` (m,) COCO category ids) and ``image_sizes(index)``. ``synthshapes:…,masks=1`` / ``boxes=1``
+are both, generated. Cityscapes labels map to the 19 train ids (cityscapesScripts ``labels.py``), ADE20K's
+0 → 255 and 1–150 → 0–149 (mmseg's ``reduce_zero_label``). Stored corruptions, in FAN's layout (its
+``gen_coco_c.py``: ``DIR/<corruption>_<severity>/<relative path>``) or Kamann & Rother's (Cityscapes-C,
+arXiv:1908.05005: ``DIR/<corruption>/<severity>/<relative path>``), keep the clean data set's masks and boxes.
 
-Layouts:
-
-* Cityscapes as torchvision's ``Cityscapes`` reads it: ``ROOT/leftImg8bit/<split>/<city>/*_leftImg8bit.png``
-  and ``ROOT/gtFine/<split>/<city>/*_gtFine_labelIds.png``; the 34 label ids are mapped to the 19 train ids
-  of the benchmark (cityscapesScripts ``labels.py``), the rest to 255.
-* ADE20K as the SceneParsing release (``ADEChallengeData2016``) lays it out: ``ROOT/images/<split>/*.jpg`` and
-  ``ROOT/annotations/<split>/*.png`` (split ``training`` or ``validation``); label 0 ("other") becomes 255 and
-  1–150 become 0–149 (mmseg's ``reduce_zero_label``); class names from ``objectInfo150.txt``/``.csv`` if present.
-* Stored corruptions, in FAN's layout (its ``gen_coco_c.py`` writes ``<corruption>_<severity>/`` in place of the
-  clean folder) ``DIR/<corruption>_<severity>/<path relative to the clean folder>`` or in Kamann & Rother's
-  (Cityscapes-C, arXiv:1908.05005) ``DIR/<corruption>/<severity>/<relative path>`` (any image extension); the
-  masks and boxes are the clean data set's. For COCO the relative path is the ``file_name``.
-* COCO: ``ROOT/annotations/instances_<split>.json`` with images in ``ROOT/<split>/`` (``coco:ROOT,split=val2017``),
-  or ``coco:IMAGES,ann=FILE.json``.
-
-The dense suites read images and labels at their native resolution (``get_native``). Item access and
-``get_batch`` (training, previews) bring segmentation images to the model's square input (bilinear, antialiased)
-and masks with nearest neighbour, so that a batch has one size; ``size=N`` chooses that size and also the size the
-dense suites read at (then the numbers are not at the benchmark's native resolution).
+The dense suites read at native resolution (``get_native``). Items and ``get_batch`` (training, previews) bring
+segmentation images to the model's square input (bilinear, antialiased; masks nearest) so that a batch has one
+size; ``size=N`` sets that size and the size the suites read at (no longer the benchmark's native resolution).
 """
 
 from __future__ import annotations
@@ -64,9 +52,12 @@ def _lut(mapping: dict[int, int]) -> torch.Tensor:
     return lut
 
 
+def _ids(index: torch.Tensor) -> list[int]:
+    return torch.as_tensor(index).long().reshape(-1).tolist()
+
+
 def _read_rgb(path: str | Path, size: int | None) -> torch.Tensor:
     import torchvision.transforms.functional as TF
-
     with Image.open(path) as im:
         im = im.convert("RGB")
         if size is not None and im.size != (size, size):
@@ -81,9 +72,7 @@ def _read_mask(path: str | Path, size: int | None, lut: torch.Tensor | None) -> 
         if size is not None and im.size != (size, size):
             im = im.resize((size, size), Image.NEAREST)
         m = torch.from_numpy(np.asarray(im).astype(np.int64))
-    if lut is not None:
-        m = lut[m.clamp(0, 255)]
-    return m
+    return m if lut is None else lut[m.clamp(0, 255)]
 
 
 class SegmentationFileDataset(ImageDataset):
@@ -108,19 +97,17 @@ class SegmentationFileDataset(ImageDataset):
 
     def get_masks(self, index: torch.Tensor) -> torch.Tensor:
         """Class masks (n, H, W), long, 255 = ignore."""
-        ids = torch.as_tensor(index).long().reshape(-1).tolist()
-        return torch.stack([_read_mask(self.samples[i][1], self.size, self.lut) for i in ids])
+        return torch.stack([_read_mask(self.samples[i][1], self.size, self.lut) for i in _ids(index)])
 
     def get_native(self, index: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Images float (3, H, W) and masks long (H, W) at their native size (or the ``size=N`` given)."""
-        ids = torch.as_tensor(index).long().reshape(-1).tolist()
+        ids = _ids(index)
         return ([_read_rgb(self.samples[i][0], self.native_size) for i in ids],
                 [_read_mask(self.samples[i][1], self.native_size, self.lut) for i in ids])
 
 
 def segmentation_samples(ds: Any, index: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Images and masks of a segmentation data set at native size (``get_native``, else ``get_batch`` and
-    ``get_masks`` of a generated one)."""
+    """A segmentation data set's images and masks at native size (``get_native``, else ``get_batch``, ``get_masks``)."""
     if hasattr(ds, "get_native"):
         return ds.get_native(index)
     index = torch.as_tensor(index).long().reshape(-1)
@@ -129,9 +116,9 @@ def segmentation_samples(ds: Any, index: torch.Tensor) -> tuple[list[torch.Tenso
 
 def _size(options: dict[str, Any], resize: Resize | None) -> tuple[int | None, int | None]:
     """(the item size: ``size=N``, else the model's; the size the dense suites read at: ``size=N`` or native)."""
-    s = options.pop("size", None)
-    if s is not None:
-        return int(s), int(s)
+    size = options.pop("size", None)
+    if size is not None:
+        return int(size), int(size)
     return (resize.size if resize is not None else None), None
 
 
@@ -187,6 +174,7 @@ def cityscapes(arg: str, options: dict[str, Any], resize: Resize | None, strict:
 
 
 def _ade_names(root: Path) -> list[str]:
+    """The 150 class names of ``objectInfo150.txt`` / ``.csv`` (first synonym), else ``class_1`` … ``class_150``."""
     for name in ("objectInfo150.txt", "objectInfo150.csv"):
         p = root / name
         if p.is_file():
@@ -207,8 +195,8 @@ def ade20k(arg: str, options: dict[str, Any], resize: Resize | None, strict: boo
         lambda d: (q for q in d.rglob("*") if q.suffix.lower() in IMAGE_EXTENSIONS),
         lambda p, img, ann: ann / p.relative_to(img).with_suffix(".png"), "annotation")
     lut = _lut({k: k - 1 for k in range(1, 151)})
-    return SegmentationFileDataset(samples, rel, _ade_names(Path(arg)), f"ade20k:{arg},split={split}", size, lut,
-                                   native)
+    spec = f"ade20k:{arg},split={split}"
+    return SegmentationFileDataset(samples, rel, _ade_names(Path(arg)), spec, size, lut, native)
 
 
 # ---------------------------------------------------------------- stored corruptions
@@ -244,10 +232,7 @@ class StoredCorruptions:
     def path(self, name: str, severity: int, relpath: str) -> Path:
         self.check(name, severity)
         base = self.dirs[(name, int(severity))] / relpath
-        if base.is_file():
-            return base
-        for ext in IMAGE_EXTENSIONS:
-            p = base.with_suffix(ext)
+        for p in (base, *(base.with_suffix(ext) for ext in IMAGE_EXTENSIONS)):
             if p.is_file():
                 return p
         raise RobustvitError(f"stored corruption {name}/{severity} has no image for {relpath} under {self.root}")
@@ -305,14 +290,13 @@ class CocoDetectionDataset(ImageDataset):
 
     def get_images(self, index: torch.Tensor) -> list[torch.Tensor]:
         """Images at their native size, float (3, H, W) in [0, 1]."""
-        return [self._read(i, None) for i in torch.as_tensor(index).long().reshape(-1).tolist()]
+        return [self._read(i, None) for i in _ids(index)]
 
     def image_ids(self, index: torch.Tensor) -> list[int]:
-        return [int(self.images[i]["id"]) for i in torch.as_tensor(index).long().reshape(-1).tolist()]
+        return [int(self.images[i]["id"]) for i in _ids(index)]
 
     def image_sizes(self, index: torch.Tensor) -> list[tuple[int, int]]:
-        return [(int(self.images[i]["height"]), int(self.images[i]["width"]))
-                for i in torch.as_tensor(index).long().reshape(-1).tolist()]
+        return [(int(self.images[i]["height"]), int(self.images[i]["width"])) for i in _ids(index)]
 
     def get_targets(self, index: torch.Tensor) -> list[dict[str, torch.Tensor]]:
         out = []
@@ -331,8 +315,7 @@ class CocoDetectionDataset(ImageDataset):
 def coco(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
     """``coco:ROOT[,split=val2017]`` or ``coco:IMAGES,ann=FILE.json`` — a COCO-layout detection set."""
     root, split = Path(arg), str(options.pop("split", "val2017"))
-    ann_file = options.pop("ann", None)
-    size = options.pop("size", None)
+    ann_file, size = options.pop("ann", None), options.pop("size", None)
     _no_more(options, "coco")
     if ann_file is None:
         ann_path, image_dir = root / "annotations" / f"instances_{split}.json", root / split

@@ -1,28 +1,16 @@
 """Write a corrupted copy of a data set in the official ImageNet-C or CIFAR-10-C layout (``robustvit corrupt``).
 
 Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
-ICLR 2019 (arXiv:1903.12261). Layouts (read back by ``robustvit.data.corrupted`` and the ``corruptions``
-suite with ``source=OUT``):
+ICLR 2019 (arXiv:1903.12261); layouts and options in docs/corruptions.md ("Writing ImageNet-C / CIFAR-C copies"):
+``imagenet-c`` ``OUT/<corruption>/<severity>/<class folder>/<name>.JPEG``, each image truncated to uint8
+(``np.uint8(255·x)``, as the reference) and saved at JPEG quality 85 like the release (or PNG); ``cifar-c``
+``OUT/<corruption>.npy`` uint8 (5·N, H, W, 3), severity-major, and ``OUT/labels.npy`` (5·N,). ``OUT/classes.txt``
+lists the classes in label order, ``OUT/corrupt.json`` the settings, ``OUT/subset.txt`` the images ``limit`` /
+``subset`` drew (as ``robustvit eval`` does; written in data-set order).
 
-* ``imagenet-c``: ``OUT/<corruption>/<severity>/<class folder>/<name>.JPEG`` — each corrupted image
-  truncated to uint8 (``np.uint8(255·x)``, as the reference) and saved as JPEG quality 85 like the released
-  files (``image_format="png"``: lossless PNG instead). ``<name>`` is the source file's stem, or the image's
-  index (8 digits) for in-memory data. ``OUT/classes.txt`` lists the class folders in label order.
-* ``cifar-c``: ``OUT/<corruption>.npy`` uint8 (5·N, H, W, 3), rows N·(s−1) … N·s−1 = severity s, and
-  ``OUT/labels.npy`` (5·N,) — the labels repeated per severity, as CIFAR-10-C. All 5 severities are written.
-
-Resumable: a finished corruption × severity unit is skipped (ImageNet-C: marker file
-``<corruption>/<severity>/.done``; CIFAR-C: ``.partial/<corruption>_<severity>.npy``, assembled into
-``<corruption>.npy`` once its 5 severities exist). Every file is written atomically (``robustvit.runs.atomic``: a temporary name, then renamed).
-Images are corrupted in batches on the device; batch ``c`` of unit (corruption, severity) uses the seed
-``derive_seed(seed, corruption, severity, c)``, so a copy is reproducible for the same seed, batch size and
-device kind. ``OUT/corrupt.json`` records the settings.
-
-``limit`` draws the images as ``robustvit eval`` does (``robustvit.data.subset``: a seeded class-stratified
-sample by default, ``subset_method="first"`` the first N; ``subset`` a file of indices or relative paths); they are
-written in data-set order, ``corrupt.json`` records ``subset`` and ``OUT/subset.txt`` lists their data-set indices
-(``robustvit eval --data SAME --subset OUT/subset.txt --suite corruptions:source=OUT`` then scores the clean
-images too).
+Resumable: a finished unit is skipped (marker ``<corruption>/<severity>/.done``; CIFAR-C: ``.partial/`` files
+assembled once a corruption's 5 severities exist); files are written atomically. Batch ``c`` of a unit uses the
+seed ``derive_seed(seed, corruption, severity, c)``: reproducible for the same seed, batch size and device kind.
 
 >>> export_corrupted(ExportConfig(data="synthshapes:test,count=20", out="/tmp/ssc", layout="cifar-c",
 ...                               corruptions="fog", progress=False))          # doctest: +SKIP
@@ -94,10 +82,11 @@ def _load(ds: ImageDataset, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def _names(ds: ImageDataset, n: int) -> list[str]:
+    """File names of the images: the source files' stems when unique within each class, else the indices."""
     samples = getattr(ds, "samples", None)
     if isinstance(samples, list):
         stems = [Path(p).stem for p, _ in samples[:n]]
-        if len(set(zip(stems, (lab for _, lab in ds.samples[:n])))) == n:
+        if len(set(zip(stems, (label for _, label in samples[:n])))) == n:
             return stems
     return [f"{i:08d}" for i in range(n)]
 
@@ -106,7 +95,6 @@ def _save_image(arr: np.ndarray, path: Path, fmt: str, quality: int) -> None:
     """One image file, atomically; not fsync-ed one by one (thousands per unit): the unit's ``.done`` marker
     is written after all of them."""
     from PIL import Image
-
     buf = io.BytesIO()
     Image.fromarray(arr).save(buf, format=fmt, **({"quality": quality} if fmt == "JPEG" else {}))
     write_bytes(path, buf.getvalue(), durable=False)
@@ -144,8 +132,7 @@ class _Exporter:
         self.n = len(self.ds)
         self.out = Path(cfg.out).expanduser()
         self.out.mkdir(parents=True, exist_ok=True)
-        x0, _ = _load(self.ds, [0])
-        self.h, self.w = int(x0.shape[-2]), int(x0.shape[-1])
+        self.h, self.w = _load(self.ds, [0])[0].shape[-2:]
         self.preset = resolve_preset(cfg.preset, self.h, self.w)
         self._check_meta()
 
@@ -223,7 +210,8 @@ class _Exporter:
                         continue
                     folder = d / self.classes[label]
                     folder.mkdir(parents=True, exist_ok=True)
-                    jobs.append(pool.submit(_save_image, arr[k], folder / f"{stems[i]}.{ext}", fmt, self.cfg.jpeg_quality))
+                    path = folder / f"{stems[i]}.{ext}"
+                    jobs.append(pool.submit(_save_image, arr[k], path, fmt, self.cfg.jpeg_quality))
                 for j in jobs:
                     j.result()
                 tick(f"{name} {severity}")
@@ -246,12 +234,10 @@ class _Exporter:
             raise RobustvitError(f"{self.cfg.data} has unreadable images; the cifar-c layout needs every image "
                                  "(fix or remove them, or use --format imagenet-c)")
         y = labels.numpy()
-        y = y.astype(np.uint8) if y.max(initial=0) < 256 else y.astype(np.int64)
-        tiled = np.tile(y, 5)
+        tiled = np.tile(y.astype(np.uint8) if y.max(initial=0) < 256 else y.astype(np.int64), 5)
         f = self.out / "labels.npy"
         if f.is_file():
-            old = np.load(f)
-            if not np.array_equal(old, tiled):
+            if not np.array_equal(np.load(f), tiled):
                 raise RobustvitError(f"{f} holds other labels; use another --out")
             return
         with replacing(f, suffix=".npy") as tmp:
@@ -298,11 +284,11 @@ class _Exporter:
                 self._assemble(n)
         todo = self._imagenet_c_todo() if imagenet else self._cifar_c_todo()
         total = len(self.names) * len(self.severities)
-        nb = len(self._batches())
-        bad = 0
-        with progress_bar(self.cfg.progress, f"corrupt → {self.cfg.layout}", len(todo) * nb) as tick:
+        write_unit = self._imagenet_c_unit if imagenet else self._cifar_c_unit
+        bad, steps = 0, len(todo) * len(self._batches())
+        with progress_bar(self.cfg.progress, f"corrupt → {self.cfg.layout}", steps) as tick:
             for name, s in todo:
-                bad = max(bad, (self._imagenet_c_unit if imagenet else self._cifar_c_unit)(name, s, tick))
+                bad = max(bad, write_unit(name, s, tick))
         if bad:
             warnings.warn(f"skipped {bad} unreadable images of {self.cfg.data}", stacklevel=2)
         return {"out": str(self.out), "layout": self.cfg.layout, "num_images": self.n - bad, "units_written": len(todo),
@@ -311,8 +297,7 @@ class _Exporter:
 
 
 def export_corrupted(cfg: ExportConfig) -> dict[str, Any]:
-    """Write the corrupted copy described by ``cfg`` (see the module docstring); returns a summary dict
-    (``out``, ``layout``, ``num_images``, ``units_written``, ``units_skipped``, ``preset``, …)."""
+    """Write the corrupted copy ``cfg`` describes; returns a summary (``out``, ``num_images``, ``units_written``, …)."""
     return _Exporter(cfg).run()
 
 

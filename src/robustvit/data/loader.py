@@ -1,19 +1,16 @@
 """Feeding a device: chunks of data-set indices → float batches on the device, read ahead in worker processes.
 
-What travels is uint8: a data set that holds 8-bit images (image files, CIFAR, .npz, synthshapes, ImageNet-C /
-CIFAR-C units, -P sequences) gives them as uint8 from :meth:`~robustvit.data.base.ImageDataset.read_batch`, they
-are pinned, copied to the device asynchronously (a side CUDA stream, one batch ahead) and become float in [0, 1]
-there — the same float32 values, bit for bit, as ``get_batch`` returns (:func:`float_images`). A data set whose
-images are float (in-memory float tensors, images resized whole in float by ``ResizedDataset``) travels as float.
+What travels is uint8 where a data set holds 8-bit images (:meth:`~robustvit.data.base.ImageDataset.read_batch`):
+pinned, copied to the device on a side CUDA stream one batch ahead, and made float in [0, 1] there, bit for bit
+the values ``get_batch`` returns (:func:`float_images`). Float images (``ResizedDataset``'s) travel as float.
 
 * :func:`resolve_workers`: ``"auto"`` = min(8, cores − 1) worker processes (0: read in the main process).
 * :class:`ChunkLoader` / :func:`iter_chunks`: ``(x float on the device, y long on the CPU)`` per chunk, the chunks
-  taken from a lazy iterable one at a time as the reading needs them (at most ``prefetch`` × workers ahead).
-  Workers are persistent: one :class:`ChunkLoader` serves every pass over its data set.
-* :class:`PartsDataset` / :meth:`ChunkLoader.iter_parts`: several aligned data sets of the same images (the units
-  of an ImageNet-C tree, the files of a -P root) read through one loader, part after part for each chunk.
-* ``decode="gpu"``: JPEG files read as bytes in the workers and decoded on the device (nvjpeg), then resized and
-  centre-cropped there as timm's evaluation transform does on the CPU; other files are decoded on the CPU.
+  taken lazily (at most ``prefetch`` × workers ahead); persistent workers serve every pass over the data set.
+* :class:`PartsDataset` / :meth:`ChunkLoader.iter_parts`: aligned data sets of the same images (the units of an
+  ImageNet-C tree, the files of a -P root) read through one loader, part after part for each chunk.
+* ``decode="gpu"``: JPEG files read as bytes in the workers, decoded (nvjpeg), resized and centre-cropped on the
+  device as timm's evaluation transform does on the CPU; other files are decoded on the CPU.
 
 >>> from robustvit.data import create_dataset
 >>> ds = create_dataset("synthshapes:test:count=8:size=16")
@@ -23,6 +20,7 @@ images are float (in-memory float tensors, images resized whole in float by ``Re
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import warnings
@@ -36,7 +34,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from robustvit.data.base import UNREADABLE, FileImageDataset, ImageDataset, Resize, _read_items, load_image_uint8
+from robustvit.data.base import (UNREADABLE, FileImageDataset, ImageDataset, Resize, _read_items, _stack_images,
+                                 load_image_uint8)
 from robustvit.errors import RobustvitError
 
 #: Most worker processes ``"auto"`` starts.
@@ -73,8 +72,7 @@ def resolve_workers(value: int | str | None) -> int:
 
 
 def check_decode(decode: str, device: torch.device | str, resize: Resize | None = None) -> None:
-    """One-line refusals: an unknown ``decode``; ``"gpu"`` without a CUDA device, or with an interpolation the
-    device cannot resize with."""
+    """One-line refusals: an unknown ``decode``; ``"gpu"`` without CUDA or with an interpolation it lacks."""
     if decode not in DECODERS:
         raise RobustvitError(f"--decode must be cpu or gpu, got {decode!r}")
     if decode == "gpu":
@@ -94,10 +92,8 @@ _DIVISORS: dict[torch.device, torch.Tensor] = {}
 def float_images(x: torch.Tensor) -> torch.Tensor:
     """Images as float32 in [0, 1] on their device: uint8 divided by 255 exactly as the CPU's ``to_float`` does.
 
-    Not ``x.float().div_(255)``: with a Python number as divisor CUDA multiplies by the reciprocal 1/255, which
-    differs from the division in the last bit for 126 of the 256 values. The divisor here is a 0-dim float32
-    tensor on the same device, for which both CPU and CUDA compute the IEEE division ``k / 255`` (one kernel,
-    uint8 in, float32 out)."""
+    Not ``x.float().div_(255)`` on CUDA: with a Python number it multiplies by 1/255, which differs in the last
+    bit for 126 of the 256 values; with a 0-dim float32 tensor divisor CPU and CUDA both divide exactly."""
     if x.dtype != torch.uint8:
         return x if x.dtype == torch.float32 else x.float()
     if x.device.type == "cpu":          # the CPU divides by a Python number exactly (two vectorised loops: faster)
@@ -115,6 +111,7 @@ def divide_by_255(x: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------- what the workers run
 def _identity(batch: Any) -> Any:
+    """The DataLoader's ``collate_fn`` (a module-level function: picklable for worker processes)."""
     return batch
 
 
@@ -162,7 +159,6 @@ def file_view(ds: ImageDataset) -> tuple[FileImageDataset, torch.Tensor | None] 
     """The image-file data set behind ``ds`` and the map of ``ds``'s indices to its own (None: the same), or
     None when ``ds`` does not read image files (``decode="gpu"`` then decodes nothing)."""
     from robustvit.data.subset import SubsetDataset
-
     if isinstance(ds, FileImageDataset):
         return ds, None
     if isinstance(ds, SubsetDataset):
@@ -173,13 +169,11 @@ def file_view(ds: ImageDataset) -> tuple[FileImageDataset, torch.Tensor | None] 
 
 
 def _jpeg_or_decoded(path: str, resize: Resize | None) -> torch.Tensor:
-    """In a worker: a JPEG file's bytes (1-D uint8) for the device to decode; any other image decoded here on the
-    CPU as :func:`load_image_uint8` does (3-D uint8). Pillow reads the header only to tell them apart and to refuse
-    images over its pixel limit."""
+    """In a worker: a JPEG file's bytes (1-D uint8) for the device to decode, any other image decoded here as
+    :func:`load_image_uint8` (3-D uint8); Pillow reads only the header to tell them apart and check the pixel limit."""
     from PIL import Image
 
     from robustvit.data.base import check_pixel_limit
-
     data = Path(path).read_bytes()
     with Image.open(BytesIO(data)) as im:
         check_pixel_limit(im, path)
@@ -204,7 +198,6 @@ class _ReadEncoded:
 def nvjpeg_decode(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """JPEG bytes → uint8 RGB (3, H, W) images on ``device`` (torchvision's batched nvjpeg decode on CUDA)."""
     from torchvision.io import ImageReadMode, decode_jpeg
-
     out = decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
@@ -213,9 +206,9 @@ _NEAREST: dict[tuple[int, int, torch.device], torch.Tensor] = {}
 
 
 def _pil_nearest(n_in: int, n_out: int, device: torch.device) -> torch.Tensor:
-    """The source rows (or columns) of Pillow's NEAREST resize from ``n_in`` to ``n_out``: its coordinate summed
-    step by step in double precision from the first pixel's centre and truncated, as Pillow's scaling loop does
-    (``torch``'s nearest modes round some of them the other way)."""
+    """The source rows (or columns) of Pillow's NEAREST resize from ``n_in`` to ``n_out``: the coordinate summed
+    step by step in double from the first pixel's centre and truncated, as Pillow's loop does (torch's nearest
+    modes round some the other way)."""
     key = (n_in, n_out, device)
     if key not in _NEAREST:
         step, at, out = n_in / n_out, n_in / n_out * 0.5, []
@@ -227,13 +220,11 @@ def _pil_nearest(n_in: int, n_out: int, device: torch.device) -> torch.Tensor:
 
 
 class DeviceJpegDecoder:
-    """The device half of ``decode="gpu"``: JPEG bytes from the workers decoded on the device by ``decode`` (default
-    :func:`nvjpeg_decode`), the shorter side resized to ``floor(size / crop_pct)`` with the model's interpolation
-    (antialiased, rounded back to uint8) and the centre ``size`` × ``size`` cropped — timm's evaluation transform,
-    on the device. Images the workers decoded (not JPEG) are copied as they are; a batch nvjpeg refuses is decoded
-    image by image, and an image it refuses alone is decoded by Pillow (unreadable: as on the CPU path).
-
-    ``decode`` is a parameter so that the logic runs on the CPU in tests with a CPU decoder in its place."""
+    """The device half of ``decode="gpu"``: JPEG bytes decoded on the device by ``decode`` (default
+    :func:`nvjpeg_decode`; tests pass a CPU decoder), then timm's evaluation transform there: the shorter side
+    resized to ``floor(size / crop_pct)`` (antialiased, rounded to uint8), the centre ``size`` × ``size`` cropped.
+    Images the workers decoded are copied as they are; a batch nvjpeg refuses is decoded image by image, an image
+    it refuses alone by Pillow (unreadable: as on the CPU path)."""
 
     def __init__(self, fds: FileImageDataset, device: torch.device,
                  decode: Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]] | None = None) -> None:
@@ -260,8 +251,7 @@ class DeviceJpegDecoder:
         return F2.center_crop(img, [r.size, r.size])
 
     def fit_all(self, imgs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """:meth:`fit` of every image, the images of one size resized together (one call per size rather than
-        per image: the host launches the kernels, and per image it could not keep up with the device)."""
+        """:meth:`fit` of every image, those of one size together (per image the host can't keep up with the device)."""
         out: list[torch.Tensor | None] = [None] * len(imgs)
         sizes: dict[tuple[int, ...], list[int]] = {}
         for k, im in enumerate(imgs):
@@ -272,25 +262,24 @@ class DeviceJpegDecoder:
         return out                                                           # type: ignore[return-value]
 
     def _decode_each(self, data: list[torch.Tensor], ids: list[int]) -> tuple[list[torch.Tensor], list[bool]]:
+        """Images ``data`` of files ``ids`` decoded one by one, and whether each was readable."""
         out, ok = [], []
         for d, i in zip(data, ids):
             try:
-                out.append(self.fit(self.decode([d], self.device)[0]))
-                ok.append(True)
+                img, good = self.fit(self.decode([d], self.device)[0]), True
             except Exception:  # noqa: BLE001  nvjpeg refuses it: Pillow decides (maybe unreadable, as on the CPU)
-                path = self.fds.samples[i][0]
                 try:
-                    out.append(load_image_uint8(BytesIO(d.numpy().tobytes()), self.resize).to(self.device))
-                    ok.append(True)
+                    img, good = load_image_uint8(BytesIO(d.numpy().tobytes()), self.resize).to(self.device), True
                 except Exception as e:  # noqa: BLE001
-                    out.append(self.fds.unreadable(path, e).to(self.device))
-                    ok.append(False)
+                    img, good = self.fds.unreadable(self.fds.samples[i][0], e).to(self.device), False
+            out.append(img)
+            ok.append(good)
         return out, ok
 
     def __call__(self, batch: tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         items, y, ids = batch
-        out: list[torch.Tensor | None] = [None] * len(items)
+        out = list(items)
         enc = [k for k, t in enumerate(items) if t.ndim == 1]
         if enc:
             data = [items[k] for k in enc]
@@ -304,14 +293,8 @@ class DeviceJpegDecoder:
                 out[k] = im
                 if not good:
                     y[k] = UNREADABLE
-        for k, t in enumerate(items):
-            if out[k] is None:
-                out[k] = t.to(self.device, non_blocking=True)
-        shapes = {tuple(t.shape) for t in out}      # type: ignore[union-attr]
-        if len(shapes) > 1:
-            raise RobustvitError(f"images of different sizes {sorted(shapes)[:2]} in one batch of {self.fds.spec}; "
-                                 "give the data set a size (e.g. folder:/path,size=224 or --image-size)")
-        return torch.stack(out), y                                           # type: ignore[arg-type]
+        out = [t.to(self.device, non_blocking=True) for t in out]       # the decoded ones are there already
+        return _stack_images(out, self.fds.spec), y
 
 
 # ---------------------------------------------------------------- the loader
@@ -332,12 +315,9 @@ class ChunkLoader:
     """Reads chunks of ``dataset`` (1-D index tensors) for ``device``; see the module docstring.
 
     ``workers`` (an int, or ``"auto"``: :func:`resolve_workers`): 0 reads in this process on one background thread
-    (files on :data:`~robustvit.data.base.READ_THREADS` threads), ``prefetch`` chunks ahead (0: no read-ahead);
-    N > 0 starts N persistent worker processes, ``prefetch`` chunks ahead each, started at the first pass and
-    kept for the next ones until :meth:`close` (use it as a context manager). For a CUDA device batches are
-    pinned and copied on a side stream, one batch ahead of the one handed out.
-
-    Every pass (:meth:`iter`, :meth:`iter_parts`) takes its chunks lazily, in order; one pass at a time."""
+    (files on :data:`~robustvit.data.base.READ_THREADS` threads), ``prefetch`` chunks ahead (0: none); N > 0
+    starts N persistent worker processes, ``prefetch`` chunks ahead each, at the first pass, kept until
+    :meth:`close` (use it as a context manager). One pass (:meth:`iter`, :meth:`iter_parts`) at a time."""
 
     def __init__(self, dataset: ImageDataset, *, workers: int | str = 0, device: torch.device | str = "cpu",
                  decode: str = "cpu", prefetch: int = 2,
@@ -354,16 +334,11 @@ class ChunkLoader:
             check_decode(decode, self.device, view[0].resize if view is not None else None)
         elif decode not in DECODERS:
             check_decode(decode, self.device)
-        self.jpeg: DeviceJpegDecoder | None = None
         if decode == "gpu" and view is None:
             warnings.warn(f"--decode gpu decodes image files; {dataset.spec or type(dataset).__name__} is not read "
                           "from image files and is read as usual", stacklevel=2)
-        if view is not None:
-            self.jpeg = DeviceJpegDecoder(view[0], self.device, gpu_decode)
-            read: Callable[[torch.Tensor], Any] = _ReadEncoded(*view)
-        else:
-            read = _ReadBatch(dataset)
-        self._reader = _Reader(dataset, read)
+        self.jpeg = None if view is None else DeviceJpegDecoder(view[0], self.device, gpu_decode)
+        self._reader = _Reader(dataset, _ReadBatch(dataset) if view is None else _ReadEncoded(*view))
         self._pinned = self.device.type == "cuda"
         self._loader: DataLoader | None = None
         self._feed = _Feed()
@@ -502,7 +477,7 @@ class ChunkLoader:
         stream = torch.cuda.Stream(self.device) if cuda else None
 
         def start(tag: Any, batch: Any) -> tuple[Any, Any, Any]:
-            if self.jpeg is not None or not cuda:
+            if self.jpeg is not None:
                 return tag, batch, None
             x, y = batch
             with torch.cuda.stream(stream):
@@ -566,13 +541,9 @@ class _Peek:
 def iter_chunks(dataset: ImageDataset, chunks: Iterable[torch.Tensor], *, workers: int | str = 0,
                 device: torch.device | str = "cpu", decode: str = "cpu", prefetch: int = 2
                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """One pass of a :class:`ChunkLoader` (its workers stop at the end): ``(x float on device, y long on the CPU)``
-    for each 1-D index tensor of ``chunks``, taken lazily in order."""
-    loader = ChunkLoader(dataset, workers=workers, device=device, decode=decode, prefetch=prefetch)
-    try:
+    """One pass of a :class:`ChunkLoader` (workers stop at the end): ``(x, y)`` for each index tensor of ``chunks``."""
+    with ChunkLoader(dataset, workers=workers, device=device, decode=decode, prefetch=prefetch) as loader:
         yield from loader.iter(chunks)
-    finally:
-        loader.close()
 
 
 # ---------------------------------------------------------------- several aligned data sets, one loader
@@ -586,13 +557,9 @@ class PartsDataset(ImageDataset):
             raise RobustvitError("a PartsDataset needs at least one part")
         self.names = list(parts)
         self.parts = [parts[n] for n in self.names]
-        self.offsets: dict[str, int] = {}
-        total = 0
-        for n, p in zip(self.names, self.parts):
-            self.offsets[n] = total
-            total += len(p)
-        self._ends = torch.tensor([self.offsets[n] + len(p) for n, p in zip(self.names, self.parts)])
-        self.total = total
+        ends = list(itertools.accumulate(len(p) for p in self.parts))
+        self.offsets = dict(zip(self.names, [0, *ends[:-1]]))
+        self._ends, self.total = torch.tensor(ends), ends[-1]
         self.classes = list(self.parts[0].classes)
         self.spec = f"parts {self.names[0]}…{self.names[-1]}" if len(self.names) > 1 else f"part {self.names[0]}"
 
@@ -653,11 +620,8 @@ def iter_parts(parts: Mapping[str, ImageDataset] | PartsDataset,
                ) -> Iterator[tuple[Any, ChunkParts]]:
     """One pass of :meth:`ChunkLoader.iter_parts` over ``parts`` (a mapping name → data set, or a PartsDataset)."""
     pds = parts if isinstance(parts, PartsDataset) else PartsDataset(parts)
-    loader = ChunkLoader(pds, workers=workers, device=device, prefetch=prefetch)
-    try:
+    with ChunkLoader(pds, workers=workers, device=device, prefetch=prefetch) as loader:
         yield from loader.iter_parts(chunks, as_float=as_float)
-    finally:
-        loader.close()
 
 
 __all__ = ["ChunkLoader", "ChunkParts", "DECODERS", "DeviceJpegDecoder", "MAX_AUTO_WORKERS", "PartsDataset",

@@ -1,21 +1,13 @@
 """Readers for bethgelab/model-vs-human's released layouts (Geirhos et al., NeurIPS 2021, arXiv:2106.07411).
 
-Images (``modelvshuman/datasets`` after its download, one folder per data set):
+Images (``modelvshuman/datasets``, one folder per data set): the parametric sets (colour … uniform-noise) as
+``ROOT/<set>/dnn/session-*/<trial>_<tag>_<subject>_<condition>_<category>_<rest>.png`` (its
+``InfoMappingWithSessions``); sketch, stylized, edge, silhouette and cue-conflict as ``ROOT/<set>/<category>/<file>``,
+one condition ``0``. Human data (``raw-data/<set>/<set>_subject-XX_session_1.csv``): :func:`read_human_trials`,
+conditions named as model-vs-human's pandas reads them (``1`` in a float column → ``1.0``, ``true`` → ``True``).
 
-* the parametric sets (colour, contrast, high-pass, low-pass, phase-scrambling, power-equalisation,
-  false-colour, rotation, eidolonI–III, uniform-noise): ``ROOT/<set>/dnn/session-*/<file>.png`` with file
-  names ``<trial>_<tag>_<subject>_<condition>_<category>_<rest>`` (its ``InfoMappingWithSessions``);
-* the others (sketch, stylized, edge, silhouette, cue-conflict): ``ROOT/<set>/<category>/<file>``, one
-  condition ``0``.
-
-Human data (``raw-data/<set>/<set>_subject-XX_session_1.csv``; columns ``subj, session, trial, rt,
-object_response, category, condition, imagename``): read with :func:`read_human_trials`; conditions are
-written as model-vs-human's pandas reads them (``1`` in a float column → ``1.0``, ``true`` → ``True``), so
-they match the condition names of :data:`DATASETS`.
-
-Stylized-ImageNet (Geirhos et al., ICLR 2019, arXiv:1811.12231) as released for training and validation has
-ImageNet's layout (``<wnid>/<file>``) and is read by the ``imagenet`` data source; its 16-class version
-above is ``stylized``.
+Stylized-ImageNet (Geirhos et al., ICLR 2019, arXiv:1811.12231) for training has ImageNet's layout and is read by
+the ``imagenet`` source; its 16-class version above is ``stylized``.
 """
 
 from __future__ import annotations
@@ -73,9 +65,8 @@ def _canonical(value: str, dataset: str) -> str:
     names = DATASETS[dataset]
     if value in names:
         return value
-    low = value.strip().lower()
     for n in names:
-        if n.lower() == low:
+        if n.lower() == value.strip().lower():
             return n
         try:
             if float(n) == float(value):

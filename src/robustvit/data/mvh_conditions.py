@@ -1,16 +1,15 @@
 """model-vs-human's parametric image manipulations, generated on the fly on a batch (N, 3, H, W) in [0, 1].
 
-Geirhos et al., "Generalisation in humans and deep neural networks", NeurIPS 2018 (arXiv:1808.08750), made
-these data sets with ``code/image_manipulation.py`` of rgeirhos/generalisation-humans-DNNs; model-vs-human
-(arXiv:2106.07411) ships the images at the conditions of :data:`GENERATED`. Each function follows that code:
-greyscale is scikit-image's ``rgb2gray`` (0.2125 R + 0.7154 G + 0.0721 B); low-/high-pass filters are scipy's
-``gaussian_filter`` with ``mode='constant', cval=0.4423`` (the images' mean grey); filter widths are in pixels
-of the 224 px images and scale with the image side. Power equalisation and false colour need two tables the
-reference ships next to its code (``code/mean_power_spectrum_grey.npy``: the mean amplitude spectrum of the
-experiment's 224 px greyscale images; ``code/x_gamma_function.npy``: the lab monitor's measured gamma, 256
-values): :func:`load_tables` reads the user's copy (robustvit does not redistribute them). Eidolon I–III follow
-the reference's ``eidolon_partially_coherent_disarray`` (its ``wrapper.py`` around the Eidolon toolbox of Koenderink
-et al., "Eidolons: Novel stimuli for vision research", JoV 2017): see :func:`eidolon`.
+Geirhos et al., "Generalisation in humans and deep neural networks", NeurIPS 2018 (arXiv:1808.08750), made these
+data sets with ``code/image_manipulation.py`` of rgeirhos/generalisation-humans-DNNs, which each function follows;
+model-vs-human (arXiv:2106.07411) ships them at the conditions of :data:`GENERATED`. Greyscale is scikit-image's
+``rgb2gray``; low-/high-pass filters are scipy's ``gaussian_filter(mode='constant', cval=0.4423)`` (the mean grey),
+widths in pixels of 224 px images, scaled with the side. Power equalisation and false colour need the reference's
+``code/mean_power_spectrum_grey.npy`` (mean amplitude spectrum of its 224 px grey images) and
+``code/x_gamma_function.npy`` (the lab monitor's gamma, 256 values), not redistributed: :func:`load_tables` reads
+the user's copy. Eidolon I–III: :func:`eidolon`, after the reference's ``eidolon_partially_coherent_disarray`` (its
+``wrapper.py`` around the Eidolon toolbox of Koenderink et al., "Eidolons: Novel stimuli for vision research",
+JoV 2017).
 
 >>> x = torch.rand(2, 3, 32, 32)
 >>> bool(torch.allclose(apply_condition(x, "contrast", "c100"), greyscale(x), atol=1e-6))
@@ -30,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from robustvit.corruptions.filters import gaussian_kernel1d
+from robustvit.data.modelvshuman import DATASETS
 from robustvit.errors import RobustvitError, unknown_name
 
 #: The mean grey of the 16-class ImageNet images (``bg_grey`` of the reference's filters).
@@ -84,8 +84,7 @@ def low_pass(x: torch.Tensor, std: float) -> torch.Tensor:
 
 
 def high_pass(x: torch.Tensor, std: float) -> torch.Tensor:
-    """Greyscale minus its Gaussian low-pass, shifted to mean 0.4423, clipped (``high_pass_filter``); std ∞:
-    greyscale."""
+    """Greyscale minus its Gaussian low-pass, shifted to mean 0.4423, clipped (``high_pass_filter``); ∞: grey."""
     g = greyscale(x)
     if math.isinf(std):
         return g
@@ -136,8 +135,7 @@ class Tables:
 
 
 def load_tables(folder: str | Path) -> Tables:
-    """Read ``mean_power_spectrum_grey.npy`` and ``x_gamma_function.npy`` from ``folder`` (the reference's
-    ``code/``); one-line errors for a missing or malformed file."""
+    """The reference's two tables from ``folder`` (its ``code/``); one-line errors for a missing or malformed file."""
     folder = Path(folder).expanduser()
     arrays = []
     for name, ndim in ((SPECTRUM_FILE, 2), (GAMMA_FILE, 1)):
@@ -310,6 +308,7 @@ def _eidolon_condition(x: torch.Tensor, c: str, g: torch.Generator) -> torch.Ten
 
 
 def _needs(tables: Tables | None, dataset: str) -> Tables:
+    """``tables``, or a one-line error naming the files ``dataset`` needs."""
     if tables is None:
         raise RobustvitError(f"{dataset} needs the reference's tables ({SPECTRUM_FILE}, {GAMMA_FILE}): pass "
                              "tables=DIR (the code/ folder of rgeirhos/generalisation-humans-DNNs)")
@@ -317,35 +316,29 @@ def _needs(tables: Tables | None, dataset: str) -> Tables:
 
 
 def _scaled(std: float, x: torch.Tensor) -> float:
+    """A filter width of the reference's 224 px images at the size of ``x``."""
     return std * min(x.shape[-2:]) / REFERENCE_SIDE
 
 
 Maker = Callable[[torch.Tensor, str, torch.Generator, "Tables | None"], torch.Tensor]
-
-#: The data sets generated on the fly: name → (its conditions in model-vs-human's order, the manipulation).
-GENERATED: Mapping[str, tuple[tuple[str, ...], Maker]] = {
-    "colour": (("cr", "bw"), lambda x, c, g, t: colour(x, c)),
-    "contrast": (("c100", "c50", "c30", "c15", "c10", "c05", "c03", "c01"),
-                 lambda x, c, g, t: contrast(x, int(c[1:]) / 100)),
-    "high-pass": (("inf", "3.0", "1.5", "1.0", "0.7", "0.55", "0.45", "0.4"),
-                  lambda x, c, g, t: high_pass(x, _scaled(float(c), x))),
-    "low-pass": (("0", "1", "3", "5", "7", "10", "15", "40"), lambda x, c, g, t: low_pass(x, _scaled(float(c), x))),
-    "phase-scrambling": (("0", "30", "60", "90", "120", "150", "180"),
-                         lambda x, c, g, t: phase_scrambling(x, float(c), g)),
+_MAKERS: dict[str, Maker] = {
+    "colour": lambda x, c, g, t: colour(x, c),
+    "contrast": lambda x, c, g, t: contrast(x, int(c[1:]) / 100),
+    "high-pass": lambda x, c, g, t: high_pass(x, _scaled(float(c), x)),
+    "low-pass": lambda x, c, g, t: low_pass(x, _scaled(float(c), x)),
+    "phase-scrambling": lambda x, c, g, t: phase_scrambling(x, float(c), g),
     # "0": the greyscale original, as every greyscale set's control; "pow": equalised
-    "power-equalisation": (("0", "pow"), lambda x, c, g, t: greyscale(x) if c == "0" else
-                           power_equalisation(x, _needs(t, "power-equalisation").spectrum)),
+    "power-equalisation": lambda x, c, g, t: (greyscale(x) if c == "0" else
+                                              power_equalisation(x, _needs(t, "power-equalisation").spectrum)),
     # "True": the image; "False": opponent colours
-    "false-colour": (("True", "False"), lambda x, c, g, t: x if c == "True" else
-                     false_colour(x, _needs(t, "false-colour").gamma)),
-    "rotation": (("0", "90", "180", "270"), lambda x, c, g, t: rotation(x, int(c))),
-    "uniform-noise": (("0.0", "0.03", "0.05", "0.1", "0.2", "0.35", "0.6", "0.9"),
-                      lambda x, c, g, t: uniform_noise(x, float(c), g)),
-    # reach-coherence×10-grain: reach 2⁰ … 2⁷, grain 10
-    **{f"eidolon{roman}": (tuple(f"{2 ** i}-{coh}-10" for i in range(8)),
-                           lambda x, c, g, t: _eidolon_condition(x, c, g))
-       for roman, coh in (("I", 10), ("II", 3), ("III", 0))},
+    "false-colour": lambda x, c, g, t: x if c == "True" else false_colour(x, _needs(t, "false-colour").gamma),
+    "rotation": lambda x, c, g, t: rotation(x, int(c)),
+    "uniform-noise": lambda x, c, g, t: uniform_noise(x, float(c), g),
+    **{f"eidolon{roman}": lambda x, c, g, t: _eidolon_condition(x, c, g) for roman in ("I", "II", "III")},
 }
+#: The data sets generated on the fly: name → (its conditions in model-vs-human's order, the manipulation).
+GENERATED: Mapping[str, tuple[tuple[str, ...], Maker]] = {name: (DATASETS[name], make)
+                                                          for name, make in _MAKERS.items()}
 #: Generated sets that need the reference's :class:`Tables`.
 NEEDS_TABLES = ("power-equalisation", "false-colour")
 

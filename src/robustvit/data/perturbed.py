@@ -1,18 +1,16 @@
-"""Readers for the released perturbation-sequence data sets: CIFAR-10/100-P (``.npy``) and ImageNet-P (``.mp4``).
+"""Readers for the released perturbation sequences: CIFAR-10/100-P (``.npy``) and ImageNet-P (``.mp4``).
 
 Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
 ICLR 2019 (arXiv:1903.12261). Layouts:
 
-* CIFAR-10-P / CIFAR-100-P: ``ROOT/<perturbation>[_2|_3].npy``, uint8 (10000, T, 32, 32, 3), one sequence
-  per test image in the order of the CIFAR test set. The release has no label file; labels (which the
-  flip metrics do not need) are read from ``ROOT/labels.npy`` when present, else left unknown (-1) —
-  pass ``labels=`` (e.g. the CIFAR-10 test labels of the run's data set) to set them.
-* ImageNet-P: ``ROOT/<perturbation>[_2|_3]/<wnid>/<id>.mp4`` (224 × 224 frames, H.264); labels are the
-  indices of the sorted wnid folders (as torchvision's ``ImageFolder``). Decoding needs one of
-  ``torchcodec``, ``av`` (PyAV) or ``opencv-python``.
+* CIFAR-10-P / CIFAR-100-P: ``ROOT/<perturbation>[_2|_3].npy``, uint8 (10000, T, 32, 32, 3), one sequence per
+  test image in CIFAR test order. The release has no labels (the flip metrics need none): ``ROOT/labels.npy``
+  when present, else ``labels=``, else unknown (-1).
+* ImageNet-P: ``ROOT/<perturbation>[_2|_3]/<wnid>/<id>.mp4`` (224 × 224 H.264 frames); labels index the sorted
+  wnid folders. Decoding needs ``torchcodec``, ``av`` (PyAV) or ``opencv-python``.
 
-The ``_2``/``_3`` suffixes exist only for the noise perturbations (difficulty 2/3); for the others the
-difficulty is applied by the metric (every d-th frame), so the plain file is read.
+Only the noise perturbations have ``_2``/``_3`` files (difficulty 2/3); for the others the metric applies the
+difficulty (every d-th frame) to the plain file.
 
 >>> src = open_perturbation_source("/data/CIFAR-10-P", "rotate")     # doctest: +SKIP
 >>> frames, labels = src.get_sequences(torch.arange(8))              # doctest: +SKIP
@@ -22,18 +20,17 @@ torch.Size([8, 31, 3, 32, 32])
 
 from __future__ import annotations
 
+import importlib.util
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from robustvit.corruptions.perturbations import PERTURBATION_GROUPS, is_noise
+from robustvit.corruptions.perturbations import is_noise
 from robustvit.data.base import BatchedImageDataset
 from robustvit.errors import RobustvitError
-
-#: The noise perturbations, whose stronger difficulties have their own files (``_2``, ``_3``).
-NOISE_NAMES: tuple[str, ...] = PERTURBATION_GROUPS["noise"]
 
 
 def perturbation_file_stem(name: str, difficulty: int = 1) -> str:
@@ -56,15 +53,14 @@ class PerturbationSource:
         return x.float().div_(255), y
 
     def read_sequences(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """uint8 frames (n, T, 3, H, W) as stored and long labels (n,): :meth:`get_sequences` before its division
-        by 255 (what ``robustvit.data.loader`` carries to the device)."""
+        """:meth:`get_sequences` before its division by 255: uint8 frames as stored (what the loader carries)."""
         raise NotImplementedError
 
 
 class SequenceDataset(BatchedImageDataset):
-    """A :class:`PerturbationSource` as a data set, for ``robustvit.data.loader``: item ``i`` is sequence ``i``,
-    ``get_batch`` gives float frames (n, T, 3, H, W) and ``read_batch`` the uint8 ones, decoded in the loader's
-    worker processes (ImageNet-P's videos) instead of inside a unit."""
+    """A :class:`PerturbationSource` as a data set for ``robustvit.data.loader`` (videos then decode in its
+    workers): item ``i`` is sequence ``i``, float frames (n, T, 3, H, W) from ``get_batch``, uint8 from
+    ``read_batch``."""
 
     def __init__(self, source: PerturbationSource) -> None:
         self.source = source
@@ -114,23 +110,17 @@ class NpySequences(PerturbationSource):
 
 def x264_available() -> bool:
     """Whether PyAV with the libx264 encoder is installed (``pip install av``)."""
-    import importlib.util
-
     if importlib.util.find_spec("av") is None:
         return False
     import av
-
     return "libx264" in av.codecs_available
 
 
 def encode_x264(frames: torch.Tensor, *, noise: bool) -> bytes:
     """One sequence of uint8 frames (T, 3, H, W) as an .mp4 the way ImageNet-P's videos were made: H.264
     (libx264), ``-tune grain`` for the noise sequences, ``-crf 20`` for the others, yuv420p (needs PyAV)."""
-    import io
-
     import av
-
-    t, _, h, w = frames.shape
+    h, w = frames.shape[-2:]
     buf = io.BytesIO()
     with av.open(buf, mode="w", format="mp4") as out:
         stream = out.add_stream("libx264", rate=30)
@@ -144,18 +134,14 @@ def encode_x264(frames: torch.Tensor, *, noise: bool) -> bytes:
 
 def x264_roundtrip(frames: torch.Tensor, *, noise: bool) -> torch.Tensor:
     """:func:`encode_x264`, then decoded again: uint8 (T, 3, H, W)."""
-    import io
-
     import av
-
     with av.open(io.BytesIO(encode_x264(frames, noise=noise))) as inp:
         decoded = [torch.from_numpy(f.to_ndarray(format="rgb24")) for f in inp.decode(video=0)]
     return torch.stack(decoded).permute(0, 3, 1, 2).contiguous()
 
 
 def _decoders() -> list[str]:
-    import importlib.util
-
+    """The installed video decoders, in order of preference."""
     return [m for m in ("torchcodec", "av", "cv2") if importlib.util.find_spec(m) is not None]
 
 
@@ -170,16 +156,13 @@ def read_video_frames(path: str | Path) -> torch.Tensor:
     try:
         if kind == "torchcodec":
             from torchcodec.decoders import VideoDecoder
-
             return VideoDecoder(path)[:].contiguous()
         if kind == "av":
             import av
-
             with av.open(path) as container:
                 frames = [torch.from_numpy(f.to_ndarray(format="rgb24")) for f in container.decode(video=0)]
         else:
             import cv2
-
             cap = cv2.VideoCapture(path)
             frames = []
             while True:
@@ -223,14 +206,12 @@ class VideoFolderSequences(PerturbationSource):
         t = min(v.shape[0] for v in videos)
         if any(v.shape[1:] != videos[0].shape[1:] for v in videos):
             raise RobustvitError(f"videos of different frame sizes in {self.folder}; re-download ImageNet-P")
-        x = torch.stack([v[:t] for v in videos])
-        return x, torch.tensor([self.samples[i][1] for i in idx], dtype=torch.long)
+        return torch.stack([v[:t] for v in videos]), torch.tensor([self.samples[i][1] for i in idx], dtype=torch.long)
 
 
 def open_perturbation_source(root: str | Path, name: str, difficulty: int = 1, *,
                              labels: Any = None) -> PerturbationSource:
-    """The sequences of ``name`` at ``difficulty`` under ``root``: ``<stem>.npy`` (CIFAR-P) or ``<stem>/``
-    (ImageNet-P), ``stem`` = :func:`perturbation_file_stem`."""
+    """The sequences of ``name`` at ``difficulty``: ``root/<stem>.npy`` (CIFAR-P) or ``root/<stem>/`` (ImageNet-P)."""
     root = Path(root)
     if not root.is_dir():
         raise RobustvitError(f"perturbation source {root} is not a folder; give the CIFAR-10-P or ImageNet-P root")

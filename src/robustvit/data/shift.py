@@ -1,29 +1,18 @@
 """Natural distribution-shift test sets of ImageNet: ImageNet-R, ImageNet-A, ImageNet-Sketch, ImageNet-V2.
 
 * **ImageNet-R** (Hendrycks et al., "The Many Faces of Robustness", arXiv:2006.16241) and **ImageNet-A**
-  (Hendrycks et al., "Natural Adversarial Examples", arXiv:1907.07174): ``ROOT/<wnid>/<image>`` with 200
-  wnid folders each (their lists differ; 86 wnids are shared). A 1000-class model is evaluated by keeping
-  only the 200 logits of those classes, as the official ``eval.py`` scripts do (``imagenet_r_mask`` in
-  hendrycks/imagenet-r, ``indices_in_1k`` in hendrycks/natural-adv-examples); the label of an image is the
-  index of its wnid among the 200 (sorted). Lists: ``classlists/imagenet_r_wnids.txt``,
-  ``classlists/imagenet_a_wnids.txt``, copied from those scripts.
-* **ImageNet-Sketch** (Wang et al., arXiv:1905.13549): ``ROOT/<wnid>/<image>``, 1000 wnid folders (the
-  archive unpacks to ``sketch/``; a ROOT holding only ``sketch/`` is accepted).
-* **ImageNet-V2** (Recht et al., arXiv:1902.10811), e.g. ``imagenetv2-matched-frequency-format-val``:
-  folders named ``0`` … ``999``; the label is the folder's *integer* (class index of the sorted 1000 wnids),
-  not its position in sorted-string order ("10" < "2").
+  (Hendrycks et al., "Natural Adversarial Examples", arXiv:1907.07174): ``ROOT/<wnid>/<image>``, 200 wnid
+  folders each (86 shared). A 1000-class model keeps only those 200 logits, as the official ``eval.py`` scripts
+  (``imagenet_r_mask`` in hendrycks/imagenet-r, ``indices_in_1k`` in hendrycks/natural-adv-examples), whose
+  lists ``classlists/imagenet_{r,a}_wnids.txt`` copy; a label is the wnid's index among the 200 (sorted).
+* **ImageNet-Sketch** (Wang et al., arXiv:1905.13549): ``ROOT/<wnid>/<image>``, 1000 wnid folders (a ROOT
+  holding only the archive's ``sketch/`` is accepted).
+* **ImageNet-V2** (Recht et al., arXiv:1902.10811), e.g. ``imagenetv2-matched-frequency-format-val``: folders
+  ``0`` … ``999``, the label the folder's *integer*, not its sorted-string position ("10" < "2").
 
-Class index i of ImageNet is the i-th wnid of ``classlists/imagenet_wnids.txt`` (sorted, as torchvision's
-ImageFolder orders the training folders). Folders may be missing (a subset); a folder that is not in the
-class list is an error. Images are resized like ImageNet validation (shorter side to ``size / crop_pct``,
-centre crop ``size``; ``crop_pct=0.875`` ⇒ Resize(256) + CenterCrop(224), as in the official scripts).
-
-Data specs: ``imagenet_r:/path``, ``imagenet_a:/path``, ``imagenet_sketch:/path``, ``imagenet_v2:/path``
-(options ``crop_pct=``). As ``--data`` of a run, every label is the ImageNet-1k class index (so ``clean``,
-corruption or attack suites score a 1000-class model's plain argmax correctly); the ``imagenet_r`` /
-``imagenet_a`` *suites* use the 200-class labels and masked logits.
-Without a path the root is ``$ROBUSTVIT_DATA/<default folder>`` (see
-:data:`DEFAULT_FOLDERS`).
+ImageNet class i is the i-th wnid of ``classlists/imagenet_wnids.txt`` (sorted); folders may be missing, not
+unknown. Data specs ``imagenet_r:/path`` etc. (docs/natural-shift.md) label with the ImageNet-1k index, so that any
+suite scores a 1000-class model's argmax; the ``imagenet_r`` / ``imagenet_a`` *suites* mask the logits instead.
 """
 
 from __future__ import annotations
@@ -126,28 +115,22 @@ def shift_samples(name: str, root: Path, labels: str = "subset") -> tuple[list[t
     folders = _class_folders(root)
     if name == "imagenet_v2":
         classes = list(imagenet_wnids())
-        folder_label = {}
         for d in folders:
             if not d.name.isdigit() or not 0 <= int(d.name) < 1000:
                 raise RobustvitError(f"ImageNet-V2 folder {d} is not a class index 0..999; give the root of the "
                                      "matched-frequency format (folders 0 … 999)")
-            folder_label[d] = int(d.name)
+        folder_label = {d: int(d.name) for d in folders}
     else:
         if labels not in ("subset", "imagenet"):
             raise RobustvitError(f"labels must be 'subset' or 'imagenet', got {labels!r}")
-        subset = name in ("imagenet_r", "imagenet_a")
-        classes = list(subset_wnids(name) if subset else imagenet_wnids())
-        index = {w: i for i, w in enumerate(classes)}
-        folder_label = {}
+        own = subset_wnids(name) if name in ("imagenet_r", "imagenet_a") else imagenet_wnids()
         for d in folders:
-            if d.name not in index:
+            if d.name not in own:
                 raise RobustvitError(f"{PRETTY[name]} folder {d.name!r} in {root} is not one of its "
-                                     f"{len(classes)} wnids; is {root} the right data set?")
-            folder_label[d] = index[d.name]
-        if subset and labels == "imagenet":
-            full = {w: i for i, w in enumerate(imagenet_wnids())}
-            folder_label = {d: full[d.name] for d in folder_label}
-            classes = list(imagenet_wnids())
+                                     f"{len(own)} wnids; is {root} the right data set?")
+        classes = list(imagenet_wnids() if labels == "imagenet" else own)
+        index = {w: i for i, w in enumerate(classes)}
+        folder_label = {d: index[d.name] for d in folders}
     samples = [(str(p), folder_label[d]) for d in folders for p in _images(d)]
     if not samples:
         raise RobustvitError(f"{root} has no images with extensions {', '.join(IMG_EXTENSIONS)}")
@@ -174,14 +157,13 @@ def load_shift_dataset(name: str, root: str | Path | None = None, *, image_size:
 
 
 def _source(name: str, arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
-    crop_pct = float(options.pop("crop_pct", resize.crop_pct if resize is not None else 0.875))
+    resize = resize or Resize(224)
+    crop_pct = float(options.pop("crop_pct", resize.crop_pct))
     root = options.pop("root", None)
     if options:
         raise RobustvitError(f"data source {name!r} has no option {next(iter(options))!r}; it takes root=, crop_pct=")
-    path = resolve_root(name, arg or None, {"root": root})
-    return load_shift_dataset(name, path, image_size=resize.size if resize is not None else None, crop_pct=crop_pct,
-                              interpolation=resize.interpolation if resize is not None else "bilinear",
-                              strict=strict, labels="imagenet")
+    return load_shift_dataset(name, arg or root, image_size=resize.size, crop_pct=crop_pct,
+                              interpolation=resize.interpolation, strict=strict, labels="imagenet")
 
 
 @dataclass

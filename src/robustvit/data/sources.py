@@ -92,7 +92,8 @@ class FunctionSource(DataSource):
 
 
 #: Every data source by its spec name (``create_dataset("NAME:ARG…")``).
-SOURCES: Registry[DataSource] = Registry("data source", package="robustvit.data", hint="write SOURCE:ARG, e.g. synthshapes:test")
+SOURCES: Registry[DataSource] = Registry("data source", package="robustvit.data",
+                                        hint="write SOURCE:ARG, e.g. synthshapes:test")
 
 
 def register_source(obj: Any, fn: SourceFn | None = None, *, options: type | None = None) -> Any:
@@ -204,8 +205,7 @@ class ResizeOptions:
 
 
 def _resize_with(resize: Resize | None, options: Any) -> Resize | None:
-    return override_resize(resize, {f.name: getattr(options, f.name) for f in fields(ResizeOptions)
-                                    if getattr(options, f.name) is not None})
+    return override_resize(resize, {f.name: getattr(options, f.name) for f in fields(ResizeOptions)})
 
 
 @dataclass

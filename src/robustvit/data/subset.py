@@ -1,19 +1,16 @@
 """Which images a run uses: the whole data set, a seeded class-stratified sample, its first N images, or a
 published list (e.g. RobustBench's 5,000 ImageNet validation images).
 
-One function does the selection, :func:`select_subset` (labels, n, method, seed → sorted data-set indices).
-``stratified`` (the default) ranks every image once — :func:`subset_order` — so that *every prefix of the
-ranking* is a class-stratified sample: classes in proportion to their size (as equal as possible; with fewer
-images than classes, that many distinct classes chosen at random), images within a class in a random order.
-Image ``i`` of class ``k`` (``c_k`` images), at random position ``j`` within its class, gets the key
-``(j + u_k) / c_k`` with one random offset ``u_k`` per class (systematic sampling); the ranking sorts the keys.
-Because samples are prefixes of one ranking they nest: the 50 images of ``autoattack:limit=50`` are among the
-500 of ``pgd:limit=500`` in the same run, and both among the run's ``--limit``.
+:func:`select_subset` (labels, n, method, seed → sorted data-set indices) does the selection. ``stratified``
+(the default) ranks every image once (:func:`subset_order`) so that *every prefix* is a class-stratified sample:
+classes in proportion to their size (with fewer images than classes, that many distinct random classes), images
+within a class in random order. Image ``i`` of class ``k`` (``c_k`` images), at random position ``j`` within its
+class, gets the key ``(j + u_k) / c_k`` with one random offset ``u_k`` per class (systematic sampling). Samples
+nest: the 50 images of ``autoattack:limit=50`` are among the 500 of ``pgd:limit=500``, both among ``--limit``.
 
-Randomness: ``numpy.random.default_rng(seed)`` (PCG64), one draw of N uniform numbers (within-class order)
-then one of C (class offsets); keys are sorted with a stable sort. The same seed gives the same subset on any
-machine. ``first`` is the first N images (data sets from folders are sorted by class: N images from few
-classes). Reading labels never decodes an image (:func:`dataset_labels`).
+Randomness: ``numpy.random.default_rng(seed)`` (PCG64), N uniform numbers (within-class order), then C (class
+offsets); keys sorted stably: the same subset on any machine. ``first`` is the first N images (folder data sets
+are sorted by class). Labels are read without decoding images (:func:`dataset_labels`).
 
 >>> labels = torch.arange(1000) // 50                 # 20 classes of 50 images, sorted by class
 >>> idx = select_subset(labels, 40, "stratified", seed=0)
@@ -113,9 +110,10 @@ def relative_paths(ds: Any, root: Path | None = None) -> list[str] | None:
     if not isinstance(samples, list) or not samples:
         return None
     paths = [Path(p) for p, _ in samples]
-    if root is None:
-        root = Path(str(getattr(ds, "spec", "")).split(":", 1)[-1]) if ":" in str(getattr(ds, "spec", "")) else None
-    if root is None or not all(p.is_relative_to(root) for p in paths[:1]):
+    spec = str(getattr(ds, "spec", ""))
+    if root is None and ":" in spec:
+        root = Path(spec.split(":", 1)[1])
+    if root is None or not paths[0].is_relative_to(root):
         root = paths[0].parent.parent
     return [p.relative_to(root).as_posix() if p.is_relative_to(root) else p.as_posix() for p in paths]
 
@@ -137,8 +135,7 @@ def read_subset_file(path: str | Path) -> list[str]:
             raise RobustvitError(f"subset file {p}: a JSON subset is a list of image indices or relative paths")
         entries = [str(v) for v in raw]
     else:
-        entries = [ln.split("#", 1)[0].strip() for ln in text.splitlines()]
-        entries = [e for e in entries if e]
+        entries = [e for e in (ln.split("#", 1)[0].strip() for ln in text.splitlines()) if e]
     if not entries:
         raise RobustvitError(f"subset file {p} lists no image")
     return entries
@@ -296,8 +293,7 @@ class Subset:
 
 def make_subset(ds: Any, *, limit: int | None = None, method: str = "stratified", seed: int = 0,
                 file: str | Path | None = None, labels: torch.Tensor | None = None) -> Subset:
-    """The run's images of ``ds``: ``--subset FILE``, else ``--limit N`` drawn by ``method`` with ``seed``
-    (see :func:`select_subset`), else all of them."""
+    """The run's images of ``ds``: ``--subset FILE``, else ``--limit N`` drawn by ``method`` with ``seed``, else all."""
     check_method(method)
     n = len(ds)
     if labels is None:

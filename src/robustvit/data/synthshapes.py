@@ -1,14 +1,11 @@
 """``synthshapes``: the embedded, procedurally generated data set (no download, no files).
 
-Each image shows one shape (the class: circle, square, triangle, …) filled with a texture (stripes,
-checkerboard, dots, …) over a textured, shaded background, at a random position, scale, rotation and
-colour, with mild pixel noise. With probability ``texture_correlation`` the texture is the one tied to the
-class (texture k ↔ class k), otherwise it is random, so a model can partly solve the task from texture —
-which makes the **cue-conflict** variant (shape of one class, texture of another; Geirhos et al. 2019,
-arXiv:1811.12231) a test of shape vs texture bias.
-
-Generation is batched tensor code, deterministic given (seed, size, classes, texture_correlation,
-variant): image i is the same whatever ``count`` is asked for. Images are returned as uint8 (N, 3, H, W).
+Each image shows one shape (the class: circle, square, triangle, …) filled with a texture (stripes, dots, …)
+over a textured, shaded background, at a random position, scale, rotation and colour, with mild pixel noise.
+With probability ``texture_correlation`` the texture is the class's own (texture k ↔ class k), else random, so
+texture partly solves the task — and the **cue-conflict** variant (shape of one class, texture of another;
+Geirhos et al. 2019, arXiv:1811.12231) tests shape vs texture bias. Deterministic given (seed, size, classes,
+texture_correlation, variant): image i is the same whatever ``count``. Images are uint8 (N, 3, H, W).
 
 >>> x, y, t = render_synthshapes(count=20, size=32, seed=0)
 >>> x.shape, x.dtype, torch.equal(render_synthshapes(count=5, size=32, seed=0)[0], x[:5])
@@ -21,7 +18,7 @@ import math
 
 import torch
 
-from robustvit.data.base import BatchedImageDataset, to_float
+from robustvit.data.base import BatchedImageDataset
 from robustvit.errors import RobustvitError
 from robustvit.utils import derive_seed
 
@@ -35,6 +32,7 @@ _CHUNK_TARGET = 500
 
 
 def _box(px: torch.Tensor, py: torch.Tensor, bx: float, by: float) -> torch.Tensor:
+    """Signed distance to the box of half-sides (bx, by)."""
     qx, qy = px.abs() - bx, py.abs() - by
     outside = torch.sqrt(qx.clamp_min(0) ** 2 + qy.clamp_min(0) ** 2)
     return outside + torch.maximum(qx, qy).clamp_max(0)
@@ -104,6 +102,7 @@ def texture(k: int, x: torch.Tensor, y: torch.Tensor, freq: torch.Tensor, phase:
 
 
 def _value_noise(n: int, size: int, gen: torch.Generator) -> torch.Tensor:
+    """Binary blotches (n, size, size): 6 × 6 random values upsampled bicubically, thresholded at 1/2."""
     low = torch.rand((n, 1, 6, 6), generator=gen)
     up = torch.nn.functional.interpolate(low, size=(size, size), mode="bicubic", align_corners=False)
     return (up[:, 0] > 0.5).float()
@@ -288,24 +287,28 @@ class SynthShapesDataset(BatchedImageDataset):
     def __len__(self) -> int:
         return len(self.labels)
 
-    def get_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = self.read_batch(index)
-        return to_float(x), y
-
     def read_batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 images (rendered in 8 bits) and labels."""
-        index = torch.as_tensor(index, dtype=torch.long)
+        size = self._args[0]
+        x, index = self._gather(self._chunks, index, (3, size, size))
+        return x, self.labels[index]
+
+    def _gather(self, rendered: dict[int, torch.Tensor], index: torch.Tensor, shape: tuple[int, ...]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Items ``index`` of the chunks in ``rendered`` (images or masks; missing chunks rendered), and ``index``."""
+        index = torch.as_tensor(index, dtype=torch.long).cpu()
         if len(index) and (int(index.min()) < 0 or int(index.max()) >= len(self)):
             raise IndexError(f"synthshapes index out of range 0..{len(self) - 1}")
         chunks = index // self._chunk
-        out = torch.empty(len(index), 3, self._args[0], self._args[0], dtype=torch.uint8)
+        out = torch.empty(len(index), *shape, dtype=torch.uint8)
         for c in chunks.unique().tolist():
             sel = chunks == c
             self._render(c)
-            out[sel] = self._chunks[c][index[sel] - c * self._chunk]
-        return out, self.labels[index]
+            out[sel] = rendered[c][index[sel] - c * self._chunk]
+        return out, index
 
     def _render(self, c: int) -> None:
+        """Render chunk ``c`` (and its masks for a dense data set) unless it is kept already."""
         if c in self._chunks and (not self.dense or c in self._masks):
             return
         if self.dense:
@@ -321,17 +324,8 @@ class SynthShapesDataset(BatchedImageDataset):
         return self._gather_masks(index)
 
     def _gather_masks(self, index: torch.Tensor) -> torch.Tensor:
-        index = torch.as_tensor(index, dtype=torch.long).cpu()
-        if len(index) and (int(index.min()) < 0 or int(index.max()) >= len(self)):
-            raise IndexError(f"synthshapes index out of range 0..{len(self) - 1}")
         size = self._args[0]
-        chunks = index // self._chunk
-        out = torch.empty(len(index), size, size, dtype=torch.uint8)
-        for c in chunks.unique().tolist():
-            sel = chunks == c
-            self._render(c)
-            out[sel] = self._masks[c][index[sel] - c * self._chunk]
-        return out.long()
+        return self._gather(self._masks, index, (size, size))[0].long()
 
     def get_targets(self, index: torch.Tensor) -> list[dict[str, torch.Tensor]]:
         """Detection targets as torchvision's detection models take them: per image ``boxes`` (1, 4) float

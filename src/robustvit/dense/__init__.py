@@ -1,12 +1,9 @@
-"""Dense prediction under corruption, in one place: semantic segmentation (a light head on any timm backbone,
-training, mIoU) and object detection (torchvision detectors, COCO box mAP through pycocotools).
-
-The pieces live in the layer they belong to and are gathered here: the networks in ``robustvit.models``
-(``segmenter``: ``segmentation_net``, registered with timm so that checkpoint folders load with
-``create_model``; ``detection``: torchvision detectors), the metrics in ``robustvit.metrics.dense``, the
-readers in ``robustvit.data.dense``, segmentation training as a task of the one training loop
-(``robustvit.training.tasks``; ``robustvit train --task segment``), the suites ``seg_clean``,
-``seg_corruptions``, ``det_clean``, ``det_corruptions`` in ``robustvit.evaluation.suites.dense``. See docs/dense.md.
+"""Dense prediction under corruption: semantic segmentation (a light head on any timm backbone, training, mIoU)
+and object detection (torchvision detectors, COCO box mAP through pycocotools), gathered from their layers: the
+networks in ``robustvit.models`` (``segmenter``, registered with timm; ``detection``), the metrics in
+``robustvit.metrics.dense``, the readers in ``robustvit.data.dense``, training in ``robustvit.training.tasks``
+(``robustvit train --task segment``), the suites ``seg_clean``, ``seg_corruptions``, ``det_clean``,
+``det_corruptions`` in ``robustvit.evaluation.suites.dense``. See docs/dense.md.
 """
 
 from robustvit.data.dense import coco_ground_truth
