@@ -332,20 +332,6 @@ class Cifar100(_TorchvisionCifar):
     name = "cifar100"
 
 
-def _call(name: str) -> SourceFn:
-    def fn(arg: str, options: dict[str, Any], resize: Resize | None, strict: bool) -> ImageDataset:
-        return SOURCES.get(name)(arg, options, resize, strict)
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"``{name}:…`` as a function (see :class:`DataSource`)."
-    return fn
-
-
-# the function spellings of earlier releases: ``sources.synthshapes(arg, options, resize, strict)``
-synthshapes, folder, npz = _call("synthshapes"), _call("folder"), _call("npz")
-cifar10, cifar100, imagenet = _call("cifar10"), _call("cifar100"), _call("imagenet")
-
-
 __all__ = ["DataSource", "FunctionSource", "SOURCES", "SourceFn", "register_source", "parse_data_spec",
            "cache_root", "override_resize", "IMG_EXTENSIONS", "MAX_CLASSES", "SynthShapes", "Folder", "ImageNet",
-           "Npz", "Cifar10", "Cifar100", "ResizeOptions", "FolderOptions", "CifarOptions",
-           "synthshapes", "folder", "npz", "cifar10", "cifar100", "imagenet"]
+           "Npz", "Cifar10", "Cifar100", "ResizeOptions", "FolderOptions", "CifarOptions"]
