@@ -19,8 +19,8 @@ DPI = 110
 
 
 def save_figure(fig: Any, path: str | Path, *, dpi: int = DPI) -> str:
-    """Write ``fig`` to ``path`` (creating its folder; cropped to what is drawn, so a legend placed outside
-    the axes is kept), close it, and return the file's name."""
+    """Write ``fig`` to ``path`` (creating its folder; cropped to what is drawn, keeping a legend outside the
+    axes), close it, and return the file's name."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
@@ -51,6 +51,14 @@ def integer_ticks(ax: Any, axis: Literal["x", "y", "both"] = "x") -> None:
         getattr(ax, f"{a}axis").set_major_locator(MaxNLocator(integer=True))
 
 
+def grouped_bars(ax: Any, names: list[str], series: list[tuple[str, dict[str, Any]]]) -> None:
+    """One group of bars per name, one bar per ``(label, {name: value})`` series side by side (missing: 0)."""
+    width = 0.8 / len(series)
+    for j, (label, values) in enumerate(series):
+        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(names))]
+        ax.bar(xs, [values.get(n) or 0.0 for n in names], width=width, label=label)
+
+
 def place_legend(ax: Any, *, outside: bool = False, **kwargs: Any) -> Any:
     """A legend that does not cover the data: matplotlib's least-covering corner (``loc="best"``), or to the
     right of the axes (``outside=True``, for long legends such as one entry per head). Nothing when no artist
@@ -63,4 +71,4 @@ def place_legend(ax: Any, *, outside: bool = False, **kwargs: Any) -> Any:
     return ax.legend(loc="best", **kwargs)
 
 
-__all__ = ["DPI", "integer_ticks", "place_legend", "save_figure"]
+__all__ = ["DPI", "grouped_bars", "integer_ticks", "place_legend", "save_figure"]

@@ -27,7 +27,8 @@ class progress_bar:  # noqa: N801  (used like a function)
             self.start = self.last = time.monotonic()
             self.done, self.info, self.said = 0, "", False
             return self._plain_tick
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=True)
@@ -49,8 +50,7 @@ class progress_bar:  # noqa: N801  (used like a function)
         self.said = True
 
     def __exit__(self, *exc: object) -> None:
-        if self.enabled and self.plain:
-            if self.said and self.last != time.monotonic():
-                self._say(time.monotonic())
-        elif self.enabled:
+        if self.enabled and self.plain and self.said and self.last != time.monotonic():
+            self._say(time.monotonic())
+        elif self.enabled and not self.plain:
             self.bar.stop()

@@ -2,11 +2,9 @@
 
 ``list_analyses(pattern)``, ``get_analysis(name)``, ``analyses_for(family)``, and
 ``run_analyses(model, dataset, names, out_dir, ...)`` (what ``robustvit analyze`` and the demo call).
-An analysis is a class decorated with ``@register_analysis`` (the registry imports every module of this package before its first lookup);
-its options are the class's ``Options`` dataclass. Each analysis also has a plain function returning plain
-data, taking the options as keywords (``correlation(model, dataset, method="cka")``, ``lesion``,
-``restricted_attention``, ``attention_distance``, ``attention_maps``, ``pos_embed_similarity``, ``grouping``,
-``attention_stability``, ``perturbation_semantics``).
+An analysis is a class decorated with ``@register_analysis``, its options the class's ``Options`` dataclass
+(the registry imports every module of this package before its first lookup). Each analysis also has a plain
+function taking the options as keywords, e.g. ``correlation(model, dataset, method="cka")``.
 
 >>> res = run_analyses(create_model("vit_cifar_micro"), create_dataset("synthshapes:test,count=8"),
 ...                    ["pos_embed_similarity"], None)

@@ -2,13 +2,11 @@
 "An Image is Worth 16x16 Words", arXiv:2010.11929, Fig. 6, 7 and 10).
 
 * ``attention_distance``: per head and layer, the mean over images and query patches of
-  Σ_k a(q, k)·‖pos(q) − pos(k)‖ in pixels over key patches (patch centres; prefix tokens neither query nor
-  key, the weights not renormalised — with a CLS token the patches' attention mass is below 1);
-* ``attention_maps``: the attention of one query patch (default: the centre patch), averaged over heads,
-  in every layer, and attention rollout from CLS (Abnar & Zuidema, arXiv:2005.00928: heads averaged,
-  0.5·A + 0.5·I, rows renormalised, multiplied over layers; models without CLS — registers only, or no
-  prefix token — the mean over patch queries; registers are never read as CLS), drawn over the image;
-* results record ``has_class_token``, ``num_prefix_tokens`` and ``num_registers``;
+  Σ_k a(q, k)·‖pos(q) − pos(k)‖ in pixels between patch centres (prefix tokens neither query nor key, weights
+  not renormalised: with a CLS token the patches' attention mass is below 1);
+* ``attention_maps``: a query patch's attention (default: the centre patch), heads averaged, per layer, and
+  rollout from CLS (Abnar & Zuidema, arXiv:2005.00928: heads averaged, 0.5·A + 0.5·I, rows renormalised,
+  multiplied over layers; without CLS the mean over patch queries: registers are never read as CLS);
 * ``pos_embed_similarity``: cosine similarity of each patch's learned position embedding with all others.
 """
 
@@ -21,7 +19,7 @@ from typing import Any
 import torch
 
 from robustvit.analysis import checks
-from robustvit.analysis.base import Analysis, Context, register_analysis, tolist
+from robustvit.analysis.base import Analysis, Context, grid_coords, register_analysis, tolist
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 from robustvit.plotting import finish_figure, integer_ticks, place_legend
@@ -35,9 +33,7 @@ class AttentionMapsOptions:
 
 def patch_distances(grid: tuple[int, int], patch_size: int) -> torch.Tensor:
     """(P, P) Euclidean distance in pixels between patch centres."""
-    gh, gw = grid
-    r, c = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-    pos = torch.stack([r.flatten(), c.flatten()], 1).double() * patch_size
+    pos = grid_coords(grid).double() * patch_size
     return torch.cdist(pos, pos)
 
 
@@ -45,8 +41,7 @@ def mean_attention_distance(attn: torch.Tensor, grid: tuple[int, int], patch_siz
                             num_prefix: int) -> torch.Tensor:
     """(N, heads, T, T) attention of one layer → (N, heads) mean attention distance in pixels."""
     a = attn[:, :, num_prefix:, num_prefix:].double()
-    dist = patch_distances(grid, patch_size).to(a.device)
-    return (a * dist).sum(-1).mean(-1)
+    return (a * patch_distances(grid, patch_size).to(a.device)).sum(-1).mean(-1)
 
 
 def _need_grid(probe: Any, what: str) -> None:
@@ -63,14 +58,15 @@ def _check_maps(probe: Any, maps: list[torch.Tensor], what: str) -> None:
     T = probe.num_prefix_tokens + probe.grid_size[0] * probe.grid_size[1]
     for i, a in enumerate(maps):
         if a.ndim != 4 or a.shape[-2:] != (T, T):
-            raise RobustvitError(f"{what}: block {i}'s attention map has shape {tuple(a.shape)}, not (N, heads, {T}, "
-                                 f"{T}) over the prefix and patch tokens; this analysis needs global token attention over "
-                                 "the same tokens in every block")
+            raise RobustvitError(f"{what}: block {i}'s attention map has shape {tuple(a.shape)}, not (N, heads, "
+                                 f"{T}, {T}) over the prefix and patch tokens; this analysis needs global token "
+                                 "attention over the same tokens in every block")
 
 
 def _tokens_info(probe: Any) -> dict[str, Any]:
     info = {"has_class_token": bool(getattr(probe, "has_class_token", probe.num_prefix_tokens > 0)),
-            "num_prefix_tokens": int(probe.num_prefix_tokens), "num_registers": int(getattr(probe, "num_registers", 0))}
+            "num_prefix_tokens": int(probe.num_prefix_tokens),
+            "num_registers": int(getattr(probe, "num_registers", 0))}
     if not getattr(probe, "softmax_maps", True):
         info["notes"] = ["talking-heads attention (CaiT): the maps are those that weight the values, mixed across "
                          "heads after the softmax; their rows need not sum to 1"]
@@ -98,12 +94,12 @@ def compute_attention_distance(ctx: Context, options: Any = None) -> dict[str, A
 
 def plot_attention_distance(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
-
     d = torch.tensor(result["distance"])
     L, H = d.shape
     fig, ax = plt.subplots(figsize=(5, 3.8))
     for h in range(H):
-        ax.scatter((torch.arange(L) + 1).numpy(), d[:, h].numpy(), s=14, alpha=0.8, label=f"head {h}" if H <= 8 else None)
+        ax.scatter((torch.arange(L) + 1).numpy(), d[:, h].numpy(), s=14, alpha=0.8,
+                   label=f"head {h}" if H <= 8 else None)
     ax.set_xlabel("network depth (layer)"), ax.set_ylabel("mean attention distance (pixels)")
     integer_ticks(ax, "x")
     ax.set_ylim(0, max(float(d.max()) * 1.1, 1e-3))
@@ -122,7 +118,6 @@ class AttentionDistance(Analysis):
     requires_probe = True
     families = ("vit", "deit", "fan")
     description = "mean attention distance in pixels per head and layer (ViT Fig. 7 right, Fig. 10)"
-
     run = staticmethod(compute_attention_distance)
     plot = staticmethod(plot_attention_distance)
 
@@ -148,14 +143,13 @@ def attention_rollout(attns: list[torch.Tensor], residual: bool = True) -> torch
 
 def compute_attention_maps(ctx: Context, o: AttentionMapsOptions) -> dict[str, Any]:
     probe = ctx.probe
-    images, query = o.images, o.query
     _need_grid(probe, "attention maps")
     gh, gw = probe.grid_size
     P, pre = gh * gw, probe.num_prefix_tokens
-    q = (gh // 2) * gw + gw // 2 if query < 0 else int(query)
+    q = (gh // 2) * gw + gw // 2 if o.query < 0 else int(o.query)
     if not 0 <= q < P:
-        raise RobustvitError(f"query patch {query} is outside the {gh}×{gw} grid (0..{P - 1})")
-    x, y = ctx.batch(0, min(images, ctx.num_images))
+        raise RobustvitError(f"query patch {o.query} is outside the {gh}×{gw} grid (0..{P - 1})")
+    x, y = ctx.batch(0, min(o.images, ctx.num_images))
     with torch.no_grad():
         out = probe.run(x, tokens=False, attentions=True)
     _check_maps(probe, out.attentions, "attention maps")
@@ -172,10 +166,8 @@ def compute_attention_maps(ctx: Context, o: AttentionMapsOptions) -> dict[str, A
 
 
 def _overlay(ax: Any, img: torch.Tensor, m: torch.Tensor, title: str = "") -> None:
-    import torch.nn.functional as F
-
-    H, W = img.shape[-2:]
-    up = F.interpolate(m[None, None].float(), size=(H, W), mode="nearest")[0, 0]
+    """Map ``m`` upsampled (nearest) over image ``img``."""
+    up = torch.nn.functional.interpolate(m[None, None].float(), size=tuple(img.shape[-2:]), mode="nearest")[0, 0]
     ax.imshow(img.permute(1, 2, 0).clamp(0, 1).numpy())
     ax.imshow(up.numpy(), cmap="inferno", alpha=0.6)
     ax.set_title(title, fontsize=7)
@@ -184,12 +176,10 @@ def _overlay(ax: Any, img: torch.Tensor, m: torch.Tensor, title: str = "") -> No
 
 def plot_attention_maps(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
-
     imgs = result.get("_images")
     if imgs is None:
         return []
-    maps = torch.tensor(result["query_maps"])
-    roll = torch.tensor(result["rollout"])
+    maps, roll = torch.tensor(result["query_maps"]), torch.tensor(result["rollout"])
     N, L = maps.shape[:2]
     fig, axes = plt.subplots(N, L + 2, figsize=(1.6 * (L + 2), 1.7 * N), squeeze=False)
     r0, c0 = result["query_rc"]
@@ -203,8 +193,8 @@ def plot_attention_maps(result: dict[str, Any], out: Path) -> list[str]:
         for l in range(L):
             _overlay(axes[i, l + 1], img, maps[i, l], f"layer {l}")
         _overlay(axes[i, L + 1], img, roll[i], f"rollout ({result['rollout_source']})")
-    return [finish_figure(fig, out / "attention_maps.png",
-                          f"Attention of the query patch per layer, and rollout — {result.get('model', '')}", fontsize=9)]
+    title = f"Attention of the query patch per layer, and rollout — {result.get('model', '')}"
+    return [finish_figure(fig, out / "attention_maps.png", title, fontsize=9)]
 
 
 @register_analysis
@@ -216,7 +206,6 @@ class AttentionMaps(Analysis):
     families = ("vit", "deit", "fan")
     description = "attention of a query patch per layer and attention rollout, over the image (ViT Fig. 6)"
     Options = AttentionMapsOptions
-
     run = staticmethod(compute_attention_maps)
     plot = staticmethod(plot_attention_maps)
 
@@ -242,7 +231,6 @@ def compute_pos_embed_similarity(ctx: Context, options: Any = None) -> dict[str,
 
 def plot_pos_embed(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
-
     gh, gw = result["grid"]
     sim = torch.tensor(result["similarity"]).view(gh, gw, gh, gw)
     # the grid of grids as one mosaic: tile (r, c) holds patch (r, c)'s similarity to every position
@@ -267,7 +255,6 @@ class PosEmbedSimilarity(Analysis):
     families = ("vit", "deit")
     description = "cosine similarity of each position embedding with all others (ViT Fig. 7 centre)"
     needs_data = False
-
     run = staticmethod(compute_pos_embed_similarity)
     plot = staticmethod(plot_pos_embed)
 

@@ -110,11 +110,9 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
 def model_on(model: nn.Module, device: str | torch.device | None = None) -> tuple[nn.Module, torch.device]:
     """``(model, device)`` for running ``model`` on ``device`` without moving the caller's model.
 
-    ``None``: the model's own device (:func:`model_device`) and the model itself. A device the model is on: the
-    model itself. Another device (``"auto"`` = CUDA when available, as ``robustvit analyze --device`` passes it): a
-    copy of the model on that device, the caller's model staying where it is (its weights are copied straight to
-    the target device, so the source device holds no second copy). Move the model yourself (``model.to(device)``)
-    to avoid the copy."""
+    ``None`` or the model's own device: the model itself. Another device (``"auto"``: CUDA when available): a
+    copy there, its weights copied straight to the target (no second copy on the source device). Move the model
+    yourself (``model.to(device)``) to avoid the copy."""
     own = model_device(model)
     if device is None:
         return model, own
@@ -135,8 +133,8 @@ def model_on(model: nn.Module, device: str | torch.device | None = None) -> tupl
 def make_context(model: nn.Module, dataset: Any = None, *, limit: int | None = None, batch_size: int = 64,
                  seed: int = 0, device: str | torch.device | None = None, store: UnitStore | None = None,
                  progress: bool = False, name: str = "") -> Context:
-    """The run context of an analysis. ``device=None`` runs on the model's own device; another device runs a
-    copy of the model there (:func:`model_on`: the caller's model is never moved). The model is put in eval mode."""
+    """The run context of an analysis, the model in eval mode on ``device`` (:func:`model_on`: the caller's model
+    is never moved)."""
     if batch_size < 1:
         raise RobustvitError(f"batch size must be >= 1, got {batch_size}")
     if limit is not None and limit < 1:
@@ -146,8 +144,7 @@ def make_context(model: nn.Module, dataset: Any = None, *, limit: int | None = N
                    device=dev, store=store if store is not None else MemoryStore(), progress=progress, name=name)
 
 
-#: The keywords of the plain functions (``lesion(model, data, samples=5, limit=256)``) that set up the run
-#: rather than the analysis.
+#: The keywords of the plain functions (``lesion(model, data, limit=256)``) that set up the run, not the analysis.
 RUN_KEYWORDS = ("limit", "batch_size", "seed", "device", "store", "progress")
 
 
@@ -194,7 +191,7 @@ class Analysis:
         return options_dict(self.parse(raw))
 
     def compute(self, ctx: Context, **options: Any) -> dict[str, Any]:
-        """Run on ``ctx`` with ``options`` (parsed, defaults filled in); the result records its options."""
+        """Run on ``ctx`` with ``options`` parsed; the result records them."""
         opts = self.parse(options)
         return {**self.run(ctx, opts), "options": options_dict(opts)}
 
@@ -218,9 +215,8 @@ class Analysis:
 
     @classmethod
     def function(cls, doc: str) -> Callable[..., dict[str, Any]]:
-        """The analysis as a plain function ``f(model, dataset=None, **keywords)`` (:meth:`apply`) named after it,
-        with ``doc`` as its docstring and a signature (``help``, ``inspect``) that lists the ``Options`` fields
-        with their defaults, then the run keywords."""
+        """The analysis as a plain function ``f(model, dataset=None, **keywords)`` (:meth:`apply`) with ``doc``
+        as docstring and a signature listing the ``Options`` fields with their defaults, then the run keywords."""
         analysis = cls()
 
         def fn(model: nn.Module, dataset: Any = None, **kwargs: Any) -> dict[str, Any]:
@@ -244,8 +240,7 @@ A = TypeVar("A", bound=type)
 
 
 def register_analysis(cls: A) -> A:
-    """Class decorator: register one instance of an :class:`Analysis` subclass under its ``name`` (and its
-    ``aliases``) in :data:`ANALYSES`."""
+    """Class decorator: register an instance of an :class:`Analysis` subclass in :data:`ANALYSES`."""
     ANALYSES.register(cls())
     return cls
 
@@ -268,9 +263,9 @@ def check_family(name: str, family: str, model_name: str = "") -> None:
     """A one-line error when analysis ``name`` does not apply to ``family``."""
     a = get_analysis(name)
     if family not in a.families:
-        ok = analyses_for(family)
-        raise RobustvitError(f"analysis {name} does not apply to {family} models{f' ({model_name})' if model_name else ''}; "
-                             f"it applies to {', '.join(a.families)}; for {family} use: {', '.join(ok) or 'none'}")
+        which = f" ({model_name})" if model_name else ""
+        raise RobustvitError(f"analysis {name} does not apply to {family} models{which}; it applies to "
+                             f"{', '.join(a.families)}; for {family} use: {', '.join(analyses_for(family)) or 'none'}")
 
 
 def accuracy_stats(logits: torch.Tensor, y: torch.Tensor) -> dict[str, int]:
@@ -284,3 +279,9 @@ def accuracy(stats: dict[str, int]) -> float:
 def tolist(t: torch.Tensor, digits: int = 6) -> Any:
     """A tensor as nested lists of rounded floats (JSON-friendly)."""
     return torch.round(t.detach().double().cpu(), decimals=digits).tolist()
+
+
+def grid_coords(grid: tuple[int, int]) -> torch.Tensor:
+    """(P, 2) (row, column) of each patch of a ``(gh, gw)`` grid, row-major."""
+    r, c = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    return torch.stack([r.flatten(), c.flatten()], 1)

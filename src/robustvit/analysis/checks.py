@@ -55,8 +55,8 @@ def attention_distance(r: dict[str, Any]) -> str | None:
 
 def correlation(r: dict[str, Any]) -> str | None:
     """Layer-by-layer similarity matrices: square, in [-1, 1], ones on the diagonal."""
-    return next((e for k in ("all_tokens", "cls_token") if k in r and r[k] is not None
-                 for e in [square_unit(k, r[k])] if e), None)
+    errors = [square_unit(k, r[k]) for k in ("all_tokens", "cls_token") if r.get(k) is not None]
+    return next((e for e in errors if e), None)
 
 
 def pos_embed_similarity(r: dict[str, Any]) -> str | None:

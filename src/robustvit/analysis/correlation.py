@@ -1,12 +1,9 @@
 """Layer correlation (Bhojanapalli et al., "Understanding Robustness of Transformers for Image
 Classification", arXiv:2103.14586, Fig. 7): |Pearson ρ| between the flattened representations after each
-block, over all tokens and over the CLS token only; linear CKA (Kornblith et al., arXiv:1905.00414) as an
-option, and always for Swin and CNNs (their layers differ in shape). For CNNs ``level=block`` gives
-linear CKA between the outputs of every pair of residual blocks, as in the paper's Fig. 33 (ResNet);
-the default for CNNs is one output per stage (``level=stage``), not the paper's setting.
-
-The "CLS" representation is the CLS token where the model has one (``has_class_token``), else the mean
-over the patch tokens (registers and other prefix tokens excluded), the pooled representation.
+block, over all tokens and over the CLS token only (else the mean over the patch tokens, the pooled
+representation); linear CKA (Kornblith et al., arXiv:1905.00414) as an option, and always for Swin and CNNs
+(their layers differ in shape). For CNNs ``level=block`` compares every pair of residual blocks, as the paper's
+Fig. 33 (ResNet); the CNN default, one output per stage (``level=stage``), is not the paper's setting.
 
 Pearson is exact over the whole data set from streamed sums (per chunk: centred Gram matrix of the layers'
 flattened outputs). CKA uses the minibatch estimator of Nguyen et al. (arXiv:2010.15327): unbiased HSIC per
@@ -26,8 +23,6 @@ from robustvit.analysis.base import Analysis, Context, register_analysis, tolist
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 from robustvit.plotting import finish_figure
-
-METHODS = ("pearson", "cka")
 
 
 @dataclass
@@ -49,15 +44,14 @@ def representations(ctx: Context, x: torch.Tensor, level: str) -> tuple[list[tor
 
 
 def has_class_token(probe: Any) -> bool:
-    """Whether the probe's token sequence starts with a CLS token (timm: CLS first, then registers). Probes
-    without ``has_class_token`` fall back to "has prefix tokens and the network's ``cls_token`` is set"."""
+    """Whether the probe's tokens start with a CLS token (probes without ``has_class_token``: prefix tokens and
+    the network's ``cls_token`` set)."""
     fallback = probe.num_prefix_tokens > 0 and getattr(getattr(probe, "net", None), "cls_token", 0) is not None
     return bool(getattr(probe, "has_class_token", fallback))
 
 
 def pearson_stats(reps: list[torch.Tensor]) -> dict[str, Any]:
-    """Sums for |ρ| between flattened layers: n, Σr (per layer), Σ r_i r_j (Gram) — float64 via a
-    per-chunk centring."""
+    """Sums for |ρ| between flattened layers: n, Σr (per layer), Σ r_i r_j (Gram), float64 via per-chunk centring."""
     r = torch.stack([t.flatten() for t in reps])            # (L, M)
     m = r.double().mean(1)
     c = r - m.to(r.dtype)[:, None]
@@ -112,19 +106,14 @@ def cka_matrix(stats: dict[str, Any]) -> torch.Tensor:
 
 def compute_correlation(ctx: Context, o: CorrelationOptions) -> dict[str, Any]:
     probe = ctx.probe
-    method, level = o.method, o.level
-    if method not in METHODS:
-        raise RobustvitError(f"correlation method {method!r} is unknown; choose from {', '.join(METHODS)}")
-    notes = []
+    method, notes = o.method, []
     if probe.family in ("swin", "cnn") and method == "pearson":
         method = "cka"
         notes.append(f"{probe.family}: layers differ in shape, so linear CKA is used instead of Pearson")
-    if level == "auto":
-        level = "stage" if probe.family == "cnn" else "block"
-    if level not in ("block", "stage"):
-        raise RobustvitError(f"correlation level {level!r} is unknown; choose block or stage")
+    level = ("stage" if probe.family == "cnn" else "block") if o.level == "auto" else o.level
     if not has_class_token(probe):
-        notes.append("no CLS token in the blocks: `cls_token` uses the mean over patch tokens (the pooled representation)")
+        notes.append("no CLS token in the blocks: `cls_token` uses the mean over patch tokens "
+                     "(the pooled representation)")
     stat_fn = pearson_stats if method == "pearson" else cka_stats
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
@@ -142,20 +131,18 @@ def compute_correlation(ctx: Context, o: CorrelationOptions) -> dict[str, Any]:
 
 def plot_correlation(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(9, 4))
     label = "|Pearson ρ|" if result["method"] == "pearson" else "linear CKA"
+    ticks = list(range(len(result["layers"])))
+    names = [str(i + (1 if result["level"] == "stage" else 0)) for i in ticks]
     for ax, key, title in zip(axes, ("all_tokens", "cls_token"), ("all tokens", "CLS / pooled token")):
         im = ax.imshow(torch.tensor(result[key]).numpy(), vmin=0, vmax=1, cmap="viridis")
         ax.set_title(f"{label}: {title}")
-        n = len(result["layers"])
-        ticks = list(range(n))
-        ax.set_xticks(ticks), ax.set_yticks(ticks)
-        ax.set_xticklabels([str(i + (1 if result["level"] == "stage" else 0)) for i in ticks], fontsize=7)
-        ax.set_yticklabels([str(i + (1 if result["level"] == "stage" else 0)) for i in ticks], fontsize=7)
+        ax.set_xticks(ticks, names, fontsize=7), ax.set_yticks(ticks, names, fontsize=7)
         ax.set_xlabel(result["level"]), ax.set_ylabel(result["level"])
     fig.colorbar(im, ax=list(axes), shrink=0.8)
-    return [finish_figure(fig, out / "correlation.png", f"Layer correlation — {result.get('model', '')}", tight=False)]
+    title = f"Layer correlation — {result.get('model', '')}"
+    return [finish_figure(fig, out / "correlation.png", title, tight=False)]
 
 
 @register_analysis
@@ -168,7 +155,6 @@ class Correlation(Analysis):
     families = ("vit", "deit", "xcit", "swin", "fan", "cnn")
     description = "|Pearson ρ| (or linear CKA) between block outputs, all tokens and CLS only (Bhojanapalli Fig. 7)"
     Options = CorrelationOptions
-
     run = staticmethod(compute_correlation)
     plot = staticmethod(plot_correlation)
 

@@ -3,25 +3,20 @@ arXiv:2204.12451, Section 3 and appendix, Fig. 3–4).
 
 Default ``convention=fan``, as FAN defines it:
 
-* **Affinity.** Per image and block, the raw token affinity S_ij = z_iᵀ z_j of the patch tokens (prefix
-  tokens — CLS, registers, distillation — excluded). Our reading of the appendix: each token z_i is
-  softmax-normalised over its channels first, so S = P Pᵀ with P = softmax(Z) row-wise (S_ij ∈ [0, 1]);
-  the affinity is not degree-normalised.
-* **Eigenvalue count.** The eigenvalues of S above an **absolute** threshold ε (``eig_threshold``,
-  default 1e-3; the reference notes give no value, so it is recorded in the result) are significant;
-  Fig. 3 plots the number of **insignificant** ones, P − #significant, per block (``insignificant_eigenvalues``;
-  more of them = tokens fall into fewer groups).
-* **Noise decay.** Gaussian noise N(0, σ²) added to the network's normalised input (unclipped, i.e. σ·std per
-  channel in pixels), and per block the relative feature perturbation ‖f(x+n) − f(x)‖ / ‖f(x)‖ of the patch
-  tokens. σ = ``sigma``, default 1: the paper writes the noise x ~ N(0, 1); ``sigma=0.1`` (a milder reading)
-  is an option, recorded in the result (:mod:`robustvit.protocols` labels it a departure from the paper).
+* **Affinity.** Per image and block, S = P Pᵀ over the patch tokens (prefix tokens excluded), P = softmax(Z)
+  over each token's channels (our reading of the appendix; S_ij ∈ [0, 1], not degree-normalised).
+* **Eigenvalue count.** Eigenvalues of S above the **absolute** ``eig_threshold`` (default 1e-3; the reference
+  gives no value, so the result records it) are significant; Fig. 3 plots the **insignificant** ones per block,
+  P − #significant (``insignificant_eigenvalues``; more = fewer token groups).
+* **Noise decay.** Per block ‖f(x+n) − f(x)‖ / ‖f(x)‖ of the patch tokens, n ~ N(0, σ²) added to the normalised
+  input, unclipped. σ = ``sigma``, default 1 (the paper's N(0, 1)); other values are labelled a departure by
+  :mod:`robustvit.protocols`.
 
-``convention=relative`` (a selectable variant): eigenvalues counted above ``eig_threshold`` × the largest
-(default 0.05: scale-free, so models compare), noise added in pixel space and clamped to [0, 1]; recorded as
-``threshold_kind: relative``, which the protocols label not the paper's setting.
+``convention=relative`` (not the paper's): eigenvalues above ``eig_threshold`` × the largest (default 0.05:
+scale-free, so models compare), noise in pixel space clamped to [0, 1]; recorded as ``threshold_kind: relative``.
 
-Plus a spectral-clustering picture of the second-to-last block's tokens over the image (normalised
-affinity, k-means on the leading eigenvectors; Ng et al. 2001) — the picture of FAN's Fig. 4.
+Plus spectral clusters of the second-to-last block's tokens over the image (normalised affinity, k-means on the
+leading eigenvectors; Ng et al. 2001), the picture of FAN's Fig. 4.
 """
 
 from __future__ import annotations
@@ -36,7 +31,7 @@ from robustvit.analysis.base import Analysis, Context, register_analysis, tolist
 from robustvit.errors import RobustvitError
 from robustvit.models.wrapper import range_check_off
 from robustvit.options import option
-from robustvit.plotting import integer_ticks, save_figure
+from robustvit.plotting import finish_figure, integer_ticks
 from robustvit.protocols import ANALYSIS_PROTOCOLS
 
 CONVENTIONS = ("fan", "relative")
@@ -72,6 +67,8 @@ def significant_eigenvalues(z: torch.Tensor, threshold: float, relative: bool = 
     ev = affinity_eigenvalues(z)
     cut = threshold * ev[:, -1:] if relative else torch.full_like(ev[:, -1:], threshold)
     return (ev > cut).sum(-1)
+
+
 def spectral_clusters(z: torch.Tensor, k: int, seed: int = 0, iters: int = 30) -> torch.Tensor:
     """(N, P, D) tokens → (N, P) cluster labels: normalised-Laplacian embedding + k-means (Ng et al. 2001)."""
     p = z.double().softmax(-1)
@@ -95,16 +92,11 @@ def spectral_clusters(z: torch.Tensor, k: int, seed: int = 0, iters: int = 30) -
 
 def compute_grouping(ctx: Context, o: GroupingOptions) -> dict[str, Any]:
     probe = ctx.probe
-    eig_threshold, sigma, clusters, images, convention = o.eig_threshold, o.sigma, o.clusters, o.images, o.convention
-    if convention not in CONVENTIONS:
-        raise RobustvitError(f"grouping convention {convention!r} is unknown; choose from {', '.join(CONVENTIONS)}")
+    sigma, relative = o.sigma, o.convention == "relative"
     if probe.grid_size is None or getattr(probe, "kind", "") in ("swin", "cnn"):
         raise RobustvitError("grouping needs tokens on one patch grid (ViT, DeiT, XCiT, FAN)")
-    thr = DEFAULT_THRESHOLD[convention] if eig_threshold is None or eig_threshold < 0 else float(eig_threshold)
-    relative = convention == "relative"
-    L = probe.num_blocks
-    wrapper = getattr(probe, "wrapper", None)
-    std = wrapper.std if wrapper is not None and hasattr(wrapper, "std") else None
+    thr = DEFAULT_THRESHOLD[o.convention] if o.eig_threshold is None or o.eig_threshold < 0 else float(o.eig_threshold)
+    std = getattr(getattr(probe, "wrapper", None), "std", None)
 
     def noisy_input(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         n = torch.randn(x.shape, generator=g, device=x.device)
@@ -124,18 +116,18 @@ def compute_grouping(ctx: Context, o: GroupingOptions) -> dict[str, Any]:
 
     st = ctx.units(["stats"], unit)["stats"]
     n = st["n"]
-    x, _ = ctx.batch(0, min(images, ctx.num_images))
-    blk = max(0, L - 2)
+    x, _ = ctx.batch(0, min(o.images, ctx.num_images))
+    blk = max(0, probe.num_blocks - 2)
     with torch.no_grad():
         z = patch_tokens(probe, probe.run(x, tokens=True).tokens)[blk]
-    labels = spectral_clusters(z, min(clusters, z.shape[1]), ctx.seed)
+    labels = spectral_clusters(z, min(o.clusters, z.shape[1]), ctx.seed)
     gh, gw = probe.grid_size
     P = gh * gw
     sig = [e / n for e in st["eig"]]
     rule = ("eigenvalues of softmax(Z)softmax(Z)ᵀ above eig_threshold × the largest; noise in pixel space, clamped"
             if relative else "eigenvalues of softmax(Z)softmax(Z)ᵀ above the absolute eig_threshold; "
             "Gaussian noise N(0, σ²) on the normalised input, unclipped")
-    return {"convention": convention, "significant_eigenvalues": sig,
+    return {"convention": o.convention, "significant_eigenvalues": sig,
             "insignificant_eigenvalues": [P - v for v in sig], "noise_decay": [d / n for d in st["decay"]],
             "eig_threshold": thr, "threshold_kind": "relative" if relative else "absolute", "sigma": sigma,
             "num_patches": P, "cluster_block": blk, "clusters": labels.view(-1, gh, gw).cpu().tolist(),
@@ -145,7 +137,6 @@ def compute_grouping(ctx: Context, o: GroupingOptions) -> dict[str, Any]:
 def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
     import torch.nn.functional as F
-
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     L = len(result["noise_decay"])
     fan = result.get("convention", "fan") == "fan" and "insignificant_eigenvalues" in result
@@ -159,9 +150,7 @@ def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:
     axes[1].set_title(f"Noise decay (σ = {result['sigma']})")
     for a in axes:
         integer_ticks(a, "x")
-    fig.suptitle(f"Token grouping — {result.get('model', '')}")
-    fig.tight_layout()
-    files = [save_figure(fig, out / "grouping.png")]
+    files = [finish_figure(fig, out / "grouping.png", f"Token grouping — {result.get('model', '')}")]
     imgs = result.get("_images")
     if imgs is not None:
         labels = torch.tensor(result["clusters"])
@@ -173,9 +162,8 @@ def plot_grouping(result: dict[str, Any], out: Path) -> list[str]:
             axes[0, i].imshow(img.permute(1, 2, 0).numpy()), axes[0, i].axis("off")
             axes[1, i].imshow(img.permute(1, 2, 0).numpy())
             axes[1, i].imshow(up.numpy(), cmap="tab10", alpha=0.55, vmin=0, vmax=9), axes[1, i].axis("off")
-        fig.suptitle(f"Spectral clusters of block {result['cluster_block']}'s tokens", fontsize=9)
-        fig.tight_layout()
-        files.append(save_figure(fig, out / "grouping_clusters.png"))
+        files.append(finish_figure(fig, out / "grouping_clusters.png",
+                                   f"Spectral clusters of block {result['cluster_block']}'s tokens", fontsize=9))
     return files
 
 
@@ -187,7 +175,6 @@ class Grouping(Analysis):
     families = ("vit", "deit", "xcit", "fan")
     description = "insignificant eigenvalues of the token affinity, noise decay, spectral clusters (FAN Fig. 3–4)"
     Options = GroupingOptions
-
     run = staticmethod(compute_grouping)
     plot = staticmethod(plot_grouping)
 

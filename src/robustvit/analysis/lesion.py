@@ -1,19 +1,16 @@
-"""Lesion study (Bhojanapalli et al., arXiv:2103.14586, Section 4.2, Fig. 8 and 34): accuracy with one
-block, its self-attention or its MLP removed (the residual passes through), for every block; with n random
-blocks removed (the first block always kept), ``samples`` random subsets per n (25 in the paper): mean,
-standard error, min and max over the subsets; and, as in their Fig. 8 (right), with n random attention
-layers only and n random MLP layers only removed ("removing MLPs hurts less than the same number of
-attention layers"), with the same statistics. All accuracies are on the same images as the clean accuracy.
+"""Lesion study (Bhojanapalli et al., arXiv:2103.14586, Section 4.2, Fig. 8 and 34): accuracy, on the clean
+accuracy's images, with one block, its self-attention or its MLP removed (the residual passes through), for every
+block; and with n random blocks, attention layers or MLP layers removed (Fig. 8 right), ``samples`` random
+subsets per n (the paper: 25): mean, standard error, min and max over the subsets.
 
-The paper states the first-block rule for whole blocks; for attention-only and MLP-only removals it is
-silent, and robustvit applies the same rule (the first block's attention / MLP is kept, ``keep_first=1``;
-``keep_first=0`` draws from every block, recorded in ``random_first_kept``). For CNNs the unit is a
-residual block (its residual branch removed; shortcut and final activation kept, as in Veit et al.,
-arXiv:1605.06431) and only whole blocks are removed.
+The paper keeps the first block for random whole-block removals and is silent for attention / MLP; robustvit
+keeps the first block's attention / MLP too (``keep_first=1``; ``keep_first=0`` draws from every block, recorded
+in ``random_first_kept``). For CNNs the unit is a residual block (its residual branch removed; shortcut and final
+activation kept, as in Veit et al., arXiv:1605.06431) and only whole blocks are removed.
 
-A removal set is one model variant: subset s of size n is drawn from ``derive_seed(seed, "lesion", n, s)``
-(blocks) or ``derive_seed(seed, "lesion", part, n, s)`` (attention / MLP) and is the same for every chunk.
-For ViTs the clean pass's per-block tokens are reused: a variant starts at the first removed block.
+Subset s of size n comes from ``derive_seed(seed, "lesion", n, s)`` (blocks) or ``derive_seed(seed, "lesion",
+part, n, s)`` (attention / MLP), the same for every chunk. For ViTs a variant starts from the clean pass's
+tokens at its first removed block.
 """
 
 from __future__ import annotations
@@ -26,9 +23,7 @@ from typing import Any, Literal
 import torch
 
 from robustvit.analysis import checks
-from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats,
-                                     register_analysis)
-from robustvit.errors import RobustvitError
+from robustvit.analysis.base import Analysis, Context, accuracy, accuracy_stats, register_analysis
 from robustvit.options import option
 from robustvit.plotting import finish_figure, integer_ticks, place_legend
 from robustvit.protocols import ANALYSIS_PROTOCOLS
@@ -54,8 +49,7 @@ def random_subsets(num_blocks: int, n: int, samples: int, seed: int, part: str =
                    keep_first: bool = True) -> list[list[int]]:
     """``samples`` random sets of ``n`` blocks among 1..L−1 (block 0 kept) or 0..L−1 (``keep_first=False``),
     each sorted; ``part`` ("block", "attn", "mlp") picks an independent stream (blocks keep their seeds)."""
-    out = []
-    lo = 1 if keep_first else 0
+    out, lo = [], 1 if keep_first else 0
     for s in range(samples):
         key = ("lesion", n, s) if part == "block" else ("lesion", part, n, s)
         if not keep_first:
@@ -66,6 +60,7 @@ def random_subsets(num_blocks: int, n: int, samples: int, seed: int, part: str =
 
 
 def parse_part(part: str, subsets: dict[tuple[str, int, int], list[int]]) -> dict[int, str]:
+    """A part name (``clean``, ``attn:3``, ``random_mlp:2:0``) → {block: what is removed}."""
     kind, *rest = part.split(":")
     if kind == "clean":
         return {}
@@ -84,20 +79,14 @@ def summarise(accs: list[float]) -> dict[str, float]:
 
 def compute_lesion(ctx: Context, o: LesionOptions) -> dict[str, Any]:
     probe = ctx.probe
-    samples, random, random_parts, keep_first = o.samples, o.random, tuple(o.random_parts), o.keep_first
-    L = probe.num_blocks
-    modes = list(probe.remove_modes)
-    if samples < 1:
-        raise RobustvitError(f"lesion: samples must be >= 1, got {samples}")
-    bad = [k for k in random_parts if k not in RANDOM_KINDS]
-    if bad:
-        raise RobustvitError(f"lesion: random_parts {'+'.join(bad)} unknown; choose from block+attn+mlp")
+    samples, L, modes = o.samples, probe.num_blocks, list(probe.remove_modes)
     parts = ["clean"] + [f"{m}:{i}" for m in modes for i in range(L)]
     subsets: dict[tuple[str, int, int], list[int]] = {}
-    kinds = [k for k in RANDOM_KINDS if k in random_parts and k in modes] if random else []
+    kinds = [k for k in RANDOM_KINDS if k in o.random_parts and k in modes] if o.random else []
+    first_kept = {k: o.keep_first if k != "block" else True for k in kinds}
     ns: dict[str, list[int]] = {}
     for kind in kinds:
-        first = keep_first if kind != "block" else True
+        first = first_kept[kind]
         ns[kind] = list(range(1, L if first else L + 1)) if L > 1 or not first else []
         for n in ns[kind]:
             for s, sub in enumerate(random_subsets(L, n, samples, ctx.seed, kind, first)):
@@ -130,27 +119,22 @@ def compute_lesion(ctx: Context, o: LesionOptions) -> dict[str, Any]:
         single[names[m]] = [accuracy(st[f"{m}:{i}"]) for i in range(L)]
     out: dict[str, Any] = {"clean_accuracy": accuracy(st["clean"]), "num_blocks": L, "single": single}
     for kind, key in RANDOM_KINDS.items():
-        res: dict[str, Any] = {}
         prefix = "random" if kind == "block" else f"random_{kind}"
-        for n in ns.get(kind, []):
-            accs = [accuracy(st[f"{prefix}:{n}:{s}"]) for s in range(samples)]
-            res[str(n)] = {**summarise(accs), "samples": samples,
-                           "blocks": [subsets[(kind, n, s)] for s in range(samples)]}
-        out[key] = res
-    out["random_first_kept"] = {RANDOM_KINDS[k]: (keep_first if k != "block" else True) for k in kinds}
+        out[key] = {str(n): {**summarise([accuracy(st[f"{prefix}:{n}:{s}"]) for s in range(samples)]),
+                             "samples": samples, "blocks": [subsets[(kind, n, s)] for s in range(samples)]}
+                    for n in ns.get(kind, [])}
+    out["random_first_kept"] = {RANDOM_KINDS[k]: first for k, first in first_kept.items()}
     out["removable_parts"] = [k for k in RANDOM_KINDS if k in modes]
-    notes = []
+    out["notes"] = []
     if probe.family == "cnn":
-        notes.append("CNN: a unit is a residual block; only whole blocks are removed (residual branch dropped)")
+        out["notes"].append("CNN: a unit is a residual block; only whole blocks are removed (residual branch dropped)")
     elif "attn" not in modes:
-        notes.append("blocks without one attention and one MLP branch: only whole blocks are removed")
-    out["notes"] = notes
+        out["notes"].append("blocks without one attention and one MLP branch: only whole blocks are removed")
     return out
 
 
 def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     ax = axes[0]
     L = result["num_blocks"]
@@ -162,7 +146,6 @@ def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
     place_legend(ax)
     ax.set_title("One part removed")
     ax = axes[1]
-    drawn = False
     for i, (key, label) in enumerate((("random", "blocks"), ("random_attention", "attention layers"),
                                       ("random_mlp", "MLP layers"))):
         rr = result.get(key) or {}
@@ -173,9 +156,7 @@ def plot_lesion(result: dict[str, Any], out: Path) -> list[str]:
         ax.errorbar(ns, [v["mean"] for v in r], yerr=[v["stderr"] for v in r], marker="os^"[i], capsize=3,
                     color=f"C{i}", label=f"{label}: mean ± s.e.")
         ax.fill_between(ns, [v["min"] for v in r], [v["max"] for v in r], alpha=0.15, color=f"C{i}")
-        drawn = True
-    if drawn:
-        place_legend(ax, fontsize=7, title="shaded: min–max", title_fontsize=7)
+    place_legend(ax, fontsize=7, title="shaded: min–max", title_fontsize=7)    # nothing when nothing drawn
     ax.axhline(result["clean_accuracy"], color="k", ls="--", lw=1)
     ax.set_xlabel("n removed at random"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
     ax.set_title("n random parts removed (first block kept)")
@@ -195,7 +176,6 @@ class Lesion(Analysis):
     description = ("accuracy with a block / its attention / its MLP removed, and n random blocks, attention or MLP "
                    "layers (Bhojanapalli Fig. 8)")
     Options = LesionOptions
-
     run = staticmethod(compute_lesion)
     plot = staticmethod(plot_lesion)
 

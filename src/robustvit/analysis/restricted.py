@@ -1,24 +1,18 @@
 """Restricted attention (Bhojanapalli et al., arXiv:2103.14586, Section 4.3, Fig. 9).
 
 * ``local``: a patch may attend to a patch only if their distance along x and along y on the patch grid is
-  at most d (CLS and other prefix tokens ↔ every token always allowed), in every block;
-* ``random``: the same number of masked patch pairs, chosen by a fixed random permutation of the
-  off-diagonal patch-pair entries (the local masks never mask the diagonal either; a fixed permutation
-  makes the random masks nested as d grows);
+  at most d, in every block (prefix tokens — CLS, registers — attend and are attended freely);
+* ``random``: as many masked patch pairs, the first of a fixed random permutation of the off-diagonal pairs
+  (the local masks never mask the diagonal either; the fixed permutation nests the masks as d grows);
 * ``cls_only_first`` / ``cls_only_last``: in the first / last k blocks patches attend only to the class
-  tokens (CLS, and a distillation token; no patch→register attention); for models without a class token
-  (registers only, or none), only to themselves. Register tokens, like CLS, attend and are attended freely in
-  the local / random masks.
+  tokens (CLS, and a distillation token; not registers); without a class token, only to themselves.
 
-  The paper says only that patches "attend only to CLS". robustvit's reading by default (``cls_only=cls``):
-  no patch↔patch attention at all, so a patch does not attend to itself either — although the d = 0 local
-  mask lets every patch attend to itself. This is an interpretation, not the paper's stated definition;
-  ``cls_only=cls_self`` is the other reading (class tokens and the patch itself, i.e. the d = 0 local mask
-  with the patch→register pairs removed). The result records which (``cls_only``).
+  The paper says only that patches "attend only to CLS". Our default reading (``cls_only=cls``): no
+  patch↔patch attention, so not to itself either (although the d = 0 local mask allows it);
+  ``cls_only=cls_self`` is the other reading (class tokens and the patch itself). The result records which.
 
-Variants without any masked pair are the clean model by definition and reuse the clean pass. Other
-variants run in groups stacked along the batch (the embedding computed once per chunk; "last k" variants
-start from the clean pass's tokens).
+Variants without a masked pair are the clean model and reuse the clean pass; the others run in groups stacked
+along the batch (the embedding computed once per chunk; "last k" variants start from the clean pass's tokens).
 """
 
 from __future__ import annotations
@@ -30,8 +24,7 @@ from typing import Any, Literal
 import torch
 
 from robustvit.analysis import checks
-from robustvit.analysis.base import (Analysis, Context, accuracy, accuracy_stats,
-                                     register_analysis)
+from robustvit.analysis.base import Analysis, Context, accuracy, accuracy_stats, grid_coords, register_analysis
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 from robustvit.plotting import finish_figure, integer_ticks, place_legend
@@ -47,17 +40,10 @@ class RestrictedOptions:
                                                   "(cls) or to them and to themselves (cls_self)")
 
 
-def grid_coords(grid: tuple[int, int]) -> torch.Tensor:
-    gh, gw = grid
-    r, c = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-    return torch.stack([r.flatten(), c.flatten()], 1)
-
-
 def local_patch_mask(grid: tuple[int, int], d: int) -> torch.Tensor:
     """(P, P) bool, True = may attend: |Δrow| ≤ d and |Δcol| ≤ d."""
     rc = grid_coords(grid)
-    diff = (rc[:, None, :] - rc[None, :, :]).abs()
-    return (diff <= d).all(-1)
+    return ((rc[:, None, :] - rc[None, :, :]).abs() <= d).all(-1)
 
 
 def random_patch_mask(num_patches: int, num_masked: int, seed: int) -> torch.Tensor:
@@ -83,9 +69,8 @@ def full_mask(patch_mask: torch.Tensor, num_prefix: int) -> torch.Tensor:
 
 def cls_only_mask(num_patches: int, num_prefix: int, num_class: int | None = None, itself: bool = False
                   ) -> torch.Tensor:
-    """Patches attend only to the class tokens — the first ``num_class`` prefix tokens (CLS, and DeiT's
-    distillation token; default: all prefix tokens) — and to themselves when ``itself`` or when there is none;
-    registers (the other prefix tokens) are not class tokens: patches may not attend to them."""
+    """Patches attend only to the class tokens — the first ``num_class`` prefix tokens (CLS, DeiT's distillation
+    token; default: all), not the registers after them — and to themselves when ``itself`` or when there is none."""
     n_cls = num_prefix if num_class is None else int(num_class)
     m = full_mask(torch.eye(num_patches, dtype=torch.bool) if n_cls == 0 or itself else
                   torch.zeros(num_patches, num_patches, dtype=torch.bool), num_prefix)
@@ -100,7 +85,8 @@ def num_class_tokens(probe: Any) -> int:
     return probe.num_prefix_tokens - int(getattr(probe, "num_registers", 0))
 
 
-def variants(probe: Any, distances: list[int], seed: int, cls_only: str = "cls") -> dict[str, dict[int, torch.Tensor]]:
+def variants(probe: Any, distances: list[int], seed: int, cls_only: str = "cls"
+             ) -> dict[str, dict[int, torch.Tensor]]:
     """part → {block: (T, T) mask}; an empty dict = nothing masked (the clean model)."""
     grid, pre, L = probe.grid_size, probe.num_prefix_tokens, probe.num_blocks
     P = grid[0] * grid[1]
@@ -120,15 +106,12 @@ def variants(probe: Any, distances: list[int], seed: int, cls_only: str = "cls")
 
 def compute_restricted(ctx: Context, o: RestrictedOptions) -> dict[str, Any]:
     probe = ctx.probe
-    distances, group = o.distances, o.group
     if probe.grid_size is None or not getattr(probe, "maskable", False):
         raise RobustvitError("restricted attention needs global token attention on a patch grid that takes a mask "
                              "(ViT, DeiT, BEiT, EVA, FAN)")
     grid, L = probe.grid_size, probe.num_blocks
-    G = max(grid)
-    ds = list(range(G)) if not distances else sorted({int(d) for d in distances})
+    ds = sorted({int(d) for d in o.distances}) if o.distances else list(range(max(grid)))
     masks = variants(probe, ds, ctx.seed, o.cls_only)
-    parts = list(masks)
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
         n = x.shape[0]
@@ -138,13 +121,10 @@ def compute_restricted(ctx: Context, o: RestrictedOptions) -> dict[str, Any]:
             hs = [h0] + clean.tokens[:-1]
         else:
             clean = probe.run(x, tokens=False)
-        yield "clean", accuracy_stats(clean.logits, y)
-        todo = [p for p in pending if p != "clean"]
-        same = [p for p in todo if not masks[p]]
-        for p in same:
+        for p in ["clean"] + [p for p in pending if p != "clean" and not masks[p]]:
             yield p, accuracy_stats(clean.logits, y)
-        todo = [p for p in todo if masks[p]]
-        size = group or max(1, ctx.batch_size // n)
+        todo = [p for p in pending if masks[p]]
+        size = o.group or max(1, ctx.batch_size // n)
         # group variants with the same first masked block so they can share a start
         todo.sort(key=lambda p: min(masks[p]))
         while todo:
@@ -168,8 +148,7 @@ def compute_restricted(ctx: Context, o: RestrictedOptions) -> dict[str, Any]:
             for j, p in enumerate(grp):
                 yield p, accuracy_stats(logits[j * n:(j + 1) * n], y)
 
-    st = ctx.units(parts, unit)
-    P = grid[0] * grid[1]
+    st = ctx.units(list(masks), unit)
     n_cls, regs = num_class_tokens(probe), int(getattr(probe, "num_registers", 0))
     notes = [] if n_cls else ["no class token: `cls_only_*` lets patches attend only to themselves"]
     if regs:
@@ -179,15 +158,14 @@ def compute_restricted(ctx: Context, o: RestrictedOptions) -> dict[str, Any]:
             "local": {str(d): accuracy(st[f"local:{d}"]) for d in ds},
             "random": {str(d): accuracy(st[f"random:{d}"]) for d in ds},
             "masked_pairs": {str(d): int((~local_patch_mask(grid, d)).sum()) for d in ds},
-            "num_patch_pairs": P * P,
+            "num_patch_pairs": (grid[0] * grid[1]) ** 2,
             "cls_only_first": {str(k): accuracy(st[f"first:{k}"]) for k in range(L + 1)},
             "cls_only_last": {str(k): accuracy(st[f"last:{k}"]) for k in range(L + 1)},
             "cls_only": o.cls_only, "has_class_token": bool(n_cls), "num_registers": regs, "notes": notes}
 
 
 def cls_only_title(result: dict[str, Any]) -> str:
-    """What the ``cls_only_*`` curves restrict, from the tokens the result recorded: a model without a class
-    token has its patches attend only to themselves."""
+    """What the ``cls_only_*`` curves restrict (without a class token: patches attend only to themselves)."""
     if result.get("has_class_token") is False:
         return "Patches attend only to themselves (no class token)"
     return "Patches attend only to CLS" + (" and themselves" if result.get("cls_only") == "cls_self" else "")
@@ -195,7 +173,6 @@ def cls_only_title(result: dict[str, Any]) -> str:
 
 def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     ax = axes[0]
     ds = sorted(int(d) for d in result["local"])
@@ -212,7 +189,8 @@ def plot_restricted(result: dict[str, Any], out: Path) -> list[str]:
     ax.set_xlabel("k (blocks)"), ax.set_ylabel("accuracy"), ax.set_ylim(0, 1.02)
     integer_ticks(ax, "x"), place_legend(ax)
     ax.set_title(cls_only_title(result))
-    return [finish_figure(fig, out / "restricted_attention.png", f"Restricted attention — {result.get('model', '')}")]
+    title = f"Restricted attention — {result.get('model', '')}"
+    return [finish_figure(fig, out / "restricted_attention.png", title)]
 
 
 @register_analysis
@@ -224,7 +202,6 @@ class RestrictedAttention(Analysis):
     families = ("vit", "deit", "fan")
     description = "accuracy with local / random / CLS-only attention masks (Bhojanapalli Fig. 9)"
     Options = RestrictedOptions
-
     run = staticmethod(compute_restricted)
     plot = staticmethod(plot_restricted)
 

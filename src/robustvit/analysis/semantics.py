@@ -1,19 +1,16 @@
 """Semantic-ness of adversarial perturbations (Debenedetti, "A Light Recipe to Train Robust Vision
-Transformers", arXiv:2209.07399, and his thesis): PGD perturbations δ of the model (L∞, ``eps``) are
-rescaled to images by (δ + ε) / 2ε and classified by a ``classifier`` — top-1 / top-5 accuracy against the
-true labels measures how much class content the perturbations carry (robust models' perturbations look
-like the class). The paper classifies them with strong standard models; without ``classifier=`` the
-analysed model classifies its own perturbations (recorded as ``classifier: self``; not the paper's setting).
+Transformers", arXiv:2209.07399, and his thesis): the model's L∞ PGD perturbations δ, rescaled to images by
+(δ + ε) / 2ε, are classified by a ``classifier``: top-1 / top-5 accuracy against the true labels measures how
+much class content they carry. The paper uses strong standard models; without ``classifier=`` the analysed model
+classifies its own perturbations (``classifier: self``; not the paper's setting).
 
-``classifier=`` takes a robustvit checkpoint folder, or a timm name with weights: ``classifier_pretrained=1``
-(timm / Hugging Face hub) or ``classifier_weights=FILE`` (a state-dict file). A bare timm name is refused:
-its random weights would measure nothing. ``allow_random=1`` accepts them (not the paper's setting
-either). The classifier's weights provenance is recorded under ``classifier_weights``.
+``classifier=`` takes a checkpoint folder, or a timm name with ``classifier_pretrained=1`` (timm / hub) or
+``classifier_weights=FILE`` (a state dict); a bare name (random weights, measuring nothing) needs
+``allow_random=1``. The weights' provenance is recorded under ``classifier_weights``.
 
-Plus the class-targeted visualisation: targeted PGD from uniform noise with a large L2 ε towards chosen
-classes, saved as an image grid. The thesis uses ε = 15 (``vis_eps``) at 224 × 224 px; an L2 ball's
-radius grows with √(number of pixel values), so ε is scaled by √(H·W·3 / (224·224·3)) = √(H·W)/224 to the
-model's resolution (``vis_scale=1``, the default; the result records both values).
+Plus the class-targeted visualisation: targeted L2 PGD from uniform noise towards chosen classes. The thesis
+uses ε = 15 (``vis_eps``) at 224 × 224 px; an L2 radius grows with √(number of pixel values), so ε is scaled
+by √(H·W)/224 to the model's resolution (``vis_scale=1``, the default; the result records both values).
 """
 
 from __future__ import annotations
@@ -41,8 +38,7 @@ def rescale_perturbation(delta: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def topk_correct(logits: torch.Tensor, y: torch.Tensor, k: int) -> int:
-    k = min(k, logits.shape[1])
-    return int((logits.topk(k, dim=1).indices == y[:, None]).any(1).sum())
+    return int((logits.topk(min(k, logits.shape[1]), dim=1).indices == y[:, None]).any(1).sum())
 
 
 #: The paper's settings: L∞ ε = 4/255 (ImageNet), targeted PGD-100 with L2 ε = 15 at 224 px.
@@ -82,10 +78,9 @@ def scaled_vis_eps(eps_224: float, height: int, width: int) -> float:
 def load_classifier(classifier: str, *, pretrained: bool = False, weights: str = "", allow_random: bool = False,
                     num_classes: int | None = None,
                     device: torch.device | str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
-    """The model that classifies rescaled perturbations and its weights provenance
-    (``{"pretrained", "source"[, "sha256"]}``). A checkpoint folder, or a timm name with
-    ``pretrained`` (the hub's head) or ``weights`` (a state-dict file for ``num_classes`` classes); a bare
-    name only with ``allow_random``."""
+    """The model that classifies rescaled perturbations and its weights provenance (``{"pretrained", "source"
+    [, "sha256"]}``): a checkpoint folder, or a timm name with ``pretrained`` or ``weights`` (a state-dict file
+    for ``num_classes`` classes); a bare name only with ``allow_random``."""
     from robustvit.models import create_model
     from robustvit.models.factory import is_checkpoint_dir
 
@@ -115,27 +110,26 @@ def load_classifier(classifier: str, *, pretrained: bool = False, weights: str =
 
 
 def compute_semantics(ctx: Context, o: SemanticsOptions) -> dict[str, Any]:
-    eps, steps, classifier, classes, vis_eps, vis_steps = o.eps, o.steps, o.classifier, o.classes, o.vis_eps, o.vis_steps
-    classifier_pretrained, classifier_weights = o.classifier_pretrained, o.classifier_weights
-    allow_random, vis_scale = o.allow_random, o.vis_scale
-    e = parse_eps(eps)
+    classifier, vis_eps, vis_steps = o.classifier, o.vis_eps, o.vis_steps
+    e = parse_eps(o.eps)
     notes: list[str] = []
+    spec = getattr(ctx.model, "spec", None)
     if classifier:
-        clf, prov = load_classifier(classifier, pretrained=classifier_pretrained, weights=classifier_weights,
-                                    allow_random=allow_random, device=ctx.device,
-                                    num_classes=getattr(getattr(ctx.model, "spec", None), "num_classes", None))
+        clf, prov = load_classifier(classifier, pretrained=o.classifier_pretrained, weights=o.classifier_weights,
+                                    allow_random=o.allow_random, device=ctx.device,
+                                    num_classes=getattr(spec, "num_classes", None))
+    elif o.classifier_pretrained or o.classifier_weights:
+        raise RobustvitError("perturbation_semantics: classifier_pretrained / classifier_weights need "
+                             "classifier=NAME")
     else:
-        if classifier_pretrained or classifier_weights:
-            raise RobustvitError("perturbation_semantics: classifier_pretrained / classifier_weights need "
-                                 "classifier=NAME")
         clf = ctx.model
         prov = dict(getattr(ctx.model, "weights", None) or {"source": "the analysed model"})
-    spec = getattr(ctx.model, "spec", None)
     size = tuple(spec.input_size) if spec is not None else tuple(ctx.batch(0, 1)[0].shape[1:])
     clf_spec = getattr(clf, "spec", None)
     clf_size = tuple(clf_spec.input_size) if clf_spec is not None and clf is not ctx.model else size
     if clf_size[1:] != size[1:]:
-        notes.append(f"perturbations resized from {size[1]}×{size[2]} to the classifier's {clf_size[1]}×{clf_size[2]}")
+        notes.append(f"perturbations resized from {size[1]}×{size[2]} to the classifier's "
+                     f"{clf_size[1]}×{clf_size[2]}")
     num_classes = spec.num_classes if spec is not None else None
     if clf_spec is not None and num_classes is not None and clf_spec.num_classes < num_classes:
         raise RobustvitError(f"perturbation_semantics: classifier {classifier} has {clf_spec.num_classes} classes, "
@@ -147,7 +141,7 @@ def compute_semantics(ctx: Context, o: SemanticsOptions) -> dict[str, Any]:
         return clf(img)
 
     def unit(x: torch.Tensor, y: torch.Tensor, pending: list[str], c: int):  # noqa: ANN202
-        atk = create_attack("pgd", ctx.model, eps=e, norm="linf", steps=steps,
+        atk = create_attack("pgd", ctx.model, eps=e, norm="linf", steps=o.steps,
                             seed=derive_seed(ctx.seed, "perturbation_semantics", c) % (2 ** 31))
         delta = atk(x, y) - x
         logits = classify(rescale_perturbation(delta, e))
@@ -157,17 +151,18 @@ def compute_semantics(ctx: Context, o: SemanticsOptions) -> dict[str, Any]:
     st = ctx.units(["stats"], unit)["stats"]
     n = st["n"]
     names = (spec.class_names if spec is not None else None) or getattr(ctx.dataset, "classes", None)
-    k = min(classes, num_classes or classes)
+    k = min(o.classes, num_classes or o.classes)
     target = torch.randperm(num_classes or k, generator=torch.Generator().manual_seed(ctx.seed))[:k]
-    eps_l2 = scaled_vis_eps(vis_eps, size[1], size[2]) if vis_scale else float(vis_eps)
+    eps_l2 = scaled_vis_eps(vis_eps, size[1], size[2]) if o.vis_scale else float(vis_eps)
     imgs, cls = class_visualisation(ctx.model, target.tolist(), image_size=size, seed=ctx.seed, device=ctx.device,
                                     eps=eps_l2, steps=vis_steps)
     with torch.no_grad():
         hit = (ctx.model(imgs).argmax(1) == cls).float().mean().item()
-    return {"eps": eps, "eps_value": e, "steps": steps, "classifier": classifier or "self", "classifier_weights": prov,
+    return {"eps": o.eps, "eps_value": e, "steps": o.steps, "classifier": classifier or "self",
+            "classifier_weights": prov,
             "top1": st["top1"] / n, "top5": st["top5"] / n, "attack_success_rate": st["attack_fooled"] / n,
             "visualisation": {"classes": cls.tolist(), "eps_l2": eps_l2, "eps_l2_at_224": float(vis_eps),
-                              "eps_scaled": bool(vis_scale), "resolution": [size[1], size[2]], "steps": vis_steps,
+                              "eps_scaled": bool(o.vis_scale), "resolution": [size[1], size[2]], "steps": vis_steps,
                               "reached_target": hit,
                               "class_names": [names[i] for i in cls.tolist()] if names else None},
             "notes": notes, "_vis": imgs.detach().cpu()}
@@ -175,18 +170,15 @@ def compute_semantics(ctx: Context, o: SemanticsOptions) -> dict[str, Any]:
 
 def plot_semantics(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
-
     imgs = result.get("_vis")
     if imgs is None:
         return []
     v = result["visualisation"]
-    n = len(imgs)
-    fig, axes = plt.subplots(1, n, figsize=(1.6 * n, 2.0), squeeze=False)
-    for i in range(n):
-        axes[0, i].imshow(imgs[i].permute(1, 2, 0).clamp(0, 1).numpy())
-        name = v["class_names"][i] if v.get("class_names") else str(v["classes"][i])
-        axes[0, i].set_title(name, fontsize=7)
-        axes[0, i].axis("off")
+    fig, axes = plt.subplots(1, len(imgs), figsize=(1.6 * len(imgs), 2.0), squeeze=False)
+    for i, ax in enumerate(axes[0]):
+        ax.imshow(imgs[i].permute(1, 2, 0).clamp(0, 1).numpy())
+        ax.set_title(v["class_names"][i] if v.get("class_names") else str(v["classes"][i]), fontsize=7)
+        ax.axis("off")
     return [finish_figure(fig, out / "perturbation_semantics.png", f"Class-targeted visualisation (L2 ε = "
                           f"{v['eps_l2']:.3g}, {v['steps']} steps) — {result.get('model', '')}", fontsize=8)]
 
@@ -198,7 +190,6 @@ class PerturbationSemantics(Analysis):
     families = (*FAMILIES, "other")     # needs only the model's forward and gradients, no probe: any classifier
     description = "classify rescaled PGD perturbations (top-1/top-5) and class-targeted visualisation (Light Recipe)"
     Options = SemanticsOptions
-
     run = staticmethod(compute_semantics)
     plot = staticmethod(plot_semantics)
 

@@ -1,21 +1,17 @@
 """Attention stability (AFAT: "Improving Robustness of Vision Transformers by Reducing Sensitivity to
 Patch Corruptions", Guo et al., CVPR 2023, arXiv:2306.07881, Fig. 1, 3, 4): the cosine similarity between
-clean and patch-occluded attention maps per head and layer — ``rho`` of the patches (default 0.1, AFAT's ρ)
-replaced by uniform noise, U[0, 1) in the model's normalised input space as RSPC and robustvit's ``afat`` training
-draw it (``noise_space=pixel``: in pixels; :func:`robustvit.corruptions.occlusion.occlusion_noise`) — averaged over the data set; a histogram over images of the mean similarity;
-its distribution over ``masks`` random masks (AFAT: 100–1000) for the first ``images`` images; and the
-paper's picture: the attention map of the centre patch (as query, over the patches, heads averaged) in
-every layer, clean vs occluded (rows = layers, columns = clean / occluded), for the first image and the
-first random mask.
+clean and patch-occluded attention maps per head and layer, averaged over the data set — ``rho`` of the patches
+(AFAT: 0.1) replaced by uniform noise U[0, 1) in the model's normalised input, as RSPC and the ``afat`` training
+draw it (``noise_space=pixel``: in pixels); a histogram over images of the mean similarity; its distribution over
+``masks`` random masks (AFAT: 100–1000) for the first ``images`` images; and the paper's picture: the centre
+patch's attention (heads averaged) in every layer, clean vs occluded, for the first image and mask.
 
-Defined for every family with one attention map per block: ViT/DeiT/FAN token attention, XCiT's
-cross-covariance (channel) attention and Swin's windowed attention (maps flattened per head; Swin's
-stages have different head counts, so ``cosine`` is a ragged layers × heads list). The centre-patch
-picture needs token attention over one patch grid (ViT, DeiT, FAN). timm's parallel-branch blocks
-(``ParallelThingsBlock`` / ``ParallelScalingBlock``) report their branches' maps stacked along the heads; a
-model whose blocks have no readable attention map is refused. CaiT's talking-heads maps are mixed across heads
-after the softmax, so they can be negative and their cosine lies in [−1, 1]: the histogram then spans [−1, 1]
-(``histogram.bins``), [0, 1] for softmax maps."""
+Defined for every family with one attention map per block: ViT/DeiT/FAN token attention, XCiT's channel
+attention and Swin's windowed attention (maps flattened per head; Swin's stages differ in head count, so
+``cosine`` is a ragged layers × heads list); the centre-patch picture needs token attention on one patch grid.
+timm's parallel-branch blocks report their branches' maps stacked along the heads. CaiT's talking-heads maps are
+mixed across heads after the softmax, so they and their cosines can be negative: the histogram then spans
+[−1, 1] (``histogram.bins``), else [0, 1]."""
 
 from __future__ import annotations
 
@@ -31,7 +27,7 @@ from robustvit.corruptions.occlusion import (NOISE_SPACES, model_normalization, 
                                              occlusion_patch_size)
 from robustvit.errors import RobustvitError
 from robustvit.options import option
-from robustvit.plotting import finish_figure, integer_ticks, save_figure
+from robustvit.plotting import finish_figure, integer_ticks
 from robustvit.protocols import ANALYSIS_PROTOCOLS
 
 BINS = 20
@@ -51,8 +47,7 @@ class StabilityOptions:
 
 
 def layer_cosines(clean: list[torch.Tensor], other: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Per layer (N, heads, …) maps → per layer (N, heads) cosine similarity of the flattened maps (float64);
-    heads may differ between layers (Swin stages)."""
+    """Per layer (N, heads, …) maps → per layer (N, heads) cosine similarity of the flattened maps (float64)."""
     out = []
     for a, b in zip(clean, other):
         a, b = a.flatten(2).double(), b.flatten(2).double()
@@ -76,6 +71,7 @@ def check_stability_support(probe: Any, model: torch.nn.Module) -> None:
 
 
 def _maps(ctx: Context, x: torch.Tensor) -> list[torch.Tensor]:
+    """Each block's attention maps of ``x``; refused when a block gives none."""
     maps = ctx.probe.run(x, tokens=False, attentions=True).attentions
     if any(a.numel() == 0 for a in maps):
         raise RobustvitError("attention_stability: a block gave no attention map (is its attention module "
@@ -89,8 +85,8 @@ def centre_patch(grid: tuple[int, int]) -> tuple[int, int]:
 
 
 def centre_patch_maps(probe: Any, maps: list[torch.Tensor]) -> torch.Tensor | None:
-    """(layers, gh, gw): each layer's attention of the centre patch (query) over the patches, heads averaged,
-    for the first image; None where the maps are not token attention on one grid (XCiT, Swin)."""
+    """(layers, gh, gw): the first image's centre-patch attention over the patches per layer, heads averaged;
+    None where the maps are not token attention on one grid (XCiT, Swin)."""
     grid = getattr(probe, "grid_size", None)
     if grid is None or probe.family in ("xcit", "swin", "cnn"):
         return None
@@ -105,11 +101,9 @@ def centre_patch_maps(probe: Any, maps: list[torch.Tensor]) -> torch.Tensor | No
 
 def compute_stability(ctx: Context, o: StabilityOptions) -> dict[str, Any]:
     probe = ctx.probe
-    rho, masks, images, patch_size = o.rho, o.masks, o.images, o.patch_size
+    rho, masks = o.rho, o.masks
     check_stability_support(probe, ctx.model)
-    if masks < 1 or images < 1:
-        raise RobustvitError(f"attention_stability: masks and images must be >= 1, got {masks} and {images}")
-    ps = occlusion_patch_size(ctx.model, patch_size=patch_size or None)
+    ps = occlusion_patch_size(ctx.model, patch_size=o.patch_size or None)
     mean, std = model_normalization(ctx.model)
     noise = {"noise_space": o.noise_space, "mean": mean, "std": std}
     lo = 0.0 if getattr(probe, "softmax_maps", True) else -1.0       # talking heads: maps (and cosines) may be < 0
@@ -125,37 +119,31 @@ def compute_stability(ctx: Context, o: StabilityOptions) -> dict[str, Any]:
     st = ctx.units(["stats"], unit)["stats"]
     cosine = [torch.tensor(row, dtype=torch.float64) / st["n"] for row in st["sum"]]
     # distribution over many random masks for a few images
-    x, _ = ctx.batch(0, min(images, ctx.num_images))
-    g = ctx.generator("masks")
+    x, _ = ctx.batch(0, min(o.images, ctx.num_images))
     with torch.no_grad():
         clean = _maps(ctx, x)
-        xs, _ = occlude_patches(x, rho, ps, num_masks=masks, generator=g, **noise)   # (K, n, 3, H, W)
+        xs, _ = occlude_patches(x, rho, ps, num_masks=masks, generator=ctx.generator("masks"), **noise)  # (K, n, …)
         dist = []
         per = max(1, ctx.batch_size // x.shape[0])
         for k0 in range(0, masks, per):
             chunk = xs[k0:k0 + per]
             k = chunk.shape[0]
-            maps = _maps(ctx, chunk.flatten(0, 1))
             rep = [a.repeat(k, *([1] * (a.ndim - 1))) for a in clean]
-            dist.append(image_mean(layer_cosines(rep, maps)).view(k, -1))
+            dist.append(image_mean(layer_cosines(rep, _maps(ctx, chunk.flatten(0, 1)))).view(k, -1))
         dist_t = torch.cat(dist).T                                            # (n, K)
         occluded_maps = _maps(ctx, xs[0])
     mid = probe.num_blocks // 2
-    heads = [len(c_) for c_ in cosine]
-    flat = torch.cat(cosine)
     cp_clean, cp_occ = centre_patch_maps(probe, clean), centre_patch_maps(probe, occluded_maps)
     num_patches = (x.shape[-2] // ps) * (x.shape[-1] // ps)
-    occluded = num_occluded(rho, num_patches)
-    spec_ps = getattr(getattr(ctx.model, "spec", None), "patch_size", None)
     out: dict[str, Any] = {
-        "cosine": [tolist(c_, 6) for c_ in cosine], "heads": heads, "mean": float(flat.mean()), "rho": rho,
-        "patch_size": ps, "model_patch_size": spec_ps, "num_patches": num_patches, "occluded_patches": occluded,
-        "noise_space": o.noise_space,
+        "cosine": [tolist(c_, 6) for c_ in cosine], "heads": [len(c_) for c_ in cosine],
+        "mean": float(torch.cat(cosine).mean()), "rho": rho, "patch_size": ps,
+        "model_patch_size": getattr(getattr(ctx.model, "spec", None), "patch_size", None),
+        "num_patches": num_patches, "occluded_patches": num_occluded(rho, num_patches), "noise_space": o.noise_space,
         "histogram": {"bins": [round(lo + (1 - lo) * i / BINS, 10) for i in range(BINS + 1)],
                       "counts": [int(v) for v in st["hist"]]},
         "image_mean": st["sum_image"] / st["n"],
-        "mask_distribution": tolist(dist_t, 6), "num_masks": masks,
-        "centre_patch": None,
+        "mask_distribution": tolist(dist_t, 6), "num_masks": masks, "centre_patch": None,
         "_images": x.cpu(), "_occluded": xs[0].cpu(), "_layer": mid,
         "_clean_map": clean[mid][:1].mean(1)[0].cpu(), "_occluded_map": occluded_maps[mid][:1].mean(1)[0].cpu()}
     if cp_clean is not None and cp_occ is not None:
@@ -166,15 +154,13 @@ def compute_stability(ctx: Context, o: StabilityOptions) -> dict[str, Any]:
 
 
 def _range(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
-    """Colour range of two attention maps: from 0 (or their minimum, if negative: CaiT's talking heads) to
-    their maximum."""
+    """Colour range of two attention maps: from 0 (or their negative minimum: CaiT's talking heads) to their max."""
     lo = min(0.0, float(a.min()), float(b.min()))
     return lo, max(lo, float(a.max()), float(b.max()))
 
 
 def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
     import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     rows = result["cosine"]
     width = max(len(r) for r in rows)
@@ -194,34 +180,29 @@ def plot_stability(result: dict[str, Any], out: Path) -> list[str]:
     axes[2].boxplot([r.numpy() for r in d], showfliers=True)
     axes[2].set_xlabel("image"), axes[2].set_ylabel("mean cosine similarity")
     axes[2].set_title(f"Over {result['num_masks']} random masks")
-    fig.suptitle(f"Attention stability under {result['rho']:.0%} patch occlusion — {result.get('model', '')}")
-    fig.tight_layout()
-    files = [save_figure(fig, out / "attention_stability.png")]
-    cp = result.get("centre_patch")
-    if result.get("_images") is not None and cp:
+    title = f"Attention stability under {result['rho']:.0%} patch occlusion — {result.get('model', '')}"
+    files = [finish_figure(fig, out / "attention_stability.png", title)]
+    if result.get("_images") is not None and result.get("centre_patch"):
         files.append(plot_centre_patch(result, out))
     elif result.get("_images") is not None:
         fig, axes = plt.subplots(1, 4, figsize=(11, 3))
         axes[0].imshow(result["_images"][0].permute(1, 2, 0).numpy()), axes[0].set_title("clean")
         axes[1].imshow(result["_occluded"][0].permute(1, 2, 0).numpy()), axes[1].set_title("occluded")
         vmin, vmax = _range(result["_clean_map"], result["_occluded_map"])
-        axes[2].imshow(result["_clean_map"].numpy(), vmin=vmin, vmax=vmax, cmap="inferno", aspect="auto")
-        axes[3].imshow(result["_occluded_map"].numpy(), vmin=vmin, vmax=vmax, cmap="inferno", aspect="auto")
-        axes[2].set_title(f"attention, layer {result['_layer']} (clean)", fontsize=8)
-        axes[3].set_title(f"attention, layer {result['_layer']} (occluded)", fontsize=8)
+        for ax, key in zip(axes[2:], ("clean", "occluded")):
+            ax.imshow(result[f"_{key}_map"].numpy(), vmin=vmin, vmax=vmax, cmap="inferno", aspect="auto")
+            ax.set_title(f"attention, layer {result['_layer']} ({key})", fontsize=8)
         for ax in axes:
             ax.axis("off")
-        fig.tight_layout()
-        files.append(save_figure(fig, out / "attention_stability_maps.png"))
+        files.append(finish_figure(fig, out / "attention_stability_maps.png"))
     return files
 
 
 def plot_centre_patch(result: dict[str, Any], out: Path) -> str:
-    """AFAT's picture: the centre patch's attention map in every layer (rows), clean vs occluded (columns),
-    above the clean and occluded image with the centre patch marked."""
+    """AFAT's picture: the centre patch's attention per layer (rows), clean vs occluded (columns), below the two
+    images with the centre patch marked."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
-
     cp = result["centre_patch"]
     clean, occ = torch.tensor(cp["clean"]), torch.tensor(cp["occluded"])
     L = clean.shape[0]
@@ -253,7 +234,6 @@ class AttentionStability(Analysis):
     families = ("vit", "deit", "xcit", "swin", "fan")
     description = "cosine similarity of clean vs patch-occluded attention maps per head and layer (AFAT Fig. 1, 3, 4)"
     Options = StabilityOptions
-
     run = staticmethod(compute_stability)
     plot = staticmethod(plot_stability)
 

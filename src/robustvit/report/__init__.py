@@ -1,9 +1,7 @@
 """Reports: the scorecard, then clean → natural shift → adversarial → inside the models → training, as
-Markdown and a self-contained HTML page (plots embedded as PNG), from run folders (``results.json``).
-
-Suites with a dedicated view register a section renderer (``register_section``); every other suite is
-shown as a table of its scalar metrics; analyses and training runs are drawn from their results generically.
-The report reads JSON only (``robustvit.report.load``); it imports no analysis module.
+Markdown and a self-contained HTML page (plots embedded as PNG), from run folders (``results.json``; JSON only,
+no analysis module imported). Suites with a dedicated view register a section renderer (``register_section``);
+every other suite is a table of its scalar metrics; analyses and training runs are drawn generically.
 """
 
 from robustvit.report.builder import (GROUPS, SECTIONS, Figure, Section, build_sections, load_results,

@@ -1,9 +1,6 @@
-"""Build ``report.md`` and ``report.html`` from runs (see the package docstring).
-
-The page opens with the scorecard (``id="scorecard"``), then the groups in a fixed order: clean → natural
-shift → adversarial → inside the models → training. Each suite key is drawn by the registered section whose
-pattern matches it (the longest pattern wins), else by a table of its scalar metrics; each analysis by the
-analysis renderers; training runs by their curves.
+"""Build ``report.md`` and ``report.html`` from runs: the scorecard (``id="scorecard"``), then the groups in
+page order. Each suite key is drawn by the registered section whose pattern matches it (the longest wins), else
+by a table of its scalar metrics; analyses by the analysis renderers; training runs by their curves.
 """
 
 from __future__ import annotations
@@ -27,18 +24,24 @@ from robustvit.report.section import (EXTRA_SECTIONS, GROUPS, SECTIONS, Figure, 
                                       Section, md_table, register_extra_section, register_section)
 
 
-def renderer_for(key: str) -> Renderer:
-    """The section renderer whose pattern matches the suite key (the most specific, i.e. longest, pattern
-    wins), else the generic table of scalar metrics."""
+def _pattern(key: str) -> str | None:
+    """The most specific (longest) registered section pattern matching suite ``key``."""
     matches = [p for p in SECTIONS.list() if fnmatch.fnmatch(key, p)]
-    return SECTIONS.get(max(matches, key=len)) if matches else _scalar_section
+    return max(matches, key=len) if matches else None
+
+
+def renderer_for(key: str) -> Renderer:
+    """The section renderer of the suite key (:func:`_pattern`), else the generic table of scalar metrics."""
+    pattern = _pattern(key)
+    return SECTIONS.get(pattern) if pattern else _scalar_section
 
 
 def _placement(key: str) -> tuple[str, int]:
-    matches = [p for p in SECTIONS.list() if fnmatch.fnmatch(key, p)]
-    if not matches:
+    """(group, order) of the suite key's section; unregistered keys go last in ``natural``."""
+    pattern = _pattern(key)
+    if pattern is None:
         return "natural", 90
-    opts = SECTIONS.options_class(max(matches, key=len))()
+    opts = SECTIONS.options_class(pattern)()
     return opts.group, opts.order
 
 
@@ -48,11 +51,9 @@ def load_results(paths: list[str | Path]) -> list[dict[str, Any]]:
 
 
 def _scalar_section(key: str, results: list[dict[str, Any]]) -> Section | None:
-    metrics: list[str] = []
-    for r in results:
-        for m, v in r["suites"].get(key, {}).items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and m not in metrics and m != "seconds":
-                metrics.append(m)
+    """A table of the suite's numbers (``seconds`` left out), models side by side."""
+    metrics = list(dict.fromkeys(m for r in results for m, v in r["suites"].get(key, {}).items()
+                                 if isinstance(v, (int, float)) and not isinstance(v, bool) and m != "seconds"))
     if not metrics:
         return None
     rows = [[m] + [r["suites"].get(key, {}).get(m) for r in results] for m in metrics]
@@ -60,6 +61,7 @@ def _scalar_section(key: str, results: list[dict[str, Any]]) -> Section | None:
 
 
 def _prepare(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The results in ``load_run``'s form, every model named, one entry per model."""
     runs = [normalise({**r, "model": r.get("model") or {"name": "?"}}) for r in results]
     for r in runs:
         r.setdefault("model", {}).setdefault("name", "?")
@@ -82,13 +84,10 @@ def build_sections(results: list[dict[str, Any]]) -> list[Section]:
 
     put(overview_section(results), "clean", 0)
     put(size_section(results), "clean", 5)
-    keys: list[str] = []
-    for r in results:
-        keys += [k for k in r["suites"] if k not in keys]
-    for key in keys:
+    for key in dict.fromkeys(k for r in results for k in r["suites"]):
         group, order = _placement(key)
-        if (group, order) == ("natural", 90) and any(isinstance(r["suites"].get(key), dict) and "eps" in r["suites"][key]
-                                                     for r in results):
+        if (group, order) == ("natural", 90) and any(isinstance(r["suites"].get(key), dict)
+                                                     and "eps" in r["suites"][key] for r in results):
             group = "adversarial"
         put(renderer_for(key)(key, results), group, order)
         for name, extra in EXTRA_SECTIONS.items():

@@ -1,24 +1,20 @@
 """The headline numbers of a run: what the scorecard, the leaderboard and the exports show.
 
-One row per model × data × threat model. A threat model is an attack norm and budget (``linf``, ε = 4/255)
-found in the run's attack suites; the clean and natural-shift columns repeat on each of a model's rows. A
-run without attack suites has one row with threat model ``none``.
+One row per model × data × threat model (an attack norm and budget found in the run's attack suites, e.g.
+``linf`` 4/255; ``none`` without attack suites); the clean and natural-shift columns repeat on each row.
 
-Columns (top-1 accuracy in [0, 1] unless stated): ``clean``, ``corruption_mean`` (mean over the benchmark
+Columns (``COLUMNS``; top-1 accuracy in [0, 1] unless stated): ``clean``, ``corruption_mean`` (benchmark
 corruptions and severities evaluated, Hendrycks & Dietterich, arXiv:1903.12261), ``mce`` (AlexNet-normalised,
-%, lower is better), ``corruption_mean_3d`` / ``mce_3d`` (ImageNet-3DCC, Kar et al., arXiv:2203.01441:
-RobustBench's ``corruptions_acc_3d`` / ``corruptions_mce_3d``), ``pgd``, ``apgd``, ``autoattack`` (robust accuracy at the row's threat model; the
-``autoattack`` column only from the ``autoattack`` suite), ``occlusion`` (mean over the ρ values measured,
-AFAT), ``shape_bias`` (Geirhos et al., arXiv:1811.12231), ``spatial`` (worst-of-grid, Engstrom et al.),
-``imagenet_r``/``imagenet_a``/``imagenet_sketch``/``imagenet_v2``, ``mfr`` (mean flip rate, %, lower is better).
+%, lower is better), ``corruption_mean_3d`` / ``mce_3d`` (ImageNet-3DCC, Kar et al., arXiv:2203.01441),
+``pgd``, ``apgd``, ``autoattack`` (robust accuracy at the row's threat model), ``occlusion`` (mean over ρ, AFAT),
+``shape_bias`` (Geirhos et al., arXiv:1811.12231), ``spatial`` (worst-of-grid, Engstrom et al.), the ImageNet
+shifts, ``mfr`` (mean flip rate, %, lower is better) and the certified accuracies.
 
-Each number comes with its cell facts: ``<column>_n`` (images it was measured on), ``<column>_ci95`` (95 % Wilson
-score interval, for accuracies), ``<column>_images`` (which images: :func:`images_id`) and ``<column>_protocol``
-(the suite's ``protocol`` entry, :mod:`robustvit.protocols`). Each robustness accuracy (``GAP_COLUMNS``) also has ``<column>_gap``: its value minus
-the clean accuracy of the same images (the suite's own ``clean_accuracy``; the ``clean`` column where the suite
-records none), a fraction like the value (−0.381 is 38.1 points below clean). ``labels`` joins the deviations of
-the row's own cells (``autoattack: partial AutoAttack …``); ``comparable`` holds when every cell of the row is
-comparable.
+Each number has its cell facts: ``<column>_n`` (images), ``<column>_ci95`` (95 % Wilson score interval, for
+accuracies), ``<column>_images`` (:func:`images_id`), ``<column>_protocol`` (:mod:`robustvit.protocols`) and,
+for ``GAP_COLUMNS``, ``<column>_gap``: the value minus the clean accuracy of the same images (the suite's own
+``clean_accuracy``, else the ``clean`` column), a fraction (−0.381: 38.1 points below clean). ``labels`` joins
+the deviations of the row's cells; ``comparable`` holds when every cell of the row is comparable.
 """
 
 from __future__ import annotations
@@ -75,6 +71,7 @@ def eps_text(eps: float | None, threat: str = "Linf") -> str:
 
 
 def _num(v: Any) -> float | None:
+    """``v`` as a float when it is a finite number (not a bool), else None."""
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
@@ -93,33 +90,40 @@ def _cell(value: float | None, s: dict[str, Any]) -> Cell:
 
 
 def images_id(run: dict[str, Any], own: Any, n: int | None) -> str:
-    """Which images a number was measured on, as a short digest: the run's data spec and the suite's own sample (else
-    the run's: method, seed, size), and the count. Equal digests: the same images."""
+    """A short digest of the images a number was measured on (the run's data spec, the suite's own sample else the
+    run's, and the count): equal digests, the same images."""
     data = run.get("data") or {}
     key = json.dumps([data.get("spec"), own if own is not None else data.get("subset"), n], sort_keys=True,
                      default=str)
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
+def _named(suites: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """The results of the suites called ``name`` (whatever their options), in order."""
+    return [s for key, s in suites.items() if base_name(key) == name and isinstance(s, dict)]
+
+
 def _first(suites: dict[str, Any], name: str, field: str) -> Cell:
-    for key, s in suites.items():
-        if base_name(key) == name and isinstance(s, dict) and _num(s.get(field)) is not None:
+    """The cell of ``field`` in the first ``name`` suite that records it as a number."""
+    for s in _named(suites, name):
+        if _num(s.get(field)) is not None:
             return _cell(_num(s[field]), s)
     return None, None, None
 
 
 def _certified(suites: dict[str, Any], name: str, at: str | None) -> Cell:
     """``certified_accuracy`` of the first ``name`` suite at key ``at`` (None: its first key)."""
-    for key, s in suites.items():
-        acc = s.get("certified_accuracy") if base_name(key) == name and isinstance(s, dict) else None
+    for s in _named(suites, name):
+        acc = s.get("certified_accuracy")
         if isinstance(acc, dict) and acc:
             return _cell(_num(acc.get(at if at is not None else next(iter(acc)))), s)
     return None, None, None
 
 
 def _occlusion(suites: dict[str, Any]) -> Cell:
-    for key, s in suites.items():
-        if base_name(key) == "patch_occlusion" and isinstance(s, dict) and s.get("per_rho"):
+    """The mean occlusion accuracy over ρ of the first ``patch_occlusion`` suite."""
+    for s in _named(suites, "patch_occlusion"):
+        if s.get("per_rho"):
             vals = [_num(e.get("mean")) for e in s["per_rho"].values() if isinstance(e, dict)]
             vals = [v for v in vals if v is not None]
             if vals:
@@ -129,19 +133,16 @@ def _occlusion(suites: dict[str, Any]) -> Cell:
 
 def threat_models(suites: dict[str, Any]) -> list[tuple[str, float]]:
     """The (norm, ε) budgets of the run's attack suites, strongest L∞ first."""
-    found: set[tuple[str, float]] = set()
-    for key, s in suites.items():
-        if base_name(key) in THREAT_SUITES and isinstance(s, dict) and _num(s.get("eps")) is not None:
-            found.add((str(s.get("norm") or "linf"), round(float(s["eps"]), 8)))
+    found = {(str(s.get("norm") or "linf"), round(float(s["eps"]), 8)) for key, s in suites.items()
+             if base_name(key) in THREAT_SUITES and isinstance(s, dict) and _num(s.get("eps")) is not None}
     return sorted(found, key=lambda t: (t[0] != "linf", -t[1]))
 
 
 def _attack(suites: dict[str, Any], name: str, norm: str, eps: float) -> Cell:
     """The strongest matching suite of ``name`` (lowest robust accuracy)."""
-    found = [_cell(_num(s.get("accuracy")), s)
-             for key, s in suites.items()
-             if base_name(key) == name and isinstance(s, dict) and _num(s.get("eps")) is not None
-             and str(s.get("norm") or "linf") == norm and abs(float(s["eps"]) - eps) < 1e-6]
+    found = [_cell(_num(s.get("accuracy")), s) for s in _named(suites, name)
+             if _num(s.get("eps")) is not None and str(s.get("norm") or "linf") == norm
+             and abs(float(s["eps"]) - eps) < 1e-6]
     found = [c for c in found if c[0] is not None]
     return min(found, key=lambda c: c[0]) if found else (None, None, None)   # type: ignore[arg-type,return-value]
 
@@ -164,8 +165,8 @@ def _gaps(row: dict[str, Any]) -> None:
 
 
 def _labels(row: dict[str, Any], run: dict[str, Any]) -> list[str]:
-    """The deviations of the row's own cells: those every cell shares once, the others as ``column: …``;
-    the precision of suites not computed in fp32; attacks measured on different image counts."""
+    """The deviations of the row's cells (those every cell shares once, the others as ``column: …``), attacks on
+    different images, and the precision of suites not computed in fp32."""
     per = {c: list((row.get(f"{c}_protocol") or {}).get("deviations") or []) for c in COLUMNS if row.get(c) is not None}
     where: dict[str, list[str]] = {}
     for c, devs in per.items():
@@ -183,8 +184,7 @@ def _labels(row: dict[str, Any], run: dict[str, Any]) -> list[str]:
 
 
 def protocol_notes(key: str, results: list[dict[str, Any]]) -> list[str]:
-    """One line per model for a suite section: the protocol its ``key`` result is measured against, and its
-    deviations (the suite's ``protocol`` entry)."""
+    """One line per model for a suite section: the protocol of its ``key`` result and its deviations."""
     out = []
     for r in results:
         p = ((r.get("suites") or {}).get(key) or {}).get("protocol")
@@ -228,9 +228,9 @@ def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
         _gaps(row)
         lab = _labels(row, run)
         shown = [row.get(f"{c}_protocol") for c in COLUMNS if row.get(c) is not None]
-        row["comparable"] = all(p is not None and p.get("comparable") for p in shown) if shown else bool(run.get("comparable"))
-        row["labels_list"] = lab
-        row["labels"] = "; ".join(lab) or "comparable"
+        row["comparable"] = (all(p is not None and p.get("comparable") for p in shown) if shown
+                             else bool(run.get("comparable")))
+        row["labels_list"], row["labels"] = lab, "; ".join(lab) or "comparable"
         out.append(row)
     return out
 

@@ -13,28 +13,25 @@ _EM = re.compile(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])")
 
 STYLE = (
     "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1180px;margin:1.2em auto;padding:0 1em;"
-    "color:#222;line-height:1.45}h1{font-size:1.5em;margin:.2em 0 .4em}h2{border-bottom:2px solid #ddd;margin-top:2em;"
-    "padding-bottom:.2em}h3{margin-top:1.5em}table{border-collapse:collapse;margin:.6em 0 1em;font-size:.92em}"
+    "color:#222;line-height:1.45}h1{font-size:1.5em;margin:.2em 0 .4em}"
+    "h2{border-bottom:2px solid #ddd;margin-top:2em;padding-bottom:.2em}h3{margin-top:1.5em}"
+    "table{border-collapse:collapse;margin:.6em 0 1em;font-size:.92em}"
     "td,th{border:1px solid #ccc;padding:.25em .55em;text-align:right}th{background:#f3f3f3}"
-    "td:first-child,th:first-child,td.text,th.text{text-align:left}.scroll{overflow-x:auto}img{max-width:100%;height:auto}figure{margin:1em 0}"
-    "figcaption{color:#555;font-size:.9em}.note{color:#555;font-size:.92em}code{background:#f3f3f3;padding:0 .2em}"
-    "#scorecard{font-size:.95em}#scorecard td.labels{text-align:left;color:#8a4b00;font-size:.88em}"
-    "nav{margin:.4em 0 1em;font-size:.95em}nav a{margin-right:1em}details{margin:.4em 0}"
-    "summary{cursor:pointer;color:#444}.warn{color:#8a4b00}td.best{background:#e6f4ea;font-weight:600}"
-    ".gap,.facts{color:#666;font-size:.86em;font-weight:normal}.facts{display:block}"
-    "#scorecard-title+p{font-size:1.1em;margin:.5em 0}"
+    "td:first-child,th:first-child,td.text,th.text{text-align:left}.scroll{overflow-x:auto}"
+    "img{max-width:100%;height:auto}figure{margin:1em 0}figcaption{color:#555;font-size:.9em}"
+    ".note{color:#555;font-size:.92em}code{background:#f3f3f3;padding:0 .2em}#scorecard{font-size:.95em}"
+    "#scorecard td.labels{text-align:left;color:#8a4b00;font-size:.88em}nav{margin:.4em 0 1em;font-size:.95em}"
+    "nav a{margin-right:1em}details{margin:.4em 0}summary{cursor:pointer;color:#444}.warn{color:#8a4b00}"
+    "td.best{background:#e6f4ea;font-weight:600}.gap,.facts{color:#666;font-size:.86em;font-weight:normal}"
+    ".facts{display:block}#scorecard-title+p{font-size:1.1em;margin:.5em 0}"
 )
 
 
 def inline(text: str) -> str:
     """One line of Markdown as escaped HTML: `code` spans, **bold** and *emphasis*."""
     parts = html.escape(text, quote=False).split("`")
-    out = []
-    for i, p in enumerate(parts):
-        if i % 2:
-            out.append(f"<code>{p}</code>")
-        else:
-            out.append(_EM.sub(r"<em>\1</em>", _BOLD.sub(r"<strong>\1</strong>", p)))
+    out = [f"<code>{p}</code>" if i % 2 else _EM.sub(r"<em>\1</em>", _BOLD.sub(r"<strong>\1</strong>", p))
+           for i, p in enumerate(parts)]
     if len(parts) % 2 == 0:                       # an unpaired backtick: keep it as text
         out[-1] = "`" + out[-1].removeprefix("<code>").removesuffix("</code>")
     return "".join(out)
@@ -77,6 +74,7 @@ def markdown(md: str, table_id: str | None = None) -> str:
 
 
 def _numeric(cell: str) -> bool:
+    """Whether a table cell holds a number (with its facts, bold and ``BEST``), else text."""
     cell = cell.replace("**", "").replace(BEST, "").replace("  ", " ")
     number = r"[–\-+]?[\d.,]*\d[\d.,]*( ?[%MkG])?( ± [\d.]+)?( \(.*\)| \[.*\])*|–|"
     return re.fullmatch(number, cell.strip()) is not None
@@ -87,9 +85,8 @@ _FACTS = re.compile(r"(?P<gap> \([−+][\d.]+\))?(?P<ci>(?: \[[\d., ]+\])?(?: \(
 
 
 def _td(cell: str) -> str:
-    """A cell; text (not a number) is left-aligned; the best of a column (``BEST``) gets class ``best`` and a
-    title; a number's gap to clean is set smaller beside it (``span.gap``), its interval and count on a line
-    below (``span.facts``)."""
+    """A cell: text left-aligned; the column's best (``BEST``) with class ``best``; a number's gap to clean smaller
+    beside it (``span.gap``), its interval and count on a line below (``span.facts``)."""
     if not _numeric(cell):
         return f"<td class='text'>{inline(cell)}</td>"
     m = _FACTS.search(cell)
@@ -104,8 +101,7 @@ def _td(cell: str) -> str:
 
 
 def _labels_td(cell: str) -> str:
-    """The scorecard's labels, folded: how many deviations (and whether the attacks ran on different images),
-    the list on a click."""
+    """The scorecard's labels folded: how many deviations (and whether attacks ran on different images)."""
     parts = [p for p in cell.split("; ") if p]
     if not parts or cell in ("comparable", "–"):
         return f"<td class='labels'>{inline(cell)}</td>"

@@ -1,15 +1,10 @@
-"""Read run folders into one in-memory form, whatever wrote them.
+"""Read run folders into one in-memory form, whatever wrote them; JSON only (no analysis, suite or model code).
 
-A run folder holds ``results.json`` (schema 2): its ``kind`` (``eval`` | ``analysis`` | ``train``) and the
-kind's payload (``suites``, ``analyses`` or ``train``) beside ``run``, ``model``, ``data``, ``comparable`` and
-``notes``. A file without ``kind`` is an eval run. Every suite result gets its ``protocol`` entry
-(:func:`robustvit.protocols.attach`) when the file does not record one.
-
-Every run becomes a dict with ``schema``, ``kind``, ``run``, ``model``, ``data``, ``comparable``, ``notes``,
-``suites`` ({key: result}), ``analyses`` ({name: result}; each result's ``figures`` resolved to absolute
-paths), ``train`` (``{"config", "epochs", "checkpoints"}`` or None) and ``_dir``. ``merge_by_model`` joins the
-runs of one model (an eval, its analyses and its training) into one entry for the report.
-This module reads JSON only: it imports no analysis, suite or model code.
+A run folder holds ``results.json`` (schema 2): its ``kind`` (``eval`` | ``analysis`` | ``train``; none: eval)
+and the kind's payload (``suites``, ``analyses`` or ``train``) beside ``run``, ``model``, ``data``,
+``comparable`` and ``notes``. Every run becomes a dict with those keys, all three payloads (``analyses``'
+``figures`` as absolute paths, ``train`` None when absent) and ``_dir``; every suite result gets its
+``protocol`` entry (:func:`robustvit.protocols.attach`). ``merge_by_model`` joins the runs of one model.
 """
 
 from __future__ import annotations
@@ -34,14 +29,9 @@ def _read_json(path: Path) -> Any:
         raise RobustvitError(f"cannot read {path} ({e.strerror})") from None
 
 
-def _empty(kind: str, folder: Path) -> dict[str, Any]:
-    return {"schema": 2, "kind": kind, "run": {}, "model": {"name": folder.name}, "data": {}, "comparable": None,
-            "notes": [], "suites": {}, "analyses": {}, "train": None, "_dir": str(folder)}
-
-
 def _resolve_figures(result: dict[str, Any], folder: Path) -> dict[str, Any]:
-    figs = [str(f if Path(f).is_absolute() else folder / f) for f in result.get("figures") or []]
-    return {**result, "figures": figs}
+    """``result`` with its ``figures`` as absolute paths."""
+    return {**result, "figures": [str(f if Path(f).is_absolute() else folder / f) for f in result.get("figures") or []]}
 
 
 def _normalise(res: dict[str, Any], folder: Path) -> dict[str, Any]:
@@ -50,10 +40,9 @@ def _normalise(res: dict[str, Any], folder: Path) -> dict[str, Any]:
     kind = res.get("kind", "eval")
     if kind not in KINDS:
         raise RobustvitError(f"{folder / RESULTS_FILE}: unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
-    run = _empty(kind, folder)
-    for k in ("schema", "run", "model", "data", "comparable", "notes"):
-        if k in res:
-            run[k] = res[k]
+    run = {"schema": 2, "kind": kind, "run": {}, "model": {"name": folder.name}, "data": {}, "comparable": None,
+           "notes": [], "suites": {}, "analyses": {}, "train": None, "_dir": str(folder)}
+    run.update({k: res[k] for k in ("schema", "run", "model", "data", "comparable", "notes") if k in res})
     run["suites"] = {k: dict(v) if isinstance(v, dict) else v for k, v in (res.get("suites") or {}).items()}
     analyses = res.get("analyses") or {}
     run["analyses"] = {k: _resolve_figures(v, folder) for k, v in analyses.items() if isinstance(v, dict)} \
@@ -87,8 +76,7 @@ JOINED = ("analysis", "train")
 
 def find_runs(path: str | Path) -> list[Path]:
     """The run folders ``path`` names: itself when it holds ``results.json`` (or is that file), else every folder
-    below it, at any depth and in sorted order, that holds one, except the ``analysis/`` and ``train/`` folders
-    of a run found (``load_run`` joins them). One line when there is none."""
+    below it holding one, sorted, except the ``JOINED`` folders of a run found. One line when there is none."""
     p = Path(path)
     if p.is_file() or (p / RESULTS_FILE).is_file():
         return [p]

@@ -97,13 +97,14 @@ def overview_section(results: list[dict[str, Any]]) -> Section:
     """Models: family, size, input, weights, data, images and device; the runs' notes; clean accuracy bars."""
     rows = []
     for r in results:
-        m, spec = r.get("model") or {}, (r.get("model") or {}).get("spec") or {}
-        size = spec.get("input_size") or []
+        m = r.get("model") or {}
+        spec, data = m.get("spec") or {}, r.get("data") or {}
         rows.append([m.get("name"), spec.get("family"), f"{m['params'] / 1e6:.2f} M" if m.get("params") else None,
-                     "×".join(map(str, size[1:])) or None, _weights(m), (r.get("data") or {}).get("spec"),
-                     (r.get("data") or {}).get("num_images"), (r.get("run") or {}).get("device")])
+                     "×".join(map(str, (spec.get("input_size") or [])[1:])) or None, _weights(m), data.get("spec"),
+                     data.get("num_images"), (r.get("run") or {}).get("device")])
     md = md_table(["model", "family", "params", "input", "weights", "data", "images", "device"], rows)
-    random = [r["model"]["name"] for r in results if ((r.get("model") or {}).get("weights") or {}).get("source") == "random"]
+    random = [r["model"]["name"] for r in results
+              if ((r.get("model") or {}).get("weights") or {}).get("source") == "random"]
     if random:
         md += (f"\n\n**Warning:** {', '.join(random)} evaluated with randomly initialised weights (no `--pretrained`, "
                "`--weights` or checkpoint): those results describe an untrained network.")
@@ -123,6 +124,7 @@ def overview_section(results: list[dict[str, Any]]) -> Section:
 
 
 def _human(v: float) -> str:
+    """A count with an SI suffix and three significant digits (``86.6 M``)."""
     for div, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if v >= div:
             return f"{v / div:.3g} {unit}"
@@ -130,6 +132,7 @@ def _human(v: float) -> str:
 
 
 def _family(run: dict[str, Any]) -> str:
+    """The run's model family (else its name): the models a size line joins."""
     model = run.get("model") or {}
     return str((model.get("spec") or {}).get("family") or model.get("name"))
 
@@ -175,7 +178,6 @@ def size_section(results: list[dict[str, Any]]) -> Section | None:
     md = ("Accuracy against the number of parameters" + (" and FLOPs per image" if len(axes_for) > 1 else "")
           + ", one point per model (Bhojanapalli et al. 2021, Figs. 4–5), lines joining the models of one family "
           "only; PGD and AutoAttack at each model's strongest L∞ budget.")
-    return Section("Robustness against model size", md,
-                   [Figure("robustness_vs_size", fig, "Clean, corruption and adversarial accuracy against model size, log x axis")],
-                   group="clean")
+    caption = "Clean, corruption and adversarial accuracy against model size, log x axis"
+    return Section("Robustness against model size", md, [Figure("robustness_vs_size", fig, caption)], group="clean")
 

@@ -6,6 +6,7 @@ imports the renderers, never the other way round.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, make_dataclass
@@ -49,32 +50,8 @@ Renderer = Callable[[str, list[dict[str, Any]]], "Section | None"]
 SECTIONS: Registry[Renderer] = Registry("report section", package="robustvit.report.sections")
 
 
-def register_section(pattern: str, *, group: str | None = None, order: int = 50) -> Callable[[Renderer], Renderer]:
-    """Register ``fn(key, results) -> Section | None`` for suite keys matching ``pattern``; ``group`` (default
-    the module's ``GROUP``, else ``natural``) places it on the page. The renderer's ``Options`` records both."""
-    def deco(fn: Renderer) -> Renderer:
-        g = group or getattr(sys.modules.get(fn.__module__), "GROUP", "natural")
-        opts = make_dataclass("Options", [("group", Group, field(default=g)),
-                                          ("order", int, option(order, min=0, max=100))], bases=(SectionOptions,))
-        wrapped = _Registered(fn, opts)
-        SECTIONS.add(pattern, wrapped)
-        return fn
-    return deco
-
-
 #: Extra sections drawn after a suite's own section for every key their pattern matches (e.g. study plots).
 EXTRA_SECTIONS: Registry[Renderer] = Registry("report extra section", package="robustvit.report.sections")
-
-
-def register_extra_section(pattern: str, *, group: str | None = None, order: int = 50) -> Callable[[Renderer], Renderer]:
-    """Like ``register_section``, but drawn in addition to the key's own section (all matching extras run)."""
-    def deco(fn: Renderer) -> Renderer:
-        g = group or getattr(sys.modules.get(fn.__module__), "GROUP", "natural")
-        opts = make_dataclass("Options", [("group", Group, field(default=g)),
-                                          ("order", int, option(order, min=0, max=100))], bases=(SectionOptions,))
-        EXTRA_SECTIONS.add(f"{pattern}#{fn.__name__}", _Registered(fn, opts))
-        return fn
-    return deco
 
 
 class _Registered:
@@ -88,11 +65,42 @@ class _Registered:
         return self.fn(key, results)
 
 
+def _registered(fn: Renderer, group: str | None, order: int) -> _Registered:
+    """``fn`` with its ``Options``: ``group`` (default the module's ``GROUP``, else ``natural``) and ``order``."""
+    g = group or getattr(sys.modules.get(fn.__module__), "GROUP", "natural")
+    opts = make_dataclass("Options", [("group", Group, field(default=g)),
+                                      ("order", int, option(order, min=0, max=100))], bases=(SectionOptions,))
+    return _Registered(fn, opts)
+
+
+def register_section(pattern: str, *, group: str | None = None, order: int = 50) -> Callable[[Renderer], Renderer]:
+    """Register ``fn(key, results) -> Section | None`` for suite keys matching ``pattern``; ``group`` (default
+    the module's ``GROUP``, else ``natural``) places it on the page. The renderer's ``Options`` records both."""
+    def deco(fn: Renderer) -> Renderer:
+        SECTIONS.add(pattern, _registered(fn, group, order))
+        return fn
+    return deco
+
+
+def register_extra_section(pattern: str, *, group: str | None = None,
+                           order: int = 50) -> Callable[[Renderer], Renderer]:
+    """Like ``register_section``, but drawn in addition to the key's own section (all matching extras run)."""
+    def deco(fn: Renderer) -> Renderer:
+        EXTRA_SECTIONS.add(f"{pattern}#{fn.__name__}", _registered(fn, group, order))
+        return fn
+    return deco
+
+
 def key_stem(key: str, family: str) -> str:
     """A figure's file stem for suite ``key`` of ``family`` (``"corruptions:severities=3"`` →
     ``"corruptions_severities_3"``)."""
     return family if key == family else family + "_" + "".join(
         c if c.isalnum() else "_" for c in key[len(family):]).strip("_")
+
+
+def file_stem(key: str) -> str:
+    """Suite ``key`` as a file stem: runs of characters other than letters, digits, ``_.-`` become ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", key)
 
 
 def suite_runs(key: str, results: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -102,10 +110,7 @@ def suite_runs(key: str, results: list[dict[str, Any]]) -> list[tuple[str, dict[
 
 def row_names(runs: list[tuple[str, dict[str, Any]]], field: str) -> list[str]:
     """The keys of every run's ``field`` mapping, in the order first seen (the rows of a side-by-side table)."""
-    names: list[str] = []
-    for _, s in runs:
-        names += [n for n in (s.get(field) or {}) if n not in names]
-    return names
+    return list(dict.fromkeys(n for _, s in runs for n in s.get(field) or {}))
 
 
 def md_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -116,4 +121,4 @@ def md_table(header: list[str], rows: list[list[Any]]) -> str:
 
 
 __all__ = ["EXTRA_SECTIONS", "GROUPS", "SECTIONS", "Figure", "Group", "Renderer", "Section", "SectionOptions",
-           "key_stem", "md_table", "register_extra_section", "register_section", "row_names", "suite_runs"]
+           "file_stem", "key_stem", "md_table", "register_extra_section", "register_section", "row_names", "suite_runs"]

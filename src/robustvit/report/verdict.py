@@ -1,10 +1,9 @@
 """What a table of headline rows (:mod:`robustvit.report.headline`) says in words: the best value of each column,
 the comparison its 95 % intervals support, AutoAttack against PGD on the same images, and models near chance.
 
-Two numbers differ significantly here when their 95 % Wilson score intervals do not overlap (a conservative
-test: overlapping intervals can still hide a real difference). Numbers are compared only within one data set and,
-for attack columns, one threat model and ε; numbers measured on different image counts are compared with that
-caveat.
+Two numbers differ significantly when their 95 % Wilson score intervals do not overlap (conservative: overlapping
+intervals can hide a real difference). Numbers are compared within one data set (attacks: one threat model and ε);
+numbers measured on different images are compared with that caveat.
 
 >>> rows = [{"model": "a", "data": "d", "threat_model": "none", "eps": None, "clean": 0.9, "clean_n": 500,
 ...          "clean_ci95": [0.87, 0.92]},
@@ -55,19 +54,17 @@ def best_cells(rows: list[dict[str, Any]], cols: list[str]) -> set[tuple[int, st
     """``(row index, column)`` of the best value of each column among comparable rows (two or more; ties all
     marked); lower is better for mCE and mFR."""
     out = set()
-    for c in cols:
-        if c not in COLUMNS:
-            continue
-        lower = COLUMNS[c][1]
+    for c in (c for c in cols if c in COLUMNS):
         for g in _groups(rows, c):
             vals = [rows[i][c] for i in g]
-            top = min(vals) if lower else max(vals)
+            top = min(vals) if COLUMNS[c][1] else max(vals)
             if len(set(vals)) > 1:
                 out |= {(i, c) for i in g if rows[i][c] == top}
     return out
 
 
 def _what(col: str, row: dict[str, Any]) -> str:
+    """How a comparison on ``col`` reads, with ``{b}`` for the other model."""
     if col in PHRASES:
         return PHRASES[col]
     eps = f" ε={eps_text(row['eps'], str(row.get('threat_model')))}" if col in ATTACK_COLUMNS and row.get("eps") else ""
@@ -82,8 +79,10 @@ def _same_images(a: dict[str, Any], b: dict[str, Any], ca: str, cb: str) -> bool
 
 
 def _different_images(a: dict[str, Any], b: dict[str, Any], col: str) -> str:
-    na, nb = a.get(f"{col}_n"), b.get(f"{col}_n")
-    return "" if _same_images(a, b, col, col) else f", measured on different images (n={na} vs n={nb})"
+    """The caveat of comparing ``col`` of two rows measured on different images; empty when on the same."""
+    if _same_images(a, b, col, col):
+        return ""
+    return f", measured on different images (n={a.get(f'{col}_n')} vs n={b.get(f'{col}_n')})"
 
 
 def compare(rows: list[dict[str, Any]]) -> list[str]:
@@ -99,12 +98,9 @@ def compare(rows: list[dict[str, Any]]) -> list[str]:
                 out.append(f"**{a['model']}** and **{b['model']}** tie on {COLUMNS[c][0]} ({100 * a[c]:.1f} %{caveat}).")
                 continue
             ca, cb = a.get(f"{c}_ci95"), b.get(f"{c}_ci95")
-            if not ca or not cb:
-                sig = "no interval to judge significance"
-            elif ca[0] > cb[1]:
-                sig = "95 % intervals do not overlap"
-            else:
-                sig = "not significant: the 95 % intervals overlap"
+            sig = ("no interval to judge significance" if not ca or not cb
+                   else "95 % intervals do not overlap" if ca[0] > cb[1]
+                   else "not significant: the 95 % intervals overlap")
             out.append(f"**{a['model']}** is {what} by {diff:.1f} points ({sig}{caveat}).")
     return out
 

@@ -5,7 +5,6 @@ are listed under each table."""
 
 from __future__ import annotations
 
-import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +13,11 @@ import matplotlib.pyplot as plt
 from robustvit.attacks.base import ATTACKS
 from robustvit.plotting import place_legend
 from robustvit.report.headline import protocol_notes
-from robustvit.report.section import Figure, Section, md_table, register_section
+from robustvit.report.section import Figure, Section, key_stem, md_table, register_section
 
 GROUP = "adversarial"
 
 CURVE_FAMILIES = ("fgsm", "pgd")
-
-
-def _keys(results: list[dict[str, Any]], pattern: str) -> list[str]:
-    keys: list[str] = []
-    for r in results:
-        keys += [k for k in r["suites"] if fnmatch.fnmatch(k, pattern) and k not in keys]
-    return keys
 
 
 def _family(key: str) -> str:
@@ -55,6 +47,7 @@ def checks_text(cost: dict[str, Any]) -> str:
 
 
 def _eps_label(eps: float | None) -> str:
+    """ε in grey levels (``4/255``) when it is a whole number of them or small, else as a number."""
     if eps is None:
         return "–"
     grey = eps * 255
@@ -64,7 +57,7 @@ def _eps_label(eps: float | None) -> str:
 @register_section("fgsm*", order=10)
 @register_section("pgd*", order=10)
 def curve_section(key: str, results: list[dict[str, Any]]) -> Section | None:
-    keys = [k for k in _keys(results, "*") if _family(k) in CURVE_FAMILIES]
+    keys = [k for k in dict.fromkeys(k for r in results for k in r["suites"]) if _family(k) in CURVE_FAMILIES]
     if key != keys[0]:
         return None                                  # the whole family is rendered once
     names = [r["model"]["name"] for r in results]
@@ -76,17 +69,14 @@ def curve_section(key: str, results: list[dict[str, Any]]) -> Section | None:
         notes += _flag_lines(k, results)
     md = md_table(["suite", "ε", "norm", "steps"] + names, rows)
     md += "\n\nRobust accuracy (correct before and after the attack). " + " ".join(notes)
-    figures = [_curve(keys, results)]
-    examples = _examples(keys, results)
-    if examples is not None:
-        figures.append(examples)
+    figures = [f for f in (_curve(keys, results), _examples(keys, results)) if f is not None]
     return Section("Adversarial robustness: FGSM / PGD", md, figures)
 
 
 def _curve(keys: list[str], results: list[dict[str, Any]]) -> Figure:
+    """Robust accuracy against the L∞ ε per model and family (ε = 0: clean)."""
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     for i, r in enumerate(results):
-        colour = f"C{i}"
         for fam, style in zip(CURVE_FAMILIES, ("--", "-")):
             pts = sorted((r["suites"][k]["eps"], r["suites"][k]["accuracy"]) for k in keys
                          if _family(k) == fam and k in r["suites"] and r["suites"][k].get("norm") == "linf")
@@ -94,7 +84,7 @@ def _curve(keys: list[str], results: list[dict[str, Any]]) -> Figure:
                 continue
             clean = r["suites"][next(k for k in keys if _family(k) == fam and k in r["suites"])]["clean_accuracy"]
             xs, ys = [0.0] + [p[0] * 255 for p in pts], [clean] + [p[1] for p in pts]
-            ax.plot(xs, ys, style, marker="o", color=colour, label=f"{r['model']['name']} · {fam}")
+            ax.plot(xs, ys, style, marker="o", color=f"C{i}", label=f"{r['model']['name']} · {fam}")
     ax.set_xlabel("L∞ ε (grey levels, /255)"), ax.set_ylabel("robust accuracy"), ax.set_ylim(0, 1)
     ax.set_title("Accuracy under attack vs ε")
     place_legend(ax, outside=True, frameon=False, fontsize=7)
@@ -152,10 +142,9 @@ def attack_table_section(key: str, results: list[dict[str, Any]]) -> Section | N
     rows = [["clean accuracy"] + [r["suites"][key].get("clean_accuracy") for r in present],
             ["robust accuracy"] + [r["suites"][key].get("accuracy") for r in present]]
     members = [_per_attack(r["suites"][key]) for r in present]
-    for member in members[0]:
-        rows.append([f"after {member}"] + [m.get(member) for m in members])
-    extra = [m for m in ("transforms_per_s",) if m in first]
-    rows += [[m] + [r["suites"][key].get(m) for r in present] for m in extra]
+    rows += [[f"after {member}"] + [m.get(member) for m in members] for member in members[0]]
+    if "transforms_per_s" in first:
+        rows.append(["transforms_per_s"] + [r["suites"][key].get("transforms_per_s") for r in present])
     md = md_table(["metric"] + [r["model"]["name"] for r in present], rows)
     settings = {k: v for k, v in first.items() if k in ("attack", "eps", "eps_source", "norm", "steps", "version",
                                                          "attacks", "n_queries", "grid", "max_translation",
@@ -165,9 +154,8 @@ def attack_table_section(key: str, results: list[dict[str, Any]]) -> Section | N
     lines = protocol_notes(key, present)
     if lines:
         md += "\n\n" + " ".join(lines)
-    for r in present:
-        if r["suites"][key].get("skipped"):
-            md += f"\n\n{r['model']['name']}: skipped — {r['suites'][key]['skipped']}"
+    md += "".join(f"\n\n{r['model']['name']}: skipped — {r['suites'][key]['skipped']}"
+                  for r in present if r["suites"][key].get("skipped"))
     flags = _flag_lines(key, results)
     if flags:
         md += "\n\n" + " ".join(flags)
@@ -180,17 +168,15 @@ def transfer_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     if not present:
         return None
     targets = [r["model"]["name"] for r in present]
-    sources: list[str] = []
-    for r in present:
-        sources += [s for s in r["suites"][key].get("accuracy", {}) if s not in sources]
+    sources = list(dict.fromkeys(s for r in present for s in r["suites"][key].get("accuracy", {})))
     sources = [t for t in targets if t in sources] + [s for s in sources if s not in targets]   # diagonal = white-box
     rows = [[f"crafted on {s}"] + [r["suites"][key]["accuracy"].get(s) for r in present] for s in sources]
     rows.append(["clean"] + [r["suites"][key].get("clean_accuracy") for r in present])
     s0 = present[0]["suites"][key]
     md = md_table(["source \\ target"] + targets, rows)
     md += (f"\n\nAccuracy of each target model (columns) on adversarial examples crafted on each source model "
-           f"(rows) with {s0.get('attack')} at ε = {_eps_label(s0.get('eps'))} (Bhojanapalli et al. 2021, Tables 4–5); "
-           "the diagonal is the white-box accuracy.")
+           f"(rows) with {s0.get('attack')} at ε = {_eps_label(s0.get('eps'))} (Bhojanapalli et al. 2021, "
+           "Tables 4–5); the diagonal is the white-box accuracy.")
     return Section(f"Transfer attacks: `{key}`", md, [_transfer_heatmap(key, sources, targets, present)])
 
 
@@ -212,5 +198,6 @@ def _transfer_heatmap(key: str, sources: list[str], targets: list[str], present:
     fig.colorbar(im, ax=ax, label="accuracy", fraction=0.05)
     ax.set_title("Transfer attack accuracy", fontsize=9)
     fig.tight_layout()
-    stem = "transfer_matrix" + ("" if key == "transfer" else "_" + "".join(c if c.isalnum() else "_" for c in key[8:]).strip("_"))
-    return Figure(stem, fig, f"accuracy of each target model on adversarial examples crafted on each source model ({key})")
+    stem = key_stem(key, "transfer").replace("transfer", "transfer_matrix", 1)
+    return Figure(stem, fig, "accuracy of each target model on adversarial examples crafted on each source model "
+                  f"({key})")

@@ -1,12 +1,9 @@
-"""The "Inside the models" group: one table of every analysis's headline numbers, models side by side, then
-one section per analysis with its notes and the figures it wrote.
+"""The "Inside the models" group: one table of every analysis's headline numbers, models side by side (the clean
+accuracy on the analysis images one row), then one section per analysis with its notes and the figures it wrote.
 
-Generic over the results schema: a result's ``headline`` ({label: number}) is shown when present, else the
-numbers its registered reader picks from the result (``register_analysis_headline``, e.g. the lesion's worst
-single block), else its top-level real numbers (counts, options and bookkeeping fields excluded). The clean
-accuracy on the analysis images is one row, however many analyses report it. ``figures`` are the PNGs the analysis
-wrote. An analysis with its own view registers a renderer (``register_analysis_section``); none is needed to
-appear here.
+A result's numbers are its ``headline`` ({label: number}), else those its registered reader picks
+(``register_analysis_headline``), else its top-level real numbers (counts, options and bookkeeping excluded).
+An analysis with its own view registers a renderer (``register_analysis_section``); none is needed to appear.
 """
 
 from __future__ import annotations
@@ -38,12 +35,13 @@ CLEAN = "clean accuracy (analysis images)"
 
 
 def _label(name: str, key: str) -> str:
+    """The table row of ``key`` of analysis ``name``."""
     return f"{name.replace('_', ' ')}: {key.replace('_', ' ')}"
 
 
 def headline(name: str, result: dict[str, Any]) -> dict[str, float]:
-    """The numbers an analysis result leads with: its ``headline`` dict, else its top-level real numbers (counts,
-    which are integers, and the analysis's own options are left out)."""
+    """The numbers an analysis result leads with: its ``headline``, its registered reader's, else its top-level
+    floats (not its options or bookkeeping)."""
     if isinstance(result.get("headline"), dict):
         return {_label(name, k): v for k, v in result["headline"].items()}
     if name in ANALYSIS_HEADLINES.list():
@@ -61,6 +59,7 @@ def deviations(result: dict[str, Any]) -> list[str]:
 
 
 def generic_section(name: str, found: list[tuple[str, dict[str, Any]]]) -> Section | None:
+    """An analysis's deviations from its paper and the figures it wrote, models one after the other."""
     notes = [f"{m}: {'; '.join(dev)}" for m, r in found if (dev := deviations(r))]
     figures = [Figure(f"analysis_{name}_{i}_{Path(f).stem}", Path(f),
                       f"{m}: {name.replace('_', ' ')} ({Path(f).stem.replace('_', ' ')})")
@@ -73,9 +72,7 @@ def generic_section(name: str, found: list[tuple[str, dict[str, Any]]]) -> Secti
 
 def analysis_sections(results: list[dict[str, Any]]) -> list[Section]:
     """The summary table and one section per analysis found in ``results`` (each run's ``analyses``)."""
-    names: list[str] = []
-    for r in results:
-        names += [n for n in r.get("analyses") or {} if n not in names]
+    names = list(dict.fromkeys(n for r in results for n in r.get("analyses") or {}))
     if not names:
         return []
     models = [r["model"]["name"] for r in results if r.get("analyses")]

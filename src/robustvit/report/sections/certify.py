@@ -4,19 +4,14 @@ smoothing, Levine & Feizi 2020, arXiv:2002.10733; Salman et al. 2022, arXiv:2110
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import matplotlib.pyplot as plt
 
 from robustvit.plotting import place_legend
-from robustvit.report.section import Figure, Section, md_table, register_section, suite_runs
+from robustvit.report.section import Figure, Section, file_stem, md_table, register_section, suite_runs
 
 GROUP = "adversarial"
-
-
-def _stem(key: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", key)
 
 
 def _curve(s: dict[str, Any]) -> tuple[list[float], list[float]]:
@@ -37,13 +32,13 @@ def certify_section(key: str, results: list[dict[str, Any]]) -> Section | None:
         return None
     radii = sorted({float(k) for _, s in runs for k in s.get("certified_accuracy", {})})
     keys = [f"{r:g}" for r in radii]
-    rows = [[name, *(s.get("certified_accuracy", {}).get(k) for k in keys), s.get("abstain_rate"), s.get("num_images")]
-            for name, s in runs]
+    rows = [[name, *(s.get("certified_accuracy", {}).get(k) for k in keys), s.get("abstain_rate"),
+             s.get("num_images")] for name, s in runs]
     st = runs[0][1].get("settings", {})
-    text = (f"Certified L2 accuracy of the smoothed classifier (randomized smoothing, Cohen et al. 2019): the fraction of "
-            f"images predicted correctly with a certified radius of at least r (pixel units, [0, 1] images). "
-            f"σ = {st.get('sigma')}, n0 = {st.get('n0')}, n = {st.get('n')}, α = {st.get('alpha')}; the paper certifies "
-            "with n = 100,000.\n\n")
+    text = ("Certified L2 accuracy of the smoothed classifier (randomized smoothing, Cohen et al. 2019): the fraction "
+            "of images predicted correctly with a certified radius of at least r (pixel units, [0, 1] images). "
+            f"σ = {st.get('sigma')}, n0 = {st.get('n0')}, n = {st.get('n')}, α = {st.get('alpha')}; the paper "
+            "certifies with n = 100,000.\n\n")
     md = text + md_table(["model", *[f"r={k}" for k in keys], "abstain", "images"], rows)
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for name, s in runs:
@@ -52,7 +47,8 @@ def certify_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     ax.set_xlabel("L2 radius"), ax.set_ylabel("certified accuracy"), ax.set_ylim(0, 1)
     ax.set_title("Randomized smoothing"), place_legend(ax, outside=True)
     fig.tight_layout()
-    return Section(f"Certified accuracy (`{key}`)", md, [Figure(_stem(key), fig, "certified accuracy vs L2 radius")])
+    return Section(f"Certified accuracy (`{key}`)", md,
+                   [Figure(file_stem(key), fig, "certified accuracy vs L2 radius")])
 
 
 @register_section("certify_patch*", order=81)

@@ -1,6 +1,5 @@
-"""The headline numbers of the analyses whose results hold curves and matrices only (read from their JSON):
-what the "Inside the models" table shows per model. Each reader takes one analysis result and returns
-``{label: number}``; a field the result lacks gives no number."""
+"""The headline numbers ("Inside the models" table) of the analyses whose results hold only curves and matrices:
+each reader maps one result to ``{label: number}``; a field the result lacks gives no number."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from robustvit.report.sections.analysis import register_analysis_headline
 
 
 def _mean(xs: list[Any]) -> float | None:
+    """The mean of the numbers in ``xs``; None without any."""
     xs = [float(x) for x in xs if isinstance(x, (int, float))]
     return sum(xs) / len(xs) if xs else None
 
@@ -43,9 +43,8 @@ def lesion(r: dict[str, Any]) -> dict[str, float | None]:
 
 @register_analysis_headline("restricted_attention")
 def restricted_attention(r: dict[str, Any]) -> dict[str, float | None]:
-    """Accuracy with attention restricted to the nearest patches (the smallest distance d measured) and with
-    patches attending only to the class token in every block — only to themselves where the model has none —
-    (Bhojanapalli et al. 2021)."""
+    """Accuracy with attention restricted to the nearest patches (the smallest d measured) and with patches
+    attending only to the class token (else themselves) in every block (Bhojanapalli et al. 2021)."""
     local = r.get("local") or {}
     d = min(local, key=int) if local else None
     only = r.get("cls_only_first") or {}

@@ -64,15 +64,15 @@ def min_norm_section(key: str, results: list[dict[str, Any]]) -> Section | None:
     ax.set_title("Robust accuracy against ε (minimum-norm distances)")
     place_legend(ax, outside=True, frameon=False, fontsize=7)
     fig.tight_layout()
-    qs = list((runs[0][1].get("quantiles") or {}))
+    qs = list(runs[0][1].get("quantiles") or {})
     rows = [[name, s.get("attack"), s.get("steps"), s.get("clean_accuracy"),
              *((s.get("quantiles") or {}).get(q) for q in qs), s.get("num_not_found"), s.get("num_images")]
             for name, s in runs]
-    md = (f"Robust accuracy against the {NORM_NAMES.get(norm, norm)} budget ε from one run: each correctly classified image's "
-          "smallest adversarial perturbation found (FMN, Pintor et al. 2021, or FAB's), accuracy(ε) = the fraction "
-          "of images whose distance exceeds ε — an upper bound of the true robust accuracy, not a RobustBench "
-          "number. Markers: the fixed-ε attack suites of the same runs. Distance quantiles over the correctly "
-          "classified images (– : no adversarial found for that fraction).\n\n")
+    md = (f"Robust accuracy against the {NORM_NAMES.get(norm, norm)} budget ε from one run: each correctly "
+          "classified image's smallest adversarial perturbation found (FMN, Pintor et al. 2021, or FAB's), "
+          "accuracy(ε) = the fraction of images whose distance exceeds ε — an upper bound of the true robust "
+          "accuracy, not a RobustBench number. Markers: the fixed-ε attack suites of the same runs. Distance "
+          "quantiles over the correctly classified images (– : no adversarial found for that fraction).\n\n")
     md += md_table(["model", "attack", "steps", "clean", *[f"q{q}" for q in qs], "not found", "images"], rows)
     lines = protocol_notes(key, [r for r in results if key in r["suites"]])
     if lines:

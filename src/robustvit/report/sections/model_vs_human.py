@@ -5,13 +5,12 @@ accuracy-against-condition plots, one panel per data set with several conditions
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import matplotlib.pyplot as plt
 
 from robustvit.plotting import place_legend
-from robustvit.report.section import Figure, Section, md_table, register_section, suite_runs
+from robustvit.report.section import Figure, Section, file_stem, md_table, register_section, suite_runs
 
 METRICS = (("ood_accuracy", "OOD accuracy"), ("accuracy_difference", "accuracy difference"),
            ("observed_consistency", "observed consistency"), ("error_consistency", "error consistency"))
@@ -32,8 +31,8 @@ def model_vs_human_section(key: str, results: list[dict[str, Any]]) -> Section |
     figures = []
     if sets:
         ncol = min(4, len(sets))
-        fig, axes = plt.subplots(math.ceil(len(sets) / ncol), ncol, figsize=(3 * ncol, 2.6 * math.ceil(len(sets) / ncol)),
-                                 squeeze=False)
+        nrow = math.ceil(len(sets) / ncol)
+        fig, axes = plt.subplots(nrow, ncol, figsize=(3 * ncol, 2.6 * nrow), squeeze=False)
         for ax, d in zip(axes.flat, sets):
             for n, s in runs:
                 conds = s["datasets"].get(d, {}).get("conditions", {})
@@ -47,6 +46,5 @@ def model_vs_human_section(key: str, results: list[dict[str, Any]]) -> Section |
             ax.axis("off")
         place_legend(axes.flat[0], outside=True)
         fig.tight_layout()
-        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)
-        figures.append(Figure(stem, fig, "accuracy per condition (dotted: chance, 1/16; dashed: humans)"))
+        figures.append(Figure(file_stem(key), fig, "accuracy per condition (dotted: chance, 1/16; dashed: humans)"))
     return Section(f"model-vs-human (`{key}`)", md, figures)

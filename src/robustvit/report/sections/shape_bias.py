@@ -3,12 +3,11 @@ arXiv:1811.12231: shape bias = shape / (shape + texture) decisions on cue-confli
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import matplotlib.pyplot as plt
 
-from robustvit.report.section import Figure, Section, md_table, register_section, suite_runs
+from robustvit.report.section import Figure, Section, file_stem, md_table, register_section, suite_runs
 
 GROUP = "natural"
 
@@ -29,5 +28,4 @@ def shape_bias_section(key: str, results: list[dict[str, Any]]) -> Section | Non
     ax.axhline(0.5, color="grey", lw=0.8, ls="--")
     ax.set_ylim(0, 1), ax.set_ylabel("shape bias"), ax.set_title("Shape bias (cue conflict)")
     fig.tight_layout()
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", key)
-    return Section(f"Shape bias (`{key}`)", md, [Figure(stem, fig, "shape bias per model")])
+    return Section(f"Shape bias (`{key}`)", md, [Figure(file_stem(key), fig, "shape bias per model")])
