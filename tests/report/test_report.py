@@ -107,6 +107,16 @@ def test_training_curves_have_integer_epoch_ticks(folders):
     plt.close(fig)
 
 
+def test_training_configs_stay_with_their_own_runs():
+    def run(name, epochs, lr):
+        return {"model": {"name": name}, "train": {"config": {"lr": lr, "batch_size": 8, "data": "d"},
+                                                   "epochs": [{"epoch": 1, "train_loss": 1.0}] if epochs else []}}
+    sec = training_section([run("untrained", False, 0.5), run("a", True, 0.1), run("b", True, 0.2)])
+    assert "a: ce loss, lr 0.1" in sec.markdown and "b: ce loss, lr 0.2" in sec.markdown
+    assert "untrained" not in sec.markdown
+    plt.close(sec.figures[0].fig)
+
+
 def test_report_imports_no_analysis_module(folders, tmp_path):
     code = ("import sys; from robustvit.report import load_results, write_report; from robustvit import leaderboard; "
             f"write_report(load_results({[str(f) for f in folders]!r}), __import__('pathlib').Path({str(tmp_path / 'r')!r})); "

@@ -15,14 +15,14 @@ CURVES = (("train_loss", "training loss"), ("train_acc", "training accuracy"), (
 
 
 def training_section(results: list[dict[str, Any]]) -> Section | None:
-    runs = [(r["model"]["name"], (r.get("train") or {}).get("epochs") or []) for r in results]
-    runs = [(n, e) for n, e in runs if e]
+    trained = [(r["model"]["name"], r.get("train") or {}) for r in results]
+    runs = [(n, t["epochs"]) for n, t in trained if t.get("epochs")]
     if not runs:
         return None
     cols = [c for c, _ in CURVES if any(c in row for _, e in runs for row in e)]
     rows = [[n, e[-1].get("epoch", len(e))] + [e[-1].get(c) for c in cols] for n, e in runs]
     md = md_table(["model", "epochs"] + [dict(CURVES)[c] for c in cols], rows)
-    cfgs = [(n, (r.get("train") or {}).get("config") or {}) for n, r in zip([x for x, _ in runs], results)]
+    cfgs = [(n, t.get("config") or {}) for n, t in trained if t.get("epochs")]   # each run's own config
     described = [f"{n}: {c.get('loss', 'ce')} loss, lr {c.get('lr')}, batch {c.get('batch_size')}, data {c.get('data')}"
                  for n, c in cfgs if c]
     if described:
