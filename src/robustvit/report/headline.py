@@ -202,7 +202,7 @@ def labels(run: dict[str, Any]) -> list[str]:
 def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The leaderboard rows of one run (or model entry): identity columns, ``COLUMNS`` with their cell facts,
     ``labels`` and ``comparable``."""
-    attach(run)                                      # files written before protocols were recorded
+    attach(run)                                      # each number's protocol entry, where a result lacks one
     suites = run.get("suites") or {}
     model = run.get("model") or {}
     base: dict[str, Any] = {"model": model.get("name"), "data": (run.get("data") or {}).get("spec"),

@@ -50,7 +50,7 @@ def _normalise(res: dict[str, Any], folder: Path) -> dict[str, Any]:
     if isinstance(res.get("train"), dict):
         run["train"] = res["train"]
     run["_dir"] = str(res.get("_dir") or folder)
-    return attach(run)           # every number's protocol entry (recorded, or computed for older files)
+    return attach(run)           # every number's protocol entry (recorded, else computed)
 
 
 def load_run(path: str | Path) -> dict[str, Any]:

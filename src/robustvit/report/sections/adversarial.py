@@ -125,8 +125,7 @@ def _examples(keys: list[str], results: list[dict[str, Any]], n: int = 4) -> Fig
 
 
 def _per_attack(result: dict[str, Any]) -> dict[str, Any]:
-    """AutoAttack's accuracy after each member, by the member's registered name (files written before the
-    attacks' snake_case names say ``apgd-ce``)."""
+    """AutoAttack's accuracy after each member, by the member's registered name (an alias read as its name)."""
     return {ATTACKS.canonical(name): v for name, v in (result.get("per_attack") or {}).items()}
 
 
