@@ -2,33 +2,26 @@
 (Fu et al., ICLR 2022, "Patch-Fool: Are Vision Transformers Always Robust Against Adversarial
 Perturbations?", arXiv:2203.08392; reference code RICE-EIC/Patch-Fool).
 
-Algorithm (per image, batched):
+1. **Patch selection** (``selection="attn"``): the ``num_patches`` patch tokens receiving the most attention in
+   block ``attn_block`` (default 4 as the reference; capped at the last), averaged over heads and queries.
+   ``"saliency"`` ranks patches by the summed |∂CE/∂x|, ``"random"`` draws them.
+2. The chosen patches are **replaced** by δ, started from U(0, 1).
+3. δ is optimised with Adam (``steps`` = 250, learning rate ``step_size`` decayed by 0.95 every 10 steps) to
+   *ascend* the CE plus ``attn_weight`` (0.002) × the attention-aware loss: for every block b in 1 … L/2 − 1, the
+   mean over queries of the log heads-averaged attention paid to the (first) chosen patch. Each block's gradient
+   joins the CE gradient PCGrad-style (where they conflict, projected onto the normal plane of the CE gradient).
 
-1. **Patch selection** (``selection="attn"``): the attention map of block ``attn_block`` (default 4, as in
-   the reference; the last block for shallower models), averaged over heads and over queries; the
-   ``num_patches`` patch tokens that receive the most attention are attacked. ``"saliency"`` ranks patches
-   by the summed |∂CE/∂x|, ``"random"`` draws them.
-2. The chosen patches are **replaced** by δ (not added to), δ starting from U(0, 1).
-3. δ is optimised with Adam (``steps`` = 250 iterations, learning rate ``step_size`` decayed by 0.95 every
-   10 steps) to *ascend* the cross-entropy plus ``attn_weight`` (0.002) × the attention-aware loss: for
-   every block b in 1 … L/2 − 1, the mean over queries of log a_b(q → p), the heads-averaged attention that
-   each query pays to the (first) chosen patch p. Each block's gradient is combined with the CE gradient
-   PCGrad-style: where the two conflict (negative cosine), the attention gradient is projected onto the
-   normal plane of the CE gradient.
+``eps`` = None (default) leaves the patch free in [0, 1] as in the paper; a number gives the "mild" L∞ variant
+(δ ∈ [x − ε, x + ε], started uniformly in that box). ``targeted=True`` descends the CE towards the given classes.
+``scoring="final"`` (default, the reference's) returns the final iterate; ``"best"`` keeps, per image, the last
+iterate that fooled the model (a stronger attack). Only the ViT families that
+:class:`robustvit.models.probe.ViTProbe` reproduces exactly are supported (the attention maps come from it); its
+logits are the wrapper's, so the CE is taken in the data's label space.
 
-Variants: ``eps`` = None (default) leaves the patch values free in [0, 1] as in the paper; a number gives
-the "mild" L∞-bounded variant (δ ∈ [x − ε, x + ε], started uniformly in that box). ``targeted=True``
-descends the CE towards the given classes. ``scoring="final"`` (default) returns the final iterate, which the
-reference scores on every image; ``"best"`` keeps, per image, the last iterate that fooled the model (else the
-final one) — a stronger attack. Only the ViT families that :class:`robustvit.models.probe.ViTProbe`
-reproduces exactly are supported (the attention maps come from it; it checks itself against the model's own
-forward on the first batch). The probe's logits are the wrapper's — normalisation and class map — so the
-cross-entropy is taken in the data's label space, as for every other attack.
-
-Deviations from the reference code: it works in normalised pixel space with learning rate 0.22; robustvit
-works on [0, 1] images, so the default learning rate is 0.22 × the model's mean normalisation std (0.05 for
-ImageNet statistics), the same step in pixels. Its PCGrad divides the projection by ‖g_CE‖ instead of
-‖g_CE‖²; robustvit uses the exact projection of PCGrad (Yu et al. 2020, arXiv:2001.06782).
+Deviations from the reference: it works in normalised pixel space with learning rate 0.22; robustvit works on
+[0, 1] images, so the default learning rate is 0.22 × the model's mean normalisation std (the same step in
+pixels). Its PCGrad divides the projection by ‖g_CE‖ instead of ‖g_CE‖²; robustvit uses PCGrad's exact
+projection (Yu et al. 2020, arXiv:2001.06782).
 
 Example::
 

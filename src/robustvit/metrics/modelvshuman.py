@@ -96,8 +96,7 @@ def pair_metrics(model: Sequence[Trial], human: Sequence[Trial]) -> dict[str, fl
         raise RobustvitError(f"observers {model[0].subject if model else '?'} and {human[0].subject if human else '?'} "
                              "did not see the same images in this condition")
     ordered = sorted(human, key=lambda t: t.image)
-    c1 = [by_image[t.image].correct for t in ordered]
-    c2 = [t.correct for t in ordered]
+    c1, c2 = [by_image[t.image].correct for t in ordered], [t.correct for t in ordered]
     out = error_consistency(c1, c2)
     out["accuracy_difference"] = (sum(c1) / len(c1) - sum(c2) / len(c2)) ** 2
     return out
@@ -143,13 +142,10 @@ def compare_with_humans(dataset: str, model: Sequence[Trial], humans: Sequence[T
     if not per:
         raise RobustvitError(f"{dataset}: the model and the human observers share no condition")
     bench = [c for c in per if c not in EXCLUDED_CONDITIONS.get(dataset, ())]
-    out: dict[str, object] = {"conditions": per, "benchmark_conditions": bench}
-    out["ood_accuracy"] = _mean(per[c]["accuracy"] for c in bench)
     # mean over conditions per observer, then over observers: equal to the mean over conditions of the means
     # over observers when every observer saw every condition (model-vs-human's data)
-    for k in HUMAN_METRICS:
-        out[k] = _mean(per[c][k] for c in bench)
-    return out
+    return {"conditions": per, "benchmark_conditions": bench, "ood_accuracy": _mean(per[c]["accuracy"] for c in bench),
+            **{k: _mean(per[c][k] for c in bench) for k in HUMAN_METRICS}}
 
 
 def benchmark_summary(per_dataset: Mapping[str, Mapping[str, object]]) -> dict[str, float]:
