@@ -1,9 +1,9 @@
 """AutoAttack — an ensemble of parameter-free attacks (Croce & Hein 2020, "Reliable evaluation of
 adversarial robustness with an ensemble of diverse parameter-free attacks", arXiv:2003.01690).
 
-The members run in order, each on the points still classified correctly; the output keeps, per sample, the first
-adversarial example found. Members come from the registry, so any registered attack can join a ``custom``
-ensemble. Versions (as in fra31/auto-attack; T = min(``n_target_classes``, classes − 1)):
+The members (any registered attack) run in order, each on the points still classified correctly; the output
+keeps, per sample, the first adversarial example found. Versions as fra31/auto-attack, T = min(``n_target_classes``,
+classes − 1):
 
 =========== ==================================================================================
 ``standard`` apgd_ce (1 restart), apgd_t (T targets), fab_t (T targets), square (5000 queries)
@@ -13,13 +13,10 @@ ensemble. Versions (as in fra31/auto-attack; T = min(``n_target_classes``, class
 ``custom``   ``attacks=[...]``: names, ``(name, kwargs)`` pairs or :class:`Attack` objects
 =========== ==================================================================================
 
-With ``norm="l1"``, ``standard`` is the original's L1 version (Croce & Hein 2021, "Mind the box",
-arXiv:2103.01208): apgd_ce (5 restarts) and apgd_t (min(5, T) targets) with the 3ε → 2ε → ε schedule
-(``use_largereps``), then fab_t and square in L1; ``plus`` and ``rand`` keep their members (the original warns
-that ``plus`` is untested in L1). Members that cannot run (DLR: ≥ 3 classes, targeted DLR: ≥ 4) are skipped and
-flagged. ``last_report`` holds the clean accuracy, the robust accuracy after each member and at the end, times
-and the self-check flags; with ``individual=True`` also each member's robust accuracy when it alone attacks every
-clean-correct point (the original's ``run_standard_evaluation_individual``).
+L1 ``standard`` is the original's L1 version (Croce & Hein 2021, "Mind the box", arXiv:2103.01208,
+:data:`L1_VERSIONS`). Members that cannot run (too few classes) are skipped and flagged. ``last_report`` holds the
+clean, per-member and final robust accuracy, times and the self-check flags; ``individual=True`` adds each
+member's robust accuracy alone on every clean-correct point (``run_standard_evaluation_individual``).
 
 Example::
 
@@ -121,9 +118,8 @@ class AutoAttack(Attack):
         self.n_target_classes = o.n_target_classes
         self.overrides = {k: v for k, v in (("steps", o.steps), ("n_queries", o.n_queries)) if v is not None}
         self.member_kwargs = {ATTACKS.canonical(k): v for k, v in (o.member_kwargs or {}).items()}
-        self.batch_size = o.batch_size
+        self.batch_size, self.individual = o.batch_size, o.individual
         self.skip_missing, self.run_checks, self.verbose = o.skip_missing, o.run_checks, o.verbose
-        self.individual = o.individual
         self.missing = self._check_registered()
         self.last_report: dict[str, Any] = {}
 
@@ -135,9 +131,6 @@ class AutoAttack(Attack):
                 raise RobustvitError("autoattack version 'custom' needs attacks=[...], e.g. ['apgd_ce', 'square']")
             return [(ATTACKS.canonical(a), {}) if isinstance(a, str) else a if isinstance(a, Attack)
                     else (ATTACKS.canonical(a[0]), dict(a[1])) for a in attacks]
-        if version not in VERSIONS:
-            raise RobustvitError(f"unknown autoattack version {version!r}; choose from "
-                                 f"{', '.join(VERSION_NAMES)}")
         if attacks:
             raise RobustvitError(f"attacks=[...] is only used with version='custom', not {version!r}")
         members = L1_VERSIONS.get(version, VERSIONS[version]) if norm == "l1" else VERSIONS[version]
@@ -216,13 +209,10 @@ class AutoAttack(Attack):
         self.last_report = {
             "version": self.version, "attacks": self.member_names(), "eps": self.eps, "norm": self.norm,
             "seed": self.seed, "n": int(x.shape[0]), "n_classes": int(n_classes),
-            "n_target_classes": self._n_targets(n_classes),
-            "clean_accuracy": clean, "per_attack": per_attack,
-            "robust_accuracy": robust.float().mean().item(), "time_s": {**times, "total": time.perf_counter() - t_start},
-            "flags": flags,
-        }
-        if individual is not None:
-            self.last_report["individual"] = individual
+            "n_target_classes": self._n_targets(n_classes), "clean_accuracy": clean, "per_attack": per_attack,
+            "robust_accuracy": robust.float().mean().item(),
+            "time_s": {**times, "total": time.perf_counter() - t_start}, "flags": flags,
+            **({} if individual is None else {"individual": individual})}
         return x_adv
 
     def schedule(self, n_classes: int, skipped: dict[str, str] | None = None) -> list[tuple[str, MemberSpec | Attack]]:
@@ -265,13 +255,12 @@ class AutoAttack(Attack):
         return self._logits(x).argmax(1) == y
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        bs = self.batch_size or max(x.shape[0], 1)
-        return torch.cat([self.predict(c) for c in x.split(bs)])
+        return torch.cat([self.predict(c) for c in x.split(self.batch_size or max(x.shape[0], 1))])
 
     def _checks(self, x: torch.Tensor, y: torch.Tensor, n_classes: int) -> dict[str, checks.CheckResult]:
-        out: dict[str, checks.CheckResult] = {}
         if not self.run_checks:
-            return out
+            return {}
+        out: dict[str, checks.CheckResult] = {}
         xs, ys = x[: self.batch_size or 256], y[: self.batch_size or 256]
         if self.version != "rand":
             out["randomized"] = checks.check_randomized(self.model, xs)

@@ -1,11 +1,9 @@
 """Gradient-masking checks in the spirit of AutoAttack's self-checks (Croce & Hein 2020,
 arXiv:2003.01690, and the ``flags_doc.md`` of fra31/auto-attack).
 
-Each check returns a small dict ``{"flag": bool, "detail": {...}, "message": str}``: ``flag=True`` means
-the evaluation may be unreliable for the reason in ``message``. The evaluation suites and
-:class:`robustvit.attacks.autoattack.AutoAttack` put these dicts in their results.
-
-Example::
+Each check returns ``{"flag": bool, "detail": {...}, "message": str}``; ``flag=True`` means the evaluation may be
+unreliable for the reason in ``message``. The evaluation suites and :class:`robustvit.attacks.autoattack.AutoAttack`
+put these dicts in their results.
 
     >>> report = run_checks(model, x, y)            # doctest: +SKIP
     >>> {name: r["flag"] for name, r in report.items()}   # doctest: +SKIP

@@ -2,24 +2,17 @@
 with a fast adaptive boundary attack", arXiv:1907.02044), L∞, L2 and L1, as used inside AutoAttack
 (arXiv:2003.01690; L1 as in Croce & Hein 2021, arXiv:2103.01208).
 
-A white-box *minimum-norm* attack. At the iterate ``x_k`` it linearises the classifier, picks the decision
-hyperplane closest in the attacked norm (``|f_j − f_y| / ‖∇(f_j − f_y)‖_dual``; L1: dual L∞), and projects both
-``x_k`` and the clean ``x_0`` onto that hyperplane ∩ [0, 1]^d (:func:`project_hyperplane_box`, exact, batched).
-The next iterate is a biased mix of the two, extrapolated by η::
+A white-box *minimum-norm* attack: at ``x_k`` it linearises the classifier, picks the decision hyperplane closest
+in the attacked norm, projects ``x_k`` and the clean ``x_0`` onto it ∩ [0, 1]^d (:func:`project_hyperplane_box`),
+and mixes the two, ``x_{k+1} = clip((1 − α)(x_k + η δ_k) + α(x_0 + η δ_0))`` with
+``α = min(‖δ_k‖ / (‖δ_k‖ + ‖δ_0‖), α_max)``; after an adversarial iterate it steps back, ``x ← x_0 + β(x − x_0)``.
+Later restarts start at distance ε/2 of ``x_0``. Where the smallest adversarial iterate is farther than ε (or none
+was found) the *clean* point is returned, so accuracy on the output is the robust accuracy; ``last_distance``
+(N,) holds its norm (0 if already misclassified, ``inf`` if none).
 
-    x_{k+1} = clip((1 − α)(x_k + η δ_k) + α(x_0 + η δ_0)),   α = min(‖δ_k‖ / (‖δ_k‖ + ‖δ_0‖), α_max)
-
-and after every adversarial iterate it steps back, ``x ← x_0 + β (x − x_0)``. Restarts after the first start at
-distance ε/2 of ``x_0``. The smallest adversarial iterate is kept per sample; where it is farther than ε (or none
-was found) the *clean* point is returned, so accuracy on the output is the robust accuracy. ``last_distance``
-(N,) holds the norm of the smallest adversarial perturbation found (0 if already misclassified, ``inf`` if none).
-
-* ``fab``: untargeted; linearises all K classes (K backward passes per step: for small K; on ImageNet use
-  ``fab_t``); 5 restarts (AutoAttack "plus"). ``targeted=True``: ``y`` holds targets and each step crosses the
-  boundary between the target and the strongest other class.
-* ``fab_t``: AutoAttack's targeted FAB: for each of the ``n_target_classes`` (capped at K − 1) highest-scoring
-  wrong classes in turn, linearise ``f_t − f_y`` only, on the points still robust; success = any
-  misclassification; 1 restart.
+``fab`` linearises all K classes (K backward passes per step: use ``fab_t`` on ImageNet); ``targeted=True``
+crosses the boundary between the target ``y`` and the strongest other class. ``fab_t`` (AutoAttack's) linearises
+``f_t − f_y`` for each of the ``n_target_classes`` most likely wrong classes in turn.
 
 >>> from robustvit.attacks import create_attack
 >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10)).eval()

@@ -26,8 +26,7 @@ def ascent_direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
     """The steepest-ascent unit step for ``norm``: sign(g) for L∞, g/‖g‖₂ per sample for L2."""
     if norm == "linf":
         return grad.sign()
-    n = grad.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (grad.ndim - 1)))
-    return grad / n
+    return grad / grad.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (grad.ndim - 1)))
 
 
 @register_attack

@@ -1,20 +1,15 @@
 """FMN — the Fast Minimum-Norm attack (Pintor, Roli, Brendel & Biggio, "Fast Minimum-norm Adversarial Attacks
 through Adaptive Norm Constraints", NeurIPS 2021, arXiv:2102.12827), L∞, L2 and L1.
 
-FMN looks for each image's *smallest* adversarial perturbation δ: it ascends the logit margin
-``L(δ) = max_{j≠y} f_j(x + δ) − f_y(x + δ)`` (targeted: ``f_t − max_{j≠t} f_j``) with L2-normalised gradient steps
-``δ ← Π_ε(δ + α ∇L / ‖∇L‖₂)`` (then ``x + δ`` clipped to [0, 1]) inside an Lp ball whose radius ε adapts per image:
-``‖δ‖ + |L| / ‖∇L‖_dual`` (the linear distance estimate) until an adversarial point is seen, then
-``min(ε(1 − γ), best norm)`` when adversarial and ``ε(1 + γ)`` when not, always at most ``‖max(x, 1 − x)‖_p``.
-α and γ follow cosine annealing over the ``steps``; the smallest adversarial iterate is kept (each iterate is
-scored before its step, as the reference). Π_ε: L∞ clamp, L2 rescale, L1 projection of Duchi et al. 2008.
+It ascends the logit margin ``max_{j≠y} f_j − f_y`` (targeted: ``f_t − max_{j≠t} f_j``) with L2-normalised steps
+projected onto an Lp ball whose radius ε adapts per image: the linear distance estimate ``‖δ‖ + |L| / ‖∇L‖_dual``
+until an adversarial point is seen, then ``min(ε(1 − γ), best norm)`` when adversarial, ``ε(1 + γ)`` when not
+(at most ``‖max(x, 1 − x)‖_p``); α and γ anneal (cosine) over the ``steps``. As the authors' code
+(pralab/Fast-Minimum-Norm-FMN-Attack), also for L2 points inside the ball, which stay (adv_lib 0.2.8 rescales
+them onto the sphere); L1 projection of Duchi et al. 2008.
 
-As the authors' code (pralab/Fast-Minimum-Norm-FMN-Attack; also adv_lib), except that adv_lib 0.2.8's L2
-projection also rescales points inside the ball onto the sphere; here, as in the authors' code, they stay.
-
-As a fixed-ε attack it returns the smallest adversarial found where its norm is at most ε, else the clean image.
-``last_distance`` (N,) holds the norm of the smallest adversarial perturbation found (0 for images already
-misclassified, ``inf`` if none) and ``last_adversarial`` the images themselves (clean where none), whatever ε.
+It returns the smallest adversarial found where its norm is at most ε, else the clean image. ``last_distance``
+(N,) holds that norm (0 if already misclassified, ``inf`` if none), ``last_adversarial`` the images, whatever ε.
 
 Example::
 

@@ -1,15 +1,12 @@
 """PGD — projected gradient descent (Madry et al. 2018, "Towards Deep Learning Models Resistant to
 Adversarial Attacks", arXiv:1706.06083), L∞ and L2, with random start and restarts.
 
-Each step moves ``step_size`` (default 2.5·ε/steps, Madry et al.'s rule: torchattacks' 2/255 at 10 steps and
-8/255) along sign(∇) (L∞) or ∇/‖∇‖₂ (L2) of the per-sample cross-entropy, then projects onto the ε-ball and
-[0, 1]; a restart's output is its last iterate (as Madry et al. and torchattacks). Restarts run batched (one
-forward/backward pass for all; ``batch_restarts=False`` loops, using less memory) and keep, per sample, one that
-fools the model, else the highest-loss one. Restart ``r`` draws the same start whatever the number of restarts,
-so more restarts never give higher robust accuracy.
-
-``targeted_pgd``: ``targeted=True`` (``y`` = target classes) with the settings of Debenedetti's class-targeted
-visualisation (L2, ε = 15, 100 steps, no random start); :func:`class_visualisation` runs it from uniform noise.
+Steps of ``step_size`` (default 2.5·ε/steps, Madry et al.'s rule) along sign(∇) (L∞) or ∇/‖∇‖₂ (L2) of the
+cross-entropy, each projected onto the ε-ball and [0, 1]; a restart returns its last iterate (as torchattacks).
+Restarts run as one batch (``batch_restarts=False``: a loop, less memory) and keep, per sample, one that fools the
+model, else the highest-loss one; restart r draws the same start whatever the number of restarts, so more
+restarts never raise robust accuracy. ``targeted_pgd``: the settings of Debenedetti's class-targeted
+visualisation (:func:`class_visualisation`).
 
 Example::
 

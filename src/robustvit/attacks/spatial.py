@@ -1,17 +1,14 @@
 """The spatial grid attack: the worst case over a grid of rotations and translations (Engstrom et al.
 2019, "Exploring the Landscape of Spatial Robustness", arXiv:1712.02779), with the grid of Bhojanapalli
 et al. 2021 ("Understanding Robustness of Transformers for Image Classification", arXiv:2103.14586):
-9 × 9 translations and 31 rotations in ±30°, i.e. 2,511 transforms, bilinear sampling with zero fill. An
-image counts as robust only if every transform is classified correctly.
+9 × 9 translations and 31 rotations in ±30°, bilinear sampling with zero fill. An image is robust only if every
+transform is classified correctly.
 
-Batched: chunks of (image, transform) pairs are warped by one ``grid_sample`` and classified by one forward pass;
-fooled images are dropped. The grid runs from the smallest transform to the largest (|tx|/T + |ty|/T + |θ|/Θ), so
-a fooled image keeps the *smallest* transform that fools it, a robust one the highest-cross-entropy transform.
-``last_transforms`` holds the chosen (tx px, ty px, θ °) per image, ``last_stats`` the count and throughput.
-
-Translation range: the papers' scaled to the image (:func:`translation_convention`): up to 64 px Engstrom et al.'s
-CIFAR-10 ±3 px at 32 px, larger Bhojanapalli et al.'s ±16 px at 384 px (9.3 px at 224); ``max_translation``
-(pixels) overrides it. Not an ε-ball attack: ``eps``/``norm`` are accepted and ignored.
+Chunks of (image, transform) pairs go through one ``grid_sample`` and one forward pass; fooled images drop out.
+The grid runs from the smallest transform to the largest, so a fooled image keeps the *smallest* fooling
+transform, a robust one the highest-cross-entropy one (``last_transforms``: (tx px, ty px, θ °) per image).
+Translations: the papers' range scaled to the image (:func:`translation_convention`) unless ``max_translation``
+is given. Not an ε-ball attack: ``eps``/``norm`` are accepted and ignored.
 
 Example::
 
@@ -131,9 +128,8 @@ class Spatial(Attack):
         best_loss = torch.full((n,), -math.inf, device=dev)
         best_index = torch.full((n,), -1, dtype=torch.long, device=dev)    # into params; -1: none (identity)
         fooled = torch.zeros(n, dtype=torch.bool, device=dev)
-        evaluated = 0
+        evaluated, pos = 0, 0
         # Transforms per step: enough to fill batch_size pairs with the images still robust.
-        pos = 0
         while pos < k:
             alive = (~fooled).nonzero().squeeze(1)
             if alive.numel() == 0:
@@ -162,9 +158,8 @@ class Spatial(Attack):
             fooled[alive[any_wrong]] = True
         dt = time.perf_counter() - t0
         index = best_index.cpu()        # the one read of the chosen transforms, after the loop
-        best_param = torch.zeros(n, 3, dtype=torch.float64)
-        best_param[index >= 0] = params[index[index >= 0]].double()
-        self.last_transforms = best_param
+        self.last_transforms = torch.zeros(n, 3, dtype=torch.float64)
+        self.last_transforms[index >= 0] = params[index[index >= 0]].double()
         self.last_stats = {"transforms": float(k), "evaluated": float(evaluated), "seconds": dt,
                            "transforms_per_s": evaluated / max(dt, 1e-9)}
         return best

@@ -2,28 +2,18 @@
 black-box adversarial attack via random search", arXiv:1912.00049), L∞, L2 and L1, as used in AutoAttack (L1 as
 in its L1 version, Croce & Hein 2021, arXiv:2103.01208).
 
-Score-based black-box: only the logits of queried images are used; ``n_queries`` random-search iterations after
-the initial point, as fra31/auto-attack (at most ``n_queries + 1`` queries per image and restart). A candidate is
-kept only if it lowers the loss or fools the model:
+Score-based random search (logits only): ``n_queries`` iterations after the initial point, as fra31/auto-attack;
+a candidate is kept only if it lowers the loss or fools the model. L∞: start from vertical stripes ``x ± ε``;
+each proposal sets one random s×s window to ``x ± ε`` (a sign per channel). L2: start from a 5×5 grid of "meta"
+patterns (concentric rectangles, opposite signs in the two halves) with ‖δ‖₂ = ε; each proposal moves the mass
+of a second window into a first one and adds a fresh pattern there. L1: as L2 with 1/(k+1)⁴ weights, projected
+onto the L1 ball of radius ε(1 − 10⁻⁶) ∩ [0, 1]^d (:func:`robustvit.attacks.base.project_l1_box`).
 
-* L∞ — start from vertical stripes ``x + ε·(±1)`` (one sign per column and channel); each proposal sets one s×s
-  window (per-channel random sign) to ``x ± ε``;
-* L2 — start from a 5×5 grid of "meta" patterns (concentric rectangles, opposite signs in the two halves) rescaled
-  to ‖δ‖₂ = ε; each proposal moves the mass of a second random window into a first one and adds a fresh pattern
-  there, keeping ‖δ‖₂ = ε;
-* L1 — as L2 with patterns weighted 1/(k+1)⁴ instead of 1/(k+1)², L1-normalised; the start and every proposal are
-  projected onto the L1 ball of radius ε(1 − 10⁻⁶) ∩ [0, 1]^d (:func:`robustvit.attacks.base.project_l1_box`),
-  each window getting the per-channel mass c·((ε − ‖δ‖₁)/c + its channel's mass in the two windows), as the
-  reference code.
-
-The window side ``s ≈ √(p·H·W)`` shrinks with AutoAttack's schedule of ``p``: ``p_init`` (0.8), halved at 10, 50,
-200, 500, 1000, 2000, 4000, 6000 and 8000 iterations on a 10 000 scale (``rescale_schedule=True``: iteration i
-counts as ``i / n_queries · 10 000``; False: as i). Batched: each still-robust image draws its own windows, signs
-and pattern orientation, one window size per iteration; fooled images are no longer queried, and restarts run on
-the points still robust. Losses: the margin ``z_y − max_{j≠y} z_j`` (untargeted default) or ``−CE``; targeted
-(``y`` = targets): ``CE(z, t)`` (default) or the margin ``max_{j≠t} z_j − z_t``. ``last_queries`` (N,) holds the
-queries spent per image (the initial point counts as one; 0 for images misclassified from the start). Where no
-adversarial example was found, the clean image is returned.
+The window covers a fraction p of the image, from ``p_init`` halved at AutoAttack's thresholds
+(:data:`P_SCHEDULE`, on a 10 000-iteration scale; ``rescale_schedule=False`` counts iterations as they are).
+Losses: the margin ``z_y − max_{j≠y} z_j`` (untargeted default) or ``−CE``; targeted: ``CE(z, t)`` (default) or
+the margin ``max_{j≠t} z_j − z_t``. ``last_queries`` (N,) holds the queries spent per image (the initial point
+counts as one); where no adversarial example was found the clean image is returned.
 
 >>> from robustvit.attacks import create_attack
 >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 10, 8), torch.nn.Flatten()).eval()
