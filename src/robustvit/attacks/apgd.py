@@ -179,20 +179,18 @@ class APGD(Attack):
         if self.norm == "l1":
             return self.largereps_run(x, y, target, gen) if self.use_largereps else \
                 self.single_run_l1(x, y, target, gen, self.eps, self.steps)
-        n_iter = self.steps
-        k, decr, k_min = checkpoint_intervals(n_iter)
+        k, decr, k_min = checkpoint_intervals(self.steps)
         x_adv = self.sphere_start(x, gen)
         loss, grad, logits = self.grad(x_adv, y, target)
-        losses = torch.empty((n_iter + 1, x.shape[0]), device=x.device, dtype=loss.dtype)
+        losses = torch.empty((self.steps + 1, x.shape[0]), device=x.device, dtype=loss.dtype)
         losses[0] = loss
         fooled = self.success(logits, y)
         x_fooled, x_best, grad_best, loss_best = x_adv.clone(), x_adv.clone(), grad.clone(), loss.clone()
         step = torch.full((x.shape[0], 1, 1, 1), 2.0 * self.eps, device=x.device, dtype=x.dtype)
-        x_prev = x_adv.clone()
+        x_prev, since_check = x_adv.clone(), 0
         box = self.linf_box(x) if self.norm == "linf" else None
         best_at_check, reduced_at_check = loss_best.clone(), torch.ones_like(fooled)
-        since_check = 0
-        for i in range(n_iter):
+        for i in range(self.steps):
             x_adv, x_prev = self._step(x, x_adv, x_prev, grad, step, 1.0 if i == 0 else self.momentum, box), x_adv
             loss, grad, logits = self.grad(x_adv, y, target)
             losses[i + 1] = loss

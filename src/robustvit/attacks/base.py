@@ -6,22 +6,12 @@ eval mode (restoring every submodule's mode after), checks inputs, parses option
 clips the result to [0, 1] and projects it onto the ε-ball (``bounded`` attacks), and leaves no gradient on the
 model's parameters.
 
-A subclass sets ``name`` (snake_case; older spellings in ``aliases``), declares its ``Options`` dataclass
-(``robustvit.options``; it extends ``Attack.Options``: ``eps``, ``norm``, ``targeted``, ``seed``) and writes
-``perturb(x, y)``. The constructor parses the keyword options into ``self.opts``: strings from a spec are typed
-(``steps="20"`` → 20, ``eps="4/255"``); an unknown key or a bad value is a one-line error naming the valid
-options (``robustvit list attacks --options`` prints them). A new attack is one file in this package::
-
-    @register_attack
-    class Noise(Attack):
-        name = "noise"          # a baseline: uniform noise in the ε-ball
-
-        @dataclass
-        class Options(Attack.Options):
-            draws: int = option(1, min=1, help="noise draws per image")
-
-        def perturb(self, x, y):
-            return self.random_start(x, self.generator(x.device))
+A new attack is one module of this package with a registered subclass (``@register_attack``; example in
+:meth:`Attack.perturb`): it sets ``name`` (snake_case; older spellings in ``aliases``), declares its ``Options``
+dataclass (``robustvit.options``, extending ``Attack.Options``: ``eps``, ``norm``, ``targeted``, ``seed``; fields
+with a default, bounds and a help line) and writes ``perturb(x, y)``. The constructor parses the keyword options
+into ``self.opts``: spec strings are typed (``steps="20"`` → 20, ``eps="4/255"``); an unknown key or a bad value
+is a one-line error naming the valid options (``robustvit list attacks --options`` prints them).
 """
 
 from __future__ import annotations
@@ -253,13 +243,10 @@ class Attack:
     def loss_and_grad(self, x_adv: torch.Tensor, y: torch.Tensor,
                       loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-sample loss (N,), the gradient of the batch-*mean* loss w.r.t. ``x_adv`` and the logits.
-
-        The loss is *maximised* by untargeted attacks; for targeted ones the sign is flipped here so
-        that subclasses always ascend. The mean (per-sample gradients / N, as torchattacks and Madry et
-        al.'s code) keeps FGSM/PGD bit-identical to torchattacks: the sign of a gradient entry that is zero
-        up to rounding depends on the scale the backward pass runs at. Only its direction is used.
-        """
+        """Per-sample loss (N,), the gradient of the batch-*mean* loss w.r.t. ``x_adv`` and the logits; the sign
+        is flipped for targeted attacks, so subclasses always ascend. The mean (as torchattacks and Madry et al.'s
+        code) keeps FGSM/PGD bit-identical to torchattacks: the sign of a gradient entry that is zero up to
+        rounding depends on the scale the backward pass runs at."""
         x_adv = x_adv.detach().requires_grad_(True)
         logits = self.model(x_adv)
         loss = (loss_fn or ce_loss)(logits, y)

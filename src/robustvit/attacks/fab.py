@@ -91,9 +91,8 @@ def project_hyperplane_box(t: torch.Tensor, w: torch.Tensor, c: torch.Tensor, no
 
 
 def _project_l1(t: torch.Tensor, w: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """:func:`project_hyperplane_box` in L1 for rows with c ≥ 0: a fractional knapsack — the coordinates move to
-    the box in the order of decreasing |w_i| (most progress per unit of L1), the last one partly, until w·δ = c;
-    the box corner where the box cannot reach the hyperplane."""
+    """:func:`project_hyperplane_box` in L1 for rows with c ≥ 0, a fractional knapsack: coordinates move to the box
+    by decreasing |w_i| (most progress per unit of L1), the last one partly, until w·δ = c (else the corner)."""
     a, room, _ = _terms(t, w, "l1")
     order = a.argsort(dim=1, descending=True)
     a_s, room_s = a.gather(1, order), room.gather(1, order)

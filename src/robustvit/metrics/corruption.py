@@ -103,11 +103,8 @@ def alexnet_errors(name: str) -> tuple[float, ...]:
 
 
 def corruption_error(err_by_sev: ErrBySev, alexnet_by_sev: ErrBySev) -> float:
-    """CE = Σ_s E_s / Σ_s E_s^AlexNet over the severities of ``err_by_sev`` (a fraction, not percent).
-
-    ``alexnet_by_sev`` gives AlexNet's errors for (at least) the same severities, e.g. ``ALEXNET_ERRORS[name]``.
-    The paper sums over all 5 severities; with fewer the ratio is over those only.
-    """
+    """CE = Σ_s E_s / Σ_s E_s^AlexNet over the severities of ``err_by_sev`` (a fraction, not percent; the paper
+    sums all 5). ``alexnet_by_sev``: AlexNet's errors for (at least) those severities, e.g. ``ALEXNET_ERRORS[name]``."""
     e, a = _paired(err_by_sev, alexnet_by_sev)
     if not e:
         raise RobustvitError("corruption_error needs the error at one severity at least")

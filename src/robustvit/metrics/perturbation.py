@@ -60,11 +60,8 @@ def frame_pairs(num_frames: int, *, noise: bool, difficulty: int = 1) -> tuple[l
 
 
 def top5_distance_pairs(top_a: torch.Tensor, top_b: torch.Tensor) -> torch.Tensor:
-    """T5D of frame pairs from their top-k class lists (..., k) (best first) → float (...).
-
-    σ(i) − 1 capped at 5 is the position of a's i-th class in b's top-5 list, or 5 when it is not there,
-    so the top-5 lists of the two frames are all that is needed.
-    """
+    """T5D of frame pairs from their top-k class lists (..., k) (best first) → float (...); σ(i) − 1 capped at 5
+    is the position of a's i-th class in b's top-5 list, or 5 when absent, so the top-5 lists suffice."""
     eq = top_a.unsqueeze(-1) == top_b.unsqueeze(-2)                        # (..., k, k)
     pos = torch.where(eq.any(-1), eq.to(torch.int64).argmax(-1), torch.full_like(top_a, TOPK))
     ideal = torch.arange(top_a.shape[-1], device=top_a.device)
@@ -72,11 +69,9 @@ def top5_distance_pairs(top_a: torch.Tensor, top_b: torch.Tensor) -> torch.Tenso
 
 
 def perturbation_stats(scores: torch.Tensor, *, noise: bool, difficulty: int = 1) -> dict[str, Any]:
-    """Additive statistics of sequences: ``{"n", "flip_sum", "t5d_sum"}`` (sums of per-sequence means).
-
-    ``scores`` are logits (N, T, C) (float) or the top-5 class indices (N, T, k) (integer dtype) of every
-    frame. Sum the dicts of several chunks and pass the total to :func:`finalize_perturbation_stats`.
-    """
+    """Additive statistics of sequences, ``{"n", "flip_sum", "t5d_sum"}`` (sums of per-sequence means), from
+    logits (N, T, C) (float) or top-5 class indices (N, T, k) (integer) of every frame. Sum the dicts of several
+    chunks and pass the total to :func:`finalize_perturbation_stats`."""
     if scores.ndim != 3:
         raise RobustvitError(f"perturbation_stats needs (N, T, C) logits or (N, T, k) rankings, got {tuple(scores.shape)}")
     top = scores if not scores.is_floating_point() else ranking(scores)
