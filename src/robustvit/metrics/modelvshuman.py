@@ -1,18 +1,13 @@
 """The metrics of model-vs-human (Geirhos et al., "Partial success in closing the gap between human and machine
 vision", NeurIPS 2021, arXiv:2106.07411), as ``modelvshuman/plotting/analyses.py`` and ``plot.py`` compute them.
 
-A *trial* is one decision on one image: who decided, the condition, the image id, the true category and the
-response (one of the 16 categories). Per data set, condition and (decision maker, human observer) pair:
-
-- **OOD accuracy**: the share of trials whose response is the category;
-- **accuracy difference**: (accuracy₁ − accuracy₂)² (``SixteenClassAccuracyDifference``, ``norm=np.square``);
-- **observed consistency**: the share of images both decided correctly or both wrongly;
-- **error consistency** (Geirhos, Meding & Wichmann 2020, arXiv:2006.16736): Cohen's κ =
-  (c_obs − c_exp) / (1 − c_exp) with c_exp = p₁p₂ + (1 − p₁)(1 − p₂); 1 when c_obs = 1.
-
-The benchmark numbers average over the conditions that are out of distribution and that humans solve (the
-reference's ``EXCLUDE_CONDITIONS`` are left out), then over the human observers, then over the data sets
-(``format_benchmark_df``).
+A *trial* is one decision on one image (:class:`Trial`). Per data set, condition and (decision maker, human
+observer) pair: **OOD accuracy** (the share of correct trials); **accuracy difference** (accuracy₁ − accuracy₂)²
+(``SixteenClassAccuracyDifference``); **observed consistency** (the share of images both decided correctly or
+both wrongly); **error consistency** (Geirhos, Meding & Wichmann 2020, arXiv:2006.16736): Cohen's κ =
+(c_obs − c_exp) / (1 − c_exp) with c_exp = p₁p₂ + (1 − p₁)(1 − p₂); 1 when c_obs = 1. The benchmark numbers
+average over the conditions not in the reference's ``EXCLUDE_CONDITIONS``, then over the human observers, then
+over the data sets (``format_benchmark_df``).
 
 >>> error_consistency([True, True, False, False], [True, False, False, True])["error_consistency"]
 0.0

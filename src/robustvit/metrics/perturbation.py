@@ -3,16 +3,16 @@
 Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
 ICLR 2019 (arXiv:1903.12261), section 4; definitions as in the reference ``ImageNet-P/test.py``:
 
-* pairs of frames: noise sequences compare every frame j ≥ 1 with frame 0; the others compare consecutive
-  frames, and at difficulty d consecutive frames of ``seq[i::d]`` for each i < d;
-* flip probability FP: the share of pairs whose top-1 predictions differ, averaged within a sequence, then over
-  sequences; top-5 distance T5D: with σ(i) the rank in the second frame of the class ranked i-th in the first,
-  d = Σ_{i=1..5} |(i − 1) − min(σ(i) − 1, 5)|, averaged the same way;
-* flip rate FR = FP / FP_baseline (the paper's baseline is AlexNet); mFR = mean FR over the 10 test
-  perturbations; mT5D likewise with T5D.
+* pairs of frames (:func:`frame_pairs`): noise sequences compare every frame j ≥ 1 with frame 0, the others
+  consecutive frames of ``seq[i::d]`` for each i < d (difficulty d);
+* flip probability FP: the share of pairs whose top-1 predictions differ; top-5 distance T5D: with σ(i) the rank
+  in the second frame of the class ranked i-th in the first, Σ_{i=1..5} |(i − 1) − min(σ(i) − 1, 5)|; both
+  averaged within a sequence, then over sequences;
+* flip rate FR = FP / FP_baseline (AlexNet in the paper); mFR = mean FR over the 10 test perturbations; mT5D
+  likewise.
 
-Computed batched from logits (N, T, C) or top-5 class indices (N, T, 5); ties broken like
-``scipy.stats.rankdata(-logits, method="ordinal")`` (the lower class index ranks first).
+Batched from logits (N, T, C) or top-5 class indices (N, T, 5); ties broken like
+``scipy.stats.rankdata(-logits, method="ordinal")`` (the lower class index first).
 
 >>> import torch
 >>> logits = torch.tensor([[[2., 1.], [1., 2.], [1., 2.]]])          # 1 sequence, 3 frames, 2 classes
