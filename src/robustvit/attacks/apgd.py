@@ -1,45 +1,25 @@
 """APGD — Auto-PGD (Croce & Hein 2020, "Reliable evaluation of adversarial robustness with an ensemble
 of diverse parameter-free attacks", arXiv:2003.01690), L∞ and L2; L1 as APGD-L1 (Croce & Hein 2021, "Mind the
-box: l1-APGD for sparse adversarial attacks on image classifiers", arXiv:2103.01208).
+box: l1-APGD for sparse adversarial attacks on image classifiers", arXiv:2103.01208); step by step as the
+reference code (fra31/auto-attack).
 
-PGD with momentum and a step-size schedule that needs no tuning:
+PGD with momentum (0.75) from a random point of the ε-sphere, step 2ε, halved at checkpoints (0.22·N, then
+intervals shrinking by 0.03·N down to 0.06·N) where the loss rose in at most ρ of the steps or the best loss
+stalled, with a return to the best point. A point is returned as soon as one iterate fools the model (else the
+highest-loss point); restarts attack only the points still robust. The loop never synchronises with the device.
 
-* start: a random point on the ε-sphere (as the reference code), step size η = 2ε;
-* step: z = P(x_k + η·sign(∇)) (L∞) or P(x_k + η·∇/‖∇‖₂) (L2);
-  x_{k+1} = P(x_k + α(z − x_k) + (1 − α)(x_k − x_{k−1})), momentum α = 0.75 (1 at the first step);
-* checkpoints w_0 = 0, w_1 = 0.22·N, then intervals shrinking by 0.03·N down to 0.06·N; at each, per
-  sample, η is halved and the iterate reset to the best point so far if the loss increased in at most
-  ρ = 0.75 of the steps since the last checkpoint, or if η was not halved last time and the best loss
-  has not improved since;
-* a point is returned as soon as one iterate fools the model (else the highest-loss point);
-  restarts attack only the points that are still robust.
+L1: every step is projected exactly onto the L1 ball ∩ [0, 1]^d (:func:`robustvit.attacks.base.project_l1_box`;
+ball then clip loses most of the budget on images) along the sparse direction of the top-k gradient entries, k
+and the step adapting to the best point's sparsity (``rho`` and ``momentum`` do not apply). ``use_largereps``
+(AutoAttack's L1 ``standard``) runs 30 %, 30 % and 40 % of the steps at 3ε, 2ε and ε.
 
-**L1** (APGD-L1, as fra31/auto-attack runs it): every step is projected onto the intersection of the L1 ball and
-the box [0, 1]^d exactly (:func:`robustvit.attacks.base.project_l1_box`), which is what makes L1 attacks work on
-images (projecting onto the ball and then clipping loses most of the budget). Start: a Gaussian draw projected
-onto that set. Step: the sparse direction ``sign(g_S)/|S|`` of the ``k`` largest gradient entries (S), of size
-η₀ = ε, no momentum; ``k`` starts at 20 % of the coordinates. Every ``max(⌊0.04·N⌋, 1)`` steps the sparsity
-adapts: with s the number of non-zero coordinates of the best point, ``k = s/1.5``; if s shrank by more than
-5 % since the last check the step returns to ε and the iterate to the best point, else the step is divided by
-1.5, never below ε/10 (``rho`` and ``momentum`` do not apply). ``use_largereps=True`` (AutoAttack's L1
-``standard`` version) runs the budget in three stages at 3ε, 2ε and ε (30 %, 30 % and 40 % of the steps), each
-starting from the previous stage's best point projected onto the smaller ball; only the last stage, at ε,
-decides success.
-
-The loop never synchronises with the device (masks, not index lists). Attacks:
-
-* ``apgd_ce``: cross-entropy; ``targeted=True`` descends the cross-entropy of the target ``y``;
-* ``apgd_dlr``: the DLR loss (see :mod:`robustvit.attacks.losses`), ≥ 3 classes;
-* ``apgd_t``: targeted DLR towards each of the ``n_target_classes`` (default 9, capped at
-  number of classes − 1) most likely wrong classes in turn, on the points still robust; ≥ 4 classes.
-
-Defaults as the reference (:class:`APGD.Options`); ``eot_iter`` (e.g. 20 for randomised models) averages the
-gradients over that many forward passes ("EoT").
+``apgd_ce``: cross-entropy (``targeted=True`` descends the target's); ``apgd_dlr``: DLR, ≥ 3 classes;
+``apgd_t``: targeted DLR towards the ``n_target_classes`` most likely wrong classes in turn, ≥ 4 classes.
+``eot_iter`` averages the gradients over that many forward passes (EoT, for randomised models).
 
 Example::
 
-    atk = create_attack("apgd_ce", model, eps="8/255", steps=100, restarts=5)
-    x_adv = atk(x, y)
+    x_adv = create_attack("apgd_ce", model, eps="8/255", steps=100, restarts=5)(x, y)
 """
 
 from __future__ import annotations
@@ -51,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from robustvit.attacks.base import NORMS, Attack, project_l1_box, register_attack
+from robustvit.attacks.base import NORMS, Attack, lp_norm, project_l1_box, register_attack
 from robustvit.attacks.fgsm import ascent_direction
 from robustvit.attacks.losses import ce_loss, ce_targeted_loss, dlr_loss, dlr_targeted_loss
 from robustvit.errors import RobustvitError
@@ -134,11 +114,17 @@ class APGD(Attack):
     # ---- driver: restarts on the points still robust ------------------------------------------
     def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         gen = self.generator(x.device)
-        robust = ~self.success(self.predict(x), y)
+        logits = self.predict(x)
+        robust = ~self.success(logits, y)
         adv = x.clone()
-        for _ in range(self.restarts):
-            robust = self._attack_remaining(x, y, None, robust, adv, gen)
+        for target in self.targets(logits):
+            for _ in range(self.restarts):
+                robust = self._attack_remaining(x, y, target, robust, adv, gen)
         return adv
+
+    def targets(self, logits: torch.Tensor) -> list[torch.Tensor | None]:
+        """The target classes to run over (``None``: untargeted)."""
+        return [None]
 
     def _attack_remaining(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None,
                           robust: torch.Tensor, adv: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -174,19 +160,17 @@ class APGD(Attack):
             g, = torch.autograd.grad(loss.sum(), xa)
             grad += g
             loss_sum += loss.detach()
-        if self.eot_iter > 1:
-            grad /= self.eot_iter
-            loss_sum /= self.eot_iter
+        grad /= self.eot_iter        # exact when eot_iter = 1
+        loss_sum /= self.eot_iter
         return loss_sum, grad, logits.detach()
 
     def sphere_start(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """A random start on the ε-sphere (L∞: uniform noise rescaled to ‖·‖∞ = ε; L2: Gaussian, ‖·‖₂ = ε)."""
         if self.norm == "linf":
             t = torch.rand(x.shape, generator=gen, device=x.device, dtype=x.dtype) * 2 - 1
-            t = t / (t.flatten(1).abs().amax(1).view(-1, 1, 1, 1) + 1e-12)
         else:
             t = torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
-            t = t / (t.flatten(1).norm(dim=1).view(-1, 1, 1, 1) + 1e-12)
+        t = t / (lp_norm(t, self.norm).view(-1, 1, 1, 1) + 1e-12)
         return (x + self.eps * t).clamp(0, 1)
 
     def single_run(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None, gen: torch.Generator
@@ -195,20 +179,18 @@ class APGD(Attack):
         if self.norm == "l1":
             return self.largereps_run(x, y, target, gen) if self.use_largereps else \
                 self.single_run_l1(x, y, target, gen, self.eps, self.steps)
-        n_iter = self.steps
-        k, decr, k_min = checkpoint_intervals(n_iter)
+        k, decr, k_min = checkpoint_intervals(self.steps)
         x_adv = self.sphere_start(x, gen)
         loss, grad, logits = self.grad(x_adv, y, target)
-        losses = torch.empty((n_iter + 1, x.shape[0]), device=x.device, dtype=loss.dtype)
+        losses = torch.empty((self.steps + 1, x.shape[0]), device=x.device, dtype=loss.dtype)
         losses[0] = loss
         fooled = self.success(logits, y)
         x_fooled, x_best, grad_best, loss_best = x_adv.clone(), x_adv.clone(), grad.clone(), loss.clone()
         step = torch.full((x.shape[0], 1, 1, 1), 2.0 * self.eps, device=x.device, dtype=x.dtype)
-        x_prev = x_adv.clone()
+        x_prev, since_check = x_adv.clone(), 0
         box = self.linf_box(x) if self.norm == "linf" else None
         best_at_check, reduced_at_check = loss_best.clone(), torch.ones_like(fooled)
-        since_check = 0
-        for i in range(n_iter):
+        for i in range(self.steps):
             x_adv, x_prev = self._step(x, x_adv, x_prev, grad, step, 1.0 if i == 0 else self.momentum, box), x_adv
             loss, grad, logits = self.grad(x_adv, y, target)
             losses[i + 1] = loss
@@ -230,8 +212,8 @@ class APGD(Attack):
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The L1 ε schedule: 30 % of the steps at 3ε, 30 % at 2ε, the rest at ε, each stage starting from the
         previous one's best point projected onto its ball; the last stage's result."""
-        first, second = math.ceil(0.3 * self.steps), math.ceil(0.3 * self.steps)
-        stages = ((3 * self.eps, first), (2 * self.eps, second), (self.eps, self.steps - first - second))
+        part = math.ceil(0.3 * self.steps)
+        stages = ((3 * self.eps, part), (2 * self.eps, part), (self.eps, self.steps - part - part))
         noise = torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
         x_init = x + project_l1_box(x, noise, 3 * self.eps)
         for eps, steps in stages:
@@ -289,7 +271,6 @@ class APGDDLR(APGD):
     """APGD on the DLR loss (Croce & Hein 2020); untargeted, ≥ 3 classes."""
 
     name = "apgd_dlr"
-    smoke = {"steps": 2}
     aliases = ("apgd-dlr",)
     loss_name = "dlr"
 
@@ -313,14 +294,6 @@ class APGDT(APGD):
         super().__init__(model, **options)
         self.n_target_classes = self.opts.n_target_classes
 
-    def perturb(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        gen = self.generator(x.device)
-        logits = self.predict(x)
-        robust = ~self.success(logits, y)
+    def targets(self, logits: torch.Tensor) -> list[torch.Tensor | None]:
         ranked = logits.argsort(dim=1)
-        adv = x.clone()
-        for t in range(2, min(self.n_target_classes, logits.shape[1] - 1) + 2):
-            target = ranked[:, -t]
-            for _ in range(self.restarts):
-                robust = self._attack_remaining(x, y, target, robust, adv, gen)
-        return adv
+        return [ranked[:, -t] for t in range(2, min(self.n_target_classes, logits.shape[1] - 1) + 2)]

@@ -1,10 +1,9 @@
 """AutoAttack — an ensemble of parameter-free attacks (Croce & Hein 2020, "Reliable evaluation of
 adversarial robustness with an ensemble of diverse parameter-free attacks", arXiv:2003.01690).
 
-The members run in order; each later one attacks only the points still classified correctly, and the
-output keeps, per sample, the first adversarial example found (the per-sample worst case). Members are
-built from the registry (``create_attack("fab_t", …)``), so any registered attack can join a
-``custom`` ensemble. Versions (as in fra31/auto-attack):
+The members (any registered attack) run in order, each on the points still classified correctly; the output
+keeps, per sample, the first adversarial example found. Versions as fra31/auto-attack, T = min(``n_target_classes``,
+classes − 1):
 
 =========== ==================================================================================
 ``standard`` apgd_ce (1 restart), apgd_t (T targets), fab_t (T targets), square (5000 queries)
@@ -14,18 +13,10 @@ built from the registry (``create_attack("fab_t", …)``), so any registered att
 ``custom``   ``attacks=[...]``: names, ``(name, kwargs)`` pairs or :class:`Attack` objects
 =========== ==================================================================================
 
-With ``norm="l1"`` the ``standard`` version is the original's L1 one (its ``set_version`` for norm L1, after
-Croce & Hein 2021, "Mind the box", arXiv:2103.01208): apgd_ce (5 restarts) and apgd_t (min(5, T) targets), both
-APGD-L1 with the 3ε → 2ε → ε schedule (``use_largereps``), then fab_t (T targets) and square (5000 queries) in
-L1; ``plus`` and ``rand`` keep their members, run in L1 (the original warns that ``plus`` is untested in L1).
-
-T = min(``n_target_classes`` (default 9), number of classes − 1), adapted to the data set; targeted
-DLR needs ≥ 4 classes and DLR ≥ 3 (members that cannot run are skipped and flagged). APGD and FAB run
-100 iterations. After a call, ``last_report`` holds the clean accuracy, the robust accuracy after each
-member, the final robust accuracy, time per member and the self-check flags (randomised output,
-softmax output, too few classes, black-box attack stronger than white-box); with ``individual=True`` also
-``individual``: each member's robust accuracy when it alone attacks every clean-correct point (the original's
-``run_standard_evaluation_individual``; the first member's equals its cascade value, same seed, same points).
+L1 ``standard`` is the original's L1 version (Croce & Hein 2021, "Mind the box", arXiv:2103.01208,
+:data:`L1_VERSIONS`). Members that cannot run (too few classes) are skipped and flagged. ``last_report`` holds the
+clean, per-member and final robust accuracy, times and the self-check flags; ``individual=True`` adds each
+member's robust accuracy alone on every clean-correct point (``run_standard_evaluation_individual``).
 
 Example::
 
@@ -78,6 +69,10 @@ MIN_CLASSES = {"apgd_dlr": 3, "apgd_t": 4}
 ALIASES = {"restarts": ("n_restarts",), "steps": ("n_iter", "iterations"), "n_target_classes": ("n_targets",)}
 
 
+def _name(member: MemberSpec | Attack) -> str:
+    return member.name if isinstance(member, Attack) else member[0]
+
+
 def _targets(value: Any, t: int) -> Any:
     """A member keyword's value with the target-count placeholders resolved: "T" → t, "T<=k" → min(t, k)."""
     if value == "T":
@@ -123,9 +118,8 @@ class AutoAttack(Attack):
         self.n_target_classes = o.n_target_classes
         self.overrides = {k: v for k, v in (("steps", o.steps), ("n_queries", o.n_queries)) if v is not None}
         self.member_kwargs = {ATTACKS.canonical(k): v for k, v in (o.member_kwargs or {}).items()}
-        self.batch_size = o.batch_size
+        self.batch_size, self.individual = o.batch_size, o.individual
         self.skip_missing, self.run_checks, self.verbose = o.skip_missing, o.run_checks, o.verbose
-        self.individual = o.individual
         self.missing = self._check_registered()
         self.last_report: dict[str, Any] = {}
 
@@ -137,9 +131,6 @@ class AutoAttack(Attack):
                 raise RobustvitError("autoattack version 'custom' needs attacks=[...], e.g. ['apgd_ce', 'square']")
             return [(ATTACKS.canonical(a), {}) if isinstance(a, str) else a if isinstance(a, Attack)
                     else (ATTACKS.canonical(a[0]), dict(a[1])) for a in attacks]
-        if version not in VERSIONS:
-            raise RobustvitError(f"unknown autoattack version {version!r}; choose from "
-                                 f"{', '.join(VERSION_NAMES)}")
         if attacks:
             raise RobustvitError(f"attacks=[...] is only used with version='custom', not {version!r}")
         members = L1_VERSIONS.get(version, VERSIONS[version]) if norm == "l1" else VERSIONS[version]
@@ -157,16 +148,19 @@ class AutoAttack(Attack):
 
     def memory_factor(self, num_classes: int) -> int:
         """The largest of its members' (built with the ensemble's settings)."""
-        return max([1] + [self.build_member(m[0], m[1], num_classes).memory_factor(num_classes)
-                          for m in self.members if not isinstance(m, Attack) and m[0] not in self.missing]
-                   + [m.memory_factor(num_classes) for m in self.members if isinstance(m, Attack)])
+        return max([1] + [self.member_attack(m, num_classes).memory_factor(num_classes) for m in self.members
+                          if _name(m) not in self.missing])
 
     def member_names(self) -> list[str]:
-        return [m.name if isinstance(m, Attack) else m[0] for m in self.members]
+        return [_name(m) for m in self.members]
+
+    def _n_targets(self, n_classes: int) -> int:
+        """T: the target classes of apgd_t / fab_t, ``n_target_classes`` capped at ``n_classes − 1``."""
+        return max(1, min(self.n_target_classes, n_classes - 1))
 
     def build_member(self, name: str, kw: dict[str, Any], n_classes: int) -> Attack:
         """Create one member with the ensemble's ε, norm and seed; keywords it does not take are dropped."""
-        t = max(1, min(self.n_target_classes, n_classes - 1))
+        t = self._n_targets(n_classes)
         wanted = {"eps": self.eps, "norm": self.norm, "seed": self.seed, "n_target_classes": t,
                   **{k: _targets(v, t) for k, v in kw.items()}, **self.overrides,
                   **self.member_kwargs.get(name, {})}
@@ -194,16 +188,17 @@ class AutoAttack(Attack):
         x_adv = x.clone()
         clean = robust.float().mean().item()
         self._log(f"clean accuracy {clean:.2%}")
-        for name, member in self.schedule(n_classes, skipped):
+        members = self.schedule(n_classes, skipped)
+        for name, member in members:
             t0 = time.perf_counter()
             atk = self.member_attack(member, n_classes)
             robust = self.run_member(atk, x, y, robust, x_adv)
             per_attack[name] = robust.float().mean().item()
             times[name] = time.perf_counter() - t0
             self._log(f"robust accuracy after {name}: {per_attack[name]:.2%} ({times[name]:.1f} s)")
-        individual = {name: self.run_member(atk or self.build_member(name, kw, n_classes), x, y, clean_ok,
+        individual = {name: self.run_member(self.member_attack(member, n_classes), x, y, clean_ok,
                                              x.clone()).float().mean().item()
-                      for name, kw, atk in self._runnable(skipped)} if self.individual else None
+                      for name, member in members} if self.individual else None
         flags["blackbox_stronger"] = checks.check_blackbox_stronger({"clean": clean, **per_attack})
         if skipped:
             flags["skipped_members"] = checks._result(True, "members skipped: " + ", ".join(
@@ -214,13 +209,10 @@ class AutoAttack(Attack):
         self.last_report = {
             "version": self.version, "attacks": self.member_names(), "eps": self.eps, "norm": self.norm,
             "seed": self.seed, "n": int(x.shape[0]), "n_classes": int(n_classes),
-            "n_target_classes": max(1, min(self.n_target_classes, n_classes - 1)),
-            "clean_accuracy": clean, "per_attack": per_attack,
-            "robust_accuracy": robust.float().mean().item(), "time_s": {**times, "total": time.perf_counter() - t_start},
-            "flags": flags,
-        }
-        if individual is not None:
-            self.last_report["individual"] = individual
+            "n_target_classes": self._n_targets(n_classes), "clean_accuracy": clean, "per_attack": per_attack,
+            "robust_accuracy": robust.float().mean().item(),
+            "time_s": {**times, "total": time.perf_counter() - t_start}, "flags": flags,
+            **({} if individual is None else {"individual": individual})}
         return x_adv
 
     def schedule(self, n_classes: int, skipped: dict[str, str] | None = None) -> list[tuple[str, MemberSpec | Attack]]:
@@ -230,7 +222,7 @@ class AutoAttack(Attack):
         skipped.update({m: "not registered" for m in self.missing if m not in skipped})
         out: list[tuple[str, MemberSpec | Attack]] = []
         for member in self.members:
-            name = member.name if isinstance(member, Attack) else member[0]
+            name = _name(member)
             if name in skipped:
                 continue
             if n_classes < MIN_CLASSES.get(name, 2):
@@ -242,11 +234,6 @@ class AutoAttack(Attack):
     def member_attack(self, member: MemberSpec | Attack, n_classes: int) -> Attack:
         """The attack object of one member of :meth:`schedule` (built with the ensemble's ε, norm and seed)."""
         return member if isinstance(member, Attack) else self.build_member(member[0], member[1], n_classes)
-
-    def _runnable(self, skipped: dict[str, str]) -> list[tuple[str, dict[str, Any], Any]]:
-        """(name, keywords, Attack object or None) of each member that ran."""
-        return [(m.name, {}, m) if isinstance(m, Attack) else (m[0], m[1], None) for m in self.members
-                if (m.name if isinstance(m, Attack) else m[0]) not in skipped]
 
     def run_member(self, atk: Attack, x: torch.Tensor, y: torch.Tensor, robust: torch.Tensor,
                    x_adv: torch.Tensor) -> torch.Tensor:
@@ -268,20 +255,19 @@ class AutoAttack(Attack):
         return self._logits(x).argmax(1) == y
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        bs = self.batch_size or max(x.shape[0], 1)
-        return torch.cat([self.predict(c) for c in x.split(bs)])
+        return torch.cat([self.predict(c) for c in x.split(self.batch_size or max(x.shape[0], 1))])
 
     def _checks(self, x: torch.Tensor, y: torch.Tensor, n_classes: int) -> dict[str, checks.CheckResult]:
-        out: dict[str, checks.CheckResult] = {}
         if not self.run_checks:
-            return out
+            return {}
+        out: dict[str, checks.CheckResult] = {}
         xs, ys = x[: self.batch_size or 256], y[: self.batch_size or 256]
         if self.version != "rand":
             out["randomized"] = checks.check_randomized(self.model, xs)
         out["softmax_output"] = checks.check_softmax_output(self.model, xs)
         out["zero_gradients"] = checks.check_zero_gradients(self.model, xs, ys)
         if any(n in ("apgd_t", "fab_t", "apgd_dlr") for n in self.member_names()):
-            out["n_classes"] = checks.check_n_classes(n_classes, max(1, min(self.n_target_classes, n_classes - 1)))
+            out["n_classes"] = checks.check_n_classes(n_classes, self._n_targets(n_classes))
         return out
 
     def _log(self, msg: str) -> None:

@@ -1,41 +1,17 @@
 """The attack base class and registry (one attack per module, torchattacks-style).
 
-Every attack maps a batch of images ``x`` (float (N, 3, H, W) in [0, 1]) and labels ``y`` (N,) — or
-target classes when ``targeted=True`` — to adversarial images of the same shape, dtype and device.
-The base class does everything that is not the algorithm:
+Every attack maps images ``x`` (float (N, 3, H, W) in [0, 1]) and labels ``y`` (N,) — target classes when
+``targeted=True`` — to adversarial images of the same shape, dtype and device. The base class puts the model in
+eval mode (restoring every submodule's mode after), checks inputs, parses options, seeds a generator per call,
+clips the result to [0, 1] and projects it onto the ε-ball (``bounded`` attacks), and leaves no gradient on the
+model's parameters.
 
-* puts the model in eval mode for the attack and restores every submodule's mode afterwards;
-* checks inputs, parses its options, seeds a generator per call;
-* clips the result to [0, 1] and projects it onto the ε-ball (``bounded`` attacks), so
-  ``‖x_adv − x‖ ≤ ε`` holds for every output;
-* never leaves gradients on the model's parameters.
-
-A subclass sets ``name`` (snake_case; older spellings in ``aliases``), declares its ``Options`` and writes
-``perturb(x, y)``.
-
-**Options, stated once:** an attack's options are its ``Options`` dataclass (``robustvit.options``: default,
-bounds and help line per field), extending its parent's (``Attack.Options``: ``eps``, ``norm``, ``targeted``,
-``seed``). The constructor takes them as keywords, ``PGD(model, eps="4/255", steps=10)``, and parses them into
-``self.opts``: strings from a spec are typed (``steps="20"`` → 20, ``eps="4/255"``), an unknown key or a bad value
-is a one-line error naming it and the valid options. ``robustvit list attacks --options`` prints them, and
-``robustvit eval --suite <attack>:<options>`` runs any registered attack with them. Example::
-
-    atk = create_attack("pgd", model, eps="4/255", steps=10)
-    x_adv = atk(x, y)
-    create_attack("patch-fool", vit)     # the hyphenated spellings are aliases of patch_fool, apgd_ce, …
-
-A new attack is one file in this package::
-
-    @register_attack
-    class Noise(Attack):
-        name = "noise"          # a baseline: uniform noise in the ε-ball
-
-        @dataclass
-        class Options(Attack.Options):
-            draws: int = option(1, min=1, help="noise draws per image")
-
-        def perturb(self, x, y):
-            return self.random_start(x, self.generator(x.device))
+A new attack is one module of this package with a registered subclass (``@register_attack``; example in
+:meth:`Attack.perturb`): it sets ``name`` (snake_case; older spellings in ``aliases``), declares its ``Options``
+dataclass (``robustvit.options``, extending ``Attack.Options``: ``eps``, ``norm``, ``targeted``, ``seed``; fields
+with a default, bounds and a help line) and writes ``perturb(x, y)``. The constructor parses the keyword options
+into ``self.opts``: spec strings are typed (``steps="20"`` → 20, ``eps="4/255"``); an unknown key or a bad value
+is a one-line error naming the valid options (``robustvit list attacks --options`` prints them).
 """
 
 from __future__ import annotations
@@ -46,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from robustvit.attacks.losses import ce_loss
 from robustvit.errors import RobustvitError
 from robustvit.options import Eps, describe, option, option_names, parse_options
 from robustvit.registry import Registry
@@ -56,14 +32,13 @@ from robustvit.utils import check_images, eval_mode, make_generator
 
 #: Every threat model an attack option, ``--norm`` or a result names: L∞, L2 and L1 (in pixel units, [0, 1]^d).
 NORMS = ("linf", "l2", "l1")
-#: Gradient-masking checks an evaluation suite runs for an attack (``robustvit.attacks.checks``): ``model``
-#: (randomised / softmax output, zero gradients), ``more_steps`` (robust accuracy rising with 2× steps) and
-#: ``blackbox`` (Square stronger than the attack).
+#: Gradient-masking checks a suite runs for an attack (``robustvit.attacks.checks``): ``model`` (randomised / softmax
+#: output, zero gradients), ``more_steps`` (robust accuracy rising with 2× steps), ``blackbox`` (Square stronger).
 MASKING_CHECKS = ("model", "more_steps", "blackbox")
 
 
 def canonical_norm(norm: str) -> str:
-    """``linf`` / ``l2`` / ``l1`` for the spellings people write (``Linf``, ``inf``, ``l_inf``, ``2``, ``L1``, ``1``)."""
+    """``linf`` / ``l2`` / ``l1`` for the spellings people write (``Linf``, ``inf``, ``l_inf``, ``2``, ``1``, …)."""
     text = str(norm).lower()
     return {"l_inf": "linf", "inf": "linf", "2": "l2", "1": "l1"}.get(text, text)
 
@@ -72,12 +47,10 @@ def project_l1_box(x: torch.Tensor, delta: torch.Tensor, eps: float | torch.Tens
     """The Euclidean projection of ``delta`` onto {d : ‖d‖₁ ≤ ε, 0 ≤ x + d ≤ 1}, per sample (Croce & Hein 2021,
     "Mind the box", arXiv:2103.01208, Lemma 3.2).
 
-    The projection is ``d_i = sign(δ_i) · clip(|δ_i| − λ, 0, r_i)``, ``r_i`` the room to the box in the
-    direction of ``sign(δ_i)``, with λ = 0 if the box-clipped δ lies in the ball, else the λ > 0 where
-    ‖d‖₁ = ε. ‖d(λ)‖₁ is piecewise linear and non-increasing in λ, with breakpoints ``max(|δ_i| − r_i, 0)`` (the
-    coordinate leaves the box face) and ``|δ_i|`` (it reaches 0): one sort of the 2d breakpoints and cumulative
-    sums give ‖d‖₁ at each, hence the segment holding ε and λ on it in closed form. A last rescaling absorbs the
-    rounding of those sums, so ‖d‖₁ ≤ ε holds up to the rounding of the final sum (computed in ``delta``'s dtype).
+    ``d_i = sign(δ_i) · clip(|δ_i| − λ, 0, r_i)``, ``r_i`` the room to the box in the direction of ``sign(δ_i)``,
+    λ = 0 if the box-clipped δ lies in the ball, else the λ > 0 where ‖d‖₁ = ε: ‖d(λ)‖₁ is piecewise linear with
+    breakpoints ``max(|δ_i| − r_i, 0)`` and ``|δ_i|``, so one sort and cumulative sums give λ in closed form. A last
+    rescaling absorbs the rounding of those sums (‖d‖₁ ≤ ε up to the rounding of the final sum).
 
     Args:
         x: the centres in [0, 1], (N, …).
@@ -92,13 +65,11 @@ def project_l1_box(x: torch.Tensor, delta: torch.Tensor, eps: float | torch.Tens
         >>> project_l1_box(x, torch.tensor([[0.6, 0.3, -0.05]]), 0.4)   # box: d₁ ≤ 0.5, d₂ ≤ 0.1; λ = 0.25
         tensor([[0.3500, 0.0500, -0.0000]])
     """
-    n = x.shape[0]
     xf, d = x.flatten(1), delta.flatten(1)
-    e = (eps if isinstance(eps, torch.Tensor) else torch.tensor(float(eps))).to(d).expand(n)
+    e = (eps if isinstance(eps, torch.Tensor) else torch.tensor(float(eps))).to(d).expand(x.shape[0])
     a = d.abs()
     room = torch.where(d >= 0, 1 - xf, xf).clamp_min(0)
-    clipped = torch.minimum(a, room)
-    phi0 = clipped.sum(1)                                                 # ‖d(0)‖₁: the box clip
+    phi0 = torch.minimum(a, room).sum(1)                                  # ‖d(0)‖₁: the box clip
     pts, order = torch.cat(((a - room).clamp_min(0), a), 1).sort(1)
     slope = torch.cat((torch.ones_like(a), -torch.ones_like(a)), 1).gather(1, order).cumsum(1)
     drop = (slope[:, :-1] * (pts[:, 1:] - pts[:, :-1])).cumsum(1)
@@ -134,8 +105,7 @@ class Attack:
     smoke: ClassVar[dict[str, Any]] = {}
     #: Whether the attack looks inside the model (the ViT probe), so it applies to ViTs only.
     requires_probe: ClassVar[bool] = False
-    #: How ``robustvit demo`` runs the attack's evaluation suite: (default plan specs, quick plan specs); None
-    #: leaves it out of the demo.
+    #: ``robustvit demo``'s specs of the attack's suite: (default plan, quick plan); None: not in the demo.
     demo: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
     #: The gradient-masking checks that apply to it (a subset of :data:`MASKING_CHECKS`).
     masking_checks: ClassVar[tuple[str, ...]] = ("model", "blackbox")
@@ -152,12 +122,11 @@ class Attack:
         self.model = model
         self.opts: Any = parse_options(type(self).Options, options, what=f"attack {self.name!r}")
         self.eps = float(self.opts.eps) if self.opts.eps is not None else None
-        norm = canonical_norm(self.opts.norm)
-        if norm not in self.norms:
-            raise RobustvitError(f"attack {self.name!r} does not support norm {norm!r}; use one of {', '.join(self.norms)}")
-        self.norm = norm
-        self.targeted = bool(self.opts.targeted)
-        self.seed = int(self.opts.seed)
+        self.norm = canonical_norm(self.opts.norm)
+        if self.norm not in self.norms:
+            raise RobustvitError(f"attack {self.name!r} does not support norm {self.norm!r}; use one of "
+                                 f"{', '.join(self.norms)}")
+        self.targeted, self.seed = bool(self.opts.targeted), int(self.opts.seed)
         self._calls = 0
 
     def settings(self) -> dict[str, Any]:
@@ -192,8 +161,7 @@ class Attack:
         check_images(x, name="attack input")
         if y.shape != (x.shape[0],):
             raise RobustvitError(f"labels must have shape ({x.shape[0]},), got {tuple(y.shape)}")
-        x = x.detach()
-        y = y.detach().to(x.device).long()
+        x, y = x.detach(), y.detach().to(x.device).long()
         with eval_mode(self.model), torch.enable_grad():
             x_adv = self.perturb(x, y)
         self._calls += 1
@@ -275,19 +243,14 @@ class Attack:
     def loss_and_grad(self, x_adv: torch.Tensor, y: torch.Tensor,
                       loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-sample loss (N,), the gradient of the batch-*mean* loss w.r.t. ``x_adv`` and the logits.
-
-        The loss is *maximised* by untargeted attacks; for targeted ones the sign is flipped here so
-        that subclasses always ascend. The mean (per-sample gradients / N, as torchattacks and Madry et
-        al.'s code) keeps FGSM/PGD bit-identical to torchattacks: the sign of a gradient entry that is zero
-        up to rounding depends on the scale the backward pass runs at. Only its direction is used.
-        """
+        """Per-sample loss (N,), the gradient of the batch-*mean* loss w.r.t. ``x_adv`` and the logits; the sign
+        is flipped for targeted attacks, so subclasses always ascend. The mean (as torchattacks and Madry et al.'s
+        code) keeps FGSM/PGD bit-identical to torchattacks: the sign of a gradient entry that is zero up to
+        rounding depends on the scale the backward pass runs at."""
         x_adv = x_adv.detach().requires_grad_(True)
         logits = self.model(x_adv)
-        fn = loss_fn or (lambda z, t: F.cross_entropy(z, t, reduction="none"))
-        loss = fn(logits, y)
-        if self.targeted:
-            loss = -loss
+        loss = (loss_fn or ce_loss)(logits, y)
+        loss = -loss if self.targeted else loss
         grad, = torch.autograd.grad(loss.mean(), x_adv)
         return loss.detach(), grad.detach(), logits.detach()
 
@@ -332,9 +295,8 @@ def create_attack(name: str, model: nn.Module, **kwargs: Any) -> Attack:
         name: a name from :func:`list_attacks` or an alias (``"patch-fool"``).
         model: a classifier taking images in [0, 1] (e.g. from ``create_model``); the attack switches it to
             eval mode while it runs.
-        kwargs: the attack's ``Options`` (``robustvit list attacks --options``): ``eps``, ``norm``, ``targeted``,
-            ``seed`` and its own, e.g. PGD's ``steps``; strings as in a spec are typed (``eps="4/255"``); an
-            unknown key or a bad value is a one-line ``RobustvitError``.
+        kwargs: the attack's ``Options`` (``robustvit list attacks --options``), e.g. ``eps``, ``norm``, PGD's
+            ``steps``; spec strings are typed (``eps="4/255"``); an unknown key or bad value raises ``RobustvitError``.
 
     Returns:
         The attack: call it as ``attack(x, y)`` (:meth:`Attack.__call__`).

@@ -1,11 +1,9 @@
 """Gradient-masking checks in the spirit of AutoAttack's self-checks (Croce & Hein 2020,
 arXiv:2003.01690, and the ``flags_doc.md`` of fra31/auto-attack).
 
-Each check returns a small dict ``{"flag": bool, "detail": {...}, "message": str}``: ``flag=True`` means
-the evaluation may be unreliable for the reason in ``message``. The evaluation suites and
-:class:`robustvit.attacks.autoattack.AutoAttack` put these dicts in their results.
-
-Example::
+Each check returns ``{"flag": bool, "detail": {...}, "message": str}``; ``flag=True`` means the evaluation may be
+unreliable for the reason in ``message``. The evaluation suites and :class:`robustvit.attacks.autoattack.AutoAttack`
+put these dicts in their results.
 
     >>> report = run_checks(model, x, y)            # doctest: +SKIP
     >>> {name: r["flag"] for name, r in report.items()}   # doctest: +SKIP
@@ -20,6 +18,10 @@ from typing import Any, TypedDict
 import torch
 from torch import nn
 
+from robustvit.attacks.base import create_attack
+from robustvit.attacks.losses import get_loss
+from robustvit.utils import eval_mode
+
 
 class CheckResult(TypedDict):
     flag: bool
@@ -32,13 +34,8 @@ def _result(flag: bool, message: str, **detail: Any) -> CheckResult:
 
 
 def _eval_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    was = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            return model(x)
-    finally:
-        model.train(was)
+    with eval_mode(model), torch.no_grad():
+        return model(x)
 
 
 def check_randomized(model: nn.Module, x: torch.Tensor, n: int = 3, tol: float = 1e-4) -> CheckResult:
@@ -68,16 +65,9 @@ def zero_gradient_fraction(grad: torch.Tensor) -> float:
 def check_zero_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss: str = "ce") -> CheckResult:
     """Flag samples with an all-zero input gradient of the CE (or DLR) loss — a sign of gradient masking
     (e.g. saturated softmax, non-differentiable preprocessing)."""
-    from robustvit.attacks.losses import get_loss
-
-    was = model.training
-    model.eval()
-    try:
-        with torch.enable_grad():
-            xa = x.detach().clone().requires_grad_(True)
-            g, = torch.autograd.grad(get_loss(loss)(model(xa), y).sum(), xa)
-    finally:
-        model.train(was)
+    with eval_mode(model), torch.enable_grad():
+        xa = x.detach().clone().requires_grad_(True)
+        g, = torch.autograd.grad(get_loss(loss)(model(xa), y).sum(), xa)
     return zero_gradients_result(zero_gradient_fraction(g), loss)
 
 
@@ -106,8 +96,6 @@ def check_more_steps(model: nn.Module, x: torch.Tensor, y: torch.Tensor, attack:
                      steps: Sequence[int] = (10, 50), tol: float = 0.0, **kwargs: Any) -> CheckResult:
     """Run ``attack`` with increasing ``steps`` (same seed) and flag robust accuracy that *rises* with more
     steps by more than ``tol`` — the attack is not converging (a sign of masking or a bad step size)."""
-    from robustvit.attacks.base import create_attack
-
     accs = []
     for s in steps:
         atk = create_attack(attack, model, steps=int(s), **kwargs)

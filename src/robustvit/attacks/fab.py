@@ -2,37 +2,17 @@
 with a fast adaptive boundary attack", arXiv:1907.02044), L∞, L2 and L1, as used inside AutoAttack
 (arXiv:2003.01690; L1 as in Croce & Hein 2021, arXiv:2103.01208).
 
-FAB is a white-box *minimum-norm* attack. At the iterate ``x_k`` it linearises the classifier, picks the
-decision hyperplane closest in the attacked norm (``|f_j − f_y| / ‖∇(f_j − f_y)‖_dual``), and projects
-both ``x_k`` and the clean point ``x_0`` onto that hyperplane intersected with the box [0, 1]^d
-(:func:`project_hyperplane_box`: exact, Newton's method on a piecewise-linear equation, all samples at
-once). The next iterate is a biased mix of the two, extrapolated by η::
+A white-box *minimum-norm* attack: at ``x_k`` it linearises the classifier, picks the decision hyperplane closest
+in the attacked norm, projects ``x_k`` and the clean ``x_0`` onto it ∩ [0, 1]^d (:func:`project_hyperplane_box`),
+and mixes the two, ``x_{k+1} = clip((1 − α)(x_k + η δ_k) + α(x_0 + η δ_0))`` with
+``α = min(‖δ_k‖ / (‖δ_k‖ + ‖δ_0‖), α_max)``; after an adversarial iterate it steps back, ``x ← x_0 + β(x − x_0)``.
+Later restarts start at distance ε/2 of ``x_0``. Where the smallest adversarial iterate is farther than ε (or none
+was found) the *clean* point is returned, so accuracy on the output is the robust accuracy; ``last_distance``
+(N,) holds its norm (0 if already misclassified, ``inf`` if none).
 
-    x_{k+1} = clip((1 − α)(x_k + η δ_k) + α(x_0 + η δ_0)),   α = min(‖δ_k‖ / (‖δ_k‖ + ‖δ_0‖), α_max)
-
-and after every adversarial iterate it steps back towards the clean image, ``x ← x_0 + β (x − x_0)``.
-Restarts after the first start from a random point at distance ε/2 of ``x_0``.
-
-In L1 the closest hyperplane is measured with the dual norm L∞, and the minimal-L1 step onto the hyperplane ∩ box
-saturates the coordinates with the largest |w_i| first (:func:`_project_l1`).
-
-Threat model: white-box, ‖x_adv − x‖ ≤ ε in L∞, L2 or L1, images in [0, 1]. The attack keeps the smallest
-adversarial iterate per sample; where it is farther than ε (or none was found) the *clean* point is
-returned, so that accuracy on the output is the robust accuracy. ``last_distance`` (N,) holds the norm
-of the smallest adversarial perturbation found (0 for points already misclassified, ``inf`` if none).
-
-Registered attacks:
-
-* ``fab``: untargeted; linearises all K classes (K backward passes per step — meant for small K; on
-  ImageNet use ``fab_t``). Default 5 restarts (AutoAttack "plus"). With ``targeted=True`` ``y`` holds
-  target classes and each step crosses the boundary between the target and the strongest other class.
-* ``fab_t``: AutoAttack's targeted FAB: for each of the ``n_target_classes`` (default 9, capped at
-  K − 1) highest-scoring wrong classes of the clean logits in turn, linearise ``f_t − f_y`` only (one
-  backward pass per step), on the points still robust; success = any misclassification. 1 restart.
-
-Defaults as the reference (:class:`FAB.Options`).
-
-Example (a minimum-norm attack: ``last_distance`` holds the L∞ distance it found per image, inf where none):
+``fab`` linearises all K classes (K backward passes per step: use ``fab_t`` on ImageNet); ``targeted=True``
+crosses the boundary between the target ``y`` and the strongest other class. ``fab_t`` (AutoAttack's) linearises
+``f_t − f_y`` for each of the ``n_target_classes`` most likely wrong classes in turn.
 
 >>> from robustvit.attacks import create_attack
 >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10)).eval()
@@ -77,19 +57,15 @@ MAX_NEWTON = 32
 
 def project_hyperplane_box(t: torch.Tensor, w: torch.Tensor, c: torch.Tensor, norm: str,
                            max_newton: int = MAX_NEWTON) -> torch.Tensor:
-    """Minimal-norm step onto a hyperplane inside the unit box, for a batch of rows.
+    """Minimal-norm step onto a hyperplane inside the unit box, per row: ``min ‖δ‖ s.t. w·δ = c, 0 ≤ t + δ ≤ 1``
+    (``t``, ``w``: (M, d); ``c``: (M,)); where the box cannot reach the hyperplane, the corner furthest towards it.
 
-    Solves ``min ‖δ‖ s.t. w·δ = c, 0 ≤ t + δ ≤ 1`` per row (``t``, ``w``: (M, d); ``c``: (M,)). If the box
-    cannot reach the hyperplane, returns the box corner that moves furthest towards it.
-
-    With c ≥ 0 (rows with c < 0 flip w and c) the optimum is ``δ_i = sign(w_i) · min(λ s_i, r_i)`` where
-    ``r_i`` is the room to the box in the direction of ``sign(w_i)``, ``s_i = 1`` (L∞) or ``|w_i|`` (L2,
-    KKT), and λ solves ``g(λ) = Σ |w_i| min(λ s_i, r_i) = c``. g is piecewise linear, concave and
-    non-decreasing, so Newton's method from λ = 0 climbs monotonically to the root without overshooting and
-    lands on it exactly once it reaches the root's linear piece: a few passes over the row instead of the
-    sort of the reference implementation (fra31/auto-attack ``fab_projections``), ~5× faster at d = 3072.
-    Rows that need more than ``max_newton`` iterations are solved exactly by :func:`_project_sorted`. Each
-    iteration checks whether any row is left (one device synchronisation on CUDA).
+    With c ≥ 0 (else w and c flip) the optimum is ``δ_i = sign(w_i) · min(λ s_i, r_i)``, ``r_i`` the room to the
+    box in the direction of ``sign(w_i)``, ``s_i = 1`` (L∞) or ``|w_i|`` (L2, KKT), and λ solves
+    ``g(λ) = Σ |w_i| min(λ s_i, r_i) = c``. g is piecewise linear, concave and non-decreasing, so Newton's method
+    from λ = 0 climbs to the root without overshooting, exactly once on its linear piece: a few passes instead of
+    the reference's sort (fra31/auto-attack ``fab_projections``), ~5× faster at d = 3072. Rows needing more than
+    ``max_newton`` iterations go to :func:`_project_sorted`; each iteration syncs the device once.
     """
     flip = torch.where(c < 0, -1.0, 1.0).to(w.dtype)
     w, c = w * flip[:, None], c * flip
@@ -115,9 +91,8 @@ def project_hyperplane_box(t: torch.Tensor, w: torch.Tensor, c: torch.Tensor, no
 
 
 def _project_l1(t: torch.Tensor, w: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """:func:`project_hyperplane_box` in L1 for rows with c ≥ 0: a fractional knapsack — the coordinates move to
-    the box in the order of decreasing |w_i| (most progress per unit of L1), the last one partly, until w·δ = c;
-    the box corner where the box cannot reach the hyperplane."""
+    """:func:`project_hyperplane_box` in L1 for rows with c ≥ 0, a fractional knapsack: coordinates move to the box
+    by decreasing |w_i| (most progress per unit of L1), the last one partly, until w·δ = c (else the corner)."""
     a, room, _ = _terms(t, w, "l1")
     order = a.argsort(dim=1, descending=True)
     a_s, room_s = a.gather(1, order), room.gather(1, order)
@@ -239,7 +214,7 @@ class FAB(Attack):
         best, best_dist = x0.clone(), torch.full((x0.shape[0],), torch.inf, device=x0.device, dtype=x0.dtype)
         for _ in range(self.steps):
             x1 = self.step(x0, x1, y, target)
-            is_adv = self.is_adversarial(self.predict(x1), y)
+            is_adv = self.success(self.predict(x1), y)
             d = lp_norm(x1 - x0, self.norm)
             better = is_adv & (d < best_dist)
             best = torch.where(_view(better, x1), x1, best)
@@ -247,20 +222,13 @@ class FAB(Attack):
             x1 = torch.where(_view(is_adv, x1), x0 + self.beta * (x1 - x0), x1)
         return best, best_dist
 
-    def is_adversarial(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.success(logits, y)
-
     def step(self, x0: torch.Tensor, x1: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
         """One FAB step: linearise at ``x1``, project ``x1`` and ``x0`` on the hyperplane ∩ box, mix, extrapolate."""
-        n = x0.shape[0]
         df, w = self.boundary(x1, y, target)  # F(z) ≈ df + w·(z − x1); the boundary is F = 0
         p1, p0 = x1.flatten(1), x0.flatten(1)
-        c1 = -df
-        c0 = -df + (w * (p1 - p0)).sum(1)
-        d = project_hyperplane_box(torch.cat((p1, p0)), torch.cat((w, w)), torch.cat((c1, c0)), self.norm)
-        d1, d0 = d[:n], d[n:]
-        a1 = lp_norm(d1, self.norm).clamp_min(MIN_NORM)
-        a0 = lp_norm(d0, self.norm).clamp_min(MIN_NORM)
+        c = torch.cat((-df, -df + (w * (p1 - p0)).sum(1)))
+        d1, d0 = project_hyperplane_box(torch.cat((p1, p0)), torch.cat((w, w)), c, self.norm).chunk(2)
+        a1, a0 = (lp_norm(d, self.norm).clamp_min(MIN_NORM) for d in (d1, d0))
         alpha = (a1 / (a1 + a0)).clamp(0.0, self.alpha_max)[:, None]
         nxt = (1 - alpha) * (p1 + self.eta * d1) + alpha * (p0 + self.eta * d0)
         return nxt.clamp(0, 1).view_as(x1)
@@ -269,8 +237,8 @@ class FAB(Attack):
     def boundary(self, x1: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """(F(x1), ∇F(x1) flattened) of the decision function whose zero set is crossed next."""
-        if self.targeted:
-            return self._boundary_to_target(x1, y)
+        if self.targeted:       # y holds the targets: the boundary between y and the strongest other class
+            return self.diff_gradient(x1, None, y)
         logits, jac = self.class_jacobian(x1)
         ar = torch.arange(x1.shape[0], device=x1.device)
         df = logits - logits[ar, y][:, None]
@@ -299,9 +267,6 @@ class FAB(Attack):
         f = logits[ar, pos] - logits[ar, neg]
         g, = torch.autograd.grad(f.sum(), xa)
         return f.detach(), g.flatten(1)
-
-    def _boundary_to_target(self, x1: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.diff_gradient(x1, None, target)
 
 
 @register_attack
@@ -337,5 +302,4 @@ class FABTargeted(FAB):
 
     def boundary(self, x1: torch.Tensor, y: torch.Tensor, target: torch.Tensor | None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        assert target is not None
         return self.diff_gradient(x1, target, y)

@@ -1,17 +1,13 @@
 """FGSM — the Fast Gradient Sign Method (Goodfellow, Shlens & Szegedy 2015, arXiv:1412.6572).
 
-One step of size ε along the sign of the input gradient of the cross-entropy (L∞), or along the
-L2-normalised gradient (``norm="l2"``, the "fast gradient method"), then clipping to [0, 1]. With
-``random_start=True`` it first jumps to a uniform point of the ε-ball (FGSM-RS, Wong et al. 2020,
-arXiv:2001.03994; then use e.g. ``step_size=1.25 * eps``). Targeted (``targeted=True``, ``y`` = target
-classes): one step *down* the cross-entropy towards the target.
-
-Input: float (N, 3, H, W) in [0, 1]; output in the ε-ball around ``x`` and in [0, 1].
+One step of size ε along the sign of the cross-entropy's input gradient (L∞), or along the L2-normalised
+gradient (``norm="l2"``, the "fast gradient method"); targeted: one step *down* the cross-entropy of the target.
+``random_start=True`` first jumps to a uniform point of the ε-ball (FGSM-RS, Wong et al. 2020, arXiv:2001.03994;
+then use e.g. ``step_size=1.25 * eps``).
 
 Example::
 
-    atk = create_attack("fgsm", model, eps="1/255")
-    x_adv = atk(x, y)
+    x_adv = create_attack("fgsm", model, eps="1/255")(x, y)
 """
 
 from __future__ import annotations
@@ -30,8 +26,7 @@ def ascent_direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
     """The steepest-ascent unit step for ``norm``: sign(g) for L∞, g/‖g‖₂ per sample for L2."""
     if norm == "linf":
         return grad.sign()
-    n = grad.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (grad.ndim - 1)))
-    return grad / n
+    return grad / grad.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (grad.ndim - 1)))
 
 
 @register_attack

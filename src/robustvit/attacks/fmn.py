@@ -1,29 +1,15 @@
 """FMN — the Fast Minimum-Norm attack (Pintor, Roli, Brendel & Biggio, "Fast Minimum-norm Adversarial Attacks
 through Adaptive Norm Constraints", NeurIPS 2021, arXiv:2102.12827), L∞, L2 and L1.
 
-FMN looks for each image's *smallest* adversarial perturbation δ. It ascends the logit margin
-``L(δ) = max_{j≠y} f_j(x + δ) − f_y(x + δ)`` (targeted: ``f_t − max_{j≠t} f_j``) with L2-normalised gradient steps
-inside an Lp ball of radius ε that it adapts per image at every step k:
+It ascends the logit margin ``max_{j≠y} f_j − f_y`` (targeted: ``f_t − max_{j≠t} f_j``) with L2-normalised steps
+projected onto an Lp ball whose radius ε adapts per image: the linear distance estimate ``‖δ‖ + |L| / ‖∇L‖_dual``
+until an adversarial point is seen, then ``min(ε(1 − γ), best norm)`` when adversarial, ``ε(1 + γ)`` when not
+(at most ``‖max(x, 1 − x)‖_p``); α and γ anneal (cosine) over the ``steps``. As the authors' code
+(pralab/Fast-Minimum-Norm-FMN-Attack), also for L2 points inside the ball, which stay (adv_lib 0.2.8 rescales
+them onto the sphere); L1 projection of Duchi et al. 2008.
 
-* ε while no adversarial point was seen yet: ``‖δ‖ + |L| / ‖∇L‖_dual`` (the linear estimate of the distance to the
-  boundary); adversarial: ``ε ← min(ε(1 − γ), best norm)``; not adversarial but one was seen: ``ε ← ε(1 + γ)``;
-  always at most the largest distance the box allows, ``‖max(x, 1 − x)‖_p``;
-* step ``δ ← Π_ε(δ + α ∇L / ‖∇L‖₂)``, then ``x + δ`` clipped to [0, 1]; Π_ε is the projection onto the ε-ball
-  (L∞: clamp; L2: rescale; L1: Euclidean projection onto the L1 ball, Duchi et al. 2008);
-* α and γ follow cosine annealing from ``alpha_init`` to ``alpha_final`` (default α₀/100) and from ``gamma_init``
-  to ``gamma_final`` over the ``steps`` iterations;
-* the smallest adversarial iterate seen is kept per image (each iterate is scored before its step, as the
-  reference: ``steps`` forward and backward passes).
-
-As the reference implementation (pralab/Fast-Minimum-Norm-FMN-Attack, the authors' code; also in adv_lib), with
-one difference from adv_lib 0.2.8: its L2 projection rescales δ onto the ε-sphere also when it lies inside the
-ball; here, as in the authors' code, a point inside the ball is left where it is.
-
-Threat model: white-box, untargeted (``targeted=True``: ``y`` holds the targets), images in [0, 1]. As a fixed-ε
-attack (``fmn:eps=…``) it returns the smallest adversarial found where its norm is at most ε, else the clean image,
-so an image counts as robust when its minimum-norm perturbation found exceeds ε. ``last_distance`` (N,) holds the
-norm of the smallest adversarial perturbation found (0 for images already misclassified, ``inf`` if none) and
-``last_adversarial`` the images themselves (the clean image where none was found), whatever ε.
+It returns the smallest adversarial found where its norm is at most ε, else the clean image. ``last_distance``
+(N,) holds that norm (0 if already misclassified, ``inf`` if none), ``last_adversarial`` the images, whatever ε.
 
 Example::
 
@@ -41,19 +27,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from robustvit.attacks.base import Attack, register_attack
+from robustvit.attacks.base import NORMS, Attack, lp_norm, register_attack
 from robustvit.options import option
 
 #: The dual of each norm (the norm of the gradient in the linear distance estimate |L| / ‖∇L‖_dual).
 DUAL = {"linf": "l1", "l2": "l2", "l1": "linf"}
-
-
-def lp_norm(d: torch.Tensor, norm: str) -> torch.Tensor:
-    """Per-sample L∞, L2 or L1 norm (N,) of a batch of any shape."""
-    flat = d.flatten(1)
-    if norm == "linf":
-        return flat.abs().amax(1)
-    return flat.norm(dim=1) if norm == "l2" else flat.abs().sum(1)
 
 
 def project_l1_ball(d: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
@@ -88,7 +66,7 @@ class FMN(Attack):
     perturbation per image; robust at ε when it exceeds ε."""
 
     name = "fmn"
-    norms = ("linf", "l2", "l1")
+    norms = NORMS
     smoke = {"steps": 3}
     masking_checks = ("model", "more_steps", "blackbox")
 
@@ -135,10 +113,8 @@ class FMN(Attack):
         n, view = x.shape[0], (-1, *([1] * (x.ndim - 1)))
         worst = lp_norm(torch.maximum(x, 1 - x), self.norm)
         eps = torch.full((n,), torch.inf, device=x.device, dtype=x.dtype)
-        best_norm = torch.full_like(eps, torch.inf)
-        best = x.clone()
+        best_norm, best, delta = eps.clone(), x.clone(), torch.zeros_like(x)
         found = torch.zeros(n, dtype=torch.bool, device=x.device)
-        delta = torch.zeros_like(x)
         for i in range(self.steps):
             alpha, gamma = self.schedule(i)
             delta.requires_grad_(True)
@@ -159,5 +135,4 @@ class FMN(Attack):
             step = grad / grad.flatten(1).norm(dim=1).clamp_min(1e-12).view(view)
             delta = project_ball(delta + alpha * step, eps, self.norm)
             delta = (x + delta).clamp(0, 1) - x
-        dist = torch.where(found, lp_norm(best - x, self.norm), torch.inf)
-        return best, dist
+        return best, torch.where(found, lp_norm(best - x, self.norm), torch.inf)

@@ -1,12 +1,8 @@
-"""Per-sample attack losses on logits: cross-entropy, DLR and targeted DLR.
+"""Per-sample attack losses on logits ``z`` (N, K) and labels (N,), to *maximise*: cross-entropy, DLR, targeted DLR.
 
-All functions map logits ``z`` (N, K) and labels (N,) to a per-sample loss (N,) that an attack
-*maximises*.
-
-* DLR — "Difference of Logits Ratio" (Croce & Hein 2020, "Reliable evaluation of adversarial
-  robustness with an ensemble of diverse parameter-free attacks", arXiv:2003.01690, Eq. 5):
-  ``−(z_y − max_{i≠y} z_i) / (z_π1 − z_π3)``, with π the logits sorted in decreasing order. It is
-  invariant to shifting and rescaling the logits, so it is not fooled by saturated softmax outputs.
+* DLR, "Difference of Logits Ratio" (Croce & Hein 2020, arXiv:2003.01690, Eq. 5):
+  ``−(z_y − max_{i≠y} z_i) / (z_π1 − z_π3)``, π the logits sorted in decreasing order; invariant to shifting and
+  rescaling the logits, so not fooled by saturated softmax outputs.
 * Targeted DLR (ibid., Eq. 6): ``−(z_y − z_t) / (z_π1 − (z_π3 + z_π4)/2)``; needs ≥ 4 classes.
 
 Example::
@@ -41,8 +37,7 @@ def dlr_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     _need_classes(logits, 3, "DLR")
     z_sorted, idx = logits.sort(dim=1)
     z_y = logits.gather(1, y[:, None]).squeeze(1)
-    top_is_y = idx[:, -1] == y
-    other = torch.where(top_is_y, z_sorted[:, -2], z_sorted[:, -1])  # max_{i≠y} z_i
+    other = torch.where(idx[:, -1] == y, z_sorted[:, -2], z_sorted[:, -1])  # max_{i≠y} z_i
     return -(z_y - other) / (z_sorted[:, -1] - z_sorted[:, -3] + DLR_EPS)
 
 

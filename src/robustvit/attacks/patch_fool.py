@@ -2,33 +2,17 @@
 (Fu et al., ICLR 2022, "Patch-Fool: Are Vision Transformers Always Robust Against Adversarial
 Perturbations?", arXiv:2203.08392; reference code RICE-EIC/Patch-Fool).
 
-Algorithm (per image, batched):
+The ``num_patches`` patches receiving the most attention in block ``attn_block`` (heads and queries averaged;
+or by saliency |∂CE/∂x|, or at random) are **replaced** by δ ~ U(0, 1), optimised with Adam (learning rate decayed
+by 0.95 every 10 steps) to *ascend* the CE plus ``attn_weight`` × the attention-aware loss: for every block b in
+1 … L/2 − 1, the mean log attention paid to the (first) chosen patch, its gradient combined with the CE's
+PCGrad-style. ``eps`` bounds δ in L∞ around x (the paper's "mild" variant); ``scoring="best"`` keeps each image's
+last fooling iterate instead of the final one (a stronger attack). The attention maps come from
+:class:`robustvit.models.probe.ViTProbe`, so only the ViT families it reproduces exactly are supported.
 
-1. **Patch selection** (``selection="attn"``): the attention map of block ``attn_block`` (default 4, as in
-   the reference; the last block for shallower models), averaged over heads and over queries; the
-   ``num_patches`` patch tokens that receive the most attention are attacked. ``"saliency"`` ranks patches
-   by the summed |∂CE/∂x|, ``"random"`` draws them.
-2. The chosen patches are **replaced** by δ (not added to), δ starting from U(0, 1).
-3. δ is optimised with Adam (``steps`` = 250 iterations, learning rate ``step_size`` decayed by 0.95 every
-   10 steps) to *ascend* the cross-entropy plus ``attn_weight`` (0.002) × the attention-aware loss: for
-   every block b in 1 … L/2 − 1, the mean over queries of log a_b(q → p), the heads-averaged attention that
-   each query pays to the (first) chosen patch p. Each block's gradient is combined with the CE gradient
-   PCGrad-style: where the two conflict (negative cosine), the attention gradient is projected onto the
-   normal plane of the CE gradient.
-
-Variants: ``eps`` = None (default) leaves the patch values free in [0, 1] as in the paper; a number gives
-the "mild" L∞-bounded variant (δ ∈ [x − ε, x + ε], started uniformly in that box). ``targeted=True``
-descends the CE towards the given classes. ``scoring="final"`` (default) returns the final iterate, which the
-reference scores on every image; ``"best"`` keeps, per image, the last iterate that fooled the model (else the
-final one) — a stronger attack. Only the ViT families that :class:`robustvit.models.probe.ViTProbe`
-reproduces exactly are supported (the attention maps come from it; it checks itself against the model's own
-forward on the first batch). The probe's logits are the wrapper's — normalisation and class map — so the
-cross-entropy is taken in the data's label space, as for every other attack.
-
-Deviations from the reference code: it works in normalised pixel space with learning rate 0.22; robustvit
-works on [0, 1] images, so the default learning rate is 0.22 × the model's mean normalisation std (0.05 for
-ImageNet statistics), the same step in pixels. Its PCGrad divides the projection by ‖g_CE‖ instead of
-‖g_CE‖²; robustvit uses the exact projection of PCGrad (Yu et al. 2020, arXiv:2001.06782).
+Deviations from the reference: it works in normalised pixel space with learning rate 0.22; on [0, 1] images the
+default is 0.22 × the model's mean normalisation std (the same step in pixels). Its PCGrad divides the projection
+by ‖g_CE‖ instead of ‖g_CE‖²; here PCGrad's exact projection (Yu et al. 2020, arXiv:2001.06782).
 
 Example::
 
@@ -102,7 +86,6 @@ class PatchFool(Attack):
         o = self.opts
         self.bounded = o.eps is not None
         self.eps = 1.0 if o.eps is None else self.eps
-        self.scoring = o.scoring
         self.probe = ViTProbe(model)   # raises a clear error for non-ViT models
         if self.probe.grid_size is None or self.probe.patch_size is None:
             raise RobustvitError("patch_fool needs a ViT with a fixed patch grid (patch_embed.grid_size)")
@@ -112,7 +95,7 @@ class PatchFool(Attack):
         self.num_patches, self.steps = o.num_patches, o.steps
         std = getattr(getattr(model, "spec", None), "std", (0.229, 0.224, 0.225))
         self.step_size = float(o.step_size) if o.step_size is not None else 0.22 * sum(std) / len(std)
-        self.attn_weight, self.selection = float(o.attn_weight), o.selection
+        self.attn_weight, self.selection, self.scoring = float(o.attn_weight), o.selection, o.scoring
         self.attn_block = min(o.attn_block, self.probe.num_blocks - 1)
         self.last_patches: torch.Tensor | None = None
 

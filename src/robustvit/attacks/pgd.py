@@ -1,24 +1,16 @@
 """PGD — projected gradient descent (Madry et al. 2018, "Towards Deep Learning Models Resistant to
 Adversarial Attacks", arXiv:1706.06083), L∞ and L2, with random start and restarts.
 
-Each step moves ``step_size`` along sign(∇) (L∞) or ∇/‖∇‖₂ (L2) of the per-sample cross-entropy,
-then projects onto the ε-ball around ``x`` and onto [0, 1]. The output of one restart is its last
-iterate (as in Madry et al. and torchattacks). Restarts run **batched** (all restarts of all images in
-one forward/backward pass; ``batch_restarts=False`` loops instead, using less memory) and keep, per
-sample, a restart that fools the model, else the one with the highest loss. Restart ``r`` draws the
-same start whatever the number of restarts, so more restarts never give higher robust accuracy.
-
-The step size defaults to 2.5·ε/steps (Madry et al.'s rule; = ε/4 at 10 steps, i.e. torchattacks' 2/255 for
-8/255); the other defaults are in :class:`PGD.Options`.
-
-``targeted_pgd`` is the same attack with ``targeted=True`` (``y`` = target classes) and the settings of
-Debenedetti's class-targeted visualisation (L2, ε = 15, 100 steps, start at the given image);
-:func:`class_visualisation` runs it from uniform noise.
+Steps of ``step_size`` (default 2.5·ε/steps, Madry et al.'s rule) along sign(∇) (L∞) or ∇/‖∇‖₂ (L2) of the
+cross-entropy, each projected onto the ε-ball and [0, 1]; a restart returns its last iterate (as torchattacks).
+Restarts run as one batch (``batch_restarts=False``: a loop, less memory) and keep, per sample, one that fools the
+model, else the highest-loss one; restart r draws the same start whatever the number of restarts, so more
+restarts never raise robust accuracy. ``targeted_pgd``: the settings of Debenedetti's class-targeted
+visualisation (:func:`class_visualisation`).
 
 Example::
 
-    atk = create_attack("pgd", model, eps="4/255", steps=20, restarts=5)
-    x_adv = atk(x, y)
+    x_adv = create_attack("pgd", model, eps="4/255", steps=20, restarts=5)(x, y)
 """
 
 from __future__ import annotations
@@ -68,9 +60,7 @@ class PGD(Attack):
             raise RobustvitError(f"{self.name}: loss must be a callable (logits, y) -> per-sample loss, got {o.loss!r}")
         self.steps, self.restarts = o.steps, o.restarts
         self.step_size = 2.5 * self.eps / self.steps if o.step_size is None else float(o.step_size)
-        self.use_random_start = o.random_start
-        self.batch_restarts = o.batch_restarts
-        self.loss_fn = o.loss
+        self.use_random_start, self.batch_restarts, self.loss_fn = o.random_start, o.batch_restarts, o.loss
 
     def memory_factor(self, num_classes: int) -> int:
         """Batched restarts stack ``restarts`` copies of the batch."""
@@ -81,9 +71,7 @@ class PGD(Attack):
         gen = self.generator(x.device)
         if self.restarts == 1:
             return self.run(x, y, self.start(x, gen))
-        if self.batch_restarts:
-            return self._batched(x, y, gen)
-        return self._looped(x, y, gen)
+        return self._batched(x, y, gen) if self.batch_restarts else self._looped(x, y, gen)
 
     def start(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """The starting point of one restart."""
@@ -118,15 +106,12 @@ class PGD(Attack):
         return adv.view(r, *x.shape)[best, torch.arange(n, device=x.device)]
 
     def _looped(self, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        best_adv, best_score = None, None
-        for _ in range(self.restarts):
+        best_adv = self.run(x, y, self.start(x, gen))
+        best_score = self.score(best_adv, y)
+        for _ in range(self.restarts - 1):
             adv = self.run(x, y, self.start(x, gen))
             s = self.score(adv, y)
-            if best_adv is None:
-                best_adv, best_score = adv, s
-                continue
-            better = s > best_score
-            best_adv = torch.where(better.view(-1, 1, 1, 1), adv, best_adv)
+            best_adv = torch.where((s > best_score).view(-1, 1, 1, 1), adv, best_adv)
             best_score = torch.maximum(s, best_score)
         return best_adv
 
@@ -154,13 +139,13 @@ def class_visualisation(model: nn.Module, classes: Sequence[int] | torch.Tensor 
                         n: int | None = None, image_size: tuple[int, int, int] = (3, 32, 32),
                         num_classes: int | None = None, seed: int = 0, device: torch.device | str | None = None,
                         **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Class-targeted input visualisation (Debenedetti, "A Light Recipe to Train Robust Vision
-    Transformers", arXiv:2209.07399): start from uniform noise and run targeted PGD-100 (L2, ε = 15)
-    towards each class. Robust models produce images with visible class features.
+    """Class-targeted input visualisation (Debenedetti, "A Light Recipe to Train Robust Vision Transformers",
+    arXiv:2209.07399): targeted PGD-100 (L2, ε = 15) from uniform noise towards each class; robust models produce
+    images with visible class features.
 
-    ``classes``: target classes; if None, ``n`` classes drawn at random among ``num_classes``
-    (inferred from the model's output). Extra keywords go to ``targeted_pgd``.
-    Returns ``(images (N, *image_size) in [0, 1], classes (N,))``.
+    ``classes``: target classes; if None, ``n`` classes drawn at random among ``num_classes`` (inferred from the
+    model's output). Extra keywords go to ``targeted_pgd``. Returns ``(images (N, *image_size) in [0, 1],
+    classes (N,))``.
 
     Example::
 

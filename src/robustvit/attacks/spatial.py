@@ -1,24 +1,17 @@
 """The spatial grid attack: the worst case over a grid of rotations and translations (Engstrom et al.
 2019, "Exploring the Landscape of Spatial Robustness", arXiv:1712.02779), with the grid of Bhojanapalli
 et al. 2021 ("Understanding Robustness of Transformers for Image Classification", arXiv:2103.14586):
-9 × 9 translations and 31 rotations in ±30°, i.e. 2,511 transforms, bilinear sampling with zero fill. An
-image counts as robust only if every transform is classified correctly.
+9 × 9 translations and 31 rotations in ±30°, bilinear sampling with zero fill. An image is robust only if every
+transform is classified correctly.
 
-Batched: a chunk of (image, transform) pairs is warped by one ``grid_sample`` call and classified by one
-forward pass; images already fooled are not transformed any further. The grid is tried from the smallest
-transform to the largest (normalised size |tx|/T + |ty|/T + |θ|/Θ), so the kept example of a fooled
-image is the *smallest* transform that fools it; for a robust image it is the transform with the
-highest cross-entropy (the worst case). ``last_transforms`` holds the chosen (tx px, ty px, θ °) per
-image and ``last_stats`` the transform count and throughput.
-
-Translation range: the papers' pixel range scaled to the image (:func:`translation_convention`): images up to
-64 px follow Engstrom et al.'s CIFAR-10 setting, ±3 px at 32 px; larger ones Bhojanapalli et al.'s, ±16 px at
-their 384-px inputs (9.3 px at 224). Give ``max_translation`` in pixels to override. Not an ε-ball attack:
-``eps``/``norm`` are accepted and ignored.
+Chunks of (image, transform) pairs go through one ``grid_sample`` and one forward pass; fooled images drop out.
+The grid runs from the smallest transform to the largest, so a fooled image keeps the *smallest* fooling
+transform, a robust one the highest-cross-entropy one (``last_transforms``: (tx px, ty px, θ °) per image).
+Translations: the papers' range scaled to the image (:func:`translation_convention`) unless ``max_translation``
+is given. Not an ε-ball attack: ``eps``/``norm`` are accepted and ignored.
 
 Example::
 
-    atk = create_attack("spatial", model)                        # 9 × 9 × 31
     atk = create_attack("spatial", model, translations=5, rotations=7)   # a reduced 5 × 5 × 7 grid
 """
 
@@ -55,17 +48,14 @@ def spatial_grid(translations: int = 9, rotations: int = 31, max_translation: fl
     """(K, 3) float64 grid of (tx px, ty px, θ degrees), ordered from the smallest transform to the largest."""
     if translations < 1 or rotations < 1:
         raise RobustvitError(f"spatial grid sizes must be >= 1, got translations={translations}, rotations={rotations}")
-    t = torch.linspace(-max_translation, max_translation, translations, dtype=torch.float64)
-    r = torch.linspace(-max_rotation, max_rotation, rotations, dtype=torch.float64)
-    if translations == 1:
-        t = torch.zeros(1, dtype=torch.float64)
-    if rotations == 1:
-        r = torch.zeros(1, dtype=torch.float64)
+    t = (torch.linspace(-max_translation, max_translation, translations, dtype=torch.float64) if translations > 1
+         else torch.zeros(1, dtype=torch.float64))
+    r = (torch.linspace(-max_rotation, max_rotation, rotations, dtype=torch.float64) if rotations > 1
+         else torch.zeros(1, dtype=torch.float64))
     tx, ty, th = torch.meshgrid(t, t, r, indexing="ij")
     grid = torch.stack([tx.flatten(), ty.flatten(), th.flatten()], 1)
     size = (grid[:, 0].abs() + grid[:, 1].abs()) / max(max_translation, 1e-12) + grid[:, 2].abs() / max(max_rotation, 1e-12)
-    order = torch.argsort(size, stable=True)
-    return grid[order]
+    return grid[torch.argsort(size, stable=True)]
 
 
 def affine_matrices(params: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -76,16 +66,10 @@ def affine_matrices(params: torch.Tensor, height: int, width: int) -> torch.Tens
     c, s = torch.cos(th), torch.sin(th)
     # input = R(−θ)·(output − t) in pixel coordinates about the centre; normalised x_n = 2x/W, y_n = 2y/H.
     sx, sy = 2.0 / width, 2.0 / height
-    m = torch.zeros(params.shape[0], 2, 3, dtype=params.dtype)
-    # Pixel-space inverse rotation [[c, s], [−s, c]] conjugated by diag(sx, sy).
-    m[:, 0, 0] = c
-    m[:, 0, 1] = s * sx / sy
-    m[:, 1, 0] = -s * sy / sx
-    m[:, 1, 1] = c
-    # −R(−θ)·t, in normalised units.
-    m[:, 0, 2] = -(c * tx + s * ty) * sx
-    m[:, 1, 2] = -(-s * tx + c * ty) * sy
-    return m
+    # Columns: the pixel-space inverse rotation [[c, s], [−s, c]] conjugated by diag(sx, sy), then −R(−θ)·t in
+    # normalised units.
+    return torch.stack((torch.stack((c, s * sx / sy, -(c * tx + s * ty) * sx), 1),
+                        torch.stack((-s * sy / sx, c, -(-s * tx + c * ty) * sy), 1)), 1)
 
 
 def apply_transforms(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
@@ -144,20 +128,17 @@ class Spatial(Attack):
         best_loss = torch.full((n,), -math.inf, device=dev)
         best_index = torch.full((n,), -1, dtype=torch.long, device=dev)    # into params; -1: none (identity)
         fooled = torch.zeros(n, dtype=torch.bool, device=dev)
-        evaluated = 0
+        evaluated, pos = 0, 0
         # Transforms per step: enough to fill batch_size pairs with the images still robust.
-        pos = 0
         while pos < k:
             alive = (~fooled).nonzero().squeeze(1)
             if alive.numel() == 0:
                 break
             step = max(1, self.batch_size // alive.numel())
             sel = params[pos:pos + step]
-            pos += sel.shape[0]
             m = sel.shape[0]
-            xi = x[alive].repeat_interleave(m, 0)
-            pi = sel.repeat(alive.numel(), 1)
-            xt = apply_transforms(xi, pi)
+            pos += m
+            xt = apply_transforms(x[alive].repeat_interleave(m, 0), sel.repeat(alive.numel(), 1))
             with torch.no_grad():
                 logits = self.model(xt)
             evaluated += xt.shape[0]
@@ -166,9 +147,8 @@ class Spatial(Attack):
             wrong = (logits.argmax(1) != yi).view(-1, m)
             # Per image: the first fooling transform in grid order, else the highest-loss one.
             any_wrong = wrong.any(1)
-            first_wrong = wrong.float().argmax(1)
             top = loss.argmax(1)
-            choice = torch.where(any_wrong, first_wrong, top)
+            choice = torch.where(any_wrong, wrong.float().argmax(1), top)
             score = torch.where(any_wrong, torch.full_like(loss[:, 0], math.inf), loss.gather(1, top[:, None])[:, 0])
             better = score > best_loss[alive]
             pick = torch.arange(alive.numel(), device=dev) * m + choice      # each alive image's chosen transform
@@ -178,9 +158,8 @@ class Spatial(Attack):
             fooled[alive[any_wrong]] = True
         dt = time.perf_counter() - t0
         index = best_index.cpu()        # the one read of the chosen transforms, after the loop
-        best_param = torch.zeros(n, 3, dtype=torch.float64)
-        best_param[index >= 0] = params[index[index >= 0]].double()
-        self.last_transforms = best_param
+        self.last_transforms = torch.zeros(n, 3, dtype=torch.float64)
+        self.last_transforms[index >= 0] = params[index[index >= 0]].double()
         self.last_stats = {"transforms": float(k), "evaluated": float(evaluated), "seconds": dt,
                            "transforms_per_s": evaluated / max(dt, 1e-9)}
         return best

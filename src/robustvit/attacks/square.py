@@ -2,40 +2,18 @@
 black-box adversarial attack via random search", arXiv:1912.00049), L∞, L2 and L1, as used in AutoAttack (L1 as
 in its L1 version, Croce & Hein 2021, arXiv:2103.01208).
 
-Threat model: score-based black-box — only the logits of queried images are used, never gradients;
-‖x_adv − x‖ ≤ ε in L∞, L2 or L1, images in [0, 1]; ``n_queries`` random-search iterations after the initial point,
-as in fra31/auto-attack (at most ``n_queries + 1`` model queries per image and restart).
+Score-based random search (logits only): ``n_queries`` iterations after the initial point, as fra31/auto-attack;
+a candidate is kept only if it lowers the loss or fools the model. L∞: start from vertical stripes ``x ± ε``;
+each proposal sets one random s×s window to ``x ± ε`` (a sign per channel). L2: start from a 5×5 grid of "meta"
+patterns (concentric rectangles, opposite signs in the two halves) with ‖δ‖₂ = ε; each proposal moves the mass
+of a second window into a first one and adds a fresh pattern there. L1: as L2 with 1/(k+1)⁴ weights, projected
+onto the L1 ball of radius ε(1 − 10⁻⁶) ∩ [0, 1]^d (:func:`robustvit.attacks.base.project_l1_box`).
 
-Random search that keeps a candidate only if it lowers the loss (or fools the model):
-
-* L∞ — start from vertical stripes ``x + ε·(±1)`` (one sign per column and channel); each proposal sets
-  one s×s window (per-channel random sign) to ``x ± ε``;
-* L2 — start from a 5×5 grid of "meta" patterns (concentric rectangles, opposite signs in the two
-  halves) rescaled to ‖δ‖₂ = ε; each proposal moves the perturbation mass of a second random window
-  into a first one and adds a fresh pattern there, keeping ‖δ‖₂ = ε;
-* L1 — as L2 with patterns weighted 1/(k+1)⁴ instead of 1/(k+1)² and L1-normalised; the start and every
-  proposal are projected onto the L1 ball of radius ε(1 − 10⁻⁶) ∩ [0, 1]^d
-  (:func:`robustvit.attacks.base.project_l1_box`), and each proposed window gets the per-channel L1 mass
-  c·((ε − ‖δ‖₁)/c + its channel's mass in the two windows), as the reference code.
-
-The window side ``s ≈ √(p·H·W)`` shrinks with AutoAttack's piecewise schedule of ``p``: ``p_init`` (0.8),
-halved at 10, 50, 200, 500, 1000, 2000, 4000, 6000 and 8000 "iterations", counted on a 10 000 scale
-(``rescale_schedule=True``: iteration i counts as ``i / n_queries · 10 000``; False: as i).
-
-Batched: every still-robust image gets its own window position(s), signs and pattern orientation in
-the same iteration (index arithmetic, no per-image loop), with one window size per iteration; images
-already fooled are no longer queried, and the loop stops when none is left. Losses: the margin
-``z_y − max_{j≠y} z_j`` (untargeted, default) or ``−CE``; targeted (``y`` = targets): ``CE(z, t)``
-(default) or the margin ``max_{j≠t} z_j − z_t``. Restarts run on the points still robust.
-
-After a call, ``last_queries`` (N,) holds the number of model queries spent on each image (the initial
-point counts as one; 0 for images misclassified from the start). Where no adversarial example was
-found, the clean image is returned.
-
-Defaults as the reference (:class:`Square.Options`).
-
-Example (a score-based attack: it only calls the model; ``last_queries`` counts the calls per image, at most
-``n_queries + 1`` with one restart):
+The window covers a fraction p of the image, from ``p_init`` halved at AutoAttack's thresholds
+(:data:`P_SCHEDULE`, on a 10 000-iteration scale; ``rescale_schedule=False`` counts iterations as they are).
+Losses: the margin ``z_y − max_{j≠y} z_j`` (untargeted default) or ``−CE``; targeted: ``CE(z, t)`` (default) or
+the margin ``max_{j≠t} z_j − z_t``. ``last_queries`` (N,) holds the queries spent per image (the initial point
+counts as one); where no adversarial example was found the clean image is returned.
 
 >>> from robustvit.attacks import create_attack
 >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 10, 8), torch.nn.Flatten()).eval()
@@ -57,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robustvit.attacks.base import NORMS, Attack, project_l1_box, register_attack
+from robustvit.attacks.base import NORMS, Attack, lp_norm, project_l1_box, register_attack
 from robustvit.errors import RobustvitError
 from robustvit.options import option
 
@@ -186,10 +164,8 @@ class Square(Attack):
             s = self.window_size(i, x.shape[-2], x.shape[-1])
             if box is not None:
                 x_new = self.propose_linf(x[idx], x_best[idx], s, gen, box[0][idx], box[1][idx])
-            elif self.norm == "l1":
-                x_new = self.propose_l1(x[idx], x_best[idx], s, gen)
             else:
-                x_new = self.propose_l2(x[idx], x_best[idx], s, gen)
+                x_new = self.propose_lp(x[idx], x_best[idx], s, gen)
             m_new, l_new = self.margin_and_loss(x_new, y[idx])
             lower = l_new < loss[idx]
             keep = lower | (m_new < 0)
@@ -221,9 +197,7 @@ class Square(Attack):
         n, c, h, w = x.shape
         if self.norm == "linf":
             return (x + self.eps * self._signs((n, c, 1, w), gen, x)).clamp(0, 1)
-        if self.norm == "l1":
-            return self._to_l1_ball(x, self.pattern_grid(x, gen))
-        return self._to_sphere(x, self.pattern_grid(x, gen))
+        return self._to_budget(x, self.pattern_grid(x, gen))
 
     def propose_linf(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator,
                      lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
@@ -233,16 +207,26 @@ class Square(Attack):
         corner = (x + self.eps * self._signs((n, c, 1, 1), gen, x)).clamp(lo, hi)
         return torch.where(mask, corner, x_best)
 
-    # ---- L2 ---------------------------------------------------------------------------------------
+    # ---- L2 and L1 --------------------------------------------------------------------------------
     def _patterns(self, n: int, s: int, gen: torch.Generator, like: torch.Tensor) -> torch.Tensor:
         """(n, 1, s, s): the meta pattern, transposed for a random half of the samples."""
         pat = meta_pattern(s, self.norm).to(device=like.device, dtype=like.dtype)
         flip = torch.rand((n, 1, 1, 1), generator=gen, device=like.device) > 0.5
         return torch.where(flip, pat.t(), pat).expand(n, 1, s, s)
 
-    def _to_sphere(self, x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    def _to_budget(self, x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """L2: ``x + δ`` rescaled to ‖δ‖₂ = ε; L1: projected onto the L1 ball of radius ε(1 − 10⁻⁶) ∩ [0, 1]^d (the
+        reference's margin)."""
+        if self.norm == "l1":
+            return x + project_l1_box(x, delta, self.eps * (1 - 1e-6))
         norms = delta.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
         return (x + self.eps * delta / (norms + 1e-12)).clamp(0, 1)
+
+    def _mass(self, t: torch.Tensor) -> torch.Tensor:
+        """Per-channel L2 (L1) norm of windows (n, c, s, s) → (n, c, 1, 1)."""
+        if self.norm == "l2":
+            return t.pow(2).sum((-2, -1), keepdim=True).sqrt()
+        return t.abs().sum((-2, -1), keepdim=True)
 
     def pattern_grid(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """The start's perturbation (L2, L1): a grid of (≤ 5 × 5) windows of meta patterns, a random sign each."""
@@ -256,48 +240,26 @@ class Square(Attack):
                 delta[:, :, vh:vh + s, vw:vw + s] += self._patterns(n, s, gen, x) * self._signs((n, c, 1, 1), gen, x)
         return delta
 
-    def _two_windows(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor]:
-        """The L2 / L1 proposals' draw: two random s × s windows per image. Returns δ = x_best − x, the mask of
-        both windows, window 2's mask, window 1's index and δ in window 1 (n, c, s, s)."""
-        n, _, h, w = x.shape
+    def propose_lp(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator) -> torch.Tensor:
+        """L2 and L1: draw two random s × s windows per image, clear window 2, fill window 1 with a fresh pattern plus
+        its normalised old content, scaled to the budget left (L2: ‖δ‖₂ = ε; L1: per channel c·((ε − ‖δ‖₁)/c +
+        the channel's mass in both windows)), then rescale (L2) or project (L1) onto the budget."""
+        n, c, h, w = x.shape
         delta = x_best - x
         p1 = (self._positions(n, s, h, gen, x.device), self._positions(n, s, w, gen, x.device))
         p2 = (self._positions(n, s, h, gen, x.device), self._positions(n, s, w, gen, x.device))
-        m1, m2 = window_mask(*p1, s, h, w), window_mask(*p2, s, h, w)
+        m2 = window_mask(*p2, s, h, w)
+        norm_union = self._mass(delta * (window_mask(*p1, s, h, w) | m2))
         idx1 = window_index(*p1, s)
-        return delta, m1 | m2, m2, idx1, delta[idx1].permute(0, 3, 1, 2)
-
-    def propose_l2(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator) -> torch.Tensor:
-        """Move the mass of window 2 into window 1, add a fresh pattern there, renormalise to ‖δ‖₂ = ε."""
-        delta, union, m2, idx1, old = self._two_windows(x, x_best, s, gen)
-        n, c = x.shape[:2]
-        norm_old = old.pow(2).sum((-2, -1), keepdim=True).sqrt()
-        norm_img = delta.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
-        norm_union = (delta * union).pow(2).sum((-2, -1), keepdim=True).sqrt()
-        new = self._patterns(n, s, gen, x) * self._signs((n, c, 1, 1), gen, x) + old / (norm_old + 1e-12)
-        budget = ((self.eps ** 2 - norm_img ** 2).clamp_min(0) / c + norm_union ** 2).sqrt()
-        new = new / (new.pow(2).sum((-2, -1), keepdim=True).sqrt() + 1e-12) * budget
+        old = delta[idx1].permute(0, 3, 1, 2)
+        norm_img = lp_norm(delta, self.norm).view(-1, 1, 1, 1)
+        new = self._patterns(n, s, gen, x) * self._signs((n, c, 1, 1), gen, x) + old / (self._mass(old) + 1e-12)
+        if self.norm == "l2":
+            budget = ((self.eps ** 2 - norm_img ** 2).clamp_min(0) / c + norm_union ** 2).sqrt()
+        else:
+            budget = ((self.eps - norm_img).clamp_min(0) / c + norm_union) * c
         delta = delta.masked_fill(m2, 0.0)
-        delta[idx1] = new.permute(0, 2, 3, 1)
-        return self._to_sphere(x, delta)
+        delta[idx1] = (new / (self._mass(new) + 1e-12) * budget).permute(0, 2, 3, 1)
+        return self._to_budget(x, delta)
 
-    # ---- L1 ---------------------------------------------------------------------------------------
-    def _to_l1_ball(self, x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """``x + δ`` projected onto the L1 ball of radius ε(1 − 10⁻⁶) ∩ [0, 1]^d (the reference's margin)."""
-        return x + project_l1_box(x, delta, self.eps * (1 - 1e-6))
-
-    def propose_l1(self, x: torch.Tensor, x_best: torch.Tensor, s: int, gen: torch.Generator) -> torch.Tensor:
-        """Clear window 2, put a fresh L1 pattern plus window 1's normalised old content in window 1 with the mass
-        c·((ε − ‖δ‖₁)/c + the channel's L1 mass in both windows), then project onto the L1 ball ∩ box."""
-        delta, union, m2, idx1, old = self._two_windows(x, x_best, s, gen)
-        n, c = x.shape[:2]
-        norm_old = old.abs().sum((-2, -1), keepdim=True)
-        norm_img = delta.flatten(1).abs().sum(1).view(-1, 1, 1, 1)
-        norm_union = (delta * union).abs().sum((-2, -1), keepdim=True)
-        new = self._patterns(n, s, gen, x) * self._signs((n, c, 1, 1), gen, x) + old / (norm_old + 1e-12)
-        budget = ((self.eps - norm_img).clamp_min(0) / c + norm_union) * c
-        new = new / (new.abs().sum((-2, -1), keepdim=True) + 1e-12) * budget
-        delta = delta.masked_fill(m2, 0.0)
-        delta[idx1] = new.permute(0, 2, 3, 1)
-        return self._to_l1_ball(x, delta)
+    propose_l2 = propose_lp     # the L2 name the tests call

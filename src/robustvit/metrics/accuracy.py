@@ -1,10 +1,9 @@
 """Accuracy and robust accuracy, defined once for the evaluation suites and training validation.
 
-Robust accuracy follows the RobustBench convention (Croce et al. 2021, arXiv:2010.09670): an image counts as
-robust when the model classifies it correctly before *and* after the attack, so robust accuracy never exceeds
-clean accuracy. An image whose logits hold a NaN or an infinity is never counted correct nor robust (``argmax``
-of a NaN row would otherwise pick an arbitrary class); :func:`nonfinite_rows` tells the callers which they were,
-so results can report ``num_nonfinite``.
+Robust accuracy follows RobustBench (Croce et al. 2021, arXiv:2010.09670): an image is robust when classified
+correctly before *and* after the attack, so robust accuracy never exceeds clean accuracy. A row of logits holding
+a NaN or an infinity is never correct nor robust (``argmax`` of a NaN row picks an arbitrary class);
+:func:`nonfinite_rows` tells which, so results can report ``num_nonfinite``.
 
 >>> import torch
 >>> logits = torch.tensor([[2.0, 1.0], [float("nan"), 0.0]])
@@ -43,8 +42,7 @@ def topk_correct(logits: torch.Tensor, y: torch.Tensor, ks: Sequence[int] = (1,)
 def topk_hits(logits: torch.Tensor, y: torch.Tensor, ks: Sequence[int] = (1,)) -> list[torch.Tensor]:
     """:func:`topk_correct` as 0-d tensors on the logits' device (read later: no host-device synchronisation)."""
     kmax = min(max(ks), logits.shape[1])
-    top = logits.topk(kmax, dim=1).indices
-    hit = top.eq(y[:, None]) & ~nonfinite_rows(logits)[:, None]
+    hit = logits.topk(kmax, dim=1).indices.eq(y[:, None]) & ~nonfinite_rows(logits)[:, None]
     return [hit[:, : min(k, kmax)].any(1).sum() for k in ks]
 
 

@@ -2,18 +2,15 @@
 
 Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
 ICLR 2019 (arXiv:1903.12261), section 4; retention from Zhou et al., "Understanding the Robustness in Vision
-Transformers" (FAN, arXiv:2204.12451); "w/o noise" from the AFAT paper.
+Transformers" (FAN, arXiv:2204.12451); "w/o noise" from the AFAT paper. With E_{s,c}^f the top-1 **error** of
+model f on corruption c at severity s:
 
-With E_{s,c}^f the top-1 **error** of model f on corruption c at severity s:
+* CE_c^f = Σ_s E_{s,c}^f / Σ_s E_{s,c}^AlexNet; relative CE_c^f = Σ_s (E_{s,c}^f − E_clean^f) /
+  Σ_s (E_{s,c}^AlexNet − E_clean^AlexNet); mCE / relative mCE: their mean over the 15 benchmark corruptions
+  (×100, in percent, like the papers); retention = corrupted accuracy / clean accuracy.
 
-* corruption error  CE_c^f = Σ_s E_{s,c}^f / Σ_s E_{s,c}^AlexNet;
-* relative CE       rCE_c^f = Σ_s (E_{s,c}^f − E_clean^f) / Σ_s (E_{s,c}^AlexNet − E_clean^AlexNet);
-* mCE / relative mCE = the mean over the 15 benchmark corruptions (reported ×100, in percent, like the papers);
-* retention = corrupted accuracy / clean accuracy.
-
-The AlexNet errors below are those of the official evaluation code (hendrycks/robustness,
-``ImageNet-C/test.py``: torchvision's AlexNet on the released ImageNet-C; clean error 0.43478 = 1 − 56.522 %).
-They are only meaningful for ImageNet-C-like data (1000 ImageNet classes, 224-px ImageNet validation images).
+The AlexNet errors are those of the official evaluation code (hendrycks/robustness, ``ImageNet-C/test.py``;
+clean error 0.43478 = 1 − 56.522 %), meaningful only for ImageNet-C-like data (1000 classes, 224 px).
 
 >>> err = {s: 0.5 * ALEXNET_ERRORS["fog"][s - 1] for s in range(1, 6)}
 >>> round(corruption_error(err, ALEXNET_ERRORS["fog"]), 6)
@@ -25,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from robustvit.errors import RobustvitError
+from robustvit.errors import RobustvitError, unknown_name
 
 #: Top-1 error of AlexNet on clean ImageNet validation images.
 ALEXNET_CLEAN_ERROR = 0.43478
@@ -81,49 +78,44 @@ ErrBySev = Mapping[int, float] | Mapping[str, float] | Sequence[float]
 
 def _by_severity(errors: ErrBySev) -> dict[int, float]:
     """Normalise {1: e1, …} / {"1": e1, …} / [e1, …, e5] to {severity int: float}."""
-    if isinstance(errors, Mapping):
-        out = {int(k): float(v) for k, v in errors.items()}
-    else:
-        out = {i + 1: float(v) for i, v in enumerate(errors)}
+    items = errors.items() if isinstance(errors, Mapping) else enumerate(errors, 1)
+    out = {int(k): float(v) for k, v in items}
     bad = [s for s in out if not 1 <= s <= 5]
     if bad:
         raise RobustvitError(f"severities must be 1-5, got {bad[0]}")
     return out
 
 
+def _paired(err_by_sev: ErrBySev, alexnet_by_sev: ErrBySev) -> tuple[dict[int, float], dict[int, float]]:
+    """Both error series by severity, checking AlexNet has every severity of the model's."""
+    e, a = _by_severity(err_by_sev), _by_severity(alexnet_by_sev)
+    missing = sorted(set(e) - set(a))
+    if missing:
+        raise RobustvitError(f"no AlexNet error for severity {missing[0]}")
+    return e, a
+
+
 def alexnet_errors(name: str) -> tuple[float, ...]:
     """AlexNet's ImageNet-C top-1 errors of corruption ``name`` at severities 1-5."""
     if name not in ALEXNET_ERRORS:
-        from robustvit.errors import unknown_name
-
         raise unknown_name("corruption", name, ALEXNET_ERRORS)
     return ALEXNET_ERRORS[name]
 
 
 def corruption_error(err_by_sev: ErrBySev, alexnet_by_sev: ErrBySev) -> float:
-    """CE = Σ_s E_s / Σ_s E_s^AlexNet over the severities of ``err_by_sev`` (a fraction, not percent).
-
-    ``alexnet_by_sev`` gives AlexNet's errors for (at least) the same severities, e.g. ``ALEXNET_ERRORS[name]``.
-    The paper sums over all 5 severities; with fewer the ratio is over those only.
-    """
-    e, a = _by_severity(err_by_sev), _by_severity(alexnet_by_sev)
+    """CE = Σ_s E_s / Σ_s E_s^AlexNet over the severities of ``err_by_sev`` (a fraction, not percent; the paper
+    sums all 5). ``alexnet_by_sev``: AlexNet's errors for (at least) those severities, e.g. ``ALEXNET_ERRORS[name]``."""
+    e, a = _paired(err_by_sev, alexnet_by_sev)
     if not e:
         raise RobustvitError("corruption_error needs the error at one severity at least")
-    missing = sorted(set(e) - set(a))
-    if missing:
-        raise RobustvitError(f"no AlexNet error for severity {missing[0]}")
     return sum(e.values()) / sum(a[s] for s in e)
 
 
 def relative_corruption_error(err_by_sev: ErrBySev, clean_error: float, alexnet_by_sev: ErrBySev,
                               alexnet_clean_error: float = ALEXNET_CLEAN_ERROR) -> float:
     """Relative CE = Σ_s (E_s − E_clean) / Σ_s (E_s^AlexNet − E_clean^AlexNet)."""
-    e, a = _by_severity(err_by_sev), _by_severity(alexnet_by_sev)
-    missing = sorted(set(e) - set(a))
-    if missing:
-        raise RobustvitError(f"no AlexNet error for severity {missing[0]}")
-    den = sum(a[s] - alexnet_clean_error for s in e)
-    return sum(v - clean_error for v in e.values()) / den
+    e, a = _paired(err_by_sev, alexnet_by_sev)
+    return sum(v - clean_error for v in e.values()) / sum(a[s] - alexnet_clean_error for s in e)
 
 
 def mce(errors: Mapping[str, ErrBySev], names: Sequence[str] | None = None) -> float:

@@ -70,9 +70,7 @@ def coco_box_map(ground_truth: dict[str, Any], detections: list[dict[str, Any]])
         raise RobustvitError("COCO mAP needs pycocotools; pip install 'robustvit[dense]' (or pycocotools)") from None
     keys = ("map", "map_50", "map_75", "map_small", "map_medium", "map_large", "mar_1", "mar_10", "mar_100",
             "mar_small", "mar_medium", "mar_large")
-    gt = dict(ground_truth)
-    gt.setdefault("info", {})
-    gt.setdefault("licenses", [])
+    gt = {"info": {}, "licenses": [], **ground_truth}
     if not gt["annotations"]:
         return {**{k: None for k in keys}, "stats": None, "num_detections": len(detections)}
     with contextlib.redirect_stdout(io.StringIO()):

@@ -1,18 +1,13 @@
 """The metrics of model-vs-human (Geirhos et al., "Partial success in closing the gap between human and machine
 vision", NeurIPS 2021, arXiv:2106.07411), as ``modelvshuman/plotting/analyses.py`` and ``plot.py`` compute them.
 
-A *trial* is one decision on one image: who decided, the condition, the image id, the true category and the
-response (one of the 16 categories). Per data set, condition and (decision maker, human observer) pair:
-
-- **OOD accuracy**: the share of trials whose response is the category;
-- **accuracy difference**: (accuracy₁ − accuracy₂)² (``SixteenClassAccuracyDifference``, ``norm=np.square``);
-- **observed consistency**: the share of images both decided correctly or both wrongly;
-- **error consistency** (Geirhos, Meding & Wichmann 2020, arXiv:2006.16736): Cohen's κ =
-  (c_obs − c_exp) / (1 − c_exp) with c_exp = p₁p₂ + (1 − p₁)(1 − p₂); 1 when c_obs = 1.
-
-The benchmark numbers average over the conditions that are out of distribution and that humans solve (the
-reference's ``EXCLUDE_CONDITIONS`` are left out), then over the human observers, then over the data sets
-(``format_benchmark_df``).
+A *trial* is one decision on one image (:class:`Trial`). Per data set, condition and (decision maker, human
+observer) pair: **OOD accuracy** (the share of correct trials); **accuracy difference** (accuracy₁ − accuracy₂)²
+(``SixteenClassAccuracyDifference``); **observed consistency** (the share of images both decided correctly or
+both wrongly); **error consistency** (Geirhos, Meding & Wichmann 2020, arXiv:2006.16736): Cohen's κ =
+(c_obs − c_exp) / (1 − c_exp) with c_exp = p₁p₂ + (1 − p₁)(1 − p₂); 1 when c_obs = 1. The benchmark numbers
+average over the conditions not in the reference's ``EXCLUDE_CONDITIONS``, then over the human observers, then
+over the data sets (``format_benchmark_df``).
 
 >>> error_consistency([True, True, False, False], [True, False, False, True])["error_consistency"]
 0.0
@@ -96,8 +91,7 @@ def pair_metrics(model: Sequence[Trial], human: Sequence[Trial]) -> dict[str, fl
         raise RobustvitError(f"observers {model[0].subject if model else '?'} and {human[0].subject if human else '?'} "
                              "did not see the same images in this condition")
     ordered = sorted(human, key=lambda t: t.image)
-    c1 = [by_image[t.image].correct for t in ordered]
-    c2 = [t.correct for t in ordered]
+    c1, c2 = [by_image[t.image].correct for t in ordered], [t.correct for t in ordered]
     out = error_consistency(c1, c2)
     out["accuracy_difference"] = (sum(c1) / len(c1) - sum(c2) / len(c2)) ** 2
     return out
@@ -143,13 +137,10 @@ def compare_with_humans(dataset: str, model: Sequence[Trial], humans: Sequence[T
     if not per:
         raise RobustvitError(f"{dataset}: the model and the human observers share no condition")
     bench = [c for c in per if c not in EXCLUDED_CONDITIONS.get(dataset, ())]
-    out: dict[str, object] = {"conditions": per, "benchmark_conditions": bench}
-    out["ood_accuracy"] = _mean(per[c]["accuracy"] for c in bench)
     # mean over conditions per observer, then over observers: equal to the mean over conditions of the means
     # over observers when every observer saw every condition (model-vs-human's data)
-    for k in HUMAN_METRICS:
-        out[k] = _mean(per[c][k] for c in bench)
-    return out
+    return {"conditions": per, "benchmark_conditions": bench, "ood_accuracy": _mean(per[c]["accuracy"] for c in bench),
+            **{k: _mean(per[c][k] for c in bench) for k in HUMAN_METRICS}}
 
 
 def benchmark_summary(per_dataset: Mapping[str, Mapping[str, object]]) -> dict[str, float]:

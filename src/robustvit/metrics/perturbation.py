@@ -3,17 +3,16 @@
 Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
 ICLR 2019 (arXiv:1903.12261), section 4; definitions as in the reference ``ImageNet-P/test.py``:
 
-* pairs of frames: noise sequences compare every frame j ≥ 1 with frame 0 (0-based); the others compare
-  consecutive frames, and at difficulty d consecutive frames of ``seq[i::d]`` for each i < d;
-* flip probability FP: the share of pairs whose top-1 predictions differ, averaged within a sequence and
-  then over sequences;
-* top-5 distance T5D: with σ(i) the rank in the second frame of the class ranked i-th in the first,
-  d = Σ_{i=1..5} |(i − 1) − min(σ(i) − 1, 5)|, averaged the same way;
-* flip rate FR = FP / FP_baseline (the paper's baseline is AlexNet); mFR = mean FR over the 10 test
-  perturbations; mT5D likewise with T5D.
+* pairs of frames (:func:`frame_pairs`): noise sequences compare every frame j ≥ 1 with frame 0, the others
+  consecutive frames of ``seq[i::d]`` for each i < d (difficulty d);
+* flip probability FP: the share of pairs whose top-1 predictions differ; top-5 distance T5D: with σ(i) the rank
+  in the second frame of the class ranked i-th in the first, Σ_{i=1..5} |(i − 1) − min(σ(i) − 1, 5)|; both
+  averaged within a sequence, then over sequences;
+* flip rate FR = FP / FP_baseline (AlexNet in the paper); mFR = mean FR over the 10 test perturbations; mT5D
+  likewise.
 
-Everything is computed batched from logits (N, T, C) or from top-5 class indices (N, T, 5). Ties are broken
-like ``scipy.stats.rankdata(-logits, method="ordinal")``: the lower class index ranks first.
+Batched from logits (N, T, C) or top-5 class indices (N, T, 5); ties broken like
+``scipy.stats.rankdata(-logits, method="ordinal")`` (the lower class index first).
 
 >>> import torch
 >>> logits = torch.tensor([[[2., 1.], [1., 2.], [1., 2.]]])          # 1 sequence, 3 frames, 2 classes
@@ -61,11 +60,8 @@ def frame_pairs(num_frames: int, *, noise: bool, difficulty: int = 1) -> tuple[l
 
 
 def top5_distance_pairs(top_a: torch.Tensor, top_b: torch.Tensor) -> torch.Tensor:
-    """T5D of frame pairs from their top-k class lists (..., k) (best first) → float (...).
-
-    σ(i) − 1 capped at 5 is the position of a's i-th class in b's top-5 list, or 5 when it is not there,
-    so the top-5 lists of the two frames are all that is needed.
-    """
+    """T5D of frame pairs from their top-k class lists (..., k) (best first) → float (...); σ(i) − 1 capped at 5
+    is the position of a's i-th class in b's top-5 list, or 5 when absent, so the top-5 lists suffice."""
     eq = top_a.unsqueeze(-1) == top_b.unsqueeze(-2)                        # (..., k, k)
     pos = torch.where(eq.any(-1), eq.to(torch.int64).argmax(-1), torch.full_like(top_a, TOPK))
     ideal = torch.arange(top_a.shape[-1], device=top_a.device)
@@ -73,18 +69,14 @@ def top5_distance_pairs(top_a: torch.Tensor, top_b: torch.Tensor) -> torch.Tenso
 
 
 def perturbation_stats(scores: torch.Tensor, *, noise: bool, difficulty: int = 1) -> dict[str, Any]:
-    """Additive statistics of sequences: ``{"n", "flip_sum", "t5d_sum"}`` (sums of per-sequence means).
-
-    ``scores`` are logits (N, T, C) (float) or the top-5 class indices (N, T, k) (integer dtype) of every
-    frame. Sum the dicts of several chunks and pass the total to :func:`finalize_perturbation_stats`.
-    """
+    """Additive statistics of sequences, ``{"n", "flip_sum", "t5d_sum"}`` (sums of per-sequence means), from
+    logits (N, T, C) (float) or top-5 class indices (N, T, k) (integer) of every frame. Sum the dicts of several
+    chunks and pass the total to :func:`finalize_perturbation_stats`."""
     if scores.ndim != 3:
         raise RobustvitError(f"perturbation_stats needs (N, T, C) logits or (N, T, k) rankings, got {tuple(scores.shape)}")
     top = scores if not scores.is_floating_point() else ranking(scores)
     a, b = frame_pairs(top.shape[1], noise=noise, difficulty=difficulty)
-    ia = torch.tensor(a, device=top.device)
-    ib = torch.tensor(b, device=top.device)
-    ta, tb = top[:, ia], top[:, ib]                                         # (N, P, k)
+    ta, tb = (top[:, torch.tensor(i, device=top.device)] for i in (a, b))   # (N, P, k)
     flips = (ta[..., 0] != tb[..., 0]).to(torch.float64).mean(1)           # per sequence
     t5d = top5_distance_pairs(ta, tb).mean(1)
     return {"n": int(top.shape[0]), "flip_sum": float(flips.sum()), "t5d_sum": float(t5d.sum())}
@@ -115,27 +107,18 @@ def flip_rate(fp: float | None, fp_base: float | None) -> float | None:
     return float(fp) / float(fp_base)
 
 
-def _mean_ratio(values: Mapping[str, float | None], base: Mapping[str, float | None],
-                names: Iterable[str]) -> float | None:
-    names = list(names)
-    ratios = [flip_rate(values.get(n), base.get(n)) for n in names]
+def mfr(fp: Mapping[str, float | None], fp_base: Mapping[str, float | None], names: Iterable[str]) -> float | None:
+    """mFR: mean of FP[name] / FP_base[name] over ``names`` (ImageNet-P: the 10 test perturbations,
+    ``robustvit.corruptions.perturbations.TEST_PERTURBATIONS``); None if any is missing or has a zero baseline."""
+    ratios = [flip_rate(fp.get(n), fp_base.get(n)) for n in names]
     if not ratios or any(r is None for r in ratios):
         return None
     return sum(ratios) / len(ratios)    # type: ignore[arg-type]
 
 
-def mfr(fp: Mapping[str, float | None], fp_base: Mapping[str, float | None],
-        names: Iterable[str]) -> float | None:
-    """mFR: mean of FP[name] / FP_base[name] over ``names`` (ImageNet-P: the 10 test perturbations,
-    ``robustvit.corruptions.perturbations.TEST_PERTURBATIONS``);
-    None if any of them is missing or has a zero baseline."""
-    return _mean_ratio(fp, fp_base, names)
-
-
-def mt5d(t5d: Mapping[str, float | None], t5d_base: Mapping[str, float | None],
-         names: Iterable[str]) -> float | None:
+def mt5d(t5d: Mapping[str, float | None], t5d_base: Mapping[str, float | None], names: Iterable[str]) -> float | None:
     """mT5D: mean of T5D[name] / T5D_base[name] over ``names`` (as :func:`mfr`)."""
-    return _mean_ratio(t5d, t5d_base, names)
+    return mfr(t5d, t5d_base, names)
 
 
 __all__ = ["ranking", "frame_pairs", "top5_distance_pairs", "perturbation_stats", "finalize_perturbation_stats",

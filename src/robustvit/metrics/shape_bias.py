@@ -1,21 +1,18 @@
 """Shape bias on cue-conflict stimuli (Geirhos et al., ICLR 2019, arXiv:1811.12231).
 
-A cue-conflict stimulus has the *shape* of one category and the *texture* of another. A model's decision
-is a **shape decision** if it names the shape category, a **texture decision** if it names the texture
-category, and *other* otherwise. Stimuli whose shape and texture categories agree carry no conflict and are
-excluded. ``shape bias = shape decisions / (shape + texture decisions)``.
+A cue-conflict stimulus has the *shape* of one category and the *texture* of another; a decision naming the shape
+category is a **shape decision**, the texture category a **texture decision**, else *other*. Stimuli whose two
+categories agree are excluded. ``shape bias = shape decisions / (shape + texture decisions)``.
 
-ImageNet models are mapped to the 16 entry-level categories as in bethgelab/model-vs-human
-(``ImageNetProbabilitiesTo16ClassesMapping``): softmax over the 1000 classes, then for each category the
-**mean** of the probabilities of its ImageNet indices (``classlists/geirhos16.json``, copied from
-``HumanCategories.<category>_indices``), decision = argmax of the 16. ``shape_accuracy`` /
-``texture_accuracy`` are model-vs-human's ``fraction-correct-shape`` / ``-texture``: decisions divided by
-*all* stimuli, the excluded no-conflict ones included (so they equal shape/texture decisions over
-``num_stimuli + excluded``).
+ImageNet models map to the 16 entry-level categories as bethgelab/model-vs-human
+(``ImageNetProbabilitiesTo16ClassesMapping``): softmax over the 1000 classes, then per category the **mean** of
+the probabilities of its indices (``classlists/geirhos16.json``, from ``HumanCategories.<category>_indices``);
+decision = argmax of the 16. ``shape_accuracy`` / ``texture_accuracy`` are model-vs-human's
+``fraction-correct-shape`` / ``-texture``: decisions divided by *all* stimuli, the excluded ones included.
 
-Stimuli layout (the ``texture-vs-shape`` / model-vs-human ``cue-conflict`` folder):
-``ROOT/<shape category>/<shape category><i>-<texture category><j>.png``; the texture category is the
-file name's last ``-`` field without digits (``dog10-bird2.png`` → bird).
+Stimuli layout (``texture-vs-shape`` / model-vs-human ``cue-conflict``):
+``ROOT/<shape category>/<shape category><i>-<texture category><j>.png``; the texture category is the file name's
+last ``-`` field without digits (``dog10-bird2.png`` → bird).
 
 >>> counts = shape_bias_counts(torch.tensor([0, 1, 2]), torch.tensor([0, 0, 2]), torch.tensor([1, 1, 2]), 3)
 >>> shape_bias_summary(counts, ["a", "b", "c"])["shape_bias"]    # 1 shape, 1 texture, 1 excluded
