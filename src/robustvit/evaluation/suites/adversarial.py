@@ -803,10 +803,8 @@ class AutoAttackSuite(AttackSuite):
 
     def extra_results(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, Any]:
         n = max(s.get("n", 0), 1)
-        counts = s.get("per_attack", {})
-        misclassified = s.get("n", 0) - s.get("clean", 0)
-        out = {"per_attack": {k: v / n for k, v in counts.items()}, "clean_misclassified": misclassified,
-               "member_seconds": s.get("member_seconds", {})}
+        out = {"per_attack": {k: v / n for k, v in s.get("per_attack", {}).items()},
+               "clean_misclassified": s.get("n", 0) - s.get("clean", 0), "member_seconds": s.get("member_seconds", {})}
         if "individual" in s:   # each member alone on every clean-correct point, beside the cascade
             out["individual"] = {k: v / n for k, v in s["individual"].items()}
         return out
@@ -826,8 +824,7 @@ class SpatialSuite(AttackSuite):
     Options = attack_suite_options(Spatial)
 
     def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
-        st = atk.last_stats   # type: ignore[attr-defined]
-        return {"evaluated": st.get("evaluated", 0.0), "attack_seconds": st.get("seconds", 0.0)}
+        return {"evaluated": atk.last_stats.get("evaluated", 0.0)}   # type: ignore[attr-defined]
 
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
         out = super().settings(ctx)
