@@ -1,41 +1,21 @@
 """Adversarial evaluation suites: every registered attack by its name with its own options (``pgd``,
-``pgd:eps=1/255:steps=20``, ``fab_t:steps=50``, ``square:n_queries=1000``, …) and the suites whose protocol
-differs: ``apgd`` (``attack=apgd_ce|apgd_dlr|apgd_t``), ``autoattack``, ``spatial``, ``patch_fool`` and
-``transfer`` (the settings of Bhojanapalli et al. 2021, arXiv:2103.14586, and Croce & Hein 2020,
-arXiv:2003.01690).
+``pgd:eps=1/255:steps=20``, ``square:n_queries=1000``, …; a newly registered attack is a suite with no other edit)
+and the suites whose protocol differs: ``apgd``, ``autoattack``, ``spatial``, ``patch_fool`` and ``transfer`` (the
+settings of Bhojanapalli et al. 2021, arXiv:2103.14586, and Croce & Hein 2020, arXiv:2003.01690). See docs/attacks.md.
 
-**Options.** A suite's options are the attack's own (its ``Options``; ``robustvit list suites --options``) and
-``save``, ``checks`` (and ``check_queries``). Each attack option is resolved once, by :func:`attack_kwargs`:
-the suite's option > the run's ``robustvit eval --eps/--norm/--steps`` (for an attack that takes it) > the data's
-default ε > the attack's own default. The default budget follows the data (RobustBench): L∞ 8/255 (L2 0.5) on
-CIFAR-10/100 and on CIFAR-sized data (images of at most 32×32 px), 4/255 (L2 3.0) otherwise (ImageNet);
-``eps_source`` in the result says which applied (``option``, ``run``, ``default:cifar``, ``default:cifar-sized``,
-``default:imagenet``). Attacks unbounded by default (``spatial``, ``patch_fool``) take no run or data budget.
+**Options**: the attack's own, plus ``save``, ``checks`` (and ``check_queries``), resolved once by
+:func:`attack_kwargs`. The default budget follows the data (RobustBench): L∞ 8/255 (L2 0.5) on CIFAR-10/100 and
+images of at most 32×32 px, 4/255 (L2 3.0) otherwise; ``eps_source`` records where ε came from.
 
-**Robust accuracy** is the RobustBench convention (:func:`robustvit.metrics.accuracy.robust_correct`): an image
-counts as robust when it is classified correctly before *and* after the attack, so ``accuracy <= clean_accuracy``
-always; only correctly classified images are attacked; an image with NaN or infinite logits is never correct nor
-robust (``num_nonfinite`` in the result when there were such images). A targeted attack (``targeted_pgd``, or
-``targeted=1``) is aimed at a random wrong class per image (``targets: random``). Each chunk's attack is seeded
-from (run seed, suite key, chunk), so results replay exactly and every model of a run sees the same random starts.
+**Robust accuracy** is RobustBench's (:func:`robustvit.metrics.accuracy.robust_correct`): correct before *and*
+after the attack, so ``accuracy <= clean_accuracy``; only correctly classified images are attacked; NaN or infinite
+logits are never correct (``num_nonfinite``). A targeted attack aims at a random wrong class per image. Each chunk's
+attack is seeded from (run seed, suite key, chunk): results replay and every model of a run sees the same starts.
 
-Every result holds ``eps``, ``norm``, ``accuracy`` (robust), ``clean_accuracy``, ``attack_success_rate``, the
-attack's settings as they applied (``steps``, ``step_size``, ``restarts``, ``version``, …), ``num_images`` and
-``flags``: the gradient-masking checks of :mod:`robustvit.attacks.checks` that apply to the attack (its
-``masking_checks``) — randomised output, softmax output, zero gradients, robust accuracy rising with more steps
-(steps vs 2 × steps, same seed) and a black-box attack (Square, ``check_queries`` = 100 queries) beating the
-white-box one. They run on the attacked images of some chunks (``checks=auto``: the model and zero-gradient checks
-on the first chunk, every check on one chunk in m, m sized so that they cost at most a quarter of the attack,
-:meth:`AttackSuite.check_period` — none on a suite of fewer chunks, said so; ``checks=all``: every chunk;
-``checks=N``: the first N images; ``checks=0``: none), and ``checks_cost`` records the images checked,
-their seconds and the attack's. ``save=N`` writes the first N clean images, adversarial examples and
-perturbations (δ rescaled to [0, 1] by (δ + ε) / 2ε) as PNGs under ``OUT/adversarial/<suite key>/``;
-``save=all`` every adversarial example into one safetensors file (``save_dtype=float32`` or ``uint8``).
-
-``autoattack`` runs one unit per (member, chunk) (:class:`AutoAttackSuite`), so an interrupted run loses at most
-the member running on one chunk.
-
-A new attack (one registered file in ``robustvit/attacks/``) is a suite of the same name with no other edit.
+``flags`` holds the gradient-masking checks of :mod:`robustvit.attacks.checks` that apply to the attack, run on the
+attacked images of some chunks (:meth:`AttackSuite.check_plan`); ``checks_cost`` records what they cost. ``save=N``
+writes the first N clean / adversarial / perturbation ((δ + ε) / 2ε) PNGs under ``OUT/adversarial/<suite key>/``;
+``save=all`` every adversarial example into one safetensors file.
 """
 
 from __future__ import annotations
@@ -47,8 +27,8 @@ import shutil
 import time
 import types
 import typing
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Union
@@ -149,11 +129,9 @@ def budgeted(attack: type[Attack]) -> bool:
 def attack_kwargs(attack: type[Attack], given: Mapping[str, Any], run: Mapping[str, Any],
                   convention: tuple[str, str]) -> tuple[dict[str, Any], str | None]:
     """The keywords an attack suite passes to ``attack``, and where its ε came from (``option``, ``run``,
-    ``default:<why>``; None when the attack is unbounded by default and no ε was given).
-
-    Per option: the suite's (``given``, typed) > the run's (``run``: ``--eps/--norm/--steps``, raw) for an attack
-    that takes it > for ε, the data's default (:data:`DEFAULT_EPS` by norm and ``convention`` = (convention,
-    why), budgeted attacks only) > the attack's own default (not passed)."""
+    ``default:<why>``; None for an attack unbounded by default and no ε given). Per option: the suite's (``given``,
+    typed) > the run's (``run``: ``--eps/--norm/--steps``, raw) for an attack that takes it > for the ε of a budgeted
+    attack, :data:`DEFAULT_EPS` by norm and ``convention`` (convention, why) > the attack's own default (not passed)."""
     names = set(option_names(attack.Options))
     kw = {k: v for k, v in given.items() if k in names}
     has_budget = budgeted(attack)
@@ -220,10 +198,9 @@ def chunk_seed(batch: Batch) -> int:
 
 def recheck_fp32(model: nn.Module, robust: torch.Tensor, x: torch.Tensor | None, x_adv: torch.Tensor,
                  y: torch.Tensor) -> torch.Tensor:
-    """``robust`` re-checked in float32 when the model computes in lower precision (``--precision``): an attack
-    run in bf16 can fail where bfloat16 rounding masks the gradient, so a point counts as robust only if the fp32
-    model also classifies its adversarial image (and its clean image ``x``, unless None) correctly. Only the robust
-    points are re-run."""
+    """``robust`` re-checked in float32 when the model computes in lower precision (``--precision``): bfloat16
+    rounding can mask the gradient, so a robust point stays robust only if the fp32 model also classifies its
+    adversarial image (and its clean image ``x``, unless None) correctly."""
     if getattr(model, "precision", "fp32") == "fp32":
         return robust
     idx = robust.nonzero().squeeze(1)
@@ -238,17 +215,30 @@ def recheck_fp32(model: nn.Module, robust: torch.Tensor, x: torch.Tensor | None,
     return out
 
 
-@contextmanager
-def attack_memory(model: nn.Module, atk: Attack, num_classes: int) -> Iterator[None]:
+def attack_memory(model: nn.Module, atk: Attack, num_classes: int) -> AbstractContextManager:
     """Within the block the model's forward micro-batch (``--batch-size``) is divided by the attack's memory factor
     (batched restarts, FAB's per-class gradients), so an attack fits where a forward and backward pass does."""
     mb = getattr(model, "micro_batch", None)
     factor = atk.memory_factor(num_classes)
     if mb is None or factor <= 1:
-        yield
-        return
-    with inference_settings(model, micro_batch=max(1, mb // factor)):
-        yield
+        return nullcontext()
+    return inference_settings(model, micro_batch=max(1, mb // factor))
+
+
+def chunk_outcome(model: nn.Module, x: torch.Tensor, x_adv: torch.Tensor, y: torch.Tensor,
+                  clean_logits: torch.Tensor, clean_too: bool = True) -> dict[str, int]:
+    """A chunk's counts ``n``, ``clean``, ``robust`` (correct on ``x_adv``, and on ``x`` unless not ``clean_too``;
+    :func:`recheck_fp32`) and ``nonfinite`` (NaN or infinite clean or adversarial logits)."""
+    clean_ok = correct(clean_logits, y)
+    with torch.no_grad():
+        adv_logits = model(x_adv)
+    adv_ok = correct(adv_logits, y)
+    if clean_too:
+        robust = recheck_fp32(model, clean_ok & adv_ok, x, x_adv, y)
+    else:
+        robust = recheck_fp32(model, adv_ok, None, x_adv, y)
+    return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum()),
+            "nonfinite": int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())}
 
 
 def save_examples(folder: Path, index: torch.Tensor, x: torch.Tensor, x_adv: torch.Tensor, scale: float) -> int:
@@ -329,19 +319,15 @@ class AttackSuite(Suite):
         clean_ok = correct(clean_logits, y)
         atk = self.attack_for(ctx, ctx.model, chunk_seed(batch))
         aim = random_targets(y, ctx.num_classes, batch.generator) if atk.targeted else y
-        stats: dict[str, Any] = {"n": int(y.numel()), "clean": int(clean_ok.sum())}
         x_adv = x.clone()
         idx = clean_ok.nonzero().squeeze(1)
+        extra: dict[str, Any] = {}
         if idx.numel():
             with attack_memory(ctx.model, atk, ctx.num_classes):
                 x_adv[idx] = atk(x[idx], aim[idx])
-            stats.update(self.attack_stats(atk, int(idx.numel())))
-        with torch.no_grad():
-            adv_logits = ctx.model(x_adv)
-        robust = recheck_fp32(ctx.model, clean_ok & correct(adv_logits, y), x, x_adv, y)
-        stats["robust"] = int(robust.sum())
-        stats["nonfinite"] = int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())
-        stats["attack_seconds"] = time.perf_counter() - t0
+            extra = self.attack_stats(atk, int(idx.numel()))
+        stats = {**chunk_outcome(ctx.model, x, x_adv, y, clean_logits), **extra,
+                 "attack_seconds": time.perf_counter() - t0}
         stats["saved"] = self.maybe_save(ctx, batch, x, x_adv, clean_ok, aim)
         self.save_chunk(ctx, batch, x_adv)
         return stats
@@ -414,12 +400,10 @@ class AttackSuite(Suite):
         return kinds
 
     def check_period(self, ctx: EvalContext) -> int | None:
-        """``checks=auto``: the attack-running checks run on every attacked image of one chunk in m, m chosen so that
-        they cost at most a quarter of the attack. Costs are counted in passes over a batch (on a small sample the
-        fixed cost of a pass, not its images, sets the time; on a chunk, both count alike): the attack's s·r per chunk
-        (steps × restarts; 1 without steps); on a checked chunk s·r (the white-box run at the attack's steps) +
-        2·s·r (``more_steps``: 2 × steps) + q (``blackbox``: q Square queries); m = ⌈4 × checks / attack⌉. None
-        when the attack gets no such check."""
+        """``checks=auto``: the attack-running checks run on one chunk in m, so that they cost at most a quarter of
+        the attack, counted in passes over a batch (a small sample's time is set by the passes, not its images): the
+        attack costs s·r per chunk (steps × restarts), a checked chunk s·r + 2·s·r (``more_steps``) + q (``blackbox``:
+        q Square queries); m = ⌈4 × checks / attack⌉. None when the attack gets no such check."""
         kinds = self.attack_checks(ctx)
         if not kinds:
             return None
@@ -502,9 +486,10 @@ class AttackSuite(Suite):
     def checks_cost(self, ctx: EvalContext, s: dict[str, Any], attack_seconds: float) -> dict[str, Any]:
         """What the checks cost beside the attack (results.json ``checks_cost``), and the checks ``auto`` left out."""
         mode = self.opts.checks if isinstance(self.opts.checks, str) else f"first {self.opts.checks}"
+        seconds = s.get("seconds", 0.0)
         out = {"mode": mode, "images": s.get("images", 0), "gradient_images": s.get("gradient_images", 0),
-               "chunks": s.get("chunks", 0), "seconds": round(s.get("seconds", 0.0), 3), "attack_seconds": round(attack_seconds, 3),
-               "fraction_of_attack": round(s.get("seconds", 0.0) / attack_seconds, 3) if attack_seconds > 0 else None}
+               "chunks": s.get("chunks", 0), "seconds": round(seconds, 3), "attack_seconds": round(attack_seconds, 3),
+               "fraction_of_attack": round(seconds / attack_seconds, 3) if attack_seconds > 0 else None}
         m = self.check_period(ctx) if self.opts.checks == "auto" else None
         if m is not None:
             out["every"] = m
@@ -646,11 +631,11 @@ class CascadeState:
 
 @register_suite
 class AutoAttackSuite(AttackSuite):
-    """AutoAttack as one unit per (member, chunk): member k attacks, on its chunk, the points still robust after
-    members 0 … k − 1, read from the state the previous unit left (in memory, and in ``OUT/adversarial/<key>/
-    cascade/`` so that a resumed run reads it back; replayed when missing). The robust accuracy and each image's
-    outcome are those of :class:`~robustvit.attacks.autoattack.AutoAttack` run in one go with the chunk's seed;
-    a kill loses at most the running member on one chunk. ``individual=1`` adds one unit per member alone."""
+    """AutoAttack as one unit per (member, chunk): member k attacks the chunk's points still robust after members
+    0 … k − 1, from the state the previous unit left (in memory and under ``OUT/adversarial/<key>/cascade/`` for a
+    resumed run; replayed when missing), so a kill loses at most one member on one chunk. The outcome equals
+    :class:`~robustvit.attacks.autoattack.AutoAttack` run in one go with the chunk's seed. ``individual=1`` adds
+    one unit per member alone."""
 
     name = "autoattack"
     smoke = {"steps": 2, "n_queries": 3, "checks": 0}
@@ -729,11 +714,7 @@ class AutoAttackSuite(AttackSuite):
         held = self._states.get(start)
         if held is not None and held[0] == k:
             return held[1]
-        path = self.cascade_file(ctx, start, k)
-        st = self.read_state(path, batch)
-        if st is not None:
-            pass
-        elif k < 0:
+        if k < 0:
             with torch.no_grad():
                 logits = ctx.model(batch.x)
             clean = correct(logits, batch.y)
@@ -742,14 +723,13 @@ class AutoAttackSuite(AttackSuite):
             robust = aa.correct_mask(xs, batch.y[attacked])   # type: ignore[attr-defined]
             return CascadeState(clean, nonfinite_rows(logits), attacked, robust,
                                 xs.clone() if self.keeps_examples(batch) else None, batch.ids.long().cpu())
-        else:
+        path = self.cascade_file(ctx, start, k)
+        st = self.read_state(path, batch)
+        if st is None:
             prev = self.state(ctx, batch, aa, k - 1)
-            name, member = aa.schedule(ctx.num_classes)[k]   # type: ignore[attr-defined]
-            x_adv = prev.x_adv.clone() if prev.x_adv is not None else batch.x[prev.attacked].clone()
-            atk = aa.member_attack(member, ctx.num_classes)  # type: ignore[attr-defined]
-            with attack_memory(ctx.model, atk, ctx.num_classes):
-                robust = aa.run_member(atk, batch.x[prev.attacked], batch.y[prev.attacked],   # type: ignore[attr-defined]
-                                       prev.robust, x_adv)
+            xs, ys = batch.x[prev.attacked], batch.y[prev.attacked]
+            x_adv = prev.x_adv.clone() if prev.x_adv is not None else xs.clone()
+            robust = self._run_member(ctx, aa, k, xs, ys, prev.robust, x_adv)[1]
             st = dataclasses.replace(prev, robust=robust, x_adv=x_adv if prev.x_adv is not None else None)
             if path is not None:
                 from safetensors.torch import save
@@ -757,6 +737,15 @@ class AutoAttackSuite(AttackSuite):
                 write_bytes(path, save(st.tensors()), durable=False)
         self._states[start] = (k, st)
         return st
+
+    @staticmethod
+    def _run_member(ctx: EvalContext, aa: Attack, k: int, x: torch.Tensor, y: torch.Tensor, robust: torch.Tensor,
+                    x_adv: torch.Tensor) -> tuple[str, torch.Tensor]:
+        """Member ``k``'s name and the points of ``x`` still robust after it (``x_adv`` updated in place)."""
+        name, member = aa.schedule(ctx.num_classes)[k]   # type: ignore[attr-defined]
+        atk = aa.member_attack(member, ctx.num_classes)  # type: ignore[attr-defined]
+        with attack_memory(ctx.model, atk, ctx.num_classes):
+            return name, aa.run_member(atk, x, y, robust, x_adv)   # type: ignore[attr-defined]
 
     @staticmethod
     def read_state(path: Path | None, batch: Batch) -> CascadeState | None:
@@ -770,18 +759,13 @@ class AutoAttackSuite(AttackSuite):
 
     def cascade_file(self, ctx: EvalContext, start: int, k: int) -> Path | None:
         """Where the chunk's state after member ``k`` is kept for a resumed run (None: no output folder)."""
-        if ctx.out_dir is None or k < 0:
-            return None
-        return self.save_dir(ctx) / "cascade" / f"{start:09d}-{k}.safetensors"
+        return None if ctx.out_dir is None else self.save_dir(ctx) / "cascade" / f"{start:09d}-{k}.safetensors"
 
     def _alone(self, ctx: EvalContext, batch: Batch, aa: Attack, k: int, t0: float) -> dict[str, Any]:
         """``individual``: member ``k`` alone on every point the cascade starts from (same seed)."""
         base = self.state(ctx, batch, aa, -1)
-        name, member = aa.schedule(ctx.num_classes)[k]   # type: ignore[attr-defined]
-        atk = aa.member_attack(member, ctx.num_classes)  # type: ignore[attr-defined]
-        xs, ys = batch.x[base.attacked], batch.y[base.attacked]
-        with attack_memory(ctx.model, atk, ctx.num_classes):
-            robust = aa.run_member(atk, xs, ys, base.robust, xs.clone())   # type: ignore[attr-defined]
+        xs = batch.x[base.attacked]
+        name, robust = self._run_member(ctx, aa, k, xs, batch.y[base.attacked], base.robust, xs.clone())
         return {"individual": {name: int(robust.sum())}, "seconds_individual": time.perf_counter() - t0}
 
     # ---- result ---------------------------------------------------------------------------------
@@ -789,7 +773,7 @@ class AutoAttackSuite(AttackSuite):
         out = super().settings(ctx)
         atk = self.attack_for(ctx, ctx.model, 0)
         out["attacks"] = atk.member_names()   # type: ignore[attr-defined]
-        overrides = {k: v for k, v in atk.overrides.items()}   # type: ignore[attr-defined]
+        overrides = dict(atk.overrides)   # type: ignore[attr-defined]
         out["reduced"] = bool(overrides) and out.get("version") != "custom"
         if overrides:
             out["overrides"] = overrides
@@ -819,10 +803,8 @@ class AutoAttackSuite(AttackSuite):
 
     def extra_results(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, Any]:
         n = max(s.get("n", 0), 1)
-        counts = s.get("per_attack", {})
-        misclassified = s.get("n", 0) - s.get("clean", 0)
-        out = {"per_attack": {k: v / n for k, v in counts.items()}, "clean_misclassified": misclassified,
-               "member_seconds": s.get("member_seconds", {})}
+        out = {"per_attack": {k: v / n for k, v in s.get("per_attack", {}).items()},
+               "clean_misclassified": s.get("n", 0) - s.get("clean", 0), "member_seconds": s.get("member_seconds", {})}
         if "individual" in s:   # each member alone on every clean-correct point, beside the cascade
             out["individual"] = {k: v / n for k, v in s["individual"].items()}
         return out
@@ -842,8 +824,7 @@ class SpatialSuite(AttackSuite):
     Options = attack_suite_options(Spatial)
 
     def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
-        st = atk.last_stats   # type: ignore[attr-defined]
-        return {"evaluated": st.get("evaluated", 0.0), "attack_seconds": st.get("seconds", 0.0)}
+        return {"evaluated": atk.last_stats.get("evaluated", 0.0)}   # type: ignore[attr-defined]
 
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
         out = super().settings(ctx)
@@ -880,16 +861,11 @@ class PatchFoolSuite(AttackSuite):
         x, y = batch.x, batch.y
         with torch.no_grad():
             clean_logits = ctx.model(x)
-        clean_ok = correct(clean_logits, y)
         with inference_settings(ctx.model, micro_batch=None):     # the attack's probe hooks read whole batches
             x_adv = self.attack_for(ctx, ctx.model, chunk_seed(batch))(x, y)
-        with torch.no_grad():
-            adv_logits = ctx.model(x_adv)
-        robust = recheck_fp32(ctx.model, correct(adv_logits, y), None, x_adv, y)
+        out = chunk_outcome(ctx.model, x, x_adv, y, clean_logits, clean_too=False)
         self.save_chunk(ctx, batch, x_adv)
-        return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum()),
-                "nonfinite": int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum()),
-                "saved": self.maybe_save(ctx, batch, x, x_adv, torch.ones_like(clean_ok))}
+        return {**out, "saved": self.maybe_save(ctx, batch, x, x_adv, torch.ones_like(y, dtype=torch.bool))}
 
     def parts(self, ctx: EvalContext) -> list[str]:
         return super().parts(ctx) if is_probeable(ctx.model) else []
@@ -908,16 +884,12 @@ class PatchFoolSuite(AttackSuite):
 
 @register_suite
 class TransferSuite(AttackSuite):
-    """Examples crafted on every model of the run (``--model A,B,…``) and on the extra source models named by
-    ``sources=NAME+NAME…``, evaluated on the model under test: each results.json holds its column of the source
-    → target accuracy matrix (Bhojanapalli et al. Tables 4–5); ``robustvit report`` assembles the whole matrix.
-    The examples crafted on a source are identical for every target (same seeds) and are cached in memory (up
-    to ``cache_gb``, 2) across targets.
-
-    An extra source is a checkpoint folder, or a model name with ``source_pretrained=1`` (published weights) or
-    ``source_weights=FILE`` (one source only); a bare name is refused (it would have random weights) unless
-    ``allow_random=1``. The result records every source's weights (``sources``) and the networks with random
-    weights (``random_sources``, the target included; :mod:`robustvit.protocols` labels the matrix from them)."""
+    """Examples crafted on every model of the run (``--model A,B,…``) and on the extra sources of ``sources=``
+    (checkpoint folders, or names with ``source_pretrained=1`` / ``source_weights=FILE``; random weights only with
+    ``allow_random=1``), evaluated on the model under test: its column of the source → target accuracy matrix
+    (Bhojanapalli et al. Tables 4–5; ``robustvit report`` assembles it). A source's examples are the same for every
+    target (same seeds) and cached across targets (up to ``cache_gb``). ``sources`` and ``random_sources`` in the
+    result record the weights (:mod:`robustvit.protocols` labels the matrix from them)."""
 
     name = "transfer"
     smoke = {"steps": 1, "checks": 0}
@@ -961,10 +933,6 @@ class TransferSuite(AttackSuite):
     def attack_name(self) -> str:  # type: ignore[override]
         return str(self.opts.attack)
 
-    @property
-    def check_kinds(self) -> tuple[str, ...]:
-        return ()
-
     def extra_sources(self, ctx: EvalContext) -> dict[str, nn.Module]:
         """The models named by ``sources=``, built once (on the run's device) with ``build_named_model``."""
         if self._extra is None:
@@ -1005,13 +973,9 @@ class TransferSuite(AttackSuite):
             if self._cache_bytes + x_adv.numel() * x_adv.element_size() <= limit:
                 self._cache[key] = x_adv.cpu()
                 self._cache_bytes += x_adv.numel() * x_adv.element_size()
-        x_adv = x_adv.to(x.device)
         with torch.no_grad():
-            clean_logits, adv_logits = ctx.model(x), ctx.model(x_adv)
-        clean_ok = correct(clean_logits, y)
-        robust = recheck_fp32(ctx.model, clean_ok & correct(adv_logits, y), x, x_adv, y)
-        return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "robust": int(robust.sum()),
-                "nonfinite": int((nonfinite_rows(clean_logits) | nonfinite_rows(adv_logits)).sum())}
+            clean_logits = ctx.model(x)
+        return chunk_outcome(ctx.model, x, x_adv.to(x.device), y, clean_logits)
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         kw = self.resolved(ctx)[0]

@@ -1,21 +1,16 @@
 """The evaluation-suite interface and registry.
 
-A suite turns a model and a data set into a JSON-able result. The runner (``robustvit.evaluation.runner``)
-splits the work into *units* — (suite, part, chunk of images) — and stores each unit's statistics in
-SQLite as soon as it finishes, so an interrupted run resumes where it stopped.
+A suite turns a model and a data set into a JSON-able result. The runner (``robustvit.evaluation.runner``) splits
+the work into *units* — (suite, part, chunk of images) — and stores each unit's statistics in SQLite as soon as it
+finishes, so an interrupted run resumes where it stopped. A suite therefore writes ``parts(ctx)`` (the independent
+pieces of work per chunk, e.g. one per corruption × severity), ``run(ctx, part, batch)`` (one chunk's statistics: a
+nested dict of numbers, **additive** across chunks — counts and sums, not means) and ``finalize(ctx, stats)`` (the
+summed statistics of every part → the suite's JSON result).
 
-A suite therefore only writes three things:
-
-* ``parts(ctx)``: the independent pieces of work per chunk (e.g. one per corruption × severity);
-* ``run(ctx, part, batch)``: statistics for one chunk, as a nested dict of numbers or lists of numbers
-  that are **additive** across chunks (counts, sums — not means);
-* ``finalize(ctx, stats)``: turn the summed statistics of every part into the suite's JSON result.
-
-Options: a suite declares them as a nested ``Options`` dataclass extending :class:`SuiteOptions` (``limit``,
-``subset``), parsed from the spec (``pgd:eps=1/255:steps=20``) by :func:`robustvit.options.parse_options`:
-an unknown key, an empty, NaN or out-of-range value is a one-line error naming it. The parsed options are
-``suite.opts``; ``suite.options`` holds only those given (typed); every result records
-``"options": options_dict(suite.opts)``.
+Options: a nested ``Options`` dataclass extending :class:`SuiteOptions`, parsed from the spec
+(``pgd:eps=1/255:steps=20``) by :func:`robustvit.options.parse_options` (an unknown key, an empty, NaN or
+out-of-range value is a one-line error); ``suite.opts`` holds them all, ``suite.options`` those given (typed), and
+every result records ``"options": options_dict(suite.opts)``.
 
 Example::
 
@@ -71,12 +66,9 @@ class Batch:
 
 @dataclass
 class EvalContext:
-    """What a suite may look at. ``model`` is the model under test (a ``Normalized`` wrapper with
-    ``.spec``); ``models`` holds every model of the run by name (for transfer-style suites).
-
-    The typed data convention — ``image_size`` (the model's input side), ``data_source`` (the data spec's
-    source name, e.g. ``cifar10``), ``class_map`` — is filled in from the model and the data spec when not
-    given, so suites read fields instead of ``getattr`` chains and re-parsed specs."""
+    """What a suite may look at: ``model`` under test (a ``Normalized`` wrapper with ``.spec``), ``models``
+    (every model of the run by name, for transfer-style suites), the data, and the typed data convention
+    (``image_size``, ``data_source``), filled in from the model and the data spec when not given."""
 
     model: nn.Module
     model_name: str
@@ -129,12 +121,10 @@ def data_source_of(data_spec: str) -> str:
 
 @dataclass
 class Plan:
-    """What the runner does for a suite on one model (:meth:`Suite.plan`): the ``parts`` of every chunk (its
-    units), and the images they read — ``data``: one data set for every part (None: the run's ``--data``); or,
-    with ``size`` (the suite's own images, positions 0 … size−1, ``labels`` theirs for a class-stratified
-    ``limit=``): ``part_data``, {part: data set} of the same images read for each part (ImageNet-C units), else
-    nothing: the suite reads them itself from ``batch.ids`` (``batch.x`` is empty). The runner then calls
-    ``suite.run`` per unit and ``suite.finalize`` on the summed statistics."""
+    """What the runner does for a suite on one model (:meth:`Suite.plan`): the ``parts`` of every chunk and the
+    images they read — ``data``, one data set for every part (None: the run's ``--data``); or, with ``size`` (the
+    suite's own images 0 … size−1; ``labels`` for a class-stratified ``limit=``), ``part_data`` ({part: data set}
+    of the same images, ImageNet-C units), else nothing: the suite reads them from ``batch.ids``."""
 
     parts: list[str]
     data: Any = None
@@ -153,13 +143,9 @@ class SuiteOptions:
 
 
 class Suite:
-    """Base class of evaluation suites. Subclasses set ``name``, declare ``Options`` (a :class:`SuiteOptions`
-    subclass) and implement ``run``/``finalize``.
-
-    ``max_images`` (option ``limit``) caps the images this suite sees: the runner draws them from the run's
-    images (option ``subset``: ``stratified`` — a seeded class-stratified sample, nested in the run's — or
-    ``first``; default the run's ``--subset-method``), see ``robustvit.data.subset``.
-    """
+    """Base class of evaluation suites: subclasses set ``name``, declare ``Options`` (a :class:`SuiteOptions`
+    subclass) and implement ``run``/``finalize``. ``max_images`` (option ``limit``) caps the images the runner
+    draws for it from the run's (option ``subset``; see ``robustvit.data.subset``)."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
@@ -188,8 +174,8 @@ class Suite:
     across_models: ClassVar[bool] = False
 
     def __init__(self, limit: int | None = None, subset: str | None = None, **options: Any) -> None:
-        given = {**({"limit": limit} if limit is not None else {}), **({"subset": subset} if subset is not None else {}),
-                 **{str(k).replace("-", "_"): v for k, v in options.items()}}
+        given = {k: v for k, v in (("limit", limit), ("subset", subset)) if v is not None}
+        given.update({str(k).replace("-", "_"): v for k, v in options.items()})
         for k, v in given.items():
             if isinstance(v, str) and not v.strip():
                 raise RobustvitError(f"suite {self.name!r}: option {k}= has no value; write {k}=VALUE "
@@ -280,7 +266,8 @@ def nonfinite_result(key: str, count: int) -> dict[str, Any]:
     return {"num_nonfinite": int(count)}
 
 
-SUITES: Registry[type[Suite]] = Registry("suite", package="robustvit.evaluation.suites", hint="see `robustvit list suites`")
+SUITES: Registry[type[Suite]] = Registry("suite", package="robustvit.evaluation.suites",
+                                         hint="see `robustvit list suites`")
 register_suite = SUITES.register
 
 

@@ -1,20 +1,14 @@
 """Suites ``certify`` (randomized smoothing, L2) and ``certify_patch`` (derandomized smoothing against patches).
 
 ``certify:sigma=0.25:n0=100:n=100000:alpha=0.001`` — Cohen, Rosenfeld & Kolter (ICML 2019, arXiv:1902.02918):
-CERTIFY per image (:func:`robustvit.certify.certify`); ``certified_accuracy`` {radius: fraction of images predicted
-correctly with a certified L2 radius (pixel units, [0, 1] images) at least that radius}, ``abstain_rate``,
-``per_image`` (idx, label, predict — −1 abstain —, radius, correct) and the same table as locuslab/smoothing's
-``certify.py`` writes it, with each image's seconds (tab-separated; ``table`` names the file). ``predict=N`` also runs PREDICT with N draws.
+CERTIFY per image (:func:`robustvit.certify.certify`); ``certified_accuracy`` {radius: fraction correct with a
+certified L2 radius (pixel units) at least that}, ``abstain_rate``, ``per_image`` and the table that
+locuslab/smoothing's ``certify.py`` writes (``table``). ``predict=N`` also runs PREDICT with N draws.
 
 ``certify_patch:ablation=column:size=19:patch=32`` — Levine & Feizi (NeurIPS 2020, arXiv:2002.10733) with the
 ViT token dropping of Salman et al. (CVPR 2022, arXiv:2110.07719): the base classifier on every ablation position,
-``certified_accuracy`` {patch side: fraction certified and correct}, ``clean_accuracy`` (the smoothed classifier's),
-``tokens`` (``drop`` or ``zero_fill``, with ``tokens_note`` saying why tokens were not dropped), ``encoding``
-(``rgb``, or ``levine_feizi``: Levine & Feizi's 6-channel input, for networks built with 6 input channels).
-``threshold=θ`` counts, per position, every class whose softmax is at least θ (Levine & Feizi's voting; default:
-the argmax). Sizes are pixels of
-the evaluated image, or of an image of side ``reference`` scaled to it (``reference=224:size=19:patch=32`` gives
-size 3 and patch 5 on 32×32 images).
+``certified_accuracy`` {patch side: fraction certified and correct}. Sizes are pixels of the evaluated image, or of
+an image of side ``reference`` scaled to it. Result keys: docs/certified.md.
 """
 
 from __future__ import annotations
@@ -39,10 +33,6 @@ from robustvit.runs.atomic import write_text
 DEFAULT_RADII = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0)
 #: Cohen et al.'s published setting (the protocol the comparability labels compare against).
 COHEN_PROTOCOL = {"n0": 100, "n": 100_000, "alpha": 0.001}
-
-
-def _key(r: float) -> str:
-    return f"{r:g}"
 
 
 @register_suite
@@ -90,7 +80,7 @@ class Certify(Suite):
         n = max(s["n"], 1)
         rows = sorted(((int(k), *v) for k, v in s["per_image"].items()), key=lambda r: r[0])
         res: dict[str, Any] = {
-            "certified_accuracy": {_key(r): c / n for r, c in zip(o.radii, s["certified"])},
+            "certified_accuracy": {f"{r:g}": c / n for r, c in zip(o.radii, s["certified"])},
             "abstain_rate": s["abstain"] / n, "num_images": s["n"],
             "settings": {"sigma": o.sigma, "n0": o.n0, "n": o.n, "alpha": o.alpha, "batch": o.batch,
                          "noise": "Gaussian in pixel units, added before the model's normalisation, not clipped"},

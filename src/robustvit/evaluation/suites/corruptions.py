@@ -2,52 +2,22 @@
 
 Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
 ICLR 2019 (arXiv:1903.12261); retention rate from FAN (Zhou et al., arXiv:2204.12451); "IN-C w/o noise"
-from AFAT. Metrics: ``robustvit.metrics.corruption``.
+from AFAT. Metrics: ``robustvit.metrics.corruption``; options and result keys: docs/corruptions.md.
 
-Every image of the run's data set is corrupted on the device (``robustvit.corruptions.corrupt``) with the
-unit's seeded generator (so a unit replays exactly); or, with ``source=DIR``, the images are read from a
-released (or ``robustvit corrupt``-written) ImageNet-C tree or CIFAR-10/100-C folder
-(``robustvit.data.corrupted``; that suite is :class:`StoredCorruptions`, built by the same name). A released
-ImageNet-3DCC tree (Kar et al., CVPR 2022, arXiv:2203.01441; its 12 corruptions × 5 severities) is read the same
-way, ``corruptions:source=ImageNet-3DCC``. One part per corruption × severity, plus ``clean``.
-
-Options (``corruptions:corruptions=noise:severities=1-3``):
-
-* ``corruptions``: a group (``all`` — default, 19 —, ``benchmark`` (15), ``noise``, ``blur``, ``weather``,
-  ``digital``, ``extra``) or ``+``-separated names (``fog+snow``); from an ImageNet-3DCC tree: ``all`` (its 12)
-  or names among ``robustvit.protocols.CORRUPTIONS_3DCC`` (``near_focus+fog_3d``);
-* ``severities``: ``1-5`` (default), ``3``, ``1+3+5``;
-* ``preset``: ``imagenet`` or ``cifar`` parameter table (default: by image size, see ``docs/corruptions.md``);
-* ``jpeg_quality``: JPEG round trip after truncation to uint8, as the released ImageNet-C files (quality 85).
-  Default ``auto``: 85 when the images are ImageNet validation images (1000 classes) corrupted with the
-  ``imagenet`` parameters — the released files' pipeline, so that mCE compares with the published tables —
-  else none; ``none`` turns it off;
-* ``source``: an ImageNet-C tree or CIFAR-C folder to read instead of corrupting. The ``clean`` part then
-  reads the run's ``--data`` at the same positions (e.g. ``imagenet:/val`` for ImageNet-C, ``cifar10:test``
-  for CIFAR-10-C) when it has as many images and classes; else clean accuracy is null;
-* ``limit``: number of images (per unit), drawn from the run's images (``subset=stratified`` — default, a
-  seeded class-stratified sample — or ``first``; see ``robustvit.data.subset``). A ``source`` tree as long as
-  ``--data`` (ImageNet-C next to ImageNet validation) takes the run's ``--limit`` / ``--subset FILE`` images.
-
-Result (``suites.<key>``): ``accuracy[name][severity]`` (severity keys "1"…"5"), ``clean_accuracy``,
-``corruption_accuracy[name]`` (mean over severities), ``severity_accuracy[severity]`` (mean over the
-benchmark corruptions evaluated, else over all), ``mean_accuracy`` (over the 15 benchmark corruptions
-evaluated), ``mean_accuracy_all`` (every corruption evaluated), ``mean_accuracy_without_noise`` (the 12
-non-noise benchmark corruptions), ``groups`` (mean per group), ``retention`` (mean_accuracy /
-clean_accuracy), ``ce`` / ``relative_ce`` / ``mce`` / ``relative_mce`` (AlexNet-normalised, percent; only for
-ImageNet-C-like data, else null with ``mce_reason``), ``mce_protocol`` (``imagenet-c`` when the images match
-the released files: 224 px, JPEG 85, the frost photographs; else ``approximate``, with the differences in
-``mce_approximations``), ``frost_source`` (``photos:<folder>`` or ``procedural``, when frost was made in
-memory), ``preset``, ``jpeg_quality``, ``severities``, ``corruptions``, ``source``, ``num_images``.
-ImageNet-3DCC (RobustBench's ``corruptions_3d`` threat model): ``corruptions_acc_3d`` (the mean accuracy over the
-3DCC corruptions × severities evaluated, a fraction) and ``corruptions_mce_3d`` (percent: the mean over the 12 of
-Σ_s E_s / Σ_s E_s^AlexNet with RobustBench's AlexNet errors on ImageNet-3DCC,
-``robustvit.metrics.corruption.ALEXNET_ERRORS_3DCC``; null unless all 12 × 5 of a 1000-class tree were evaluated,
-``mce_reason`` says why), ``ce_3d`` (per corruption, percent); ``num_classes`` (the stored tree's classes).
+The run's images are corrupted on the device (``robustvit.corruptions.corrupt``) with the unit's seeded
+generator, one part per corruption × severity plus ``clean``. With ``source=DIR`` (:class:`StoredCorruptions`,
+built by the same name) the images are read instead from a released or ``robustvit corrupt``-written ImageNet-C
+tree or CIFAR-10/100-C folder (``robustvit.data.corrupted``), or an ImageNet-3DCC tree (Kar et al., CVPR 2022,
+arXiv:2203.01441; RobustBench's ``corruptions_3d``: ``corruptions_acc_3d``, ``corruptions_mce_3d`` from
+``robustvit.metrics.corruption.ALEXNET_ERRORS_3DCC``); ``clean`` then reads the run's ``--data`` at the same
+positions when it matches. ``jpeg_quality=auto`` applies the released files' JPEG-85 round trip to ImageNet
+validation images corrupted with the ``imagenet`` table, so that mCE compares with the published tables;
+``mce_protocol`` / ``mce_approximations`` say how the images differ from the released files.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -76,7 +46,9 @@ CLEAN = "clean"
 
 def _image_size(ctx: EvalContext) -> int | None:
     """``ctx.image_size``; the protocol checks below also take a duck-typed context (model + data spec)."""
-    return ctx.image_size if isinstance(ctx, EvalContext) else getattr(getattr(ctx.model, "spec", None), "image_size", None)
+    if isinstance(ctx, EvalContext):
+        return ctx.image_size
+    return getattr(getattr(ctx.model, "spec", None), "image_size", None)
 
 
 def _data_source(ctx: EvalContext) -> str:
@@ -85,6 +57,12 @@ def _data_source(ctx: EvalContext) -> str:
 
 def part_name(name: str, severity: int) -> str:
     return f"{name}/{severity}"
+
+
+def _split(part: str) -> tuple[str, int]:
+    """``"fog/3"`` → ``("fog", 3)``."""
+    name, severity = part.rsplit("/", 1)
+    return name, int(severity)
 
 
 class CorruptionSuite(Suite):
@@ -154,12 +132,14 @@ class CorruptionSuite(Suite):
 
     def _mce_reason(self, ctx: EvalContext) -> str | None:
         """None when the AlexNet normalisation applies, else why not."""
-        reason = self._data_reason(ctx)
-        if reason is not None:
-            return reason
-        missing = [n for n in BENCHMARK_CORRUPTIONS if n not in self.names]
+        return self._data_reason(ctx) or self._unevaluated(BENCHMARK_CORRUPTIONS,
+                                                           "mCE averages the 15 benchmark corruptions")
+
+    def _unevaluated(self, required: Iterable[str], averages: str) -> str | None:
+        """Why an mCE over ``required`` × severities 1-5 cannot be computed (None: it can)."""
+        missing = [n for n in required if n not in self.names]
         if missing:
-            return f"mCE averages the 15 benchmark corruptions; {len(missing)} were not evaluated ({missing[0]} …)"
+            return f"{averages}; {len(missing)} were not evaluated ({missing[0]} …)"
         if self.severities != [1, 2, 3, 4, 5]:
             return "CE sums the errors of severities 1-5; evaluate every severity"
         return None
@@ -178,13 +158,16 @@ class CorruptionSuite(Suite):
             s = stats.get(part, {})
             return s["correct"] / s["n"] if s.get("n") else None
 
+        def errors(n: str) -> dict[int, float]:
+            return {s: 1.0 - accuracy[n][str(s)] for s in self.severities}   # type: ignore[operator]
+
         accuracy = {n: {str(s): acc(part_name(n, s)) for s in self.severities} for n in self.names}
         per_corr = {n: mean_or_none(list(accuracy[n].values())) for n in self.names}
         bench = [n for n in BENCHMARK_CORRUPTIONS if n in self.names]
         curve_over = bench or list(self.names)
         per_sev = {str(s): mean_or_none([accuracy[n][str(s)] for n in curve_over]) for s in self.severities}
         clean = acc(CLEAN)
-        mean_bench = mean_or_none([per_corr[n] for n in bench]) if bench else None
+        mean_bench = mean_or_none([per_corr[n] for n in bench])
         no_noise = [n for n in bench if n not in NOISE_CORRUPTIONS]
         groups = {g: mean_or_none([per_corr[n] for n in CORRUPTION_GROUPS[g] if n in self.names])
                   for g in GROUP_NAMES if any(n in self.names for n in CORRUPTION_GROUPS[g])}
@@ -193,22 +176,20 @@ class CorruptionSuite(Suite):
         rce: dict[str, float] | None = None
         m = rm = None
         if reason is None:
-            errors = {n: {s: 1.0 - accuracy[n][str(s)] for s in self.severities} for n in self.names
-                      if n in ALEXNET_ERRORS and None not in accuracy[n].values()}
-            ce = {n: 100.0 * corruption_error(e, ALEXNET_ERRORS[n]) for n, e in errors.items()}
+            scored = [n for n in self.names if n in ALEXNET_ERRORS and None not in accuracy[n].values()]
+            ce = {n: 100.0 * corruption_error(errors(n), ALEXNET_ERRORS[n]) for n in scored}
             m = mean_or_none([ce.get(n) for n in BENCHMARK_CORRUPTIONS])
             if clean is not None:
-                rce = {n: 100.0 * relative_corruption_error(e, 1.0 - clean, ALEXNET_ERRORS[n]) for n, e in errors.items()}
+                rce = {n: 100.0 * relative_corruption_error(errors(n), 1.0 - clean, ALEXNET_ERRORS[n]) for n in scored}
                 rm = mean_or_none([rce.get(n) for n in BENCHMARK_CORRUPTIONS])
             else:
                 reason = "relative mCE needs the clean accuracy (give --data with the clean images of the source)"
         three_d = [n for n in CORRUPTIONS_3DCC if n in self.names]
         ce_3d: dict[str, float] | None = None
         if three_d and self._mce_3d_reason(ctx) is None and all(per_corr[n] is not None for n in three_d):
-            ce_3d = {n: 100.0 * corruption_error({s: 1.0 - accuracy[n][str(s)] for s in self.severities},  # type: ignore[operator]
-                                                 ALEXNET_ERRORS_3DCC[n]) for n in three_d}
+            ce_3d = {n: 100.0 * corruption_error(errors(n), ALEXNET_ERRORS_3DCC[n]) for n in three_d}
         approximations = self._approximations(ctx) if m is not None else []
-        n_images = max((stats.get(p, {}).get("n", 0) + stats.get(p, {}).get("unreadable", 0) for p in stats), default=0)
+        n_images = max((s.get("n", 0) + s.get("unreadable", 0) for s in stats.values()), default=0)
         unreadable = sum(int(s.get("unreadable", 0)) for s in stats.values())
         extra = self._extra()
         return {
@@ -216,7 +197,7 @@ class CorruptionSuite(Suite):
             "corruption_accuracy": per_corr, "severity_accuracy": per_sev,
             "mean_accuracy": mean_bench, "mean_over": bench,
             "mean_accuracy_all": mean_or_none([per_corr[n] for n in self.names]),
-            "mean_accuracy_without_noise": mean_or_none([per_corr[n] for n in no_noise]) if no_noise else None,
+            "mean_accuracy_without_noise": mean_or_none([per_corr[n] for n in no_noise]),
             "groups": groups, "retention": retention(mean_bench, clean),
             "ce": ce, "relative_ce": rce, "mce": m, "relative_mce": rm, "mce_reason": reason,
             "mce_protocol": None if m is None else ("approximate" if approximations else "imagenet-c"),
@@ -226,7 +207,7 @@ class CorruptionSuite(Suite):
             "corruptions": list(self.names), "source": None if self.source is None else str(Path(self.source)),
             "source_layout": extra["source_layout"],
             "num_images": int(n_images), "num_unreadable": unreadable,
-            "corruptions_acc_3d": mean_or_none([per_corr[n] for n in three_d]) if three_d else None,
+            "corruptions_acc_3d": mean_or_none([per_corr[n] for n in three_d]),
             "corruptions_mce_3d": mean_or_none(list(ce_3d.values())) if ce_3d else None, "ce_3d": ce_3d,
             "num_classes": extra.get("num_classes"),
         }
@@ -235,9 +216,6 @@ class CorruptionSuite(Suite):
 @register_suite
 class Corruptions(CorruptionSuite):
     """The run's images corrupted in memory; ``corruptions:source=DIR`` builds :class:`StoredCorruptions`."""
-
-    # 19 × 5 units + clean: ~1 minute per demo model on a 2-core CPU at 100 images (the model's forward pass
-    # dominates: ~0.5 s per 100 32-px images for vit_cifar_micro); --quick: 3 severities, 40 images.
 
     def __new__(cls, **options: Any) -> Any:
         if cls is Corruptions and options.get("source") is not None:
@@ -259,16 +237,13 @@ class Corruptions(CorruptionSuite):
         """The chunk's images, corrupted here with the unit's generator (``clean``: as they are)."""
         if part == CLEAN:
             return batch.x, batch.y, 0
-        name, sev = part.rsplit("/", 1)
-        x = corrupt(batch.x, name, int(sev), generator=batch.generator, preset=self.preset,
+        x = corrupt(batch.x, *_split(part), generator=batch.generator, preset=self.preset,
                     jpeg_quality=self._jpeg_quality(ctx))
         return x, batch.y, 0
 
     def _preset(self, ctx: EvalContext) -> str | None:
         size = _image_size(ctx)
-        if size is None:
-            return self.preset
-        return resolve_preset(self.preset, int(size), int(size))
+        return self.preset if size is None else resolve_preset(self.preset, int(size), int(size))
 
     def _imagenet(self, ctx: EvalContext) -> bool:
         """Whether ImageNet validation images (1000 classes) are corrupted with the imagenet table."""
@@ -281,8 +256,7 @@ class Corruptions(CorruptionSuite):
         return self.jpeg_quality
 
     def _data_reason(self, ctx: EvalContext) -> str | None:
-        nc = getattr(ctx.dataset, "num_classes", None)
-        if _data_source(ctx) != "imagenet" or nc != 1000:
+        if _data_source(ctx) != "imagenet" or getattr(ctx.dataset, "num_classes", None) != 1000:
             return (f"the data ({ctx.data_spec}) is not ImageNet validation data with 1000 classes; AlexNet-"
                     "normalised mCE is defined for ImageNet-C only")
         if self._preset(ctx) != "imagenet":
@@ -364,15 +338,8 @@ class StoredCorruptions(CorruptionSuite):
         if set_size is not None:                 # ImageNet-C files: resized to the model's input on reading
             set_size(ctx.image_size)
         parts = self.parts(ctx)
-        data: dict[str, Any] = {}
-        for part in parts:
-            if part == CLEAN:
-                ids = self._clean_ids(ctx)
-                assert ids is not None
-                data[part] = SubsetDataset(ctx.dataset, ids)
-            else:
-                name, sev = part.rsplit("/", 1)
-                data[part] = self.src.unit(name, int(sev))
+        data = {p: SubsetDataset(ctx.dataset, self._clean_ids(ctx)) if p == CLEAN else self.src.unit(*_split(p))
+                for p in parts}
         first = self.src.unit(self.names[0], self.severities[0]) if self.names else None
         return Plan(parts, size=self._size(), labels=None if first is None else dataset_labels(first), part_data=data)
 
@@ -404,12 +371,7 @@ class StoredCorruptions(CorruptionSuite):
             return "not ImageNet-3DCC"
         if not self.src.imagenet_like:
             return f"{self.source} is not a 1000-class tree; AlexNet's 3DCC errors are ImageNet-1k's"
-        missing = [n for n in CORRUPTIONS_3DCC if n not in self.names]
-        if missing:
-            return f"it averages the 12 corruptions; {len(missing)} were not evaluated ({missing[0]} …)"
-        if self.severities != [1, 2, 3, 4, 5]:
-            return "CE sums the errors of severities 1-5; evaluate every severity"
-        return None
+        return self._unevaluated(CORRUPTIONS_3DCC, "it averages the 12 corruptions")
 
     def _extra(self) -> dict[str, Any]:
         return {"frost_source": None, "source_layout": self.src.layout, "num_classes": len(self.src.classes)}

@@ -1,50 +1,21 @@
 """Dense-prediction suites: ``seg_clean``, ``seg_corruptions`` (semantic segmentation, mIoU) and ``det_clean``,
-``det_corruptions`` (object detection, COCO box mAP).
+``det_corruptions`` (object detection, COCO box mAP). Options and result keys: docs/dense.md.
 
 Segmentation under corruption follows Kamann & Rother ("Benchmarking the Robustness of Semantic Segmentation
 Models", CVPR 2020, arXiv:1908.05005) as SegFormer (arXiv:2105.15203) and FAN (arXiv:2204.12451) report it on
-Cityscapes-C: 16 corruptions (noise: Gaussian, shot, impulse, speckle; blur: defocus, glass, motion, Gaussian;
-digital: brightness, contrast, saturate, JPEG; weather: snow, spatter, fog, frost); the noise corruptions at
-severities 1–3, the others at 1–5; mIoU per corruption × severity, the mean over corruptions, and retention =
-mean corrupted mIoU / clean mIoU. Detection under corruption follows FAN's COCO-C (its ``gen_coco_c.py`` and
-``coco_c_test_all.sh``): the same 16 corruptions at severities 1–5 on COCO val, box mAP per corruption ×
-severity, mean and retention; ``corruptions=imagenet_c`` gives Michaelis et al.'s COCO-C (arXiv:1907.07484),
-ImageNet-C's 15.
+Cityscapes-C: the 16 corruptions of :data:`CITYSCAPES_C_CATEGORIES`, noise at severities 1–3 and the others at
+1–5; mIoU per corruption × severity, their mean and retention = mean corrupted mIoU / clean mIoU. Detection under
+corruption follows FAN's COCO-C (its ``gen_coco_c.py`` and ``coco_c_test_all.sh``): the same 16 at severities 1–5
+on COCO val, box mAP; ``corruptions=imagenet_c`` gives Michaelis et al.'s COCO-C (arXiv:1907.07484), ImageNet-C's
+15. ``source=DIR`` reads a stored corrupted copy instead (``robustvit.data.dense``).
 
-As the benchmarks generate their files, every corruption is applied to the image **at its native resolution**
-with imagecorruptions' parameters (the ``imagenet`` table, never scaled to the image size), before anything is
-resized for the model. Segmentation is scored at the label's native resolution as mmseg does: the (corrupted)
-image is brought to the model's input — ``inference=whole``: resized to the model's input size; ``slide``:
-resized so that it covers the model's input (short side = the input side for square inputs) and cut into
-overlapping windows of the input size at ``stride`` (default ¾ of the window, mmseg's 768 of 1024 on
-Cityscapes), the logits of overlapping windows averaged — and the logits are resized (bilinear) back to the
-label's size before the argmax. Detectors receive the native image (they resize it themselves).
-
-Corruptions touch the image only, never the mask or the boxes. mIoU: :mod:`robustvit.metrics.dense` (one
-confusion matrix over the data set, as mmseg); mAP: ``pycocotools``' COCOeval.
-
-Options (``seg_corruptions:corruptions=noise:severities=1+3``):
-
-* ``corruptions``: ``cityscapes_c`` (default, the 16 above), ``imagenet_c`` (ImageNet-C's 15), a corruption
-  group or ``+``-separated names;
-* ``severities``: ``1-5`` (default); ``noise_severities``: the severities of the noise corruptions in the
-  segmentation suite (default ``1-3``, SegFormer's practice; ``all`` = ``severities``);
-* ``preset``: corruption parameter table (``imagenet`` — imagecorruptions', the default — or ``cifar``);
-* ``source``: a stored corrupted copy read instead of corrupting, in FAN's layout
-  ``DIR/<corruption>_<severity>/<relative image path>`` or Kamann & Rother's
-  ``DIR/<corruption>/<severity>/<relative image path>`` (see ``robustvit.data.dense``);
-* ``inference`` (segmentation): ``whole`` (default) or ``slide``; ``stride``: the sliding-window stride in pixels;
-* ``limit``: number of images.
-
-Results (``suites.<key>``) — segmentation: ``miou`` / ``pixel_accuracy`` ``[name][severity]``,
-``clean_miou``, ``clean_pixel_accuracy``, ``clean_mean_accuracy``, ``clean_iou`` (per class), ``class_names``,
-``corruption_miou[name]`` (mean over its severities), ``category_miou`` (noise/blur/digital/weather),
-``severity_miou[s]``, ``mean_miou``, ``retention``, ``inference``, ``stride``; detection: ``map`` / ``map_50``
-``[name][severity]``, ``clean_map``, ``clean_map_50``, ``clean_stats`` (COCOeval's 12 numbers),
-``corruption_map[name]``, ``mean_map``, ``retention``; both: ``severities``, ``corruptions``, ``corruption_set``
-(``cityscapes_c``, ``imagenet_c`` or ``custom``), ``preset``, ``size_scaling`` (false: the parameters are
-imagecorruptions' at any size), ``corrupted_at`` (``native resolution``), ``source``, ``source_layout``,
-``num_images``.
+As the benchmarks generate their files, each corruption is applied to the image **at its native resolution** with
+imagecorruptions' parameters (never scaled to the image size), to the image only (never the mask or boxes), before
+anything is resized. Segmentation is scored at the label's resolution as mmseg does: the image is brought to the
+model's input (``inference=whole``: resized; ``slide``: resized to cover it and cut into overlapping windows at
+``stride``, default ¾ of the window, mmseg's 768 of 1024 on Cityscapes, the logits averaged), the logits resized
+back (bilinear) before the argmax; mIoU from one confusion matrix over the data set
+(:mod:`robustvit.metrics.dense`). Detectors receive the native image; mAP is ``pycocotools``' COCOeval.
 
 From Python (any model, no CLI): :func:`evaluate_dense`.
 """
@@ -205,13 +176,13 @@ class _DenseCorruptions(Suite):
         return tables
 
     def _common(self, n: int) -> dict[str, Any]:
+        made = self._src is None and self.corrupted     # corrupted here, at native resolution
         return {"severities": list(self.severities), "corruptions": list(self.names) if self.corrupted else [],
                 "corruption_set": self.corruption_set if self.corrupted else None,
                 "source": None if self.source is None else str(Path(self.source)),
                 "source_layout": None if self._src is None else self._src.layout, "num_images": int(n),
-                "preset": self.preset if self._src is None and self.corrupted else None,
-                "size_scaling": False if self._src is None and self.corrupted else None,
-                "corrupted_at": "native resolution" if self._src is None and self.corrupted else None}
+                "preset": self.preset if made else None, "size_scaling": False if made else None,
+                "corrupted_at": "native resolution" if made else None}
 
 
 # ------------------------------------------------------------------------------------------ segmentation
@@ -232,7 +203,6 @@ def slide_logits(forward: Any, x: torch.Tensor, crop: tuple[int, int], stride: t
             out[:, :, y1:y2, x1:x2] += logits
             count[:, :, y1:y2, x1:x2] += 1
     return out / count
-
 
 
 @dataclass
@@ -349,8 +319,8 @@ class _Segmentation(_DenseCorruptions):
         if not self.corrupted:
             return {**out, **self._common(n)}
         miou, pacc = self._per_unit(stats, lambda st: self.scores(st, k), ("miou", "pixel_accuracy"))
-        per_corr = {nm: mean_or_none(list(v.values())) if v else None for nm, v in miou.items()}
-        mean = mean_or_none([v for v in per_corr.values()])
+        per_corr = {nm: mean_or_none(list(v.values())) for nm, v in miou.items()}
+        mean = mean_or_none(list(per_corr.values()))
         cats = {c: mean_or_none([per_corr[nm] for nm in names if nm in per_corr])
                 for c, names in CITYSCAPES_C_CATEGORIES.items() if any(nm in per_corr for nm in names)}
         per_sev = {str(s): mean_or_none([miou[nm][str(s)] for nm in self.names if str(s) in miou[nm]])

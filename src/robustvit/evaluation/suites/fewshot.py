@@ -5,32 +5,17 @@ problem that maps the (frozen) representation of a subset of training images to 
 solved in closed form, with 1, 5, 10 and 25 examples per class. This suite follows the released evaluator
 (google-research/big_vision, ``evaluators/fewshot_lsr.py`` with ``configs/common_fewshot.py``):
 
-* **examples**: for every draw d, each class's training images are permuted with a generator seeded from
-  (run seed, ``"fewshot"``, d); the first ``s`` of each class are the ``s``-shot set (so the 1-shot set is
-  inside the 5-shot set of the same draw, as in big_vision). The training split is derived from the
-  evaluation data (``synthshapes:test`` → ``synthshapes:train`` with the same ``size``/``classes``/
-  ``texture_correlation``, ``cifar10:test`` → ``cifar10:train``, ``folder:ROOT/val`` → ``ROOT/train``) or
-  given as a folder with ``train=PATH``; it is read with the model's own preprocessing.
-* **features**: the model's pre-logits — ``net.forward_head(net.forward_features((x − mean)/std),
-  pre_logits=True)`` (timm's API), i.e. the [CLS] token / pooled tokens after the final norm.
-* **regression**: features whitened with the few-shot set's per-dimension mean and std (+1e-5), a constant
-  feature 100 appended for the bias (so it is almost unregularised), targets 2·onehot − 1, and
-  ``W = (XᵀX + λI)⁻¹XᵀY`` (or ``Xᵀ(XXᵀ + λI)⁻¹Y`` when there are fewer examples than dimensions, the same
-  solution); the prediction is ``argmax(x·W)`` on every evaluation image.
-* **regulariser**: big_vision's fixed ``λ = 2¹⁰ = 1024`` by default (option ``l2``); ``l2=auto`` instead picks
-  λ from the grid 2⁰, 2², …, 2²⁰ per (shots, draw) by accuracy on ``holdout`` further training images per class
-  (disjoint from the examples, default 5; the evaluation images are never used for the choice).
+* **examples**: per draw d, each class's training images permuted by a generator seeded from (run seed,
+  ``"fewshot"``, d); the first ``s`` are the ``s``-shot set (the 1-shot set lies inside the 5-shot set). The
+  training split goes with the evaluation data (``cifar10:test`` → ``cifar10:train``, ``folder:ROOT/val`` →
+  ``ROOT/train``, …, :func:`train_spec_for`) or is ``train=PATH``, read with the model's preprocessing.
+* **features**: timm's ``forward_head(forward_features(x), pre_logits=True)`` after the model's normalisation.
+* **regression**: features whitened with the few-shot set's mean and std (+1e-5), a constant feature 100 for the
+  bias, targets 2·onehot − 1, ``W = (XᵀX + λI)⁻¹XᵀY`` (or its dual with fewer examples than dimensions).
+* **regulariser**: big_vision's fixed ``λ = 2¹⁰`` (option ``l2``); ``l2=auto`` picks λ from 2⁰, 2², …, 2²⁰ per
+  (shots, draw) by accuracy on ``holdout`` further training images per class (never the evaluation images).
 
-Options: ``shots`` (``+``-separated, default ``1+5+10+25``), ``draws`` (default 5), ``l2`` (a number or
-``auto``), ``holdout`` (with ``l2=auto``), ``train`` (a folder in ImageFolder layout), ``limit``.
-
-Result::
-
-    {"accuracy": {"1": {"mean": .., "std": .., "per_draw": [..]}, "5": {…}, …}, "shots": [1, 5, 10, 25],
-     "draws": 5, "l2": 1024.0 | "auto", "l2_chosen": {"1": [..per draw..], …} (auto only),
-     "train_data": "synthshapes:train,…", "feature_dim": 192, "num_images": 2000, "num_classes": 10}
-
-``std`` is the sample standard deviation over draws (0 with one draw).
+The result (docs/fewshot.md) gives per shots the mean, sample std over draws and per-draw accuracies.
 """
 
 from __future__ import annotations
@@ -48,7 +33,7 @@ from robustvit.data.subset import dataset_labels
 from robustvit.errors import RobustvitError
 from robustvit.evaluation.suites.base import Batch, EvalContext, Suite, SuiteOptions, register_suite
 from robustvit.options import option
-from robustvit.utils import derive_seed
+from robustvit.utils import derive_seed, eval_mode
 
 DEFAULT_SHOTS = (1, 5, 10, 25)
 DEFAULT_L2 = 2.0 ** 10            # big_vision configs/common_fewshot.py
@@ -93,7 +78,8 @@ def ridge_fit(feats: torch.Tensor, labels: torch.Tensor, num_classes: int,
     return fits if isinstance(l2, tuple) else fits[0]
 
 
-def class_balanced_draw(labels: torch.Tensor, num_classes: int, count: int, generator: torch.Generator) -> list[torch.Tensor]:
+def class_balanced_draw(labels: torch.Tensor, num_classes: int, count: int,
+                        generator: torch.Generator) -> list[torch.Tensor]:
     """For each class, ``count`` of its indices in a random order (the draw's permutation, truncated)."""
     out = []
     for k in range(num_classes):
@@ -128,9 +114,7 @@ def train_spec_for(data_spec: str, train: str | None) -> str:
     source, arg, options = parse_data_spec(data_spec)
     opts = "".join(f",{k}={v}" for k, v in options.items()
                    if not (source == "synthshapes" and k in ("count", "seed")))   # the train split's own count/seed
-    if source == "synthshapes" and arg in ("test", "train"):
-        return f"synthshapes:train{opts}"
-    if source in ("cifar10", "cifar100") and arg in ("test", "train"):
+    if source in ("synthshapes", "cifar10", "cifar100") and arg in ("test", "train"):
         return f"{source}:train{opts}"
     if source in ("folder", "imagenet"):
         root = Path(arg)
@@ -215,14 +199,9 @@ class FewShot(Suite):
 
     @torch.no_grad()
     def _features(self, ctx: EvalContext, ds: ImageDataset, index: torch.Tensor) -> torch.Tensor:
-        was = ctx.model.training
-        ctx.model.eval()
-        out = []
-        for chunk in index.split(FEATURE_BATCH):
-            x, _ = ds.get_batch(chunk)
-            out.append(pre_logits(ctx.model, x.to(ctx.device)).cpu())
-        ctx.model.train(was)
-        return torch.cat(out)
+        with eval_mode(ctx.model):
+            return torch.cat([pre_logits(ctx.model, ds.get_batch(chunk)[0].to(ctx.device)).cpu()
+                              for chunk in index.split(FEATURE_BATCH)])
 
     @torch.no_grad()
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:

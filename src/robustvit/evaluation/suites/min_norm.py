@@ -3,18 +3,12 @@
 
 ``min_norm:attack=fmn:norm=l2:steps=100`` — the minimum-norm attack (``fmn``, :mod:`robustvit.attacks.fmn`, by
 default; ``fab``, :mod:`robustvit.attacks.fab`, L∞/L2, its ``last_distance``) runs on every correctly classified
-image; a misclassified image has distance 0, an image where no adversarial point was found ``inf`` (null in JSON).
-The norm and the steps follow the suite's option, else the run's ``--norm``/``--steps``, else L∞ and the attack's
-own. FAB's ε (the radius of its restarts, ε/2, and the distance within which an image stops being attacked)
-follows ``eps=``, else ``--eps``, else the data's default budget, as in the attack suites.
+image; a misclassified image has distance 0, one where no adversarial point was found ``inf`` (null in JSON). Norm
+and steps: the option, else ``--norm``/``--steps``, else L∞ and the attack's own; FAB's ε as the attack suites'.
 
-The result holds ``curve``: ``[[ε, accuracy], …]``, robust accuracy against ε, accuracy(ε) = the fraction of all
-images whose distance exceeds ε (so accuracy(0) is the clean accuracy), at ε = 0 and at every distinct distance
-(a step function, constant between the points: :func:`accuracy_at` reads it); ``quantiles`` {q: distance} and
-``median_distance`` of the distances of the correctly classified images; ``num_not_found``; ``per_image``
-``[{idx, distance}]``. The per-image distances are the units' statistics in the store, so a run resumes by chunk.
-An attack finds an upper bound of each image's minimal perturbation, so the curve is an upper bound of the true
-robust accuracy at every ε.
+``curve`` is ``[[ε, accuracy], …]``: the fraction of all images whose distance exceeds ε, at 0 and at every distinct
+distance (a step function, :func:`accuracy_at`); an upper bound of the true robust accuracy, as the attack finds an
+upper bound of each minimal perturbation. Result keys: docs/attacks.md.
 """
 
 from __future__ import annotations
@@ -132,17 +126,16 @@ class MinNorm(Suite):
             with attack_memory(ctx.model, atk, ctx.num_classes):
                 atk(x[idx], y[idx])
             dist[idx] = atk.last_distance.double()    # type: ignore[attr-defined]
-        per_image = {str(i): (d if math.isfinite(d) else None) for i, d in zip(batch.ids.tolist(), dist.tolist())}
+        per_image = {str(i): _json(d) for i, d in zip(batch.ids.tolist(), dist.tolist())}
         return {"n": int(y.numel()), "clean": int(clean_ok.sum()), "nonfinite": nonfinite_rows(clean_logits).sum(),
                 "per_image": per_image}
 
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
         """The attack and each of its options as it applied (FMN's ε plays no part and is left out)."""
         atk = self.attack_for(ctx, 0)
-        skip = ("seed", "targeted") + (("eps",) if atk.name == "fmn" else ())
-        return {"attack": atk.name, "norm": atk.norm,
-                **{k: v for k, v in atk.settings().items()
-                   if k not in skip and k != "norm" and isinstance(v, (bool, int, float, str))}}
+        skip = ("seed", "targeted", "norm") + (("eps",) if atk.name == "fmn" else ())
+        return {"attack": atk.name, "norm": atk.norm, **{k: v for k, v in atk.settings().items()
+                                                         if k not in skip and isinstance(v, (bool, int, float, str))}}
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         s = stats.get("all", {})

@@ -1,26 +1,15 @@
 """Suite ``model_vs_human``: out-of-distribution accuracy and human-likeness on model-vs-human's data sets
-(Geirhos et al., NeurIPS 2021, arXiv:2106.07411).
+(Geirhos et al., NeurIPS 2021, arXiv:2106.07411). Options and result keys: docs/natural-shift.md.
 
 Decisions are among the 16 entry-level categories: a 1000-class ImageNet model's softmax is averaged over each
 category's ImageNet classes (model-vs-human's ``ImageNetProbabilitiesTo16ClassesMapping``, see
 ``robustvit.metrics.shape_bias``); a model whose classes are the 16 categories decides by its argmax.
 
-Two sources of images, recorded in the result as ``images``:
-
-* ``released`` (option ``root=DIR``, model-vs-human's ``datasets`` folder): its images, read as
-  ``robustvit.data.modelvshuman`` describes, at their conditions; with ``raw_data=DIR`` (its ``raw-data``
-  folder) also the accuracy difference and the observed and error consistency against its human observers on
-  the same images (``robustvit.metrics.modelvshuman``);
-* ``generated`` (no ``root``): the parametric sets made on the fly (``robustvit.data.mvh_conditions``) from the
-  run's images that belong to one of the 16 categories (1000-class ImageNet labels or the 16 category names);
-  accuracies only — humans did not see these images. Power-equalisation and false-colour need the reference's
-  tables (``tables=DIR``, its ``code/`` folder; see ``robustvit.data.mvh_conditions``).
-
-Options: ``root``, ``raw_data``, ``tables``, ``datasets`` (names joined by ``+``; default every released set found
-under ``root``, or every generated one — power-equalisation and false-colour only with ``tables``). Result: ``images``, ``datasets`` ({set: {``conditions``: {condition:
-``accuracy``, ``num_images`` and, with human data, ``human_accuracy``, ``accuracy_difference``,
-``observed_consistency``, ``error_consistency``}, ``ood_accuracy`` and the human metrics averaged over the
-benchmark's conditions, ``benchmark_conditions``}}) and their means over the data sets (``ood_accuracy``, …).
+The images (``images`` in the result) are either ``released`` (``root=DIR``, model-vs-human's ``datasets``
+folder, ``robustvit.data.modelvshuman``; with ``raw_data=DIR`` also the accuracy difference and the observed and
+error consistency against its human observers, ``robustvit.metrics.modelvshuman``), or ``generated`` from the
+run's images of the 16 categories (``robustvit.data.mvh_conditions``; accuracies only; power-equalisation and
+false-colour need the reference's tables, ``tables=DIR``).
 """
 
 from __future__ import annotations

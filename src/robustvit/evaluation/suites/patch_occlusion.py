@@ -1,23 +1,12 @@
 """Suite ``patch_occlusion``: accuracy when a fraction ρ of the patches is replaced by noise (AFAT Fig. 1).
 
-AFAT / RSPC (Guo et al., CVPR 2023, arXiv:2306.07881) corrupts ``round(ρ·P)`` randomly chosen patches of
-the model's patch grid with uniform noise — U[0, 1) in the model's normalised input space, as RSPC's code and
-robustvit's ``afat`` training draw it (``noise_space=normalized``, default), or in pixels (``pixel``); see
-:func:`robustvit.corruptions.occlusion.occlusion_noise` — and plots the accuracy for ρ = 0.1 … 0.5 with its spread over
-random masks. For every ρ this suite draws ``masks`` independent masks per image (mask k of every image is
-an independent draw); *per-mask accuracy* k is the accuracy over all images under their k-th mask, and the
-result gives ``min`` / ``mean`` / ``max`` over k (the band of AFAT's Figure 1).
-
-Options: ``rhos`` (``+``-separated, default ``0.1+0.2+0.3+0.4+0.5``), ``masks`` (default 10), ``mode``
-(``noise`` — AFAT — or ``drop``: zero the patches), ``noise_space``, ``patch_size`` (models without patches; default 16 px
-at 224 px, ``size // 8`` below; see ``robustvit.corruptions.occlusion``), ``limit``.
-
-Result::
-
-    {"clean_accuracy": 0.91, "rhos": [0.1, …], "masks": 10, "mode": "noise", "noise_space": "normalized",
-     "patch_size": 4,
-     "num_patches": 64, "num_images": 2000,
-     "per_rho": {"0.1": {"mean_accuracy": .., "min": .., "mean": .., "max": .., "occluded_patches": 6}, …}}
+AFAT / RSPC (Guo et al., CVPR 2023, arXiv:2306.07881) corrupts ``round(ρ·P)`` randomly chosen patches of the
+model's patch grid with uniform noise — U[0, 1) in the model's normalised input space, as RSPC's code and
+robustvit's ``afat`` training draw it (``noise_space=normalized``), or in pixels; see
+:func:`robustvit.corruptions.occlusion.occlusion_noise` — and plots the accuracy for ρ = 0.1 … 0.5 with its spread
+over random masks. For every ρ this suite draws ``masks`` independent masks per image; *per-mask accuracy* k is the
+accuracy over all images under their k-th mask, and ``per_rho`` gives its ``min`` / ``mean`` / ``max`` over k (the
+band of AFAT's Figure 1). Result keys: docs/natural-shift.md.
 """
 
 from __future__ import annotations
@@ -81,16 +70,13 @@ class PatchOcclusion(Suite):
     def parts(self, ctx: EvalContext) -> list[str]:
         return ["clean"] + [rho_key(r) for r in self.rhos]
 
-    def _patch(self, ctx: EvalContext, batch: Batch) -> int:
-        return occlusion_patch_size(ctx.model, batch.x.shape[-1], self.patch_size)
-
     @torch.no_grad()
     def run(self, ctx: EvalContext, part: str, batch: Batch) -> dict[str, Any]:
         x, y = batch.x, batch.y
         if part == "clean":
             return {"n": int(y.numel()), "correct": int((ctx.model(x).argmax(1) == y).sum())}
         rho = float(part)
-        ps = self._patch(ctx, batch)
+        ps = occlusion_patch_size(ctx.model, x.shape[-1], self.patch_size)
         h, w = x.shape[-2:]
         if h % ps or w % ps:
             raise RobustvitError(f"patch_occlusion: {h}×{w} images cannot be cut into {ps}-px patches; "
@@ -108,9 +94,8 @@ class PatchOcclusion(Suite):
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         clean = stats["clean"]
         n = max(int(clean.get("n", 0)), 1)
-        ps = occlusion_patch_size(ctx.model, ctx.model.spec.image_size if hasattr(ctx.model, "spec") else None,
-                                  self.patch_size)
         size = ctx.model.spec.image_size if hasattr(ctx.model, "spec") else None
+        ps = occlusion_patch_size(ctx.model, size, self.patch_size)
         num_patches = (size // ps) ** 2 if size else None
         per_rho: dict[str, dict[str, Any]] = {}
         for rho in self.rhos:

@@ -1,38 +1,17 @@
 """Suite ``perturbations``: stability under ImageNet-P-style perturbation sequences (flip probability, T5D, mFR).
 
 Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common Corruptions and Perturbations",
-ICLR 2019 (arXiv:1903.12261); the AFAT paper reports mFR on such sequences for ViTs.
+ICLR 2019 (arXiv:1903.12261); the AFAT paper reports mFR on such sequences for ViTs. Options and result keys:
+docs/perturbations.md.
 
-Every image of the run's data set becomes a sequence (``robustvit.corruptions.perturbations``), generated
-on the device from the unit's seeded generator; or, with ``source=DIR``, the sequences are read from a
-released CIFAR-10-P / ImageNet-P folder (``robustvit.data.perturbed``). The model sees every frame
-(frames are produced in blocks and fed at the run's batch size), and only each frame's top-5 classes are
-kept to compute flip probability and top-5 distance (``robustvit.metrics.perturbation``).
-
-Options:
-
-* ``perturbations``: a group (``test`` — default: ImageNet-P's 10, or CIFAR-10-P's, where spatter replaces
-  snow, for 32-px data —, ``validation``, ``all``, ``noise``, ``geometric``) or ``+``-separated names
-  (``rotate+translate``); one part per perturbation;
-* ``difficulty``: 1 (default), 2 or 3 (noise: stronger noise; others: every d-th frame);
-* ``baseline``: another model's ``results.json`` (or its folder) holding a ``perturbations`` result; then
-  ``flip_rate[name]`` = FP / FP_baseline, ``mfr`` and ``mt5d`` (means over the 10 test perturbations);
-  else those are null with ``normalisation_reason``;
-* ``source``: a CIFAR-10-P / ImageNet-P root instead of generating (frames resized to the model's input);
-* ``preset``: ``imagenet`` or ``cifar`` parameters for generated sequences (default: by image size);
-* ``encode``: ``auto`` (default), ``x264`` or ``none``. Generated frames are stored as the released ones are:
-  8 bit, and for ImageNet-P (``imagenet`` preset) as H.264 videos — libx264, ``-tune grain`` for noise,
-  ``-crf 20`` otherwise (needs PyAV: ``pip install av``; ``auto`` uses it when installed);
-* ``limit``: number of sequences, drawn from the run's images (``subset=stratified`` — default, a seeded
-  class-stratified sample — or ``first``; see ``robustvit.data.subset``).
-
-Result (``suites.perturbations``): ``flip_probability[name]``, ``top5_distance[name]``,
-``mean_flip_probability`` / ``mean_top5_distance`` (over the test perturbations evaluated, listed in
-``mean_over``), ``flip_rate[name]``, ``top5_distance_rate[name]``, ``mfr``, ``mt5d``, ``baseline``,
-``normalisation_reason``, ``difficulty``, ``num_frames[name]``, ``num_sequences``, ``preset``, ``source``,
-``benchmark`` (``imagenet-p`` or ``cifar-p``: which test set the means use), ``encoding`` (``x264``, ``8-bit``
-or null for stored sequences) and ``approximations`` (how generated sequences differ from the released files;
-:mod:`robustvit.protocols` turns them into the result's ``protocol`` entry).
+Every image of the run's data set becomes a sequence (``robustvit.corruptions.perturbations``), generated on the
+device from the unit's seeded generator and stored as the released frames are (8 bit; for ImageNet-P, H.264
+videos: libx264, ``-tune grain`` for noise, ``-crf 20`` otherwise, with PyAV); or, with ``source=DIR``, read
+from a released CIFAR-10-P / ImageNet-P folder (``robustvit.data.perturbed``). One part per perturbation; the
+model sees every frame and only each frame's top-5 classes are kept for flip probability and top-5 distance
+(``robustvit.metrics.perturbation``). With ``baseline=`` (another model's results.json) the flip rates are
+normalised by the baseline's (``flip_rate``, ``mfr``, ``mt5d``); ``approximations`` lists how generated
+sequences differ from the released files.
 """
 
 from __future__ import annotations
@@ -48,9 +27,9 @@ import torch.nn.functional as F
 from robustvit.corruptions.jpeg import to_uint8
 from robustvit.corruptions.params import PRESET_SIZES, resolve_preset
 from robustvit.corruptions.perturbations import (CIFAR_P_TEST_PERTURBATIONS, DEFAULT_BLOCK_PIXELS, GEOMETRIC_ON_FULL,
-                                                 PERTURBATION_GROUPS,
-                                                 TEST_PERTURBATIONS, is_noise, iter_perturbation_frames,
-                                                 list_perturbations, num_frames, perturbation_sequence)
+                                                 PERTURBATION_GROUPS, TEST_PERTURBATIONS, is_noise,
+                                                 iter_perturbation_frames, list_perturbations, num_frames,
+                                                 perturbation_sequence)
 from robustvit.data.base import FileImageDataset, ImageDataset, Resize
 from robustvit.data.loader import float_images
 from robustvit.data.perturbed import (PerturbationSource, SequenceDataset, open_perturbation_source, x264_available,
@@ -60,7 +39,6 @@ from robustvit.evaluation.suites.base import Batch, EvalContext, Plan, Suite, Su
 from robustvit.options import option
 from robustvit.metrics.perturbation import (finalize_perturbation_stats, flip_rate, mfr, mt5d, perturbation_stats,
                                             ranking)
-
 
 #: Pixels per model call when the run's batch is small (1 Mi: 1024 images at 32 px, 20 at 224 px).
 FORWARD_PIXELS = 1 << 20
@@ -171,12 +149,11 @@ class Perturbations(Suite):
         """ImageNet-P warps the Resize(256) image and crops 224 afterwards: for image files and the
         ``imagenet`` preset, the run's images read at 256/224 of the model's size (shorter side, square
         centre crop), the sequences cropped to the model's size after the warp. None otherwise."""
-        crop = self._crop(ctx)
-        if crop is None:
+        if self._crop(ctx) is None:
             return None
         ds, r = ctx.dataset, ctx.dataset.resize
-        return FileImageDataset(ds.samples, ds.classes, ds.spec, Resize(round(r.size * 256 / 224), 1.0, r.interpolation),
-                                ds.strict)
+        return FileImageDataset(ds.samples, ds.classes, ds.spec,
+                                Resize(round(r.size * 256 / 224), 1.0, r.interpolation), ds.strict)
 
     # ------------------------------------------------------------ evaluation
     def _top5(self, ctx: EvalContext, frames: torch.Tensor, bs: int) -> torch.Tensor:
@@ -257,30 +234,21 @@ class Perturbations(Suite):
         return out + subset
 
     def finalize(self, ctx: EvalContext, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        fp: dict[str, float | None] = {}
-        t5d: dict[str, float | None] = {}
-        frames: dict[str, int] = {}
-        n_seq = 0
-        for name in self.names:
-            s = stats.get(name, {})
-            r = finalize_perturbation_stats(s)
-            fp[name], t5d[name] = r["flip_probability"], r["top5_distance"]
-            frames[name] = self._frames(ctx, name)
-            n_seq = max(n_seq, r["num_sequences"])
+        res = {name: finalize_perturbation_stats(stats.get(name, {})) for name in self.names}
+        fp = {name: r["flip_probability"] for name, r in res.items()}
+        t5d = {name: r["top5_distance"] for name, r in res.items()}
         test_set = self._test_set(ctx)
         over = [n for n in test_set if n in self.names and fp.get(n) is not None]
         mean = lambda d: (sum(d[n] for n in over) / len(over)) if over else None  # noqa: E731
-        out: dict[str, Any] = {
+        return {
             "perturbations": list(self.names), "difficulty": self.difficulty,
             "preset": None if self.source else self._preset(ctx), "source": self.source,
             "flip_probability": fp, "top5_distance": t5d,
             "mean_flip_probability": mean(fp), "mean_top5_distance": mean(t5d), "mean_over": over,
-            "num_frames": frames, "num_sequences": n_seq, "benchmark": self._benchmark(ctx),
-            "encoding": self._encoding(ctx),
-        }
-        out["approximations"] = self._approximations(ctx)
-        out.update(self._normalise(fp, t5d, test_set))
-        return out
+            "num_frames": {name: self._frames(ctx, name) for name in self.names},
+            "num_sequences": max([r["num_sequences"] for r in res.values()], default=0),
+            "benchmark": self._benchmark(ctx), "encoding": self._encoding(ctx),
+            "approximations": self._approximations(ctx), **self._normalise(fp, t5d, test_set)}
 
     def _frames(self, ctx: EvalContext, name: str) -> int:
         if self.source is not None:
@@ -308,10 +276,7 @@ class Perturbations(Suite):
         fr = {n: flip_rate(fp[n], bfp.get(n)) for n in self.names}
         tr = {n: flip_rate(t5d[n], bt5d.get(n)) for n in self.names}
         missing = [n for n in test_set if fr.get(n) is None or tr.get(n) is None]
-        reason = None
-        m_fr, m_t5 = mfr(fp, bfp, test_set), mt5d(t5d, bt5d, test_set)
-        if missing:
-            reason = (f"mFR / mT5D need all 10 test perturbations with a non-zero baseline; missing or zero: "
-                      f"{', '.join(missing)}")
-        return {"baseline": path, "flip_rate": fr, "top5_distance_rate": tr, "mfr": m_fr, "mt5d": m_t5,
-                "normalisation_reason": reason}
+        reason = (f"mFR / mT5D need all 10 test perturbations with a non-zero baseline; missing or zero: "
+                  f"{', '.join(missing)}") if missing else None
+        return {"baseline": path, "flip_rate": fr, "top5_distance_rate": tr, "mfr": mfr(fp, bfp, test_set),
+                "mt5d": mt5d(t5d, bt5d, test_set), "normalisation_reason": reason}

@@ -1,19 +1,13 @@
 """Suite ``shape_bias``: the cue-conflict shape bias of Geirhos et al. (ICLR 2019, arXiv:1811.12231).
 
-Two data sources (the suite reads its own data set, ``Suite.dataset``):
+The suite reads its own stimuli (``Suite.dataset``; result keys: docs/natural-shift.md):
 
 * ``stimuli=/path/to/cue-conflict`` — the Geirhos stimuli (``ROOT/<category>/<category>X-<texture>Y.png``,
-  16 categories) for a 1000-class ImageNet model; decisions through model-vs-human's 16-category mapping
-  (see ``robustvit.metrics.shape_bias``). Images are resized as ImageNet validation (``crop_pct``, default
-  0.875 = Resize(256)+CenterCrop(224), model-vs-human's transform).
-* default, for models trained on synthshapes (2–12 classes): the ``synthshapes:cue_conflict`` split at
-  the model's input size and class count (shape label = class, texture label = another class's texture);
-  the decision is the model's own argmax.
-
-Options: ``stimuli``, ``crop_pct``, ``limit`` (Geirhos stimuli: a seeded sample stratified by shape category,
-``subset=first`` the first ones; synthshapes: that many generated stimuli). Result: ``shape_bias``, ``shape_decisions``,
-``texture_decisions``, ``other_decisions``, ``num_stimuli`` (conflict stimuli used), ``excluded``,
-``shape_accuracy``, ``texture_accuracy``, ``per_category``, ``categories``, ``stimuli``.
+  16 categories) for a 1000-class ImageNet model, decided through model-vs-human's 16-category mapping
+  (``robustvit.metrics.shape_bias``), resized as ImageNet validation (``crop_pct``, default 0.875 =
+  Resize(256)+CenterCrop(224), model-vs-human's transform);
+* default, for synthshapes models (2–12 classes): the ``synthshapes:cue_conflict`` split at the model's input size
+  and class count (texture label = another class's texture), decided by the model's argmax.
 """
 
 from __future__ import annotations
@@ -99,8 +93,7 @@ class ShapeBias(Suite):
                 raise RobustvitError(f"shape_bias with stimuli= needs a 1000-class ImageNet model; {ctx.model_name} "
                                      f"has {k} classes (synthshapes models: leave stimuli out)")
             samples, tex, cats = geirhos_stimuli(root)      # ``limit``: the runner draws the stimuli
-            ds = FileImageDataset(samples, cats, f"cue_conflict:{root}",
-                                  Resize(size, self.opts.crop_pct))
+            ds = FileImageDataset(samples, cats, f"cue_conflict:{root}", Resize(size, self.opts.crop_pct))
             return _Stimuli(ds, tex, cats, True, str(root))
         names = ctx.class_names
         synth = ctx.data_source == "synthshapes" or names == list(SHAPES[:k])
@@ -130,6 +123,4 @@ class ShapeBias(Suite):
         counts = stats.get("all") or {}
         if not counts:
             raise RobustvitError(f"shape_bias: no stimulus of {st.source} could be read")
-        out = shape_bias_summary(counts, st.categories)
-        out.update(categories=st.categories, stimuli=st.source)
-        return out
+        return {**shape_bias_summary(counts, st.categories), "categories": st.categories, "stimuli": st.source}

@@ -1,18 +1,11 @@
 """Suites ``imagenet_r``, ``imagenet_a``, ``imagenet_sketch``, ``imagenet_v2``: accuracy under natural shift.
 
-Each suite reads its own data set (``Suite.dataset``) from option ``root=`` (else
-``$ROBUSTVIT_DATA/<folder>``, see ``robustvit.data.shift``) and evaluates a 1000-class ImageNet model.
-For ImageNet-R and ImageNet-A only the 200 logits of their classes are kept before top-1/top-5 (as in the
-official evaluation scripts, hendrycks/imagenet-r and hendrycks/natural-adv-examples; Bhojanapalli et al.,
-arXiv:2103.14586, Sec. 3.1, evaluate them the same way).
-
-Images reach the model through its own preprocessing, as in timm's validation (input size, ``crop_pct`` and
-interpolation from its ``pretrained_cfg``); option ``crop_pct`` overrides the crop (``crop_pct=0.875`` with a
-bilinear model = the official scripts' Resize(256)+CenterCrop(224)).
-
-Options: ``root``, ``crop_pct``, ``limit`` (a seeded class-stratified sample of that many images, so every class
-folder is sampled in proportion; ``subset=first``: the first ones), see ``robustvit.data.subset``. Result: ``top1``, ``top5``, ``num_images``, ``num_classes`` (200 or 1000), ``class_folders``
-(folders found), ``unreadable``, ``root``, ``preprocessing`` (``size``, ``crop_pct``, ``interpolation``).
+Each suite reads its own data set from option ``root=`` (else ``$ROBUSTVIT_DATA/<folder>``, see
+``robustvit.data.shift``) and evaluates a 1000-class ImageNet model. For ImageNet-R and ImageNet-A only the 200
+logits of their classes are kept (as the official scripts, hendrycks/imagenet-r and hendrycks/natural-adv-examples,
+and Bhojanapalli et al., arXiv:2103.14586, Sec. 3.1). Images get the model's own preprocessing as in timm's
+validation (``crop_pct`` overrides the crop: 0.875 with a bilinear model = the official Resize(256)+CenterCrop(224)).
+Result keys: docs/natural-shift.md.
 """
 
 from __future__ import annotations
@@ -47,11 +40,6 @@ class ShiftSuite(Suite):
         super().__init__(**options)
         self._cache: dict[Resize, FileImageDataset] = {}
 
-    def _check_model(self, ctx: EvalContext) -> None:
-        if ctx.num_classes != 1000:
-            raise RobustvitError(f"{self.name} evaluates 1000-class ImageNet models; {ctx.model_name} has "
-                                 f"{ctx.num_classes} classes")
-
     def resize(self, ctx: EvalContext) -> Resize:
         """The model's own preprocessing (``crop_pct`` replaced when the option is given)."""
         resize = model_resize(ctx.model.spec) if hasattr(ctx.model, "spec") else Resize(224)
@@ -60,7 +48,9 @@ class ShiftSuite(Suite):
         return resize
 
     def dataset(self, ctx: EvalContext) -> FileImageDataset:
-        self._check_model(ctx)
+        if ctx.num_classes != 1000:
+            raise RobustvitError(f"{self.name} evaluates 1000-class ImageNet models; {ctx.model_name} has "
+                                 f"{ctx.num_classes} classes")
         resize = self.resize(ctx)
         if resize not in self._cache:
             root = resolve_root(self.dataset_name, self.opts.root)
@@ -91,29 +81,13 @@ class ShiftSuite(Suite):
                 "root": ds.spec.split(":", 1)[1], "preprocessing": dataclasses.asdict(self.resize(ctx))}
 
 
-@register_suite
-class ImageNetR(ShiftSuite):
-    name = "imagenet_r"
-    dataset_name = "imagenet_r"
-    description = "ImageNet-R top-1/top-5 (200 classes: logits masked to them)"
+def _shift_suite(class_name: str, name: str, description: str) -> type[ShiftSuite]:
+    """Register the suite of the shift data set ``name`` (``robustvit.data.shift`` reads it by that name)."""
+    return register_suite(type(class_name, (ShiftSuite,), {"name": name, "dataset_name": name,
+                                                           "description": description, "__module__": __name__}))
 
 
-@register_suite
-class ImageNetA(ShiftSuite):
-    name = "imagenet_a"
-    dataset_name = "imagenet_a"
-    description = "ImageNet-A top-1/top-5 (200 classes: logits masked to them)"
-
-
-@register_suite
-class ImageNetSketch(ShiftSuite):
-    name = "imagenet_sketch"
-    dataset_name = "imagenet_sketch"
-    description = "ImageNet-Sketch top-1/top-5 (1000 classes)"
-
-
-@register_suite
-class ImageNetV2(ShiftSuite):
-    name = "imagenet_v2"
-    dataset_name = "imagenet_v2"
-    description = "ImageNet-V2 (matched frequency) top-1/top-5 (1000 classes)"
+ImageNetR = _shift_suite("ImageNetR", "imagenet_r", "ImageNet-R top-1/top-5 (200 classes: logits masked to them)")
+ImageNetA = _shift_suite("ImageNetA", "imagenet_a", "ImageNet-A top-1/top-5 (200 classes: logits masked to them)")
+ImageNetSketch = _shift_suite("ImageNetSketch", "imagenet_sketch", "ImageNet-Sketch top-1/top-5 (1000 classes)")
+ImageNetV2 = _shift_suite("ImageNetV2", "imagenet_v2", "ImageNet-V2 (matched frequency) top-1/top-5 (1000 classes)")
