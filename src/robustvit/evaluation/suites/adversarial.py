@@ -824,7 +824,8 @@ class SpatialSuite(AttackSuite):
     Options = attack_suite_options(Spatial)
 
     def attack_stats(self, atk: Attack, n_attacked: int) -> dict[str, Any]:
-        return {"evaluated": atk.last_stats.get("evaluated", 0.0)}   # type: ignore[attr-defined]
+        st = atk.last_stats   # type: ignore[attr-defined]
+        return {"evaluated": st.get("evaluated", 0.0), "search_seconds": st.get("seconds", 0.0)}
 
     def settings(self, ctx: EvalContext) -> dict[str, Any]:
         out = super().settings(ctx)
@@ -840,7 +841,7 @@ class SpatialSuite(AttackSuite):
 
     def extra_results(self, ctx: EvalContext, s: dict[str, Any]) -> dict[str, Any]:
         return {"transforms_evaluated": int(s.get("evaluated", 0)),
-                "transforms_per_s": s.get("evaluated", 0) / max(s.get("attack_seconds", 0.0), 1e-9)}
+                "transforms_per_s": s.get("evaluated", 0) / max(s.get("search_seconds", 0.0), 1e-9)}
 
 
 @register_suite
