@@ -521,8 +521,7 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
 def cmd_analyze(a: argparse.Namespace) -> int:
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
-    from robustvit.evaluation.runner import build_model
-    from robustvit.evaluation.runner import model_dir_name
+    from robustvit.evaluation.runner import build_model, model_dir_name
     from robustvit.models.factory import warn_if_random
     if a.pretrained:
         check_pretrained_classes([a.model], a.data, a.class_map)

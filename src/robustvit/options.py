@@ -239,8 +239,10 @@ def describe(cls: type) -> list[dict[str, Any]]:
     hints = typing.get_type_hints(cls)
     out = []
     for f in fields(cls):
-        if f.init:
-            default = f.default_factory() if f.default_factory is not MISSING else None
-            out.append({"name": f.name, "type": _type_name(hints[f.name]),
-                        "default": default if f.default is MISSING else f.default, "help": f.metadata.get("help", "")})
+        if not f.init:
+            continue
+        default = f.default if f.default is not MISSING else (f.default_factory() if f.default_factory is not MISSING
+                                                              else None)
+        out.append({"name": f.name, "type": _type_name(hints[f.name]), "default": default,
+                    "help": f.metadata.get("help", "")})
     return out

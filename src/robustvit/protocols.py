@@ -169,7 +169,7 @@ def _image_count(n: float | None, allowed: tuple[int, ...]) -> list[str]:
     return [f"{int(n):,} images (protocol: {' or '.join(f'{k:,}' for k in allowed)})"]
 
 
-def _images(dataset: str, result: dict[str, Any], run: dict[str, Any]) -> list[str]:
+def _images(dataset: str, result: dict[str, Any]) -> list[str]:
     n = _num(result.get("num_images"))
     if n is None:
         return ["unknown number of images (num_images not recorded)"]
@@ -221,7 +221,7 @@ def _autoattack(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[
         elif abs(eps - proto.conditions["eps"]) > 1e-6:
             dev.append(f"ε = {eps_text(eps, threat)} (protocol: {proto.conditions['eps_text']})")
         if not _common(result, run):                        # a sample is named there already
-            dev += _images(dataset, result, run)           # type: ignore[arg-type]
+            dev += _images(dataset, result)                # type: ignore[arg-type]
     return name, dev + _flags(result)
 
 
