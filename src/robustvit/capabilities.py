@@ -2,28 +2,24 @@
 
 ``capabilities(model_or_name)`` answers, for one model, with a JSON-able dict:
 
-* ``probe``: the kind robustvit uses to look inside it — ``ViTProbe`` (robustvit re-runs the blocks itself,
-  needed by masks, lesions with a resumable start and Patch-Fool), ``BlockProbe`` (hooks on the model's own
-  forward) or ``none`` — with ``has_class_token``, ``num_prefix_tokens``, ``num_registers``, ``num_blocks``,
-  and, when run, ``exact``: whether its block outputs and logits match the model's own forward within 1e-4
-  (relative);
-* ``analyses`` / ``attacks`` / ``suites``: {name: {"status", "reason"}} for every registered one, where
-  ``status`` is ``ok`` (ran on a tiny batch and its invariants held: finite, shapes, [0, 1] images, the
-  ε-ball for bounded attacks), ``applies`` (static check: it would be accepted; nothing was run),
-  ``refused`` (a one-line ``RobustvitError``, given as ``reason``) or ``failed`` (any other exception, or a
-  broken invariant: a bug);
+* ``probe``: how robustvit looks inside the model — ``ViTProbe`` (re-runs the blocks itself, needed by masks,
+  lesions with a resumable start and Patch-Fool), ``BlockProbe`` (hooks on the model's own forward) or ``none`` —
+  with ``has_class_token``, ``num_prefix_tokens``, ``num_registers``, ``num_blocks`` and, when run, ``exact``:
+  whether its block outputs and logits match the model's own forward within 1e-4 (relative);
+* ``analyses`` / ``attacks`` / ``suites``: {name: {"status", "reason"}} for every registered one; ``status`` is
+  ``ok`` (ran on a tiny batch and its invariants held: finite, shapes, [0, 1] images, the ε-ball of bounded
+  attacks), ``applies`` (static check only: nothing was run), ``refused`` (a one-line ``RobustvitError``, given
+  as ``reason``) or ``failed`` (any other exception, or a broken invariant: a bug);
 * ``counts``: per group, how many are ok/applies, refused and failed;
-* ``model``, ``network`` (the network's class), ``family`` (``ModelSpec.family``), ``analysis_family`` (the
-  family the analysis registry uses), ``has_class_token`` and ``num_registers`` (the probe's view, else the
-  network's), ``input_size``, ``patch_size``, ``verified`` (whether it ran).
+* ``model``, ``network`` (the network's class), ``family`` (``ModelSpec.family``), ``analysis_family``,
+  ``has_class_token`` and ``num_registers`` (the probe's view, else the network's), ``input_size``,
+  ``patch_size``, ``verified`` (whether it ran).
 
-Two modes. ``run=True`` executes everything on ``images`` random images at the model's input size with tiny
-options (few steps, queries, masks: each component's ``smoke`` class attribute) —
-what the conformance tests and ``docs/models.md`` use on small configurations of each architecture family.
-``run=False`` (``robustvit list models --capabilities``) runs no analysis, attack or suite: it builds the probe
-(``make_probe`` checks a ViT probe against the model with one forward), checks each analysis's model
-families and constructs each attack and suite; a named model is built at its default configuration with
-random weights on the CPU (nothing downloaded) — about a second for a ViT-B.
+``run=True`` executes everything on ``images`` random images at the model's input size with tiny options (each
+component's ``smoke`` class attribute), as the conformance tests and ``docs/models.md`` do. ``run=False``
+(``robustvit list models --capabilities``) only builds the probe (``make_probe`` checks a ViT probe with one
+forward), checks each analysis's model families and constructs each attack and suite; a named model is built at
+its default configuration with random weights on the CPU (nothing downloaded): about a second for a ViT-B.
 
 >>> cap = capabilities(create_model("vit_cifar_micro", num_classes=10), run=True,
 ...                    analyses=["pos_embed_similarity"], attacks=["fgsm"], suites=["clean"])
@@ -49,13 +45,11 @@ STATUSES = ("ok", "applies", "refused", "failed")
 PROBE_RTOL = 1e-4
 
 
-# ---------------------------------------------------------------------------------------------------------
-# the model's structure and its probe
-# ---------------------------------------------------------------------------------------------------------
-
+# ---- the model's structure and its probe -----------------------------------------------------------------
 def public(names: Iterable[str]) -> list[str]:
     """Registered names without private ones (``_name``: registered by tests or plugins for their own use)."""
     return [n for n in names if not n.startswith("_")]
+
 
 def structure(model: nn.Module) -> dict[str, Any]:
     """Prefix tokens of a (timm) transformer read from the network: ``has_class_token``, ``num_registers``,
@@ -75,7 +69,6 @@ def build_probe(model: nn.Module) -> tuple[Any, dict[str, Any]]:
     """``(make_probe(model), {})``, or ``(None, {"kind": "none" | "failed", "reason": …})`` when no probe reads
     the model (a ``RobustvitError``) or building one fails (a bug: reported, not raised)."""
     from robustvit.models.probe import make_probe
-
     try:
         return make_probe(model), {}
     except RobustvitError as e:
@@ -94,11 +87,10 @@ def probe_info(model: nn.Module, x: torch.Tensor | None = None, *, probe: Any = 
         if probe is None:
             info.update(failure)
             return info
-    info["kind"] = type(probe).__name__
-    info["family"] = getattr(probe, "family", None)
-    info["num_blocks"] = int(getattr(probe, "num_blocks", 0))
-    info["remove_modes"] = list(getattr(probe, "remove_modes", ()))
-    info["maskable"] = bool(getattr(probe, "maskable", type(probe).__name__ == "ViTProbe"))
+    kind = type(probe).__name__
+    info.update(kind=kind, family=getattr(probe, "family", None), num_blocks=int(getattr(probe, "num_blocks", 0)),
+                remove_modes=list(getattr(probe, "remove_modes", ())),
+                maskable=bool(getattr(probe, "maskable", kind == "ViTProbe")))
     for k in ("has_class_token", "num_prefix_tokens", "num_registers"):
         if hasattr(probe, k):
             v = getattr(probe, k)
@@ -110,10 +102,8 @@ def probe_info(model: nn.Module, x: torch.Tensor | None = None, *, probe: Any = 
             info["max_rel_error"] = float(f"{err:.3g}")
             if not info["exact"]:
                 info["reason"] = f"probe differs from the model's forward by {err:.3g} (relative)"
-        except RobustvitError as e:
-            info.update(exact=False, reason=str(e))
-        except Exception as e:  # noqa: BLE001
-            info.update(exact=False, reason=_one_line(e))
+        except Exception as e:  # noqa: BLE001  (a RobustvitError is its own one-line reason)
+            info.update(exact=False, reason=str(e) if isinstance(e, RobustvitError) else _one_line(e))
     return info
 
 
@@ -137,23 +127,20 @@ def probe_error(model: nn.Module, probe: Any, x: torch.Tensor) -> float:
             h.remove()
     with torch.no_grad():
         out = probe.run(x, tokens=True)
-    err = _rel(out.logits, ref)
+    errors = [_rel(out.logits, ref)]
     if len(outs) == len(out.tokens):
-        for a, b in zip(out.tokens, outs):
-            err = max(err, _rel(a, b) if a.shape == b.shape else math.inf)
-    return err
+        errors += [_rel(a, b) for a, b in zip(out.tokens, outs)]
+    return max(errors)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest difference relative to ``b``'s largest magnitude; inf for different shapes."""
     if a.shape != b.shape:
         return math.inf
-    scale = float(b.abs().max()) or 1.0
-    return float((a - b).abs().max()) / scale
+    return float((a - b).abs().max()) / (float(b.abs().max()) or 1.0)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# analyses, attacks, suites
-# ---------------------------------------------------------------------------------------------------------
+# ---- analyses, attacks, suites ----------------------------------------------------------------------------
 def _one_line(e: BaseException) -> str:
     text = str(e).splitlines()[0] if str(e) else ""
     return f"{type(e).__name__}: {text}"[:300]
@@ -235,7 +222,6 @@ def check_analysis(model: nn.Module, name: str, dataset: Any = None, *, run: boo
     and a probe where it needs one). ``family`` / ``probe``: the model's, when already known (not rebuilt)."""
     from robustvit.analysis import check_family, get_analysis, run_analyses
     from robustvit.models.families import family_of
-
     analysis = get_analysis(name)
     opts = {**analysis.smoke, **(options or {})}
 
@@ -245,20 +231,21 @@ def check_analysis(model: nn.Module, name: str, dataset: Any = None, *, run: boo
             check_family(name, fam, getattr(getattr(model, "spec", None), "architecture", ""))
             if analysis.requires_probe and probe is None:
                 from robustvit.models.probe import make_probe
-
                 make_probe(model)         # no probe reads the model: its one-line reason is the refusal
             return _entry("applies")
-        spec = name + "".join(f":{k}={_opt(v)}" for k, v in opts.items())
         n = len(dataset)
-        res = run_analyses(model, dataset, [spec], None, limit=n, batch_size=n, device="cpu", seed=0)[analysis.name]
+        res = run_analyses(model, dataset, [_spec(name, opts)], None, limit=n, batch_size=n, device="cpu",
+                           seed=0)[analysis.name]
         entry = _check_result(res)
         problem = analysis.check(res) if entry["status"] == "ok" else None
         return _entry("failed", problem) if problem else entry
     return _guard(go)
 
 
-def _opt(v: Any) -> str:
-    return "+".join(str(t) for t in v) if isinstance(v, (list, tuple)) else str(v)
+def _spec(name: str, options: dict[str, Any]) -> str:
+    """``name:key=value…`` of a component and its options (list values joined by ``+``)."""
+    values = {k: "+".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v) for k, v in options.items()}
+    return name + "".join(f":{k}={v}" for k, v in values.items())
 
 
 def check_attack(model: nn.Module, name: str, x: torch.Tensor | None = None, y: torch.Tensor | None = None, *,
@@ -267,7 +254,6 @@ def check_attack(model: nn.Module, name: str, x: torch.Tensor | None = None, y: 
     same shape/dtype, finite, in [0, 1], inside the ε-ball when the attack is bounded."""
     from robustvit.attacks import create_attack
     from robustvit.attacks.base import get_attack_class, lp_norm
-
     kw = {**get_attack_class(name).smoke, **(options or {})}
 
     def go() -> dict[str, Any]:
@@ -299,9 +285,8 @@ def check_suite(model: nn.Module, name: str, x: torch.Tensor | None = None, y: t
     [0, 1]). Suites that read their own data set (ImageNet-R/-A, cue-conflict stimuli) refuse without it."""
     from robustvit.evaluation.suites import Batch, EvalContext, create_suite, get_suite_class
     from robustvit.utils import sum_stats
-
     cls = get_suite_class(name)
-    spec = spec or name + "".join(f":{k}={_opt(v)}" for k, v in cls.smoke.items())
+    spec = spec or _spec(name, cls.smoke)
 
     def go() -> dict[str, Any]:
         suite = create_suite(spec)
@@ -312,7 +297,6 @@ def check_suite(model: nn.Module, name: str, x: torch.Tensor | None = None, y: t
         if not run:
             if cls.requires_probe:
                 from robustvit.models.probe import ViTProbe
-
                 ViTProbe(model)
             return _entry("applies")
         assert x is not None and y is not None
@@ -328,9 +312,7 @@ def check_suite(model: nn.Module, name: str, x: torch.Tensor | None = None, y: t
     return _guard(go)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# the whole picture
-# ---------------------------------------------------------------------------------------------------------
+# ---- the whole picture ------------------------------------------------------------------------------------
 def tiny_batch(model: nn.Module, images: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``images`` seeded random images at the model's input size and the model's own predictions as labels
     (so attacks start from correctly classified points)."""
@@ -351,7 +333,6 @@ def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 4, 
     from robustvit.attacks import list_attacks
     from robustvit.evaluation.suites import list_suites
     from robustvit.models.families import ANALYSIS_FAMILY, family_of
-
     name = model if isinstance(model, str) else getattr(getattr(model, "spec", None), "architecture", type(model).__name__)
     if isinstance(model, str):
         if run:
@@ -361,7 +342,6 @@ def capabilities(model: nn.Module | str, *, run: bool = False, images: int = 4, 
     x = y = dataset = None
     if run:
         from robustvit.data import TensorImageDataset
-
         model = model.eval()
         x, y = tiny_batch(model, images, seed)
         dataset = TensorImageDataset(x, y, [str(i) for i in range(int(spec.num_classes))], spec="tensor:capabilities")
@@ -387,7 +367,6 @@ def build_meta(name: str) -> nn.Module:
     """``name`` at its default configuration on the meta device: structure and ``ModelSpec`` only (no memory, no
     weights, nothing can run); falls back to the CPU for constructors that compute on their tensors."""
     from robustvit.models import create_model
-
     try:
         with torch.device("meta"):
             return create_model(name)
@@ -401,7 +380,6 @@ def build_default(name: str) -> nn.Module:
     """``name`` at its default configuration on the CPU with random weights (nothing is downloaded), in eval
     mode: what ``capabilities(name)`` inspects. ``make_probe`` checks itself on it with one forward."""
     from robustvit.models import create_model
-
     return create_model(name).eval()
 
 
@@ -413,7 +391,6 @@ def capability_rows(pattern: str, max_models: int = MAX_MODELS) -> list[dict[str
     """Static capabilities of every model whose name matches ``pattern`` (``robustvit list models
     --capabilities PATTERN``); refuses more than ``max_models`` models."""
     from robustvit.models import list_models
-
     names = [n for n in list_models(pattern) if fnmatch.fnmatch(n, pattern)] if pattern else list_models()
     if not names:
         raise RobustvitError(f"no model matches {pattern!r}; see `robustvit list models`")

@@ -1,20 +1,19 @@
-"""The ``robustvit`` command line: ``demo | train | eval | report | list`` (more commands register
-themselves via ``COMMANDS``). Errors caused by the input print one line and exit with status 2;
-``--debug`` shows the traceback."""
+"""The ``robustvit`` command line (every command is in ``COMMANDS``). Errors caused by the input print one line
+and exit with status 2; ``--debug`` shows the traceback."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import fnmatch
-import typing
-import types
-import warnings
 import json
+import os
 import shlex
 import sys
 import traceback
+import types
+import typing
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -48,7 +47,6 @@ def add_subset_args(p: argparse.ArgumentParser, what: str = "evaluate") -> None:
     p.add_argument("--limit", type=int, metavar="N", help=f"{what} N images: a seeded class-stratified sample "
                    "(the same images for every model and suite of the run); see --subset-method")
     from robustvit.data.subset import SUBSET_METHODS
-
     p.add_argument("--subset-method", choices=SUBSET_METHODS, default="stratified",
                    help="how --limit draws the images (and suites' own limit=): stratified (default: classes in "
                    "proportion, seeded by --subset-seed) or first (the first N images)")
@@ -66,7 +64,6 @@ def add_threads_arg(p: argparse.ArgumentParser) -> None:
 def add_precision_args(p: argparse.ArgumentParser) -> None:
     """``--precision``, ``--compile`` and ``--deterministic`` (``eval``)."""
     from robustvit.evaluation.suites.base import PRECISION_CHOICES
-
     p.add_argument("--precision", choices=PRECISION_CHOICES, default="auto",
                    help="how the model computes: fp32, tf32 (CUDA matrix products), bf16 (autocast, CUDA and CPU), or "
                    "auto (default: bf16 on CUDA for the clean, corruption and shift suites, fp32 otherwise); attacks "
@@ -87,15 +84,18 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
 
 def cmd_demo(a: argparse.Namespace) -> int:
     from robustvit.demo import run_demo
-
     run_demo(out=a.out, quick=a.quick, device=a.device, seed=a.seed)
     return 0
 
 
 def _module_attr(module: str, attr: str) -> Any:
     import importlib
-
     return getattr(importlib.import_module(module), attr)
+
+
+def _command_line(a: argparse.Namespace) -> str:
+    """The command as typed, for results.json."""
+    return "robustvit " + shlex.join(a.argv)
 
 
 #: TrainConfig fields set through their own flags (``--loss-option KEY=VALUE``), not a generated one.
@@ -105,7 +105,6 @@ _TRAIN_OWN_FLAGS = ("loss_options",)
 def _train_fields() -> list[tuple[dataclasses.Field, Any]]:
     """TrainConfig's fields with their resolved types (every field gets a ``--flag``)."""
     from robustvit.training import TrainConfig
-
     hints = typing.get_type_hints(TrainConfig)
     return [(f, hints.get(f.name, Any)) for f in dataclasses.fields(TrainConfig) if f.init]
 
@@ -143,13 +142,11 @@ def _add_field_flag(p: argparse.ArgumentParser, f: dataclasses.Field, tp: Any) -
         help_ += f" (default {default})"
     kw: dict[str, Any] = {"dest": f.name, "default": None, "help": help_}
     if tp is bool:
-        p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
-        return
-    if tp is dict or typing.get_origin(tp) is dict:
+        kw["action"] = argparse.BooleanOptionalAction
+    elif tp is dict or typing.get_origin(tp) is dict:
         kw["type"], kw["metavar"] = _json_dict(flag), "JSON"
     elif typing.get_origin(tp) in (tuple, list):
-        kw["help"] += " (YAML value)"
-        kw["type"] = _yaml_value
+        kw["help"], kw["type"] = help_ + " (YAML value)", _yaml_value
     elif choices:
         kw["metavar"] = "{" + ",".join(choices) + "}"
     p.add_argument(flag, **kw)
@@ -157,7 +154,6 @@ def _add_field_flag(p: argparse.ArgumentParser, f: dataclasses.Field, tp: Any) -
 
 def _yaml_value(text: str) -> Any:
     import yaml
-
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
@@ -181,28 +177,23 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--print-config", action="store_true",
                    help="print the resolved TrainConfig as JSON (defaults < recipe < --config < flags) and exit; "
                         "the output is a valid --config file")
+    p.set_defaults(func=_cmd_training)
 
 
 def _key_values(items: list[str], flag: str) -> dict[str, Any]:
     """``key=value`` pairs with YAML-typed values (``6`` → int, ``true`` → bool, ``4/255`` stays a string)."""
-    import yaml
-
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise RobustvitError(f"{flag} takes KEY=VALUE, got {item!r}")
-        try:
-            out[key.strip().replace("-", "_")] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            out[key.strip().replace("-", "_")] = value
+        out[key.strip().replace("-", "_")] = _yaml_value(value)
     return out
 
 
 def _train_config(a: argparse.Namespace) -> Any:
     """The TrainConfig of a ``train``/``finetune`` command line: defaults < recipe < ``--config`` < flags."""
     from robustvit.training import TrainConfig
-
     overrides: dict[str, Any] = {f.name: getattr(a, f.name) for f, _ in _train_fields()
                                  if getattr(a, f.name, None) is not None}
     overrides.update(_key_values(a.set, "--set"))
@@ -213,37 +204,24 @@ def _train_config(a: argparse.Namespace) -> Any:
     return TrainConfig.from_dict({}, "command line", overrides)
 
 
-def _print_config(a: argparse.Namespace) -> bool:
-    """``--print-config``: print the resolved TrainConfig as JSON (TrainConfig field names; JSON is YAML, so it
-    is a ``--config`` file too); True when it was asked for."""
-    if not getattr(a, "print_config", False):
-        return False
-    print(json.dumps(_train_config(a).to_dict(), indent=1, default=str))
-    return True
-
-
-def _add_training(sub: argparse._SubParsersAction, name: str, help: str) -> None:
-    p = sub.add_parser(name, help=help)
-    _train_arguments(p)
-    p.set_defaults(func=_cmd_training)
-
-
 def add_train(sub: argparse._SubParsersAction) -> None:
-    _add_training(sub, "train", "train a model: robust losses, recipes, checkpoints, --resume, torchrun")
+    _train_arguments(sub.add_parser("train", help="train a model: robust losses, recipes, checkpoints, --resume, "
+                                    "torchrun"))
 
 
 def add_finetune(sub: argparse._SubParsersAction) -> None:
-    _add_training(sub, "finetune", "fine-tune a model: new zero-initialised head, new resolution / patch size, "
-                  "(adversarial) training with any loss")
+    _train_arguments(sub.add_parser("finetune", help="fine-tune a model: new zero-initialised head, new resolution / "
+                                    "patch size, (adversarial) training with any loss"))
 
 
 def _cmd_training(a: argparse.Namespace) -> int:
-    """``train`` and ``finetune``: print the config, or run it and print where the checkpoint went."""
-    if _print_config(a):
+    """``train`` and ``finetune``: print the config (``--print-config``: JSON is YAML, so the output is a
+    ``--config`` file too), or run it and print where the checkpoint went."""
+    if a.print_config:
+        print(json.dumps(_train_config(a).to_dict(), indent=1, default=str))
         return 0
     from robustvit.training import train
     from robustvit.training.finetune import finetune
-
     path = (finetune if a.command == "finetune" else train)(_train_config(a), resume=a.resume)
     print(f"saved {path}")
     return 0
@@ -254,7 +232,6 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     from robustvit.attacks.base import NORMS
     from robustvit.data.loader import DECODERS
     from robustvit.evaluation.suites import list_suites
-
     p.add_argument("--model", required=True, help="model name(s), checkpoint folder(s) or source specs (tv:NAME, "
                    "robustbench:DATASET/THREAT/NAME, hf:REPO_OR_DIR; docs/models.md), comma-separated")
     p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
@@ -299,7 +276,6 @@ def check_pretrained_classes(models: list[str], data: str, class_map: str | None
 
     from robustvit.data import create_dataset
     from robustvit.models import is_checkpoint_dir
-
     if class_map is not None:
         return
     heads = {}
@@ -320,19 +296,17 @@ def check_pretrained_classes(models: list[str], data: str, class_map: str | None
 
 def cmd_eval(a: argparse.Namespace) -> int:
     from robustvit.evaluation.runner import EvalConfig, run_eval
-
+    models = _csv(a.model)
     if a.pretrained:
-        check_pretrained_classes(_csv(a.model), a.data, a.class_map)
-
-    cfg = EvalConfig(models=_csv(a.model), data=a.data, suites=_csv(",".join(a.suite or ["clean"])), out=a.out, limit=a.limit,
-                     batch_size=a.batch_size, chunk_size=a.chunk_size, device=a.device, precision=a.precision,
-                     compile=a.compile, deterministic=a.deterministic, seed=a.seed, strict=a.strict, workers=a.workers,
-                     decode=a.decode,
-                     options={"eps": a.eps, "norm": a.norm, "steps": a.steps}, progress=not a.no_progress,
-                     pretrained=a.pretrained, weights=a.weights, model_dir=a.model_dir, class_map=a.class_map,
-                     subset_method=a.subset_method, subset=a.subset, subset_seed=a.subset_seed, shard=a.shard,
-                     command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
-    results = run_eval(cfg)
+        check_pretrained_classes(models, a.data, a.class_map)
+    results = run_eval(EvalConfig(
+        models=models, data=a.data, suites=_csv(",".join(a.suite or ["clean"])), out=a.out, limit=a.limit,
+        batch_size=a.batch_size, chunk_size=a.chunk_size, device=a.device, precision=a.precision, compile=a.compile,
+        deterministic=a.deterministic, seed=a.seed, strict=a.strict, workers=a.workers, decode=a.decode,
+        options={"eps": a.eps, "norm": a.norm, "steps": a.steps}, progress=not a.no_progress,
+        pretrained=a.pretrained, weights=a.weights, model_dir=a.model_dir, class_map=a.class_map,
+        subset_method=a.subset_method, subset=a.subset, subset_seed=a.subset_seed, shard=a.shard,
+        command=_command_line(a)))
     if a.shard is not None:
         print(f"shard {a.shard}: its units are in {a.out}; merge all shards with `robustvit merge OUT_1 … OUT_N --out OUT`")
     for name, res in results.items():
@@ -369,18 +343,13 @@ def add_report(sub: argparse._SubParsersAction) -> None:
 
 def cmd_report(a: argparse.Namespace) -> int:
     from robustvit.report import load_results, write_report
-
     md, html = write_report(load_results(a.results), Path(a.out), title=a.title)
     print(f"wrote {md} and {html}")
     return 0
 
 
 def _lister(module: str, function: str) -> Callable[[str | None], list[str]]:
-    def fn(pattern: str | None = None) -> list[str]:
-        import importlib
-
-        return getattr(importlib.import_module(module), function)(pattern)
-    return fn
+    return lambda pattern=None: _module_attr(module, function)(pattern)
 
 
 #: ``robustvit list WHAT``: each entry lists a registry (with an optional shell-style pattern).
@@ -397,6 +366,8 @@ LISTS: dict[str, Callable[[str | None], list[str]]] = {
     "analyses": _lister("robustvit.analysis", "list_analyses"),
     "perturbations": _lister("robustvit.corruptions", "list_perturbations"),
 }
+
+
 def _first_line(text: str | None) -> str:
     """The first paragraph of a docstring or description as one line, without reST markup."""
     para = " ".join((text or "").strip().split("\n\n")[0].split()).replace("``", "").replace(":class:", "")
@@ -470,7 +441,6 @@ def cmd_list(a: argparse.Namespace) -> int:
         if a.what != "models":
             raise RobustvitError("--capabilities applies to `robustvit list models`")
         from robustvit.capabilities import capability_rows, format_one, format_table
-
         pattern = a.capabilities or a.pattern or "*"
         rows = capability_rows(pattern)
         print(format_one(rows[0]) if len(rows) == 1 and "error" not in rows[0] else format_table(rows))
@@ -479,18 +449,14 @@ def cmd_list(a: argparse.Namespace) -> int:
     if getattr(a, "options", False):
         if a.what not in OPTION_LISTS:
             raise RobustvitError(f"--options applies to `robustvit list {' | '.join(OPTION_LISTS)}`")
-        print("\n".join(_format_options(n, OPTION_LISTS[a.what](n)) for n in names))
-        return 0
-    if a.what in DESCRIBED and names:
+        lines = [_format_options(n, OPTION_LISTS[a.what](n)) for n in names]
+    elif a.what in DESCRIBED and names:
         width = max(map(len, names))
-        print("\n".join(f"{n:<{width}}  {_description(a.what, n)}".rstrip() for n in names))
-        return 0
-    print("\n".join(names))
+        lines = [f"{n:<{width}}  {_description(a.what, n)}".rstrip() for n in names]
+    else:
+        lines = names
+    print("\n".join(lines))
     return 0
-
-
-#: Every sub-command: a function adding its parser (with ``func`` set). Feature modules append here.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_demo, add_train, add_eval, add_report, add_list]
 
 
 def add_corrupt(sub: argparse._SubParsersAction) -> None:
@@ -498,7 +464,6 @@ def add_corrupt(sub: argparse._SubParsersAction) -> None:
     from robustvit.corruptions.params import PRESET_SIZES
     from robustvit.data.corrupted import LAYOUTS
     from robustvit.data.export import IMAGE_FORMATS
-
     p.add_argument("--data", required=True, help="data spec, e.g. imagenet:/val or cifar10:test or synthshapes:test")
     p.add_argument("--out", required=True, help="output folder (re-running skips finished corruption × severity units)")
     p.add_argument("--format", dest="layout", choices=LAYOUTS, default="imagenet-c",
@@ -521,7 +486,6 @@ def add_corrupt(sub: argparse._SubParsersAction) -> None:
 
 def cmd_corrupt(a: argparse.Namespace) -> int:
     from robustvit.data.export import ExportConfig, export_corrupted
-
     r = export_corrupted(ExportConfig(data=a.data, out=a.out, layout=a.layout, corruptions=a.corruptions,
                                       severities=a.severities, preset=a.preset, seed=a.seed, batch_size=a.batch_size,
                                       device=a.device, limit=a.limit, image_format=a.image_format,
@@ -532,15 +496,10 @@ def cmd_corrupt(a: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS.append(add_corrupt)
-COMMANDS.append(add_finetune)
-
-
 def add_analyze(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyze", help="explain a model: layer correlation, lesion, restricted attention, attention "
                        "distance/maps, grouping, stability, perturbation semantics (resumable)")
     from robustvit.models.wrapper import PRECISIONS
-
     p.add_argument("analyses", help="comma-separated analyses, each name[:key=value…] (see `robustvit list analyses`)")
     p.add_argument("--model", required=True, help="model name or checkpoint folder")
     p.add_argument("--data", required=True, help="data spec, e.g. synthshapes:test")
@@ -562,10 +521,8 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
 def cmd_analyze(a: argparse.Namespace) -> int:
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
-    from robustvit.evaluation.runner import build_model
-    from robustvit.evaluation.runner import model_dir_name
+    from robustvit.evaluation.runner import build_model, model_dir_name
     from robustvit.models.factory import warn_if_random
-
     if a.pretrained:
         check_pretrained_classes([a.model], a.data, a.class_map)
     model = build_model(a.model, pretrained=a.pretrained, weights=a.weights, data=a.data, model_dir=a.model_dir)
@@ -576,13 +533,10 @@ def cmd_analyze(a: argparse.Namespace) -> int:
                        device=a.device, precision=a.precision, progress=not a.no_progress, model_name=name,
                        data_spec=a.data, source=a.model,
                        subset_method=a.subset_method, subset=a.subset, subset_seed=a.subset_seed, class_map=a.class_map,
-                       command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
+                       command=_command_line(a))
     for key, r in res.items():
         print(f"{key}: wrote {Path(a.out) / (key + '.json')}" + (f" and {', '.join(r.get('figures', []))}" if r.get("figures") else ""))
     return 0
-
-
-COMMANDS.append(add_analyze)
 
 
 def add_merge(sub: argparse._SubParsersAction) -> None:
@@ -596,19 +550,15 @@ def add_merge(sub: argparse._SubParsersAction) -> None:
 
 def cmd_merge(a: argparse.Namespace) -> int:
     from robustvit.evaluation.runner import merge_shards
-
-    results = merge_shards(a.shards, a.out, command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
+    results = merge_shards(a.shards, a.out, command=_command_line(a))
     print(f"merged {len(a.shards)} shards of {', '.join(results)} into {a.out}")
     return 0
 
-
-COMMANDS.append(add_merge)
 
 def add_leaderboard(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("leaderboard", help="one table of many runs: a row per model × data × threat model "
                        "(clean, corruptions, PGD, AutoAttack, … and comparability labels)")
     from robustvit.leaderboard import FORMATS, TABLE_COLUMNS
-
     p.add_argument("runs", nargs="*", help="run folders (results.json; a parent folder: every run below it); with "
                    "--db they are added to the database")
     p.add_argument("--db", metavar="FILE", help="SQLite database: add the runs, then show every run it holds")
@@ -622,7 +572,6 @@ def add_leaderboard(sub: argparse._SubParsersAction) -> None:
 
 def cmd_leaderboard(a: argparse.Namespace) -> int:
     from robustvit.leaderboard import format_rows, leaderboard
-
     rows = leaderboard(a.runs, db=a.db, fmt=a.fmt, out=a.out, sort=a.sort)
     if a.out:
         print(f"wrote {len(rows)} rows to {a.out}")
@@ -635,7 +584,6 @@ def add_study(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="evaluate and analyse several models from a YAML spec (resumable), then "
                        "write OUT/report.html and OUT/leaderboard.*")
     from robustvit.evaluation.suites.base import PRECISION_CHOICES
-
     p.add_argument("spec", help="YAML file with models, data, limit, suites, analyses, out")
     p.add_argument("--out", help="output folder (overrides the spec's out)")
     p.add_argument("--device", default="auto")
@@ -647,16 +595,17 @@ def add_study(sub: argparse._SubParsersAction) -> None:
 
 def cmd_study(a: argparse.Namespace) -> int:
     from robustvit.study import load_study, run_study
-
     study = load_study(a.spec, out=a.out, device=a.device, precision=a.precision)
     res = run_study(study, progress=not a.no_progress,
-                    command="robustvit " + " ".join(shlex.quote(s) for s in a.argv))
+                    command=_command_line(a))
     print(f"study of {len(res['runs'])} models: {res['report']} and {', '.join(map(str, res['leaderboard']))}")
     return 0
 
 
-COMMANDS.append(add_leaderboard)
-COMMANDS.append(add_study)
+#: Every sub-command, in the order ``--help`` lists them: a function adding its parser (with ``func`` set).
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    add_demo, add_train, add_eval, add_report, add_list, add_corrupt, add_finetune, add_analyze, add_merge,
+    add_leaderboard, add_study]
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -696,7 +645,6 @@ class _Commands:
 
 def _version() -> str:
     import robustvit
-
     return f"robustvit {robustvit.__version__}"
 
 
@@ -723,7 +671,6 @@ def _chain(e: BaseException) -> list[BaseException]:
 def _nearly_full(out: str | None, margin: int = 1 << 20) -> bool:
     """Whether the file system holding ``out`` (or its nearest existing parent) has less than ``margin`` bytes free."""
     import shutil
-
     p = Path(out) if out else None
     while p is not None and not p.exists() and p != p.parent:
         p = p.parent
@@ -735,11 +682,9 @@ def _nearly_full(out: str | None, margin: int = 1 << 20) -> bool:
 
 def environment_error(e: BaseException, out: str | None = None) -> str | None:
     """The one-line message for a fault of the machine rather than of robustvit — a full disk (``ENOSPC``,
-    ``EDQUOT``, SQLite's "database or disk is full", torch's or safetensors' failed write), a file it may not
-    write, Pillow's decompression-bomb refusal — or None for anything else. Completed work is committed as
-    it finishes, so the remedy is always: fix the cause, re-run the same command."""
+    ``EDQUOT``, SQLite's or torch's or safetensors' words for it), a file it may not write, Pillow's
+    decompression-bomb refusal — or None. Finished work is kept, so the remedy is: fix it, re-run the command."""
     import errno
-
     where = f" (the file system of {out})" if out else ""
     for x in _chain(e):
         text = str(x).lower()
@@ -769,7 +714,6 @@ def main(argv: list[str] | None = None) -> int:
         args.argv = argv
         if "threads" in vars(args) and not getattr(args, "print_config", False):
             from robustvit.runs.threads import set_threads
-
             set_threads(args.threads)
         if getattr(args, "frost_dir", None):
             os.environ["ROBUSTVIT_FROST_DIR"] = args.frost_dir      # read by robustvit.corruptions.frost
@@ -781,13 +725,8 @@ def main(argv: list[str] | None = None) -> int:
             "re-run the same command"
         print(f"robustvit: interrupted; {again} to resume", file=sys.stderr)
         return 130
-    except RobustvitError as e:
-        if debug:
-            traceback.print_exc()
-        print(f"robustvit: error: {e}", file=sys.stderr)
-        return 2
     except Exception as e:  # an input or environment fault that has a one-line remedy (full disk, permissions)
-        message = environment_error(e, getattr(args, "out", None))
+        message = str(e) if isinstance(e, RobustvitError) else environment_error(e, getattr(args, "out", None))
         if message is None:
             if debug:
                 raise

@@ -38,7 +38,6 @@ def as_model(model: str | nn.Module, *, mean: Sequence[float] | None = None, std
     a data set) gives a plain module its input size (:func:`wrap_module`)."""
     from robustvit.evaluation.runner import build_model
     from robustvit.models import Normalized
-
     if isinstance(model, (str, Normalized)):
         return build_model(model, pretrained=pretrained, weights=weights)
     if not isinstance(model, nn.Module):
@@ -52,7 +51,6 @@ def data_image_size(data: Any) -> int | None:
     CIFAR), else None (files of any size, read at the model's size)."""
     from robustvit.data import TensorImageDataset, create_dataset
     from robustvit.data.synthshapes import SynthShapesDataset
-
     ds = create_dataset(data) if isinstance(data, str) else data
     if not isinstance(ds, (TensorImageDataset, SynthShapesDataset)) or len(ds) == 0:
         return None
@@ -71,7 +69,6 @@ def wrap_module(module: nn.Module, *, mean: Sequence[float] | None = None, std: 
     not centre-cropped (crop_pct 1: a 32-px image is read as it is, not resized to 36 and cropped)."""
     from robustvit.models import Normalized
     from robustvit.models.factory import spec_from_timm
-
     cfg = dict(getattr(module, "pretrained_cfg", None) or getattr(module, "default_cfg", None) or {})
     if (mean is None) != (std is None):
         raise RobustvitError("give both mean= and std= (the normalisation the model was trained with), or neither")
@@ -113,9 +110,8 @@ def wrap_module(module: nn.Module, *, mean: Sequence[float] | None = None, std: 
 
 @contextmanager
 def one_line_warnings() -> Iterator[None]:
-    """robustvit's warnings (e.g. random weights) printed as one line on stderr, ``robustvit: warning: …``, as the
-    CLI prints them; other warnings keep Python's format. Only the format changes (``warnings.formatwarning``), so
-    a caller that records warnings (``warnings.catch_warnings(record=True)``, ``pytest.warns``) still gets them."""
+    """robustvit's warnings (e.g. random weights) formatted as one line, ``robustvit: warning: …``, as the CLI
+    prints them; others keep Python's format. Only ``warnings.formatwarning`` changes, so recording still works."""
     fmt = warnings.formatwarning
 
     def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -169,22 +165,21 @@ def evaluate(model: str | nn.Module | Sequence[str | nn.Module], data: str, suit
         (8, True)
     """
     from robustvit.evaluation.runner import RUN_OPTIONS, EvalConfig, run_eval
-
     if "suite" in options:
         if suites != ("clean",):
             raise RobustvitError("give suites= or its alias suite=, not both")
         suites = options.pop("suite")
     fields = {f.name for f in dataclasses.fields(EvalConfig)} - set(_EVAL_OWN)
-    unknown = sorted(set(options) - fields - set(RUN_OPTIONS) - set(_DATA_OPTIONS))
+    accepted = fields | set(RUN_OPTIONS) | set(_DATA_OPTIONS)
+    unknown = sorted(set(options) - accepted)
     if unknown:
-        valid = sorted(fields | set(RUN_OPTIONS) | set(_DATA_OPTIONS) | {"suite", "mean", "std", "name", "input_size",
-                                                                         "num_classes", "progress"})
+        valid = sorted(accepted | {"suite", "mean", "std", "name", "input_size", "num_classes", "progress"})
         raise RobustvitError(f"evaluate() got an unknown keyword argument {unknown[0]!r}; valid ones: "
                              f"{', '.join(valid)}")
     for key in _DATA_OPTIONS:
-        if options.get(key) is not None:
-            data = f"{data}:{key}={options.pop(key)}"
-        options.pop(key, None)
+        value = options.pop(key, None)
+        if value is not None:
+            data = f"{data}:{key}={value}"
     many = isinstance(model, (list, tuple))
     models = [m if isinstance(m, str) else as_model(m, mean=mean, std=std, name=name, input_size=input_size,
                                                     num_classes=num_classes, data=data)
@@ -232,7 +227,6 @@ def analyze(model: str | nn.Module, data: Any, analyses: Sequence[str] | str, ou
     from robustvit.data import dataset_for_model
     from robustvit.models.factory import warn_if_random
     from robustvit.runs import read_results
-
     allowed = ("class_map", "subset_method", "subset", "subset_seed")
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -273,7 +267,6 @@ def train(config: Any = None, /, *, resume: bool = False, progress: bool = True,
         'vit_cifar_micro'
     """
     from robustvit.training import TrainConfig, train as run_training
-
     if isinstance(config, TrainConfig):
         cfg = dataclasses.replace(config, **fields) if fields else config
     elif isinstance(config, (str, Path)):

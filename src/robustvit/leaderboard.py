@@ -1,20 +1,17 @@
 """``robustvit leaderboard``: one table of many runs — one row per model × data × threat model.
 
 Columns are the headline numbers of ``robustvit.report.headline`` (clean, corruption mean / mCE, PGD, AutoAttack,
-occlusion, shape bias, spatial, ImageNet-R/-A/-Sketch/-V2, mFR) with the comparability labels. A folder without
-``results.json`` stands for every run below it. ``--db FILE`` keeps runs in an SQLite database, so runs made
-months apart sit in one table (re-adding a run replaces its row). Every number shows its image count and 95 %
-Wilson interval, a robustness number its gap to clean (``<column>_gap``), the best of each column its mark
-(:mod:`robustvit.report.verdict`, whose sentences open the Markdown and HTML tables); the labels name the
-deviations of each cell from its published protocol (:mod:`robustvit.protocols`). ``--format json`` writes
-robustvit's own entries (RobustBench's field names, one ``corruptions`` and one ``corruptions_3d``
-(ImageNet-3DCC) entry per model, each number with its
-count, interval and protocol); ``--format robustbench --out DIR`` writes
+occlusion, shape bias, spatial, ImageNet-R/-A/-Sketch/-V2, mFR) with the comparability labels: the deviations of
+each cell from its published protocol (:mod:`robustvit.protocols`). A folder without ``results.json`` stands for
+every run below it; ``--db FILE`` keeps runs in an SQLite database (re-adding a run replaces its row). Every number
+shows its image count and 95 % Wilson interval, a robustness number its gap to clean (``<column>_gap``), the best
+of each column its mark (:mod:`robustvit.report.verdict`, whose sentences open the Markdown and HTML tables).
+``--format json`` writes robustvit's own entries (RobustBench's field names; one ``corruptions`` and one
+``corruptions_3d`` (ImageNet-3DCC) entry per model); ``--format robustbench --out DIR`` writes
 ``DIR/<dataset>/<threat_model>/<model>.json`` as RobustBench's ``model_info`` files (Croce et al. 2021,
-arXiv:2010.09670) for the comparable numbers only (as RobustBench's ``update_json``, ``corruptions_acc_3d`` /
-``corruptions_mce_3d`` go into the model's file under ``corruptions/``). A model whose source publishes numbers (results.json
-``model.reported``: RobustBench's zoo) shows them as ``reported_clean`` and ``reported_autoattack`` beside
-robustvit's measurements.
+arXiv:2010.09670) for the comparable numbers only (``corruptions_*_3d`` go into the model's ``corruptions/`` file,
+as RobustBench's ``update_json``). Numbers a model's source publishes (results.json ``model.reported``:
+RobustBench's zoo) show as ``reported_clean`` and ``reported_autoattack`` beside robustvit's measurements.
 
 Example::
 
@@ -32,6 +29,8 @@ import re
 import sqlite3
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -80,32 +79,32 @@ def _db_error(db: str | Path, e: sqlite3.DatabaseError) -> NoReturn:
     raise RobustvitError(f"{db} is not a leaderboard database ({e}); give a new file to --db") from None
 
 
-def _connect(db: str | Path) -> sqlite3.Connection:
+@contextmanager
+def _database(db: str | Path) -> Iterator[sqlite3.Connection]:
+    """An open connection to ``db`` (its folder and table made when new); SQLite errors as :func:`_db_error`."""
     Path(db).parent.mkdir(parents=True, exist_ok=True)      # as --out: the folder is made
+    con = None
     try:
         con = sqlite3.connect(str(db))
         con.execute("CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, model TEXT, data TEXT, kind TEXT, "
                     "finished TEXT, added TEXT, source TEXT, payload TEXT)")
+        yield con
     except sqlite3.DatabaseError as e:
         _db_error(db, e)
-    return con
+    finally:
+        if con is not None:
+            con.close()
 
 
 def add_runs(db: str | Path, runs: list[dict[str, Any]]) -> int:
     """Add (or replace) runs in the SQLite database ``db``; returns how many were written."""
-    con = _connect(db)
-    try:
-        with con:                                   # one transaction: all of the runs or none
-            for run in runs:
-                payload = {k: v for k, v in run.items() if k not in ("analyses", "train")}   # numbers, not figures
-                con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                            (run_id(run), model_name(run), (run.get("data") or {}).get("spec"),
-                             run.get("kind", "eval"), (run.get("run") or {}).get("finished"),
-                             time.strftime("%Y-%m-%dT%H:%M:%S%z"), run.get("_dir"), json.dumps(payload, default=str)))
-    except sqlite3.DatabaseError as e:
-        _db_error(db, e)
-    finally:
-        con.close()
+    with _database(db) as con, con:                 # one transaction: all of the runs or none
+        for run in runs:
+            payload = {k: v for k, v in run.items() if k not in ("analyses", "train")}   # numbers, not figures
+            con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (run_id(run), model_name(run), (run.get("data") or {}).get("spec"),
+                         run.get("kind", "eval"), (run.get("run") or {}).get("finished"),
+                         time.strftime("%Y-%m-%dT%H:%M:%S%z"), run.get("_dir"), json.dumps(payload, default=str)))
     return len(runs)
 
 
@@ -113,14 +112,8 @@ def read_runs(db: str | Path) -> list[dict[str, Any]]:
     """Every run stored in the database, newest first."""
     if not Path(db).is_file():
         raise RobustvitError(f"{db} does not exist; add runs first: robustvit leaderboard RUN_DIR --db {db}")
-    con = _connect(db)
-    try:
-        found = [json.loads(p) for (p,) in con.execute("SELECT payload FROM runs ORDER BY finished DESC, added DESC")]
-    except sqlite3.DatabaseError as e:
-        _db_error(db, e)
-    finally:
-        con.close()
-    return found
+    with _database(db) as con:
+        return [json.loads(p) for (p,) in con.execute("SELECT payload FROM runs ORDER BY finished DESC, added DESC")]
 
 
 def table_rows(runs: list[dict[str, Any]], sort: str | None = None) -> list[dict[str, Any]]:
@@ -332,13 +325,11 @@ def format_rows(rows: list[dict[str, Any]], fmt: str = "md") -> str:
         body = "\n".join(lines + ["| " + " | ".join(esc(v) for v in row) + " |" for row in cells]) + "\n"
         return "".join(f"{s}\n\n" for s in said) + body + f"\n{NOTE}\n"
     if fmt == "latex":
-        tex = _tex
         lines = ["\\begin{tabular}{" + "l" * 4 + "r" * (len(cols) - 5) + "l}", "\\toprule",
-                 " & ".join(tex(h) for h in heads) + " \\\\", "\\midrule"]
-        lines += [" & ".join(tex(v) for v in row) + " \\\\" for row in cells]
+                 " & ".join(_tex(h) for h in heads) + " \\\\", "\\midrule"]
+        lines += [" & ".join(_tex(v) for v in row) + " \\\\" for row in cells]
         return "\n".join(lines + ["\\bottomrule", "\\end{tabular}"]) + "\n"
     from robustvit.report.html import inline
-
     head = "".join(f"<th>{html.escape(h)}</th>" for h in heads)
     body = "".join("<tr>" + "".join(f"<td class='best' title='best of this column'>{inline(v)}</td>" if BEST in v
                                     else f"<td>{inline(v)}</td>" for v in row) + "</tr>" for row in cells)

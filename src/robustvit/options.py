@@ -78,10 +78,6 @@ def parse_spec(spec: str, kind: str) -> tuple[str, dict[str, str]]:
     return name.strip(), options
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls, include_extras=False)
-
-
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -96,7 +92,7 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _convert(tp: Any, value: Any, where: str) -> Any:
+def _convert(tp: Any, value: Any) -> Any:
     """``value`` (a string from the CLI, or a Python / YAML value) as type ``tp``; ValueError when not."""
     origin = typing.get_origin(tp)
     if tp is Any:
@@ -110,7 +106,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             if a is type(None):
                 continue
             try:
-                return _convert(a, value, where)
+                return _convert(a, value)
             except ValueError as e:
                 errors.append(str(e))
         raise ValueError(errors[0] if len(errors) == 1 else f"expected {_type_name(tp)}")
@@ -124,21 +120,19 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         item = args[0] if args else Any
         if isinstance(value, str):
-            items: list[Any] = [t for t in value.replace(",", "+").split("+") if t.strip()] if value.strip() else []
+            items: list[Any] = [t for t in value.replace(",", "+").split("+") if t.strip()]
         elif isinstance(value, (list, tuple)):
             items = list(value)
         else:
             items = [value]
-        out = [_convert(item, v, where) for v in items]
+        out = [_convert(item, v) for v in items]
         return tuple(out) if origin is tuple else out
     if origin is dict or tp is dict:
         if not isinstance(value, Mapping):
             raise ValueError("expected a mapping")
         return dict(value)
     if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
+        if isinstance(value, int) and value in (0, 1):         # True and False too
             return bool(value)
         text = str(value).strip().lower()
         if text in ("1", "true", "yes", "on"):
@@ -194,6 +188,7 @@ def _check_bounds(f: dataclasses.Field, value: Any) -> str | None:
 
 
 def option_names(cls: type) -> list[str]:
+    """The option names of an options dataclass."""
     return [f.name for f in fields(cls) if f.init]
 
 
@@ -202,7 +197,7 @@ def parse_options(cls: type[T], raw: Mapping[str, Any] | None = None, *, what: s
     ``extra``; unknown keys and bad values give one-line errors naming ``what`` and the valid choices."""
     values = {str(k).replace("-", "_"): v for k, v in {**(raw or {}), **extra}.items()}
     known = {f.name: f for f in fields(cls) if f.init}  # type: ignore[arg-type]
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     for k in values:
         if k not in known:
             close = difflib.get_close_matches(k, known, n=3, cutoff=0.6)
@@ -213,7 +208,7 @@ def parse_options(cls: type[T], raw: Mapping[str, Any] | None = None, *, what: s
     for k, v in values.items():
         f = known[k]
         try:
-            conv = _convert(hints[k], v, what)
+            conv = _convert(hints[k], v)
         except ValueError as e:
             raise RobustvitError(f"{what}: {k}={v!r} is not valid ({e})") from None
         bad = _check_bounds(f, conv)
@@ -241,7 +236,7 @@ def options_dict(opts: Any) -> dict[str, Any]:
 
 def describe(cls: type) -> list[dict[str, Any]]:
     """One entry per option — name, type, default, help — for ``robustvit list … --options`` and docs."""
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     out = []
     for f in fields(cls):
         if not f.init:

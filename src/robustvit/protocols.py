@@ -2,11 +2,10 @@
 
 Every headline number of a run carries ``protocol: {"name", "comparable", "deviations"}`` in its suite's or
 analysis's result (:func:`attach`, called when ``results.json`` is written and when an older file is read).
-``name`` is the published protocol the number is measured against (``robustbench:cifar10:Linf``,
-``imagenet-c``, …; ``none`` for a suite no benchmark defines), ``deviations`` are one-line reasons, computed
-only from what the run recorded (suite settings, image counts, data spec and source, weights), why the number
-is not that protocol's, and ``comparable`` is true when there are none. A fact the run did not record is a deviation (``unknown …``), never
-assumed. Report, leaderboard and exports read these entries; nothing else decides comparability.
+``name`` is the published protocol (``robustbench:cifar10:Linf``, ``imagenet-c``, …; ``none`` for a suite no
+benchmark defines); ``deviations`` are one-line reasons why the number is not that protocol's, computed only from
+what the run recorded (a fact not recorded is a deviation, ``unknown …``, never assumed); ``comparable`` is true
+when there are none. Report, leaderboard and exports read these entries; nothing else decides comparability.
 
 Protocols (conditions in :data:`PROTOCOLS`):
 
@@ -73,7 +72,9 @@ class Protocol:
     conditions: dict[str, Any] = field(default_factory=dict)
 
 
-def _rb(dataset: str, threat: str, eps: float | None, eps_text: str | None) -> Protocol:
+def _rb(dataset: str, threat: str, eps: float | None = None, eps_text: str | None = None) -> Protocol:
+    """RobustBench's protocol of ``dataset`` × ``threat``; L1 is AutoAttack's own standard version (no RobustBench
+    leaderboard)."""
     cond: dict[str, Any] = {"dataset": dataset, "threat_model": threat, "images": TEST_IMAGES[dataset]}
     if threat == "corruptions":
         cond.update(corruptions=15, severities=5, source="released files", mce_baseline="AlexNet"
@@ -84,23 +85,17 @@ def _rb(dataset: str, threat: str, eps: float | None, eps_text: str | None) -> P
     else:
         cond.update(attack="autoattack", version="standard", members=STANDARD_AUTOATTACK, eps=eps,
                     eps_text=eps_text, n_target_classes=9, square_queries=5000)
+    if threat == "L1":
+        return Protocol(f"autoattack:{dataset}:L1", "Croce & Hein 2021, arXiv:2103.01208", cond)
     return Protocol(f"robustbench:{dataset}:{threat}", "Croce et al. 2021, arXiv:2010.09670", cond)
-
-
-def _aa_l1(dataset: str, eps: float, eps_text: str) -> Protocol:
-    """AutoAttack's L1 standard version (its own protocol; no RobustBench leaderboard)."""
-    return Protocol(f"autoattack:{dataset}:L1", "Croce & Hein 2021, arXiv:2103.01208",
-                    {"dataset": dataset, "threat_model": "L1", "images": TEST_IMAGES[dataset], "attack": "autoattack",
-                     "version": "standard", "members": STANDARD_AUTOATTACK, "eps": eps, "eps_text": eps_text,
-                     "n_target_classes": 9, "square_queries": 5000})
 
 
 #: Every published protocol robustvit measures against, by name.
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     _rb("cifar10", "Linf", 8 / 255, "8/255"), _rb("cifar10", "L2", 0.5, "0.5"),
-    _rb("cifar100", "Linf", 8 / 255, "8/255"), _rb("imagenet", "Linf", 4 / 255, "4/255"), _aa_l1("cifar10", 12.0, "12"),
-    _rb("cifar10", "corruptions", None, None), _rb("cifar100", "corruptions", None, None),
-    _rb("imagenet", "corruptions", None, None), _rb("imagenet", "corruptions_3d", None, None),
+    _rb("cifar100", "Linf", 8 / 255, "8/255"), _rb("imagenet", "Linf", 4 / 255, "4/255"),
+    _rb("cifar10", "L1", 12.0, "12"), *(_rb(d, "corruptions") for d in ("cifar10", "cifar100", "imagenet")),
+    _rb("imagenet", "corruptions_3d"),
     *(Protocol(n, "Hendrycks & Dietterich 2019, arXiv:1903.12261", {"metric": "mFR", "source": "released files"})
       for n in ("imagenet-p", "cifar-10-p")),
     *(Protocol(n, p, {"images": "whole set"}) for n, p in (
@@ -167,17 +162,18 @@ def _flags(result: dict[str, Any]) -> list[str]:
     return [f"gradient-masking flag: {', '.join(raised)}"] if raised else []
 
 
-def _images(dataset: str, result: dict[str, Any], run: dict[str, Any]) -> list[str]:
+def _image_count(n: float | None, allowed: tuple[int, ...]) -> list[str]:
+    """A deviation when a recorded image count ``n`` is none of ``allowed`` (in the order given)."""
+    if n is None or int(n) in allowed:
+        return []
+    return [f"{int(n):,} images (protocol: {' or '.join(f'{k:,}' for k in allowed)})"]
+
+
+def _images(dataset: str, result: dict[str, Any]) -> list[str]:
     n = _num(result.get("num_images"))
     if n is None:
         return ["unknown number of images (num_images not recorded)"]
-    sub = (run.get("data") or {}).get("subset")
-    if isinstance(sub, dict) and sub.get("method") == "file" and dataset == "imagenet" and int(n) == 5000:
-        return []
-    if int(n) not in TEST_IMAGES[dataset]:
-        want = " or ".join(f"{k:,}" for k in TEST_IMAGES[dataset])
-        return [f"{int(n):,} images (protocol: {want})"]
-    return []
+    return _image_count(n, TEST_IMAGES[dataset])
 
 
 # ---- one checker per kind of suite ---------------------------------------------------------------------------
@@ -198,12 +194,10 @@ def _autoattack(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[
     name = f"{'autoattack' if threat == 'L1' else 'robustbench'}:{dataset}:{threat}"
     dev: list[str] = []
     proto = PROTOCOLS.get(name)
-    if proto is None and threat == "L1":
-        name = "autoattack"
-        dev.append(f"no AutoAttack L1 protocol for data {(run.get('data') or {}).get('spec')!r}")
-    elif proto is None:
-        name = "autoattack"
-        dev.append(f"no RobustBench {threat} leaderboard for data {(run.get('data') or {}).get('spec')!r}")
+    if proto is None:
+        name, spec = "autoattack", (run.get("data") or {}).get("spec")
+        dev.append(f"no AutoAttack L1 protocol for data {spec!r}" if threat == "L1"
+                   else f"no RobustBench {threat} leaderboard for data {spec!r}")
     members = [str(m).replace("-", "_") for m in result.get("attacks") or []]
     version = result.get("version")
     if not members and version is None:
@@ -227,7 +221,7 @@ def _autoattack(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[
         elif abs(eps - proto.conditions["eps"]) > 1e-6:
             dev.append(f"ε = {eps_text(eps, threat)} (protocol: {proto.conditions['eps_text']})")
         if not _common(result, run):                        # a sample is named there already
-            dev += _images(dataset, result, run)           # type: ignore[arg-type]
+            dev += _images(dataset, result)                # type: ignore[arg-type]
     return name, dev + _flags(result)
 
 
@@ -247,9 +241,8 @@ def _transfer(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[st
 def _spatial(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
     if "reduced_grid" not in result:
         return "spatial-grid", ["unknown grid (reduced_grid not recorded)"]
-    if not result["reduced_grid"]:
-        return "spatial-grid", []
-    return "spatial-grid", [f"reduced grid {result.get('grid')} instead of 9x9x31 ({result.get('transforms')} transforms)"]
+    reduced = f"reduced grid {result.get('grid')} instead of 9x9x31 ({result.get('transforms')} transforms)"
+    return "spatial-grid", [reduced] if result["reduced_grid"] else []
 
 
 def corruption_counts(result: dict[str, Any]) -> tuple[int, int]:
@@ -260,8 +253,8 @@ def corruption_counts(result: dict[str, Any]) -> tuple[int, int]:
 
 
 def _corruptions_3d(result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
-    """ImageNet-3DCC read from the released files: RobustBench's ``corruptions_3d`` when all 12 × 5 were read
-    from a 1000-class tree on 5,000 or 50,000 images."""
+    """ImageNet-3DCC: RobustBench's ``corruptions_3d`` when all 12 × 5 released files of a 1000-class tree were
+    read on 5,000 or 50,000 images."""
     cond = PROTOCOLS["robustbench:imagenet:corruptions_3d"].conditions
     dev: list[str] = []
     nc = len(set(result.get("corruptions") or []) & set(CORRUPTIONS_3DCC))
@@ -274,9 +267,8 @@ def _corruptions_3d(result: dict[str, Any], run: dict[str, Any]) -> tuple[str, l
     elif int(classes) != 1000:
         dev.append(f"{int(classes)} classes, not ImageNet-1k's 1000")
     dev += _split(run)
-    n = _num(result.get("num_images"))
-    if n is not None and not _common(result, run) and int(n) not in TEST_IMAGES["imagenet"]:
-        dev.append(f"{int(n):,} images (protocol: 5,000 or 50,000)")
+    if not _common(result, run):
+        dev += _image_count(_num(result.get("num_images")), (5_000, 50_000))
     return "robustbench:imagenet:corruptions_3d", dev
 
 
@@ -300,11 +292,7 @@ def _corruptions(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple
     if not result.get("source"):
         dev.append("corrupted on the fly, not the released files (approximate)")
     if dataset is not None and not _common(result, run):
-        n = _num(result.get("num_images"))
-        if dataset != "imagenet" and n is not None and int(n) != 10_000:
-            dev.append(f"{int(n):,} images (protocol: 10,000)")
-        elif dataset == "imagenet" and n is not None and int(n) not in (5_000, 50_000):
-            dev.append(f"{int(n):,} images (protocol: 5,000 or 50,000)")
+        dev += _image_count(_num(result.get("num_images")), tuple(sorted(TEST_IMAGES[dataset])))
     if result.get("mce") is not None and result.get("mce_protocol") == "approximate":
         dev.append("mCE approximate: " + ", ".join(map(str, result.get("mce_approximations") or ["not the released pipeline"])))
     return name, dev
@@ -383,8 +371,8 @@ def _certify_patch(key: str, result: dict[str, Any], run: dict[str, Any]) -> tup
 
 
 def _min_norm(key: str, result: dict[str, Any], run: dict[str, Any]) -> tuple[str, list[str]]:
-    """The ``min_norm`` curve: labelled with its own protocol (an attack's upper bound on robust accuracy at every ε,
-    comparable with runs of the same attack, norm and steps; no RobustBench leaderboard ranks it)."""
+    """The ``min_norm`` curve: its own protocol (an attack's upper bound on robust accuracy at every ε, comparable
+    with runs of the same attack, norm and steps)."""
     attack = result.get("attack")
     if attack not in PROTOCOLS["min-norm"].conditions["attacks"]:
         return "min-norm", [f"unknown minimum-norm attack {attack!r} (not recorded)"]
@@ -531,8 +519,8 @@ ANALYSIS_CHECKERS: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[str
 
 
 def subset_note(subset: dict[str, Any] | None) -> str | None:
-    """Why numbers on the sample ``subset`` (a ``data.subset`` record) are not the whole data set's (None: they
-    are: no sample, or a published list read with ``--subset FILE``)."""
+    """Why numbers on the sample ``subset`` (a ``data.subset`` record) are not the whole data set's; None for no
+    sample or a published list (``--subset FILE``)."""
     if not isinstance(subset, dict) or subset.get("method") in ("all", "file", None):
         return None
     what = (f"a class-stratified sample, seed {subset.get('seed')}" if subset.get("method") == "stratified"
@@ -557,8 +545,7 @@ def _random_weights(run: dict[str, Any]) -> list[str]:
 
 def run_deviations(doc: dict[str, Any]) -> list[str]:
     """The run-level notes of a results.json document: its sample of the data (run-wide, then each suite's own
-    ``limit=`` sample, prefixed with the suite key), random weights, and, for an analysis run, every analysis's
-    deviations."""
+    ``limit=`` sample, prefixed with its key), random weights and, for an analysis run, every analysis's deviations."""
     notes = []
     run_note = subset_note((doc.get("data") or {}).get("subset"))
     if run_note:
@@ -577,9 +564,8 @@ def run_deviations(doc: dict[str, Any]) -> list[str]:
 
 def analysis_protocol(name: str, result: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     """The ``protocol`` entry of an analysis result: its recorded settings checked against the paper's
-    (:data:`ANALYSIS_PROTOCOLS`), fewer images than the paper's (``paper_images``, the analysis's own fact), the
-    run's sample and weights, and every ``notes`` entry the analysis recorded (what it computed differently on this
-    architecture). A result written without these facts that calls itself not comparable keeps its reason."""
+    (:data:`ANALYSIS_PROTOCOLS`), fewer images than the paper's (``paper_images``), the run's sample and weights,
+    and every ``notes`` entry the analysis recorded (what it computed differently on this architecture)."""
     proto = ANALYSIS_PROTOCOLS.get(name)
     dev = ANALYSIS_CHECKERS[name](result, proto.conditions) if proto is not None else []
     n, paper = _num(result.get("num_images")), _num(result.get("paper_images"))
@@ -594,10 +580,9 @@ def analysis_protocol(name: str, result: dict[str, Any], run: dict[str, Any]) ->
 
 
 def attach(doc: dict[str, Any], *, force: bool = False, analyses: bool = True) -> dict[str, Any]:
-    """Give every suite result and every analysis result of ``doc`` its ``protocol`` entry (kept when already
-    recorded, unless ``force``; an analysis entry recomputed only with ``analyses`` too), record the run-level
-    ``notes`` (:func:`run_deviations`, with the notes already recorded) and set the run-level ``comparable``: every
-    entry comparable and no note. In place."""
+    """Give every suite and analysis result of ``doc`` its ``protocol`` entry (kept when already recorded, unless
+    ``force``; an analysis entry only with ``analyses`` too), record the run-level ``notes`` (:func:`run_deviations`
+    and those already recorded) and set ``comparable``: every entry comparable and no note. In place."""
     entries = []
     for key, res in (doc.get("suites") or {}).items():
         if isinstance(res, dict):
@@ -643,8 +628,6 @@ def wilson_interval(accuracy: float | None, n: int | None, z: float = 1.959964) 
 
 
 __all__ = ["ANALYSIS_CHECKERS", "ANALYSIS_PROTOCOLS", "BENCHMARK_CORRUPTIONS", "CHECKERS", "CORRUPTIONS_3DCC",
-           "NO_PROTOCOL", "PROTOCOLS",
-           "Protocol", "STANDARD_AUTOATTACK", "analysis_protocol", "assess", "attach", "base_name",
-           "corruption_counts", "dataset_of", "eps_text", "protocol_of", "run_deviations", "sample_entry",
-           "subset_note",
-           "threat_model", "wilson_interval"]
+           "NO_PROTOCOL", "PROTOCOLS", "Protocol", "STANDARD_AUTOATTACK", "analysis_protocol", "assess", "attach",
+           "base_name", "corruption_counts", "dataset_of", "eps_text", "protocol_of", "run_deviations",
+           "sample_entry", "subset_note", "threat_model", "wilson_interval"]

@@ -60,8 +60,8 @@ class Registry(Generic[T]):
     def register(self, obj: str) -> Callable[[T], T]: ...
 
     def register(self, obj: Any) -> Any:
-        """Decorator. ``@reg.register`` uses the object's ``name`` attribute; ``@reg.register("name")``
-        names it explicitly. ``reg.register("name")(obj)`` registers a non-decorated object."""
+        """Decorator: ``@reg.register`` uses the object's ``name`` attribute, ``@reg.register("name")`` (or
+        ``reg.register("name")(obj)``) the name given."""
         if isinstance(obj, str):
             def deco(item: T) -> T:
                 self.add(obj, item)
@@ -132,11 +132,10 @@ class Registry(Generic[T]):
             Traceback (most recent call last):
             robustvit.errors.RobustvitError: unknown widget 'bleu'...
         """
-        name = self.canonical(name)
-        if name not in self._items and self._on_miss:
+        if self.canonical(name) not in self._items:
             for fill in self._on_miss:
                 fill()
-            name = self.canonical(name)
+        name = self.canonical(name)
         if name not in self._items:
             raise unknown_name(self.kind, name, self._items, self.hint)
         return self._items[name]
@@ -169,18 +168,15 @@ class Registry(Generic[T]):
     def options_class(self, name: str) -> type:
         """The options dataclass the registered object declares as ``Options`` (``NoOptions`` if none)."""
         from robustvit.options import NoOptions
-
         return getattr(self.get(name), "Options", NoOptions)
 
     def parse_options(self, name: str, raw: dict[str, Any] | None = None) -> Any:
         """``raw`` (spec strings or typed values) parsed into the object's ``Options`` (one-line errors)."""
         from robustvit.options import parse_options
-
         return parse_options(self.options_class(name), raw, what=f"{self.kind} {self.canonical(name)!r}")
 
     def keywords(self, name: str) -> set[str] | None:
-        """Keyword arguments the registered callable accepts (following ``**kwargs`` up a class's MRO);
-        None when it accepts any keyword."""
+        """The keywords the registered callable accepts (:func:`accepted_keywords`)."""
         return accepted_keywords(self.get(name))
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -208,8 +204,7 @@ class Registry(Generic[T]):
 
 
 def import_submodules(package: str) -> None:
-    """Import ``package`` and, when it is a package, every submodule (recursively) whose name does not start
-    with ``_``: their registration decorators run."""
+    """Import ``package`` and every submodule below it not named ``_*``, so their registration decorators run."""
     module = importlib.import_module(package)
     for info in pkgutil.iter_modules(getattr(module, "__path__", [])):
         if not info.name.startswith("_"):
@@ -222,15 +217,10 @@ def accepted_keywords(obj: Any) -> set[str] | None:
     For a class whose ``__init__`` takes ``**kwargs`` the parents' constructors are followed, as the
     keywords are usually passed up with ``super().__init__(**kwargs)``.
     """
-    funcs = []
-    if inspect.isclass(obj):
-        for klass in obj.__mro__:
-            if klass is object:
-                break
-            if "__init__" in klass.__dict__:
-                funcs.append(klass.__dict__["__init__"])
+    if inspect.isclass(obj):        # the constructors up the MRO but object's (always last)
+        funcs = [klass.__dict__["__init__"] for klass in obj.__mro__[:-1] if "__init__" in klass.__dict__]
     else:
-        funcs.append(obj)
+        funcs = [obj]
     names: set[str] = set()
     for fn in funcs:
         try:

@@ -28,9 +28,7 @@ def make_generator(seed: int | None = None, device: torch.device | str = "cpu",
     """Return ``generator`` if given, else a new generator on ``device`` seeded with ``seed`` (0 if None)."""
     if generator is not None:
         return generator
-    g = torch.Generator(device=torch.device(device))
-    g.manual_seed(0 if seed is None else int(seed))
-    return g
+    return torch.Generator(device=torch.device(device)).manual_seed(0 if seed is None else int(seed))
 
 
 def default_generator(device: torch.device | str = "cpu") -> torch.Generator:
