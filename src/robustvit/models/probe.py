@@ -1,56 +1,38 @@
 """The ViT probe: per-block tokens and attention maps, and forwards with parts removed or masked.
 
-``ViTProbe`` runs a ViT block by block itself, with an explicit (non-fused) attention, so the softmax maps
-exist only while probing and the model is untouched; ``run(..., start=(i, h))`` resumes from the input ``h``
-of block ``i`` (reuse of work). It reproduces these timm families exactly (block outputs, attention maps and
-logits within 1e-4 relative in float32), each with the attention map the model really multiplies the values
-by:
+``ViTProbe`` re-runs a ViT block by block with an explicit (non-fused) attention, so the softmax maps exist only
+while probing and the model is untouched; ``run(..., start=(i, h))`` resumes from the input ``h`` of block ``i``.
+It reproduces exactly (1e-4 relative in float32), with the map that really multiplies the values:
 
-* ``VisionTransformer`` (ViT, DeiT, DeiT-III, robustvit's ``vit_cifar_*``, hybrid ViTs) with pre-norm
-  ``Block`` (LayerScale ``ls1``/``ls2``, qk-norm, scale-norm ``attn.norm``, gated attention) or post-norm
-  ``ResPostBlock`` (``x + norm1(attn(x))``); a CLS token or none (``class_token=False``), registers
-  (``reg_tokens``), ``no_embed_class``, ``norm_pre``, any head timm's ``forward_head`` implements
-  (token / average pooling, ``fc_norm``, attention pooling ``global_pool='map'``);
-* ``VisionTransformerDistilled`` (DeiT distilled: CLS + distillation token, the two heads averaged);
-* parallel blocks: ``ParallelScalingBlock`` (ViT-22B style, attention and MLP from one fused input
-  projection; the attention or MLP branch can be removed when their output projections are separate) and
-  ``ParallelThingsBlock`` (several attention and MLP branches; their maps are concatenated along the head
-  axis: ``heads = num_parallel · num_heads``);
-* ``Beit`` (relative position bias per block or shared, q/v biases, LayerScale ``gamma_1``/``gamma_2``);
-* ``Eva`` (EVA-02: rotary position embedding on the patch tokens, SwiGLU, q/v biases, scale-norm,
-  ``EvaBlock`` and ``EvaBlockPostNorm``) with ``EvaAttention``;
-* ``Cait``: its self-attention blocks (talking-heads attention; the reported map is the one after the
-  post-softmax head mixing ``proj_w``, which multiplies the values — its rows need not sum to 1) then the
-  class-attention blocks inside the head; there is no CLS token among the probed tokens, and masks are
+* ``VisionTransformer`` (ViT, DeiT, DeiT-III, ``vit_cifar_*``, hybrids): pre-norm ``Block`` (LayerScale, qk-norm,
+  scale-norm, gated attention) or post-norm ``ResPostBlock``; CLS or none, registers, ``no_embed_class``,
+  ``norm_pre``, any head of timm's ``forward_head`` (token / average / attention pooling, ``fc_norm``);
+* ``VisionTransformerDistilled`` (CLS + distillation token, the two heads averaged);
+* ``ParallelScalingBlock`` (ViT-22B: one fused input projection; attention or MLP removable when their output
+  projections are separate) and ``ParallelThingsBlock`` (maps concatenated: ``heads = num_parallel · num_heads``);
+* ``Beit`` (relative position bias, q/v biases, ``gamma_1``/``gamma_2``); ``Eva`` (EVA-02: rotary embedding on the
+  patch tokens, SwiGLU, ``EvaBlock`` / ``EvaBlockPostNorm``);
+* ``Cait``: self-attention blocks then the class-attention head; the reported map is the one after the
+  post-softmax head mixing ``proj_w`` (rows need not sum to 1), no CLS among the probed tokens, and masks are
   refused (talking heads mix the heads after the softmax, so a mask would not stay a mask);
-* robustvit's ``FAN`` (token mixing through its ``forward_with_attention(x, mask=None) -> (out, attn)``;
-  the model's own forward runs fused attention, so the self-check compares block outputs and logits).
+* robustvit's ``FAN`` (token mixing through ``forward_with_attention(x, mask=None) -> (out, attn)``).
 
-**The probe checks itself**: ``verify(x)`` runs the model's own forward (through the wrapper) with hooks on
-its real blocks and fused attention off (the maps read at ``attn_drop``), and compares block outputs,
-attention maps and logits with the probe's recomputation (relative error ‖a − b‖ / ‖b‖ ≤ 1e-4 in float32);
-a mismatch raises ``RobustvitError`` naming the model, the first differing block and the error. It runs by
-itself on the first batch of each input size the probe sees (one extra forward, once). Anything else —
-other attention or block classes, other model classes (``VisionTransformerRelPos``, XCiT, Swin, …) — is
-refused at construction, and ``make_probe`` falls back to ``BlockProbe``.
+**The probe checks itself**: ``verify(x)`` runs the model's own forward with hooks on its blocks and fused attention
+off (maps read at ``attn_drop``) and compares block outputs, maps and logits (‖a − b‖ / ‖b‖ ≤ 1e-4); a mismatch
+raises ``RobustvitError`` naming the first differing block. It runs once on the first batch of each input size.
+Other block, attention or model classes are refused at construction.
 
-Every probe goes through the wrapper: its logits are ``wrapper(x)`` — normalisation *and* class map.
-``has_class_token``, ``num_prefix_tokens`` (CLS + registers + distillation token), ``num_registers`` and
-``patch_tokens`` (the slice of patch tokens) describe the probed token sequence; ``patch_size`` is pixels
-per token (a hybrid ViT's ``patch_embed.patch_size`` counts cells of its CNN stem's feature map).
+Logits are always ``wrapper(x)`` (normalisation and class map). ``has_class_token``, ``num_prefix_tokens``,
+``num_registers`` and ``patch_tokens`` describe the probed tokens; ``patch_size`` is pixels per token (a hybrid's
+``patch_embed.patch_size`` counts cells of its CNN feature map).
 
 ``BlockProbe`` covers the other families through temporary hooks on the model's own forward (exact by
-construction): XCiT and Swin (blocks with ``attn``/``mlp``; fused attention is switched off only during a
-run and restored), ``VisionTransformerRelPos``, ConViT (patch tokens only: its CLS joins after the local
-blocks), FAN-like models, and CNNs (timm ResNets / ConvNeXt, robustvit's
-``resnet_cifar18``: residual blocks, stage outputs). It refuses in one line what it cannot do: attention maps
-of blocks without one attention module (e.g. parallel-block ViTs, if they reach it), removing a block that
-changes the shape and has no shortcut. ``make_probe(model)`` picks ``ViTProbe`` when it is exact (checked on
-a seeded batch at once), else ``BlockProbe``.
+construction): XCiT, Swin, ``VisionTransformerRelPos``, ConViT (patch tokens only), FAN-like models and CNNs (timm
+ResNets / ConvNeXt, ``resnet_cifar18``). It refuses in one line what it cannot do. ``make_probe(model)`` picks
+``ViTProbe`` when it is exact (checked on a seeded batch at once), else ``BlockProbe``.
 
-Used by the analyses of Bhojanapalli et al. 2021 (arXiv:2103.14586) — layer correlation, lesion study
-(drop a block / its attention / its MLP), restricted attention (masks) — and by attention distance
-(Dosovitskiy et al., arXiv:2010.11929) and attention stability (AFAT).
+Used by Bhojanapalli et al. 2021 (arXiv:2103.14586: layer correlation, lesions, restricted attention), attention
+distance (Dosovitskiy et al., arXiv:2010.11929) and attention stability (AFAT).
 
 >>> probe = ViTProbe(create_model("vit_cifar_tiny"))
 >>> x = torch.rand(2, 3, 32, 32)
@@ -103,7 +85,7 @@ def _classes() -> dict[str, Any]:
                                                            "ParallelScalingBlock", "ParallelThingsBlock")),
                        ("timm.layers", ("Attention",)),
                        ("timm.models.deit", ("VisionTransformerDistilled",)),
-                       ("timm.models.beit", ("Beit",)),
+                       ("timm.models.beit", ("Beit", "Block", "Attention")),
                        ("timm.models.eva", ("Eva", "EvaBlock", "EvaBlockPostNorm", "EvaAttention")),
                        ("timm.models.cait", ("Cait", "LayerScaleBlock", "TalkingHeadAttn"))):
         try:
@@ -113,11 +95,6 @@ def _classes() -> dict[str, Any]:
         for n in names:
             if hasattr(m, n):
                 out[f"{mod.rsplit('.', 1)[-1]}.{n}"] = getattr(m, n)
-    try:
-        import timm.models.beit as beit
-        out["beit.Block"], out["beit.Attention"] = beit.Block, beit.Attention
-    except ImportError:
-        pass
     from robustvit.models import fan
     out["fan.FAN"], out["fan.FANBlock"] = fan.FAN, fan.FANBlock
     return out
@@ -130,6 +107,7 @@ def _is(obj: Any, *keys: str) -> bool:
 
 
 def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """‖a − b‖ / ‖b‖ in float64 (inf for different shapes)."""
     a, b = a.detach().double(), b.detach().double()
     if a.shape != b.shape:
         return float("inf")
@@ -137,10 +115,22 @@ def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 class _Tokens:
-    """The token layout both probes report: ``num_prefix_tokens`` (CLS, registers) then a ``grid_size`` grid."""
+    """What both probes share: the token layout they report (``num_prefix_tokens``, then a ``grid_size`` grid) and
+    the check of ``remove``."""
 
     num_prefix_tokens: int
     grid_size: tuple[int, int] | None
+    num_blocks: int
+    remove_modes: tuple[str, ...]
+
+    def _check_remove(self, remove: dict[int, str] | None) -> dict[int, str]:
+        """``remove`` as a dict, refused in one line when it names an unknown block or mode."""
+        remove = dict(remove or {})
+        for i, mode in remove.items():
+            if not 0 <= i < self.num_blocks or mode not in self.remove_modes:
+                raise RobustvitError(f"remove={{{i}: {mode!r}}} is invalid; blocks are 0..{self.num_blocks - 1} "
+                                     f"and modes {', '.join(self.remove_modes)}")
+        return remove
 
     @property
     def num_tokens(self) -> int:
@@ -161,22 +151,20 @@ class ViTProbe(_Tokens):
     def __init__(self, model: nn.Module, *, check: bool = True) -> None:
         self.wrapper = model if isinstance(model, Normalized) else None
         self.model = model
-        self.net = model.net if isinstance(model, Normalized) else model
-        net = self.net
-        name = type(net).__name__
+        self.net = net = getattr(self.wrapper, "net", model)
         self.arch = ("vit" if _is(net, "vision_transformer.VisionTransformer", "deit.VisionTransformerDistilled")
                      else "beit" if _is(net, "beit.Beit") else "eva" if _is(net, "eva.Eva")
                      else "cait" if _is(net, "cait.Cait") else "fan" if _is(net, "fan.FAN") else None)
         blocks = getattr(net, "blocks", None)
         if self.arch is None or not isinstance(blocks, (nn.Sequential, nn.ModuleList)) or not len(blocks) \
                 or not hasattr(net, "patch_embed"):
-            raise RobustvitError(f"the ViT probe does not support {name}; it supports {SUPPORTED}")
-        if self.arch == "eva" and (getattr(net, "dynamic_img_size", False) or getattr(net, "patch_drop", None) is not None):
-            raise RobustvitError(f"the ViT probe does not support {name} with dynamic_img_size or patch dropout "
+            raise RobustvitError(f"the ViT probe does not support {type(net).__name__}; it supports {SUPPORTED}")
+        if self.arch == "eva" and (getattr(net, "dynamic_img_size", False)
+                                   or getattr(net, "patch_drop", None) is not None):
+            raise RobustvitError(f"the ViT probe does not support {type(net).__name__} with dynamic_img_size or patch dropout "
                                  "(their rotary embedding depends on the input); use make_probe")
         self.kinds = [self._block_kind(b, i) for i, b in enumerate(blocks)]
-        self.blocks = blocks
-        self.num_blocks = len(blocks)
+        self.blocks, self.num_blocks = blocks, len(blocks)
         self.num_heads = self._heads(blocks[0], self.kinds[0])
         self.family = "fan" if self.arch == "fan" else "vit"
         fused_out = any(k == "parallel_scaling" and b.out_proj is not None for k, b in zip(self.kinds, blocks))
@@ -210,7 +198,9 @@ class ViTProbe(_Tokens):
     def _block_kind(self, blk: nn.Module, i: int) -> str:
         def refuse(what: str) -> RobustvitError:
             return RobustvitError(f"the ViT probe does not support {type(self.net).__name__}: block {i} "
-                                  f"({type(blk).__name__}) has {what}; use make_probe (hooks on the model's own forward)")
+                                  f"({type(blk).__name__}) has {what}; use make_probe (hooks on the model's own "
+                                  "forward)")
+
         if "forward" in blk.__dict__:
             raise refuse("a replaced forward")
         if _is(blk, "vision_transformer.ParallelScalingBlock"):
@@ -320,11 +310,7 @@ class ViTProbe(_Tokens):
         the embedding and blocks before ``i``; ``h`` is block ``i``'s input (``tokens`` then lists blocks
         ``i..L-1`` only; ``x`` is ignored and may be None).
         """
-        remove = dict(remove or {})
-        for i, mode in remove.items():
-            if not 0 <= i < self.num_blocks or mode not in self.remove_modes:
-                raise RobustvitError(f"remove={{{i}: {mode!r}}} is invalid; blocks are 0..{self.num_blocks - 1} "
-                                     f"and modes {', '.join(self.remove_modes)}")
+        remove = self._check_remove(remove)
         if attn_mask is not None and not self.maskable:
             raise RobustvitError(f"attention masks are not defined for {type(self.net).__name__} (talking-heads "
                                  "attention mixes heads after the softmax)")
@@ -337,16 +323,14 @@ class ViTProbe(_Tokens):
         out = ProbeOutput(logits=torch.empty(0))
         first, h = (0, self.embed(x)) if start is None else start
         ctx = self._context()
-        for i, blk in enumerate(self.blocks):
-            if i < first:
-                continue
+        for i in range(first, self.num_blocks):
             if self.arch == "eva" and ctx["mixed"] and ctx["rope"] is not None:
                 ctx = {**ctx, "block_rope": ctx["rope"][i]}
             mode = remove.get(i)
             mask = attn_mask.get(i) if isinstance(attn_mask, dict) else attn_mask
             a_map = None
             if mode != "block":
-                h, a_map = self._block(blk, self.kinds[i], h, mask, attentions, mode, ctx)
+                h, a_map = self._block(self.blocks[i], self.kinds[i], h, mask, attentions, mode, ctx)
             if attentions:
                 out.attentions.append(a_map if a_map is not None else
                                       h.new_zeros(h.shape[0], self.num_heads, h.shape[1], h.shape[1]))
@@ -632,7 +616,7 @@ class BlockProbe(_Tokens):
     def __init__(self, model: nn.Module) -> None:
         self.wrapper = model if isinstance(model, Normalized) else None
         self.model = model
-        self.net = model.net if isinstance(model, Normalized) else model
+        self.net = getattr(self.wrapper, "net", model)
         self.kind, self.blocks, self.stages = find_blocks(self.net)
         if not self.blocks:
             raise RobustvitError(f"no probe supports {type(self.net).__name__}; supported: {SUPPORTED}, "
@@ -690,11 +674,7 @@ class BlockProbe(_Tokens):
             remove: dict[int, str] | None = None,
             attn_mask: torch.Tensor | dict[int, torch.Tensor] | None = None) -> ProbeOutput:
         """The model's own forward with temporary hooks; same arguments as ``ViTProbe.run``."""
-        remove = dict(remove or {})
-        for i, mode in remove.items():
-            if not 0 <= i < self.num_blocks or mode not in self.remove_modes:
-                raise RobustvitError(f"remove={{{i}: {mode!r}}} is invalid; blocks are 0..{self.num_blocks - 1} "
-                                     f"and modes {', '.join(self.remove_modes)}")
+        remove = self._check_remove(remove)
         if attentions and any(a is None for a in self.attn_modules):
             i = next(j for j, a in enumerate(self.attn_modules) if a is None)
             raise RobustvitError(f"{type(self.net).__name__} has no attention map to read in block {i} "
