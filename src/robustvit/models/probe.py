@@ -161,8 +161,8 @@ class ViTProbe(_Tokens):
             raise RobustvitError(f"the ViT probe does not support {type(net).__name__}; it supports {SUPPORTED}")
         if self.arch == "eva" and (getattr(net, "dynamic_img_size", False)
                                    or getattr(net, "patch_drop", None) is not None):
-            raise RobustvitError(f"the ViT probe does not support {type(net).__name__} with dynamic_img_size or patch dropout "
-                                 "(their rotary embedding depends on the input); use make_probe")
+            raise RobustvitError(f"the ViT probe does not support {type(net).__name__} with dynamic_img_size or patch "
+                                 "dropout (their rotary embedding depends on the input); use make_probe")
         self.kinds = [self._block_kind(b, i) for i, b in enumerate(blocks)]
         self.blocks, self.num_blocks = blocks, len(blocks)
         self.num_heads = self._heads(blocks[0], self.kinds[0])
@@ -239,8 +239,8 @@ class ViTProbe(_Tokens):
 
     # ---- embedding and head -----------------------------------------------------------------------
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise (if wrapped), patch-embed, add positions/prefix tokens: (N, T, D). The first batch of
-        each input size is checked against the model's own forward first (see :meth:`verify`)."""
+        """Normalise (if wrapped), patch-embed, add positions/prefix tokens: (N, T, D); the first batch of each input
+        size is verified first."""
         if self.check and (self._failure is not None or tuple(x.shape[2:]) not in self._verified):
             self.verify(x)
         return self._embed(x)
@@ -398,8 +398,7 @@ class ViTProbe(_Tokens):
 
     def _attention(self, attn: nn.Module, x: torch.Tensor, mask: Any, keep: bool,
                    ctx: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The attention module's output and its map, with timm's maths (its non-fused path), or the
-        module's own ``forward_with_attention(x, mask=mask)`` when it has one (FAN)."""
+        """The attention's output and map by timm's non-fused maths, or its ``forward_with_attention`` (FAN)."""
         if hasattr(attn, "forward_with_attention"):
             o, a = attn.forward_with_attention(x, mask=mask)
             return o, (a if keep else None)
@@ -414,23 +413,18 @@ class ViTProbe(_Tokens):
             o = (a @ v).transpose(1, 2).reshape(B, N, C)
             return attn.proj_drop(attn.proj(o)), (a if keep else None)
         gate = attn.gate(x).sigmoid() if getattr(attn, "gate", None) is not None else None
-        if self.arch in ("beit", "eva") and getattr(attn, "qkv", None) is not None:
-            if attn.q_bias is None:
-                qkv = attn.qkv(x)
-            else:
-                bias = torch.cat((attn.q_bias, attn.k_bias, attn.v_bias))
-                if attn.qkv_bias_separate:
-                    qkv = attn.qkv(x)
-                    qkv += bias
-                else:
-                    qkv = F.linear(x, weight=attn.qkv.weight, bias=bias)
-            q, k, v = qkv.reshape(B, N, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
-        elif self.arch == "eva":
-            q = attn.q_proj(x).reshape(B, N, heads, -1).transpose(1, 2)
-            k = attn.k_proj(x).reshape(B, N, heads, -1).transpose(1, 2)
-            v = attn.v_proj(x).reshape(B, N, heads, -1).transpose(1, 2)
+        if self.arch == "eva" and getattr(attn, "qkv", None) is None:        # separate q, k, v projections
+            q, k, v = (proj(x).reshape(B, N, heads, -1).transpose(1, 2)
+                       for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
         else:
-            q, k, v = attn.qkv(x).reshape(B, N, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+            q_bias = attn.q_bias if self.arch in ("beit", "eva") else None
+            if q_bias is None:
+                qkv = attn.qkv(x)
+            elif attn.qkv_bias_separate:
+                qkv = attn.qkv(x) + torch.cat((q_bias, attn.k_bias, attn.v_bias))
+            else:
+                qkv = F.linear(x, weight=attn.qkv.weight, bias=torch.cat((q_bias, attn.k_bias, attn.v_bias)))
+            q, k, v = qkv.reshape(B, N, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
         if self.arch != "beit":
             q, k = attn.q_norm(q), attn.k_norm(k)
         if self.arch == "eva":
@@ -456,16 +450,14 @@ class ViTProbe(_Tokens):
 
     # ---- the self-check ---------------------------------------------------------------------------
     def verify(self, x: torch.Tensor) -> dict[str, float]:
-        """:meth:`_verify` with the model computing in float32 whatever its ``precision`` (the self-check's
-        tolerance is float32's)."""
+        """:meth:`_verify` with the model computing in float32 (the tolerance is float32's)."""
         with inference_settings(self.model, precision="fp32"):
             return self._verify(x)
 
     def _verify(self, x: torch.Tensor) -> dict[str, float]:
-        """Compare the probe with the model's own forward on ``x`` (at most 4 images): block outputs,
-        attention maps (where the model exposes them: fused attention off, the input of ``attn_drop``) and
-        logits, in eval mode. Returns the largest relative errors; raises ``RobustvitError`` (one line) on a
-        mismatch. Modes and fused-attention flags are restored."""
+        """Compare block outputs, attention maps (fused attention off, read at ``attn_drop``) and logits with the
+        model's own forward on ``x`` (at most 4 images, eval mode): the largest relative errors, or a one-line
+        ``RobustvitError``. Modes and fused-attention flags are restored."""
         if self._failure is not None:
             raise RobustvitError(self._failure)
         x = x[:4].detach()
@@ -474,6 +466,16 @@ class ViTProbe(_Tokens):
         real_blocks: list[torch.Tensor | None] = [None] * self.num_blocks
         real_maps: dict[int, list[torch.Tensor]] = {}
         handles, fused = [], []
+
+        def release() -> None:
+            """Remove the hooks and restore the fused-attention flags."""
+            for h in handles:
+                h.remove()
+            for src, f in fused:
+                src.fused_attn = f
+            handles.clear()
+            fused.clear()
+
         try:
             self.model.eval()
             for i, blk in enumerate(self.blocks):
@@ -487,18 +489,10 @@ class ViTProbe(_Tokens):
                         lambda m, a, y, i=i: real_maps.setdefault(i, []).append(a[0])))
             with torch.no_grad(), torch.autocast(x.device.type, enabled=False):   # compare in the model's dtype
                 real_logits = self.model(x)
-                for h in handles:
-                    h.remove()
-                handles = []
-                for src, f in fused:
-                    src.fused_attn = f
-                fused = []
+                release()
                 mine = self._run(None, True, True, {}, None, (0, self._embed(x)))
         finally:
-            for h in handles:
-                h.remove()
-            for src, f in fused:
-                src.fused_attn = f
+            release()
             for m, t in modes.items():
                 m.training = t
         dtype = real_logits.dtype if real_logits.is_floating_point() else torch.float32
@@ -507,7 +501,8 @@ class ViTProbe(_Tokens):
         name = type(self.net).__name__
         for i in range(self.num_blocks):
             real = real_blocks[i]
-            err = float("inf") if real is None else _rel_err(mine.tokens[i], real[0] if isinstance(real, tuple) else real)
+            real = real[0] if isinstance(real, tuple) else real
+            err = float("inf") if real is None else _rel_err(mine.tokens[i], real)
             errors["blocks"] = max(errors["blocks"], err)
             if err > tol:
                 self._fail(f"the ViT probe does not reproduce {name}: block {i} ({type(self.blocks[i]).__name__}) "
@@ -569,7 +564,8 @@ BLOCK_PROBE_SUPPORTS = ("XCiT, Swin (v1), VisionTransformerRelPos, FAN (attentio
 def find_blocks(net: nn.Module) -> tuple[str, list[nn.Module], list[list[int]]]:
     """(kind, blocks in order, block indices per stage) of a network; kind is "transformer", "swin" or "cnn"."""
     layers = getattr(net, "layers", None)
-    if isinstance(layers, (nn.Sequential, nn.ModuleList)) and len(layers) and all(hasattr(l, "blocks") for l in layers):
+    if isinstance(layers, (nn.Sequential, nn.ModuleList)) and len(layers) and all(hasattr(x, "blocks")
+                                                                                  for x in layers):
         return "swin", *_stages([list(l.blocks) for l in layers])
     stages = getattr(net, "stages", None)
     if isinstance(stages, (nn.Sequential, nn.ModuleList)) and len(stages):
@@ -604,13 +600,11 @@ def attention_module(blk: nn.Module) -> nn.Module | None:
 class BlockProbe(_Tokens):
     """Per-block outputs, attention maps and removals for models that ``ViTProbe`` does not run itself.
 
-    Representations are (N, T, D): transformer tokens, Swin's (N, H, W, C) and a CNN's (N, C, H, W) as
-    (N, H·W, C). Attention maps: FAN's from ``forward_with_attention`` (N, heads, T, T); others from the
-    input of ``attn.attn_drop`` with fused attention off during the run — XCiT's cross-covariance maps are
-    (N, heads, C/heads, C/heads), Swin's windowed maps (N, heads, windows·w², w²); every row sums to 1.
-    Removal (Bhojanapalli et al., arXiv:2103.14586): a transformer block returns its input, its attention
-    or MLP branch returns zeros (the residual passes through); a CNN residual block keeps only its shortcut
-    and final activation (Veit et al., arXiv:1605.06431). Masks need ``forward_with_attention``.
+    Representations are (N, T, D) (Swin's and CNNs' maps flattened). Attention maps: FAN's from
+    ``forward_with_attention``; others read at ``attn.attn_drop`` with fused attention off — XCiT's (N, heads,
+    C/heads, C/heads), Swin's (N, heads, windows·w², w²). Removal (Bhojanapalli et al., arXiv:2103.14586): a block
+    returns its input, an attention or MLP branch zeros; a CNN residual block keeps its shortcut and final
+    activation (Veit et al., arXiv:1605.06431). Masks need ``forward_with_attention``.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -641,7 +635,8 @@ class BlockProbe(_Tokens):
         ps = getattr(getattr(self.net, "patch_embed", None), "patch_size", None) or getattr(spec, "patch_size", None)
         self.patch_size = int(ps[0] if isinstance(ps, (tuple, list)) else ps) if ps else None
         size = spec.image_size if spec is not None else None
-        self.grid_size = (size // self.patch_size,) * 2 if size and self.patch_size and self.kind == "transformer" else None
+        tokens_grid = size and self.patch_size and self.kind == "transformer"
+        self.grid_size = (size // self.patch_size,) * 2 if tokens_grid else None
         # prefix tokens inside the blocks: none where the class token joins after them (XCiT, CaiT, FAN)
         late_cls = any(hasattr(self.net, a) for a in ("cls_attn_blocks", "blocks_token_only"))
         # ConViT: its CLS joins after the local (GPSA) blocks; the probe reports the patch tokens of every block
@@ -649,12 +644,13 @@ class BlockProbe(_Tokens):
                            and getattr(self.net, "cls_token", None) is not None and self.grid_size is not None)
         inside = self.kind == "transformer" and not late_cls and not self._strip_cls
         self.num_prefix_tokens = int(getattr(self.net, "num_prefix_tokens", 0) or 0) if inside else 0
-        self.has_class_token = inside and self.num_prefix_tokens > 0 and getattr(self.net, "cls_token", None) is not None
+        self.has_class_token = (inside and self.num_prefix_tokens > 0
+                                and getattr(self.net, "cls_token", None) is not None)
         reg = getattr(self.net, "reg_token", None)
         self.num_registers = int(reg.shape[1]) if inside and isinstance(reg, torch.Tensor) else 0
 
     def verify(self, x: torch.Tensor) -> dict[str, float]:
-        """The hooks run the model's own forward: exact by construction; only the logits are compared (in float32)."""
+        """The hooks run the model's own forward (exact by construction): only the logits are compared, in float32."""
         with torch.no_grad(), inference_settings(self.model, precision="fp32"):
             err = _rel_err(self.run(x[:8], tokens=False).logits, self.model(x[:8]))
         if err > TOLERANCE:
@@ -734,7 +730,8 @@ class BlockProbe(_Tokens):
                 return args[0] if not isinstance(y, tuple) else (args[0], *y[1:])
             return skip
         sc = getattr(blk, "downsample", None) or getattr(blk, "shortcut", None)
-        act = next((getattr(blk, a) for a in ("act3", "act2", "act") if isinstance(getattr(blk, a, None), nn.Module)), None)
+        acts = (getattr(blk, a, None) for a in ("act3", "act2", "act"))
+        act = next((a for a in acts if isinstance(a, nn.Module)), None)
 
         def hook(m: nn.Module, args: tuple, y: torch.Tensor) -> torch.Tensor:
             s = sc(args[0]) if isinstance(sc, nn.Module) else args[0]
@@ -769,8 +766,7 @@ def _override_forward(am: nn.Module, i: int, mask: torch.Tensor | None, maps: di
 
 
 def _capture_attn_drop(am: nn.Module, i: int, maps: dict, handles: list):  # noqa: ANN202
-    """Switch fused attention off (restored by the returned undo) and record the softmax map entering
-    ``attn_drop`` (identity in eval mode)."""
+    """Switch fused attention off and record the map entering ``attn_drop``; returns the undo."""
     drop = getattr(am, "attn_drop", None)
     if drop is None:
         raise RobustvitError(f"cannot read attention maps of {type(am).__name__} (no attn_drop)")
@@ -814,9 +810,7 @@ def _checked_vit_probe(model: nn.Module) -> ViTProbe | None:
 
 
 def make_probe(model: nn.Module) -> ViTProbe | BlockProbe:
-    """``ViTProbe`` where it reproduces the model exactly — checked at once on a seeded probe batch at the
-    model's input size — else ``BlockProbe`` (hooks on the model's own forward: XCiT, Swin, FAN, CNNs, and
-    any ViT whose blocks the ViT probe does not reproduce)."""
+    """``ViTProbe`` where it reproduces the model exactly (checked at once on a seeded batch), else ``BlockProbe``."""
     probe = _checked_vit_probe(model)
     return probe if probe is not None else BlockProbe(model)
 
