@@ -1,24 +1,18 @@
 """Derandomized smoothing against adversarial patches: column and block ablations and the margin certificate.
 
 Levine & Feizi, "(De)Randomized Smoothing for Certifiable Defense against Patch Attacks" (NeurIPS 2020,
-arXiv:2002.10733): the base classifier sees only a band of ``size`` pixels (a column band of the full height, or a
-``size``×``size`` block), at every position (stride 1, wrapping around the image edge). The smoothed classifier
-predicts the class most base predictions vote for (ties: the smaller class index). An ``m``×``m`` patch meets at most
-Δ = m + size − 1 column bands (Δ = (m + size − 1)² blocks), so each class count moves by at most Δ: the prediction is
-certified when the top count exceeds the runner-up by more than 2Δ (MadryLab/smoothed-vit's ``gap = 2Δ + 1``).
+arXiv:2002.10733): the base classifier sees only a band of ``size`` pixels (a full-height column band or a
+``size``×``size`` block) at every position (wrapping around the edge); the smoothed classifier predicts the most
+voted class (ties: the smaller index). An ``m``×``m`` patch meets at most Δ = m + size − 1 column bands
+((m + size − 1)² blocks), so the prediction is certified when the top count exceeds the runner-up by more than 2Δ
+(MadryLab/smoothed-vit's ``gap = 2Δ + 1``). Votes: each position's argmax (Salman et al.), or with a threshold θ
+every class of softmax probability ≥ θ (Levine & Feizi's ``predict_and_certify``).
 
 Salman, Jain, Wong & Madry, "Certified Patch Robustness via Smoothed Vision Transformers" (CVPR 2022,
-arXiv:2110.07719): a ViT *drops* the tokens whose pixels are all ablated (the class token and every token with a
-retained pixel stay, with their position embeddings) — the same prediction rule, fewer tokens, faster. Here a timm
-``VisionTransformer`` is re-run block by block through :class:`robustvit.models.probe.ViTProbe` (checked against the
-model's own forward) on the kept tokens. Other models see the zero-filled image: ablated pixels are 0 before the
-model's normalisation — or, for a network with 6 input channels (timm's ``in_chans=6``), Levine & Feizi's own
-input: ``cat(z·keep, (1 − z)·keep)`` of the normalised image z (alevine0/patchSmoothing, ``utils_band.py``), built
-by the model wrapper (:class:`robustvit.models.Normalized`).
-
-Votes: each position votes for its argmax class (Salman et al.), or — with a threshold θ — for every class whose
-softmax probability is at least θ (Levine & Feizi's ``predict_and_certify``: a position may vote for several classes
-or for none); the certificate counts votes either way.
+arXiv:2110.07719): a ViT *drops* the tokens whose pixels are all ablated (re-run through
+:class:`robustvit.models.probe.ViTProbe` on the kept tokens). Other models see ablated pixels as 0 before the
+normalisation, or, with 6 input channels, Levine & Feizi's ``cat(z·keep, (1 − z)·keep)`` (alevine0/patchSmoothing,
+``utils_band.py``), built by :class:`robustvit.models.Normalized`.
 """
 
 from __future__ import annotations
@@ -54,7 +48,8 @@ class Ablation:
         if self.kind not in ABLATIONS:
             raise RobustvitError(f"ablation must be one of {', '.join(ABLATIONS)}, got {self.kind!r}")
         if self.size < 1 or self.stride < 1:
-            raise RobustvitError(f"ablation size and stride must be at least 1 pixel, got {self.size} and {self.stride}")
+            raise RobustvitError(f"ablation size and stride must be at least 1 pixel, got {self.size} and "
+                                 f"{self.stride}")
 
     def positions(self, h: int, w: int, device: torch.device | None = None) -> torch.Tensor:
         """Band starts, long (P,): the column index, or row·W + column for blocks."""
@@ -77,8 +72,8 @@ class Ablation:
         return rows[:, :, None] & cols[:, None, :]
 
     def delta(self, patch: int, h: int, w: int) -> int:
-        """Δ: the most band positions an ``patch``×``patch`` square can touch — ⌈(patch + size − 1) / stride⌉ per
-        axis (at most the positions along it), squared for blocks."""
+        """Δ: the most band positions a ``patch``×``patch`` square touches: ⌈(patch + size − 1) / stride⌉ per axis
+        (at most the positions along it), squared for blocks."""
         def axis(side: int) -> int:
             return min(-(-(patch + self.size - 1) // self.stride), side // self.stride)
         return axis(w) if self.kind == "column" else axis(h) * axis(w)
@@ -86,16 +81,12 @@ class Ablation:
 
 class AblatedModel:
     """The base classifier on ablated images: ``ablated(x, keep)`` → logits (P, N, K) for images x (N, 3, H, W) in
-    [0, 1] and retained-pixel masks ``keep`` (P, H, W). ``tokens``: ``drop`` (ViTs; refused in one line where it does
-    not apply), ``zero_fill``, or ``auto`` (drop where it applies, else zero-fill; :attr:`note` says why).
-    ``encoding``: ``rgb`` (3 channels), ``levine_feizi`` (Levine & Feizi's 6-channel input; the model's network
-    must take 6 channels) or ``auto`` (what the model's network takes)."""
+    [0, 1] and retained-pixel masks ``keep`` (P, H, W). ``tokens``: ``drop`` (ViTs), ``zero_fill``, or ``auto``
+    (drop where it applies; :attr:`note` says why not). ``encoding``: ``rgb``, ``levine_feizi`` (a 6-channel
+    network) or ``auto`` (what the network takes)."""
 
     def __init__(self, model: nn.Module, tokens: Literal["auto", "drop", "zero_fill"] = "auto",
                  encoding: Literal["auto", "rgb", "levine_feizi"] = "auto") -> None:
-        self.model = model
-        self.note: str | None = None
-        self.probe: ViTProbe | None = None
         if tokens not in ("auto", *TOKEN_MODES):
             raise RobustvitError(f"tokens must be auto, drop or zero_fill, got {tokens!r}")
         if encoding not in ("auto", *ENCODINGS):
@@ -107,6 +98,9 @@ class AblatedModel:
                    if encoding == "levine_feizi" else "use encoding=levine_feizi or auto")
             raise RobustvitError(f"encoding={encoding} needs a network with {6 if encoding == 'levine_feizi' else 3} "
                                  f"input channels; this model's takes {chans} ({fix})")
+        self.model = model
+        self.note: str | None = None
+        self.probe: ViTProbe | None = None
         if tokens != "zero_fill":
             why = _cannot_drop(model) if self.encoding == "rgb" else "it takes Levine & Feizi's 6-channel input"
             if why is None:
@@ -118,8 +112,8 @@ class AblatedModel:
         self.mode = "drop" if self.probe is not None else "zero_fill"
 
     def __call__(self, x: torch.Tensor, keep: torch.Tensor, kept: int | None = None) -> torch.Tensor:
-        """Logits (P, N, K). ``kept``: the number of patch tokens every mask keeps (drop mode; all masks of one call
-        keep as many, see :meth:`token_groups`); None reads it from the first mask (free for a mask on the CPU)."""
+        """Logits (P, N, K). ``kept``: the patch tokens every mask keeps (drop mode, :meth:`token_groups`); None reads
+        it from the first mask."""
         kd = keep.to(x.device)
         if self.probe is None:
             xa = x[None].expand(len(kd), *x.shape).flatten(0, 1)                     # (P·N, 3, H, W)
@@ -145,9 +139,8 @@ class AblatedModel:
 
     def token_groups(self, ablation: Ablation, h: int, w: int, per_call: int,
                      device: torch.device) -> list[tuple[torch.Tensor, int | None]]:
-        """Every position of ``ablation`` as (positions, kept tokens) groups of at most ``per_call`` positions that
-        keep the same number of tokens (one forward each; kept is None when tokens are not dropped). The masks are
-        built on the CPU: no device read."""
+        """Every position of ``ablation`` as (positions, kept tokens) groups of at most ``per_call`` positions keeping
+        as many tokens (kept is None when tokens are not dropped); masks are built on the CPU: no device read."""
         pos = ablation.positions(h, w)
         if self.probe is None:
             return [(p.to(device), None) for p in pos.split(per_call)]
@@ -173,9 +166,8 @@ def _cannot_drop(model: nn.Module) -> str | None:
 
 def ablation_counts(ablated: AblatedModel, x: torch.Tensor, ablation: Ablation, num_classes: int,
                     batch: int = 256, threshold: float | None = None) -> torch.Tensor:
-    """Votes of the base classifier over every ablation position: long (N, K) on the device. Each position votes for
-    its argmax class (``threshold`` None), or for every class whose softmax probability is at least ``threshold``
-    (Levine & Feizi's θ: several classes or none). ``batch``: images per forward (positions × images)."""
+    """Votes of the base classifier over every ablation position: long (N, K) on the device; each position votes for
+    its argmax, or every class of softmax probability ≥ ``threshold``. ``batch``: images per forward."""
     n, _, h, w = x.shape
     counts = torch.zeros(n, num_classes, dtype=torch.long, device=x.device)
     per_call = max(1, batch // max(n, 1))
@@ -189,9 +181,10 @@ def ablation_counts(ablated: AblatedModel, x: torch.Tensor, ablation: Ablation, 
 
 
 def patch_certificate(counts: torch.Tensor, delta: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(prediction, certified) from vote counts (N, K): the smoothed prediction is the most voted class (ties: the
-    smaller index); it is certified when its count exceeds the runner-up's by more than 2Δ (Levine & Feizi, Thm. 1)."""
-    top2 = counts.topk(2, dim=1, sorted=True).values if counts.shape[1] > 1 else \
-        torch.cat([counts, torch.zeros_like(counts)], 1)
-    pred = counts.argmax(1)
-    return pred, top2[:, 0] - top2[:, 1] > 2 * delta
+    """(prediction, certified) from vote counts (N, K): the most voted class (ties: the smaller index), certified
+    when its count exceeds the runner-up's by more than 2Δ (Levine & Feizi, Thm. 1)."""
+    if counts.shape[1] > 1:
+        top2 = counts.topk(2, dim=1, sorted=True).values
+    else:
+        top2 = torch.cat([counts, torch.zeros_like(counts)], 1)
+    return counts.argmax(1), top2[:, 0] - top2[:, 1] > 2 * delta

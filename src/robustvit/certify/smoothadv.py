@@ -2,11 +2,10 @@
 "Provably Robust Deep Learning via Adversarially Trained Smoothed Classifiers", NeurIPS 2019, arXiv:1906.04584;
 Hadisalman/smoothing-adversarial, ``attacks.py``: ``PGD_L2._attack_mutlinoise``).
 
-The soft smoothed classifier G(x) = E_δ[softmax f(x + δ)], δ ~ N(0, σ²I), is estimated with ``m`` noise draws per image,
-drawn once and kept fixed through the attack. From δ_adv = 0, each of the ``steps`` steps ascends
-CE(log of the mean softmax over the m draws, y) along the gradient normalised to unit L2 norm per image (a random
-normal direction where the gradient is 0), with step 2ε/steps, then projects x + δ_adv onto [0, 1] and δ_adv onto
-the L2 ball of radius ε. The noise is added in pixel units and not clipped, as in :mod:`robustvit.certify.smoothing`.
+G(x) = E_δ[softmax f(x + δ)], δ ~ N(0, σ²I), is estimated on ``m`` draws per image, fixed through the attack. From
+δ_adv = 0, each of ``steps`` steps of size 2ε/steps ascends CE(log mean softmax, y) along the per-image unit-L2
+gradient (a random normal direction where it is 0), then projects x + δ_adv onto [0, 1] and δ_adv onto the ε ball.
+The noise is in pixel units and not clipped, as in :mod:`robustvit.certify.smoothing`.
 """
 
 from __future__ import annotations
@@ -20,8 +19,7 @@ from robustvit.utils import eval_mode
 
 
 def smoothed_log_probs(model: nn.Module, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """log E_δ[softmax f(x + δ)] estimated on the draws ``noise`` (N, m, 3, H, W): (N, K); probabilities are clamped at
-    1e-20 before the log, as the reference."""
+    """log E_δ[softmax f(x + δ)] on the draws ``noise`` (N, m, 3, H, W): (N, K), clamped at 1e-20 as the reference."""
     n, m = noise.shape[:2]
     with range_check_off(model):
         logits = model((x[:, None] + noise).flatten(0, 1))
@@ -31,8 +29,8 @@ def smoothed_log_probs(model: nn.Module, x: torch.Tensor, noise: torch.Tensor) -
 
 def smoothadv_pgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor, eps: float, steps: int,
                   generator: torch.Generator | None = None) -> torch.Tensor:
-    """SmoothAdv_PGD: adversarial images x + δ_adv (N, 3, H, W) in [0, 1], ‖δ_adv‖₂ ≤ ``eps``, against the smoothed
-    soft classifier on the fixed draws ``noise`` (N, m, 3, H, W) (model in eval mode, restored after)."""
+    """SmoothAdv_PGD: x + δ_adv (N, 3, H, W) in [0, 1], ‖δ_adv‖₂ ≤ ``eps``, against the smoothed soft classifier on
+    the fixed draws ``noise`` (N, m, 3, H, W) (model in eval mode, restored after)."""
     x, step = x.detach(), 2 * eps / steps
     delta = torch.zeros_like(x)
     with eval_mode(model), torch.enable_grad():
@@ -42,7 +40,7 @@ def smoothadv_pgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, noise: tor
             (grad,) = torch.autograd.grad(loss, delta)
             norm = grad.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
             rand = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-            grad = torch.where(norm > 0, grad / norm.clamp(min=1e-30), rand)       # reference: randn where ‖g‖ = 0
+            grad = torch.where(norm > 0, grad / norm.clamp(min=1e-30), rand)   # reference: randn where ‖g‖ = 0
             delta = ((x + delta.detach() + step * grad).clamp(0, 1) - x)
             delta = delta.renorm(2, 0, eps) if eps > 0 else torch.zeros_like(delta)
     return (x + delta).detach()

@@ -1,14 +1,12 @@
 """Randomized smoothing: Cohen, Rosenfeld & Kolter, "Certified Adversarial Robustness via Randomized Smoothing"
 (ICML 2019, arXiv:1902.02918), as locuslab/smoothing's ``core.py``.
 
-The smoothed classifier g(x) = argmax_c P(f(x + δ) = c), δ ~ N(0, σ²I), with the noise in pixel units added to the
-[0, 1] image *before* the model's normalisation and not clipped (the model wrapper's range check is lifted for these
-forwards only). CERTIFY picks the top class ĉ from ``n0`` noise draws, counts it among ``n`` fresh draws, bounds
-p_A from below by the one-sided Clopper–Pearson bound at level 1 − α and returns (ĉ, σ·Φ⁻¹(p_A lower)) when the bound
-exceeds 1/2, else abstains (−1). PREDICT counts ``n`` draws and returns the top class when the two-sided binomial
-test of the top two counts rejects equality at level α, else abstains.
-
-Noise draws are batched on the device: each forward takes ``batch`` noisy images (draws of all images of the call).
+g(x) = argmax_c P(f(x + δ) = c), δ ~ N(0, σ²I), the noise in pixel units added to the [0, 1] image *before* the
+model's normalisation and not clipped (the wrapper's range check is lifted for these forwards). CERTIFY picks ĉ from
+``n0`` draws, counts it among ``n`` fresh draws and returns (ĉ, σ·Φ⁻¹(p_A)) when the one-sided Clopper–Pearson lower
+bound p_A at level 1 − α exceeds 1/2, else abstains (−1). PREDICT returns the top class of ``n`` draws when the
+two-sided binomial test of the top two counts rejects equality at level α, else abstains. Each forward takes about
+``batch`` noisy images.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ def add_noise(x: torch.Tensor, sigma: float, generator: torch.Generator | None =
 def noise_counts(model: nn.Module, x: torch.Tensor, num: int, sigma: float, num_classes: int, *, batch: int = 400,
                  generator: torch.Generator | None = None) -> torch.Tensor:
     """How often the base classifier predicts each class under ``num`` noise draws per image: long (N, K) on the
-    device. Each forward takes about ``batch`` noisy images (at least one draw of every image)."""
+    device; each forward takes about ``batch`` noisy images (at least one draw of every image)."""
     n = len(x)
     counts = torch.zeros(n * num_classes, dtype=torch.long, device=x.device)
     per = max(1, batch // max(n, 1))
@@ -59,9 +57,8 @@ def clopper_pearson_lower(successes: np.ndarray, trials: int, alpha: float) -> n
 
 
 def abstain_binomial(top: np.ndarray, second: np.ndarray, alpha: float) -> np.ndarray:
-    """PREDICT's test: True (abstain) where the two-sided binomial test of ``top`` against ``top + second`` at p = 1/2
-    has p-value above α (scipy's ``binomtest(top, top + second, 0.5).pvalue``; at p = 1/2 it is
-    min(1, 2·P[X ≤ min(top, second)]))."""
+    """PREDICT's test: True (abstain) where scipy's ``binomtest(top, top + second, 0.5).pvalue`` exceeds α (at
+    p = 1/2: min(1, 2·P[X ≤ min(top, second)]))."""
     top, second = np.asarray(top, dtype=np.int64), np.asarray(second, dtype=np.int64)
     pvalue = np.minimum(1.0, 2.0 * binom.cdf(np.minimum(top, second), top + second, 0.5))
     return pvalue > alpha

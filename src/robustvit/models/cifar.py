@@ -1,12 +1,10 @@
 """robustvit's own small architectures for 32×32 inputs, registered into timm's registry.
 
-* ``vit_cifar_micro`` / ``vit_cifar_tiny`` / ``vit_cifar_small``: ViT (Dosovitskiy et al., arXiv:2010.11929) with 4×4 patches
-  (an 8×8 grid + CLS token) — timm ``VisionTransformer`` instances, so every ViT tool works on them.
-* ``vit_cifar_demo``: ``vit_cifar_micro`` on a convolutional stem (Xiao et al., arXiv:2106.14881), the demo's ViT.
-* ``resnet_cifar18``: the CIFAR variant of ResNet-18 (He et al., arXiv:1512.03385): 3×3 stem, no max-pool,
-  four stages of two basic blocks (64-128-256-512 channels × ``width_mult``).
-
-Because they are registered with timm, ``timm.create_model("vit_cifar_tiny")`` works too.
+* ``vit_cifar_micro`` / ``_tiny`` / ``_small``: timm ``VisionTransformer`` instances (Dosovitskiy et al.,
+  arXiv:2010.11929) with 4×4 patches; ``vit_cifar_demo``: ``vit_cifar_micro`` on a convolutional stem (Xiao et al.,
+  arXiv:2106.14881).
+* ``resnet_cifar18``: CIFAR ResNet-18 (He et al., arXiv:1512.03385): 3×3 stem, no max-pool, four stages of two basic
+  blocks (64-128-256-512 channels × ``width_mult``).
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ def _vit(pretrained: bool, defaults: dict[str, Any], **kwargs: Any) -> VisionTra
     if pretrained:
         raise RuntimeError("robustvit's CIFAR architectures have no pretrained weights; train one with "
                            "`robustvit train` and load it with checkpoint=DIR")
-    kwargs = _drop_timm_cfg(kwargs)
-    args = {"img_size": 32, "patch_size": 4, "num_classes": 10, **defaults, **kwargs}
+    args = {"img_size": 32, "patch_size": 4, "num_classes": 10, **defaults, **_drop_timm_cfg(kwargs)}
     model = VisionTransformer(**args)
     model.pretrained_cfg = _cfg(num_classes=args["num_classes"], input_size=(3, args["img_size"], args["img_size"]))
     return model
@@ -53,18 +50,15 @@ def vit_cifar_tiny(pretrained: bool = False, **kwargs: Any) -> VisionTransformer
 
 @register_model
 def vit_cifar_micro(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
-    """The CPU-demo ViT: width 128, 4 heads, 4 blocks, MLP ratio 2, 4×4 patches, global average pooling
-    instead of a CLS token (as in Beyer et al., "Better plain ViT baselines", arXiv:2205.01580), which
-    trains markedly faster from scratch on small data (~0.55 M params)."""
+    """Width 128, 4 heads, 4 blocks, MLP ratio 2, 4×4 patches, global average pooling instead of a CLS token
+    (Beyer et al., arXiv:2205.01580: trains faster from scratch on small data) (~0.55 M params)."""
     return _vit(pretrained, {"embed_dim": 128, "depth": 4, "num_heads": 4, "mlp_ratio": 2.0,
                              "class_token": False, "global_pool": "avg"}, **kwargs)
 
 
 class ConvStemPatchEmbed(PatchEmbed):
-    """A convolutional stem in place of the linear patch projection (Xiao et al., "Early convolutions help
-    transformers see better", arXiv:2106.14881): ``log2(patch)`` 3×3 stride-2 convs (BatchNorm, ReLU), widths
-    ``stem_width · 2^i``, then a 1×1 projection ``proj`` to the embedding width. Same token grid, ``patch_size``
-    and ``grid_size`` as timm's ``PatchEmbed``, so the ViT tools see an ordinary ViT."""
+    """A convolutional stem (Xiao et al., arXiv:2106.14881): ``log2(patch)`` 3×3 stride-2 convs (BatchNorm, ReLU),
+    widths ``stem_width · 2^i``, then a 1×1 ``proj``; the same token grid and attributes as timm's ``PatchEmbed``."""
 
     def __init__(self, img_size: int = 32, patch_size: int = 4, in_chans: int = 3, embed_dim: int = 128,
                  stem_width: int = 32, bias: bool = True, **kwargs: Any) -> None:
@@ -89,8 +83,7 @@ class ConvStemPatchEmbed(PatchEmbed):
 
 @register_model
 def vit_cifar_demo(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
-    """The CPU-demo ViT: ``vit_cifar_micro``'s transformer (width 128, 4 heads, 4 blocks, MLP ratio 2, global
-    average pooling) on a convolutional stem (``ConvStemPatchEmbed``, 4×4 token grid cells)."""
+    """The CPU-demo ViT: ``vit_cifar_micro``'s transformer on a ``ConvStemPatchEmbed`` stem."""
     return _vit(pretrained, {"embed_dim": 128, "depth": 4, "num_heads": 4, "mlp_ratio": 2.0,
                              "class_token": False, "global_pool": "avg", "embed_layer": ConvStemPatchEmbed},
                 **kwargs)

@@ -1,12 +1,9 @@
 """torchvision detection models (Faster R-CNN, RetinaNet, FCOS, SSD, …) behind robustvit's image contract.
 
-torchvision's detectors take a *list* of float images in [0, 1] of any sizes and normalise and resize them
-inside (``GeneralizedRCNNTransform``), which is robustvit's contract already; :class:`Detector` adds the
-``spec``/``weights`` metadata robustvit records, input checks, and eval mode. Boxes come back in the input
-images' pixel coordinates, ``[x0, y0, x1, y1]``, with ``labels`` = COCO category ids for COCO-trained models.
-
-Offline (tests, no weights cache) build with ``pretrained=False``: ``weights=None`` and
-``weights_backbone=None`` — random weights, whose mAP means nothing.
+torchvision's detectors take a *list* of [0, 1] images of any sizes and normalise and resize them inside, which is
+robustvit's contract already; :class:`Detector` adds ``spec``/``weights``, input checks and eval mode. Boxes are in
+the input's pixels, ``[x0, y0, x1, y1]``; ``labels`` are COCO category ids for COCO-trained models.
+``pretrained=False`` builds random weights offline (their mAP means nothing).
 
 >>> det = create_detector("fasterrcnn_mobilenet_v3_large_320_fpn", num_classes=3)
 >>> det.spec.num_classes
@@ -46,6 +43,7 @@ class Detector(nn.Module):
 
     @property
     def net(self) -> nn.Module:
+        """The torchvision model, as ``Normalized.net``."""
         return self.model
 
     def forward(self, images: list[torch.Tensor] | torch.Tensor) -> list[dict[str, torch.Tensor]]:
@@ -60,9 +58,8 @@ class Detector(nn.Module):
 
 def create_detector(name: str, *, pretrained: bool = False, num_classes: int | None = None,
                     **kwargs: Any) -> Detector:
-    """Build torchvision detection model ``name`` (``fasterrcnn_resnet50_fpn``, ``retinanet_resnet50_fpn``, …).
-    ``pretrained``: its default COCO weights (downloaded by torchvision; 91 COCO category ids); else random
-    weights with ``num_classes`` (default 91, index 0 = background) and no backbone weights (offline)."""
+    """torchvision detection model ``name`` (``fasterrcnn_resnet50_fpn``, …): ``pretrained``, its default COCO
+    weights (91 category ids); else random weights for ``num_classes`` (default 91, 0 = background)."""
     import torchvision
 
     names = list_detectors()

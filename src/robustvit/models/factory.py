@@ -1,14 +1,11 @@
 """``create_model``, ``list_models`` and the checkpoint folder format.
 
-A checkpoint is a folder with ``model.safetensors`` (the network's weights) and ``spec.json`` (the
-``ModelSpec``: architecture name, constructor kwargs, normalisation, classes, and the adaptations made after
-construction — new head, resolution, patch size, stem strides). Loading rebuilds the architecture from the
-registry, re-applies the recorded adaptations, then loads tensors only — no code from the file is ever executed.
+A checkpoint is a folder with ``model.safetensors`` (the weights) and ``spec.json`` (the ``ModelSpec``, with the
+adaptations made after construction). Loading rebuilds the architecture from the registry, re-applies the
+adaptations, then loads tensors only — no code from the file is ever executed.
 
-:func:`build_named_model` is the one way to build a *second* model from a user-given name (a transfer source, a
-semantics classifier, …): it never hands back random weights unless told to, and then says so.
-:func:`rebuild` builds a model's architecture again with more constructor keywords (drop-path rate, …) and its
-weights: fine-tuning from a checkpoint keeps its settings and adds the run's.
+:func:`build_named_model` builds a *second* model from a user-given name (a transfer source, …) and never hands back
+random weights unless told to. :func:`rebuild` builds a model again with more constructor keywords, and its weights.
 """
 
 from __future__ import annotations
@@ -38,13 +35,14 @@ from robustvit.models.hub import offline_guard
 from robustvit.models.wrapper import Normalized
 from robustvit.runs.atomic import replacing, write_text
 
-OWN_MODELS = ("vit_cifar_micro", "vit_cifar_tiny", "vit_cifar_small", "vit_cifar_demo", "resnet_cifar18") + tuple(timm.list_models("fan_*"))
+OWN_MODELS = ("vit_cifar_micro", "vit_cifar_tiny", "vit_cifar_small", "vit_cifar_demo", "resnet_cifar18",
+              *timm.list_models("fan_*"))
 WEIGHTS_FILE, SPEC_FILE = "model.safetensors", "spec.json"
 
 
 def list_models(pattern: str | None = None, pretrained: bool = False) -> list[str]:
     """Model names accepted by ``create_model``: timm's registry (incl. robustvit's own architectures)."""
-    names = set(timm.list_models(pattern or "*", pretrained=pretrained)) if pattern else set(timm.list_models(pretrained=pretrained))
+    names = set(timm.list_models(pattern or "", pretrained=pretrained))
     names |= {n for n in OWN_MODELS if pattern is None or fnmatch.fnmatch(n, pattern)}
     return sorted(names)
 
@@ -105,15 +103,13 @@ def create_model(name: str | None = None, *, pretrained: bool = False, num_class
     if img_size is not None:
         build_kwargs["img_size"] = int(img_size)
     net = _build(name, pretrained, build_kwargs)
-    spec = spec_from_timm(name, net, build_kwargs)
-    weights: dict[str, Any] = {"pretrained": bool(pretrained), "source": f"timm:{name}" if pretrained else "random"}
-    if not pretrained:
-        weights.update(RANDOM_RECORD)
+    model = Normalized(net, spec_from_timm(name, net, build_kwargs))
     if checkpoint is not None:
         load_state_dict_file(net, checkpoint, name)
-        weights = {"pretrained": True, "source": f"file:{checkpoint}", "sha256": file_sha256(checkpoint)}
-    model = Normalized(net, spec)
-    model.weights = weights
+        model.weights = {"pretrained": True, "source": f"file:{checkpoint}", "sha256": file_sha256(checkpoint)}
+    else:
+        model.weights = {"pretrained": bool(pretrained), "source": f"timm:{name}" if pretrained else "random",
+                         **({} if pretrained else RANDOM_RECORD)}
     return model
 
 
@@ -126,11 +122,10 @@ def build_named_model(spec: str | Path, *, pretrained: bool = False, weights: st
                       **kwargs: Any) -> Normalized:
     """Build a model named by the user for a secondary role (``role``: "transfer source", "classifier", …).
 
-    ``spec`` is a checkpoint folder, or a model name with ``pretrained=True`` (published weights through timm),
-    or a model name with ``weights=FILE`` (a state dict for that architecture). A bare name with none of these
-    would have random weights: refused with a one-line :class:`RobustvitError`, unless ``allow_random=True``,
-    and then ``model.weights`` carries ``random: True`` and a note. ``option_prefix`` names the caller's
-    options in that message (``source_`` → ``source_pretrained=1``). ``kwargs`` go to :func:`create_model`.
+    ``spec`` is a checkpoint folder, or a model name with ``pretrained=True`` or ``weights=FILE`` (a state dict). A
+    bare name would have random weights: refused in one line unless ``allow_random=True`` (then ``model.weights``
+    says so). ``option_prefix`` names the caller's options in that message (``source_`` → ``source_pretrained=1``);
+    ``kwargs`` go to :func:`create_model`.
 
     >>> build_named_model("resnet18", role="transfer source")          # doctest: +SKIP
     Traceback (most recent call last):
@@ -145,8 +140,8 @@ def build_named_model(spec: str | Path, *, pretrained: bool = False, weights: st
         raise RobustvitError(f"{role} {spec}: give pretrained or a weights file, not both")
     if not pretrained and weights is None and not allow_random:
         raise RobustvitError(f"{role} {spec} would have random weights; pass {option_prefix}pretrained=1 (published "
-                             f"weights), {option_prefix}weights=FILE (a state dict), a checkpoint folder instead of the "
-                             "name, or allow_random=1 (results then marked not comparable)")
+                             f"weights), {option_prefix}weights=FILE (a state dict), a checkpoint folder instead of "
+                             "the name, or allow_random=1 (results then marked not comparable)")
     model = create_model(spec, pretrained=pretrained, checkpoint=weights, **kwargs)
     if model.weights.get("source") == "random":
         model.weights.update({**RANDOM_RECORD, "allow_random": True})
@@ -154,9 +149,8 @@ def build_named_model(spec: str | Path, *, pretrained: bool = False, weights: st
 
 
 def rebuild(model: Normalized, **kwargs) -> Normalized:
-    """``model``'s architecture rebuilt with its constructor keywords updated by ``kwargs`` (e.g.
-    ``drop_path_rate=0.05``), its recorded adaptations replayed and its weights loaded (strict): the same
-    function in eval mode, with the new settings in training and in ``spec.kwargs`` (so checkpoints rebuild)."""
+    """``model`` rebuilt with its constructor keywords updated by ``kwargs`` (``drop_path_rate=0.05``), adaptations
+    replayed and weights loaded (strict): the same function in eval mode, the new settings in ``spec.kwargs``."""
     spec = copy.deepcopy(model.spec)
     spec.kwargs.update(kwargs)
     fresh = create_model(spec.architecture, **spec.kwargs)
@@ -178,12 +172,10 @@ def has_random_weights(model: nn.Module) -> bool:
 
 
 def warn_if_random(name: str, model: Normalized) -> None:
-    """Say so when a model is evaluated with randomly initialised weights (its numbers measure an untrained
-    network); the result records ``model.pretrained: false``."""
+    """Warn when a model is evaluated with randomly initialised weights."""
     if model.weights.get("source") == "random":
-        msg = (f"{name} has random weights (no --pretrained, --weights or checkpoint): its results describe an "
-               "untrained network")
-        warnings.warn(msg, stacklevel=2)
+        warnings.warn(f"{name} has random weights (no --pretrained, --weights or checkpoint): its results describe "
+                      "an untrained network", stacklevel=2)
 
 
 def file_sha256(path: str | Path) -> str:
@@ -213,17 +205,15 @@ def spec_from_timm(name: str, net: nn.Module, kwargs: dict[str, Any]) -> ModelSp
     if "img_size" in kwargs:
         s = kwargs["img_size"]
         input_size = (3, *s) if isinstance(s, (tuple, list)) else (3, s, s)
-    patch = None
-    pe = getattr(net, "patch_embed", None)
-    if pe is not None and hasattr(pe, "patch_size"):
-        ps = pe.patch_size
-        patch = int(ps[0] if isinstance(ps, (tuple, list)) else ps)
+    ps = getattr(getattr(net, "patch_embed", None), "patch_size", None)
+    patch = int(ps[0] if isinstance(ps, (tuple, list)) else ps) if ps is not None else None
     num_classes = int(getattr(net, "num_classes", kwargs.get("num_classes", cfg.get("num_classes", 1000))))
     return ModelSpec(architecture=name, num_classes=num_classes, input_size=tuple(int(v) for v in input_size),
                      mean=tuple(float(v) for v in cfg.get("mean", (0.485, 0.456, 0.406))),
                      std=tuple(float(v) for v in cfg.get("std", (0.229, 0.224, 0.225))),
                      family=model_family(name, net), patch_size=patch,
-                     crop_pct=float(cfg.get("crop_pct") or 0.875), interpolation=str(cfg.get("interpolation") or "bilinear"),
+                     crop_pct=float(cfg.get("crop_pct") or 0.875),
+                     interpolation=str(cfg.get("interpolation") or "bilinear"),
                      kwargs={k: v for k, v in kwargs.items() if _jsonable(v)})
 
 
@@ -236,8 +226,7 @@ def _jsonable(v: Any) -> bool:
 
 
 def save_checkpoint(model: Normalized, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``directory/model.safetensors`` + ``directory/spec.json`` (atomic per file). The spec records the
-    model's adaptations (``spec.adaptations``) so that :func:`load_checkpoint` rebuilds the same network."""
+    """Write ``directory/model.safetensors`` + ``directory/spec.json`` (atomic per file), adaptations included."""
     if getattr(model, "class_index", None) is not None:
         raise RobustvitError("this model has a class map (map_classes); save it before mapping its classes")
     d = Path(directory)
@@ -267,7 +256,8 @@ def load_checkpoint(directory: str | Path, expect_architecture: str | None = Non
         raise RobustvitError(f"checkpoint {d} holds a {spec.architecture!r} model, not {expect_architecture!r}; "
                              f"pass --model {d} alone or the matching architecture")
     if spec.architecture not in list_models() and not timm.is_model(spec.architecture):
-        raise RobustvitError(f"checkpoint {d} needs architecture {spec.architecture!r}, which this install does not know")
+        raise RobustvitError(f"checkpoint {d} needs architecture {spec.architecture!r}, which this install does not "
+                             "know")
     if not (d / WEIGHTS_FILE).is_file():
         raise RobustvitError(f"checkpoint {d} has no {WEIGHTS_FILE}")
     where = f"checkpoint {d}"
@@ -290,8 +280,7 @@ def load_checkpoint(directory: str | Path, expect_architecture: str | None = Non
 
 
 def read_spec(directory: str | Path) -> ModelSpec:
-    """The :class:`ModelSpec` in ``directory/spec.json``; a missing, malformed or hostile file is refused in one
-    line (:meth:`ModelSpec.from_dict` checks every field's type and range)."""
+    """The :class:`ModelSpec` in ``directory/spec.json``; a missing, malformed or hostile file is refused."""
     path = Path(directory) / SPEC_FILE
     try:
         meta = json.loads(path.read_text())
@@ -321,7 +310,8 @@ def load_state_dict_file(net: nn.Module, path: str | Path, architecture: str,
                         state = state[key]
                         break
     except Exception as e:  # corrupt file, pickle with code, …
-        raise RobustvitError(f"cannot read weights from {path} ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+        raise RobustvitError(f"cannot read weights from {path} ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:200]})") from None
     if not isinstance(state, dict):
         raise RobustvitError(f"{path} does not hold a state dict")
     state = {k.removeprefix("module.").removeprefix("model."): v for k, v in state.items()}

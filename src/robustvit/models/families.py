@@ -1,16 +1,12 @@
 """The one model-family taxonomy.
 
-Two levels, and how one maps to the other:
+* the **architecture family** a model is built as: ``ModelSpec.family`` (:data:`ARCHITECTURE_FAMILIES`);
+* the **analysis family**, what an internals study can rely on (:data:`FAMILIES`): ViT and DeiT global token
+  attention on a patch grid, XCiT channel attention, Swin windowed attention, FAN attention that takes a mask,
+  CNNs residual blocks and no attention.
 
-* the **architecture family** a model is built as — ``ModelSpec.family``, set when a model is created
-  (:data:`ARCHITECTURE_FAMILIES`: vit, deit, cait, xcit, swin, fan, beit, eva, resnet, convnext, other);
-* the **analysis family** — what an internals study can rely on (:data:`FAMILIES`: vit, deit, xcit, swin,
-  fan, cnn): ViT and DeiT have global token attention on a patch grid, XCiT cross-covariance (channel)
-  attention, Swin windowed attention, FAN attention that takes a mask, CNNs residual blocks and no attention.
-
-:func:`family_of` maps the first to the second (:data:`ANALYSIS_FAMILY`); architectures whose blocks vary
-(cait, beit, eva, other) are decided by the model probe (``robustvit.models.probe.make_probe``), which checks
-itself against the model's own forward.
+:func:`family_of` maps the first to the second (:data:`ANALYSIS_FAMILY`); where blocks vary (cait, beit, eva,
+other) the model probe (``robustvit.models.probe.make_probe``) decides.
 
 >>> family_of(create_model("resnet_cifar18", num_classes=10))
 'cnn'
@@ -50,19 +46,16 @@ def architecture_family(name: str, net: nn.Module) -> str:
 
 
 def probe_family(probe: Any) -> str:
-    """The analysis family a built probe reports: ``BlockProbe`` knows xcit / swin / fan / cnn / other; a
-    model the ``ViTProbe`` reproduces is vit."""
+    """The analysis family a built probe reports (a model the ``ViTProbe`` reproduces is vit)."""
     from robustvit.models.probe import BlockProbe
 
     return probe.family if isinstance(probe, BlockProbe) else "vit"
 
 
 def family_of(model: nn.Module, probe: Any = None) -> str:
-    """The analysis family of ``model``: one of :data:`FAMILIES`, or ``other`` when no probe reads it.
-
-    The model's ``spec.family`` decides where it can (:data:`ANALYSIS_FAMILY`); otherwise the probe does:
-    ``probe`` — one already built, or a function returning it, called only when needed (``lambda: ctx.probe``:
-    an analysis context builds its probe once and keeps it) — or else a newly built ``make_probe(model)``."""
+    """The analysis family of ``model`` (:data:`FAMILIES`, or ``other`` when no probe reads it): from
+    ``spec.family`` where it decides, else from ``probe`` (built, or a function called only when needed), else
+    from a new ``make_probe(model)``."""
     fam = getattr(getattr(model, "spec", None), "family", None)
     if fam in ANALYSIS_FAMILY:
         return ANALYSIS_FAMILY[fam]

@@ -1,30 +1,22 @@
 """FAN — Fully Attentional Networks (Zhou et al., "Understanding the Robustness in Vision Transformers",
 ICML 2022, arXiv:2204.12451), registered in timm's registry.
 
-A FAN-ViT is a convolutional patch embedding (``log2(patch)`` 3×3 stride-2 convs with BatchNorm, GELU between),
-XCiT-style Fourier position features added once, then blocks of
+A FAN-ViT: a conv patch embedding (``log2(patch)`` 3×3 stride-2 convs, BatchNorm, GELU between), XCiT's Fourier
+position features added once, blocks ``x + drop_path(γ1·TokenMixing(LN x))`` (self-attention over tokens) then
+``x + drop_path(γ2·ChannelProcessing(LN x))`` (efficient channel attention), and a class-attention head (the CLS
+token joins after the last block: two CaiT class-attention blocks, LayerNorm, linear). Hybrids replace the patch
+embedding by two ConvNeXt stages (stride 8) and a 2×2 stride-2 projection.
 
-    x = x + drop_path(γ1 · TokenMixing(LN x))          # multi-head self-attention over tokens
-    x = x + drop_path(γ2 · ChannelProcessing(LN x))    # efficient channel attention
+Layout for the probe and the analyses: ``patch_embed`` → (N, P, D) tokens with ``grid_size``/``patch_size``;
+``_pos_embed``; ``blocks`` of ``FANBlock`` (``norm1``, ``attn``, ``ls1``, ``drop_path1``, ``norm2``, ``mlp``,
+``ls2``, ``drop_path2``); ``norm`` is the identity; ``forward_head`` runs class attention, ``head_norm``, ``head``;
+``num_prefix_tokens = 0``. ``TokenMixing`` runs fused SDPA and has ``forward_with_attention(x, mask)``.
 
-and a class-attention head: the CLS token joins after the last block, two CaiT class-attention blocks
-(query = CLS only), a LayerNorm and a linear classifier. The hybrids replace the patch embedding by the first
-two ConvNeXt stages (stride 8) and a 2×2 stride-2 projection (stride 16 in all).
-
-Layout (what the ViT probe and the analyses use): ``patch_embed(x)`` → (N, P, D) tokens with ``grid_size`` and
-``patch_size``; ``_pos_embed(tokens)``; ``blocks`` (``nn.Sequential`` of ``FANBlock``: ``norm1``, ``attn``,
-``ls1``, ``drop_path1``, ``norm2``, ``mlp``, ``ls2``, ``drop_path2``); ``norm`` is the identity (FAN's final
-LayerNorm, ``head_norm``, follows class attention); ``forward_head(tokens)`` runs class attention, ``head_norm``
-and ``head``. There is no prefix token inside the blocks (``num_prefix_tokens = 0``). ``TokenMixing`` runs
-fused SDPA and exposes ``forward_with_attention(x, mask) -> (out, attn)`` with the (N, heads, P, P) softmax map.
-
-Deviations from NVlabs/FAN (same maths, different tensor layout): the token-mixing q (D→D) and kv (D→2D)
-projections are one ``qkv`` (D→3D) linear; LayerScale lives in ``ls1``/``ls2`` (timm's ``LayerScale``) rather
-than ``gamma1``/``gamma2``; the channel-attention temperature is a (heads,) vector, not (heads, 1, 1) — it is
-weight-decayed as NVlabs's is (``weight_decay_vectors()`` names it for robustvit's trainer, whose timm rule
-would otherwise skip 1-D parameters; ``pos_embed.token_projection`` is decayed too, as ``no_weight_decay()``
-lists exact names only); a patch-4 embedding uses widths D/2, D (NVlabs: D/4, D). As in NVlabs, the MLP on v
-has no activation outside its depth-wise conv branch.
+Deviations from NVlabs/FAN (same maths): one ``qkv`` (D→3D) linear instead of q and kv; LayerScale in ``ls1``/``ls2``
+instead of ``gamma1``/``gamma2``; the channel-attention temperature is (heads,), not (heads, 1, 1), still
+weight-decayed (``weight_decay_vectors()``; ``pos_embed.token_projection`` is decayed too, as ``no_weight_decay()``
+lists exact names only); a patch-4 embedding uses widths D/2, D (NVlabs: D/4, D). As in NVlabs, the MLP on v has no
+activation outside its depth-wise conv branch.
 
 >>> import timm
 >>> m = timm.create_model("fan_cifar_tiny")
@@ -98,8 +90,7 @@ class ConvPatchEmbed(nn.Module):
 
 
 class HybridEmbed(nn.Module):
-    """FAN-Hybrid stem: ConvNeXt (4×4 stride-4 stem + LayerNorm, a stage at ``dims[0]``, a downsampling stage
-    at ``dims[1]``; Liu et al., arXiv:2201.03545) then a 2×2 stride-2 projection to D — stride 16 in all."""
+    """FAN-Hybrid stem: ConvNeXt stem and two stages (Liu et al., arXiv:2201.03545), a 2×2 stride-2 projection."""
 
     def __init__(self, img_size: int = 224, in_chans: int = 3, embed_dim: int = 384,
                  depths: tuple[int, int] = (3, 3), dims: tuple[int, int] = (128, 256)) -> None:
@@ -164,8 +155,7 @@ class TokenMixing(nn.Module):
 
     def forward_with_attention(self, x: torch.Tensor, mask: torch.Tensor | None = None
                                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(out, attn): ``attn`` is the (N, heads, T, T) softmax map. ``mask``: bool (True = may attend) or an
-        additive float mask, broadcastable to (N, heads, T, T)."""
+        """(out, (N, heads, T, T) softmax map); ``mask``: bool (True = may attend) or additive, broadcastable."""
         q, k, v = self._qkv(x)
         attn = masked_softmax((q * self.scale) @ k.transpose(-2, -1), mask)
         return self._out(self.attn_drop(attn) @ v), attn
@@ -206,12 +196,10 @@ class DWMlp(nn.Module):
 
 
 class ChannelProcessing(nn.Module):
-    """Efficient channel attention (FAN, Sec. 3.3): a per-channel gate from the tokens, applied to an MLP of x.
+    """Efficient channel attention (FAN, Sec. 3.3): gate ⊙ LayerNorm(DWMlp(x)), no output projection.
 
-    q = Linear(x), k = x (split into heads); both softmax-normalised over tokens; k̄ = k averaged over a
-    head's channels (a token prototype); gate = sigmoid(qᵀ k̄) · temperature (per head); output =
-    gate ⊙ LayerNorm(DWMlp(x)), no output projection.
-    """
+    q = Linear(x), k = x, per head, softmax over tokens; k̄ = k averaged over a head's channels; gate =
+    sigmoid(qᵀ k̄) · temperature (per head)."""
 
     def __init__(self, dim: int, num_heads: int = 8, qkv_bias: bool = True, mlp_ratio: float = 4.0,
                  attn_drop: float = 0.0, drop: float = 0.0) -> None:
@@ -259,8 +247,7 @@ class FANBlock(nn.Module):
 
 
 class FAN(nn.Module):
-    """FAN-ViT / FAN-Hybrid (arXiv:2204.12451). ``hybrid_depths`` set: ConvNeXt stem instead of the conv
-    patch embedding. ``drop_path_rate`` is the same in every FAN block, as in NVlabs/FAN."""
+    """FAN-ViT, or FAN-Hybrid with ``hybrid_depths``; the same ``drop_path_rate`` in every block, as NVlabs/FAN."""
 
     def __init__(self, img_size: int = 224, patch_size: int = 16, in_chans: int = 3, num_classes: int = 1000,
                  embed_dim: int = 384, depth: int = 12, num_heads: int = 8, mlp_ratio: float = 4.0,
@@ -316,14 +303,12 @@ class FAN(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
-        """Exact parameter names without weight decay, as NVlabs/FAN (its ``pos_embed`` entry matches no
-        parameter: the Fourier encoding's ``token_projection`` is decayed)."""
+        """Exact names without weight decay, as NVlabs/FAN (``pos_embed`` matches no parameter)."""
         return {"pos_embed", "cls_token"}
 
     @torch.jit.ignore
     def weight_decay_vectors(self) -> set[str]:
-        """1-D parameters that are weight-decayed all the same: the channel-attention temperatures, which
-        NVlabs/FAN keeps as (heads, 1, 1) tensors (decayed by timm's ≤ 1-D rule only because of that shape)."""
+        """1-D parameters decayed all the same: the temperatures, (heads, 1, 1) in NVlabs/FAN, so decayed there."""
         return {f"blocks.{i}.mlp.temperature" for i in range(len(self.blocks))}
 
     def get_classifier(self) -> nn.Module:
@@ -335,8 +320,7 @@ class FAN(nn.Module):
 
     def _pos_embed(self, x: torch.Tensor, hw: Grid | None = None) -> torch.Tensor:
         """Add the Fourier position features (computed for the token grid; nothing to interpolate)."""
-        B, T, _ = x.shape
-        h, w = _grid(T, hw)
+        h, w = _grid(x.shape[1], hw)
         pos = self.pos_embed(1, h, w).to(x.dtype).flatten(2).transpose(1, 2)
         return self.pos_drop(x + pos)
 
@@ -359,8 +343,6 @@ class FAN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
 
-
-# ---- registered variants -------------------------------------------------------------------------------------
 
 def _imagenet_cfg(num_classes: int, img_size: int) -> dict[str, Any]:
     return {"num_classes": num_classes, "input_size": (3, img_size, img_size), "mean": IMAGENET_DEFAULT_MEAN,
@@ -416,7 +398,7 @@ def fan_tiny_8_p4_hybrid(pretrained: bool = False, **kwargs: Any) -> FAN:
 
 @register_model
 def fan_small_12_p4_hybrid(pretrained: bool = False, **kwargs: Any) -> FAN:
-    """FAN-S-Hybrid: ConvNeXt stages (3, 3), then 10 FAN blocks (NVlabs's name says 12), width 384, 8 heads (26.3 M)."""
+    """FAN-S-Hybrid: ConvNeXt stages (3, 3), 10 FAN blocks (NVlabs's name says 12), width 384, 8 heads (26.3 M)."""
     return _fan("fan_small_12_p4_hybrid", pretrained,
                 {"embed_dim": 384, "depth": 10, "num_heads": 8, "hybrid_depths": (3, 3)}, kwargs)
 
@@ -430,8 +412,7 @@ def fan_base_16_p4_hybrid(pretrained: bool = False, **kwargs: Any) -> FAN:
 
 @register_model
 def fan_large_16_p4_hybrid(pretrained: bool = False, **kwargs: Any) -> FAN:
-    """FAN-L-Hybrid: ConvNeXt stages (3, 5), then 22 FAN blocks (NVlabs's name says 16), width 480, 10 heads,
-    head initialised × 0.001 (76.8 M)."""
+    """FAN-L-Hybrid: ConvNeXt (3, 5), 22 FAN blocks (the name says 16), width 480, 10 heads, head × 0.001 (76.8 M)."""
     return _fan("fan_large_16_p4_hybrid", pretrained,
                 {"embed_dim": 480, "depth": 22, "num_heads": 10, "hybrid_depths": (3, 5), "head_init_scale": 1e-3},
                 kwargs)

@@ -1,21 +1,18 @@
 """Model surgery for fine-tuning (Dosovitskiy et al., arXiv:2010.11929, §3.2; Debenedetti, arXiv:2209.07399).
 
-* :func:`reset_head` — a new, zero-initialised classification head for a new class count.
-* :func:`resample_pos_embed` — 2-D resampling of a learned position embedding to a new patch grid: the
-  prefix (CLS) entries are kept, the grid is reshaped and resized. ``bicubic`` is DeiT's
-  (``F.interpolate(mode="bicubic", align_corners=False)`` without antialiasing, as facebookresearch/deit
-  ``main.py`` resamples when fine-tuning at another resolution); ``linear`` is order-1 interpolation with the
-  corner samples aligned, as ``scipy.ndimage.zoom(order=1)`` in Google's ViT code.
-* :func:`adapt_input` — a new input resolution and/or patch size for a timm ViT (linear patch projection:
-  the kernel is resampled with timm's ``resample_patch_embed``, PI-resize of FlexiViT) or for an XCiT-style
-  convolutional stem (the first stride-2 convolutions get stride 1: patch 16 → 4 on 32×32 CIFAR images, as
-  Debenedetti did; XCiT computes its position encoding for any grid).
+* :func:`reset_head`: a new, zero-initialised classification head.
+* :func:`resample_pos_embed`: a learned position embedding resampled to a new patch grid, prefix (CLS) entries
+  kept. ``bicubic`` is DeiT's (``F.interpolate(mode="bicubic", align_corners=False)``, no antialiasing, as
+  facebookresearch/deit ``main.py``); ``linear`` is order-1 with aligned corners, as ``scipy.ndimage.zoom(order=1)``
+  in Google's ViT code.
+* :func:`adapt_input`: a new input resolution and/or patch size for a timm ViT (the kernel resampled by timm's
+  ``resample_patch_embed``, FlexiViT's PI-resize) or an XCiT-style convolutional stem (the first stride-2
+  convolutions get stride 1: patch 16 → 4 on CIFAR, as Debenedetti did).
 
-All functions change the model in place and keep its :class:`ModelSpec` in step (input size, patch size, the
-constructor keywords ``img_size``/``patch_size`` so that a checkpoint of a timm ViT rebuilds) and append what they
-did to ``spec.adaptations`` (for a convolutional stem: every stem convolution's stride).
-:func:`reapply_adaptations` replays that record on a freshly built network before a checkpoint's weights are
-loaded, and :func:`check_structure` refuses a network whose patch embedding does not match its spec.
+Each changes the model in place, keeps its :class:`ModelSpec` in step (sizes, and the ``img_size``/``patch_size``
+keywords a timm ViT checkpoint rebuilds from) and appends what it did to ``spec.adaptations`` (a conv stem: every
+stride). :func:`reapply_adaptations` replays the record on a fresh network before a checkpoint's weights load;
+:func:`check_structure` refuses a patch embedding that does not match the spec.
 
 >>> m = create_model("vit_cifar_micro", num_classes=10)
 >>> adapt_input(m, img_size=48)                 # 12×12 grid, position embedding resampled
@@ -75,16 +72,11 @@ def resample_pos_embed(posemb: torch.Tensor, new_grid: tuple[int, int], old_grid
     return torch.cat([prefix, g], dim=1)
 
 
-def _conv_stem_strides(stem: nn.Module) -> list[nn.Conv2d]:
-    return [m for m in stem.modules() if isinstance(m, nn.Conv2d) and m.stride == (2, 2)]
-
-
 def adapt_input(model: Normalized, img_size: int | None = None, patch_size: int | None = None,
                 interpolation: str = "bicubic") -> None:
-    """Set a new input resolution and/or patch size (see the module docstring). The change is tried first on a
-    copy, which must then run a forward at the new size: architectures with size-bound parts robustvit does not
-    resample (relative-position tables, rotary grids, fixed token-mixing MLPs, window partitions, per-level
-    position maps) are refused in one line instead of being left broken."""
+    """Set a new input resolution and/or patch size (see the module docstring). It is tried first on a copy, which
+    must run a forward at the new size: size-bound parts robustvit does not resample (relative-position tables,
+    rotary grids, window partitions, …) are refused in one line instead of being left broken."""
     trial = copy.deepcopy(model).eval()
     try:
         _adapt_input(trial, img_size, patch_size, interpolation)
@@ -147,15 +139,16 @@ def _adapt_input(model: Normalized, img_size: int | None, patch_size: int | None
 
 
 def _is_conv_stem(pe: nn.Module) -> bool:
+    """Whether ``pe.proj`` is a stack holding convolutions (XCiT, FAN), not timm's one linear projection."""
     proj = getattr(pe, "proj", None)
-    return proj is not None and not isinstance(proj, nn.Conv2d) and any(isinstance(m, nn.Conv2d) for m in proj.modules())
+    return (proj is not None and not isinstance(proj, nn.Conv2d)
+            and any(isinstance(m, nn.Conv2d) for m in proj.modules()))
 
 
 def stem_strides(net: nn.Module) -> dict[str, list[int]]:
     """{qualified name: [sh, sw]} of every convolution of a convolutional patch stem (``patch_embed.proj``)."""
-    pe = net.patch_embed
     return {f"patch_embed.proj.{n}": [int(s) for s in m.stride]
-            for n, m in pe.proj.named_modules() if isinstance(m, nn.Conv2d)}
+            for n, m in net.patch_embed.proj.named_modules() if isinstance(m, nn.Conv2d)}
 
 
 def stem_patch_size(pe: nn.Module) -> int:
@@ -168,10 +161,9 @@ def stem_patch_size(pe: nn.Module) -> int:
 
 
 def reapply_adaptations(model: Normalized, where: str = "checkpoint") -> None:
-    """Replay ``model.spec.adaptations`` on a freshly built network (before its weights are loaded): a head
-    reset where the constructor's class count differs, the recorded stem strides and patch size of a
-    convolutional stem. timm ViTs rebuild their patch size, resolution and head from ``spec.kwargs``; for them
-    the record is checked. Refuses, in one line, an adaptation it cannot re-apply."""
+    """Replay ``model.spec.adaptations`` on a freshly built network before its weights load: a head reset where the
+    class count differs, a conv stem's strides and patch size (timm ViTs rebuild those from ``spec.kwargs``).
+    Refuses, in one line, an adaptation it cannot re-apply."""
     net = model.net
     for a in model.spec.adaptations:
         op = a.get("op")
@@ -202,7 +194,7 @@ def reapply_adaptations(model: Normalized, where: str = "checkpoint") -> None:
                 conv.stride = (int(stride[0]), int(stride[1]))
             p = stem_patch_size(pe)
             pe.patch_size = (p, p) if isinstance(pe.patch_size, (tuple, list)) else p
-        if pe is not None and a.get("img_size") is not None and hasattr(pe, "img_size") and not hasattr(pe, "_init_img_size"):
+        if a.get("img_size") is not None and hasattr(pe, "img_size") and not hasattr(pe, "_init_img_size"):
             pe.img_size = (int(a["img_size"]), int(a["img_size"]))
 
 
@@ -216,11 +208,10 @@ def conv_stem_consistent(net: nn.Module) -> bool:
 
 
 def check_structure(model: Normalized, where: str = "checkpoint", conv_stem: bool = True) -> None:
-    """Refuse a network whose patch embedding is not the one its spec describes (a checkpoint must never load
-    as another network). ``conv_stem``: the freshly built stem's strides multiply to its patch size (see
-    :func:`conv_stem_consistent`), so they can be checked. Such a stem without a recorded stride (a spec.json
-    written before adaptations were recorded) is brought to ``spec.patch_size`` by the rule :func:`adapt_input`
-    uses (deterministic: the first stride-2 convolutions get stride 1)."""
+    """Refuse a network whose patch embedding is not the one its spec describes (a checkpoint must never load as
+    another network). ``conv_stem``: the fresh stem's strides multiply to its patch size
+    (:func:`conv_stem_consistent`), so they can be checked; without a recorded stride (an older spec.json) such a
+    stem is brought to ``spec.patch_size`` by :func:`adapt_input`'s rule (the first stride-2 convs get stride 1)."""
     pe = getattr(model.net, "patch_embed", None)
     want = model.spec.patch_size
     if pe is None or want is None:
@@ -228,9 +219,8 @@ def check_structure(model: Normalized, where: str = "checkpoint", conv_stem: boo
     if _is_conv_stem(pe):
         if not conv_stem:
             return
-        legacy_repair = not any(a.get("stem_strides") for a in model.spec.adaptations)
         have = stem_patch_size(pe)
-        if have != want and legacy_repair:
+        if have != want and not any(a.get("stem_strides") for a in model.spec.adaptations):   # legacy spec
             _set_patch_size(pe, int(want))
             have = stem_patch_size(pe)
     else:
@@ -247,13 +237,13 @@ def _set_patch_size(pe: nn.Module, patch: int) -> None:
         raise RobustvitError(f"{type(pe).__name__} embeds a CNN's feature map; its patch size follows the CNN's "
                              "strides and cannot be changed (--patch-size does not apply)")
     proj = getattr(pe, "proj", None)
-    old = getattr(pe, "patch_size", None)
-    old = int(old[0] if isinstance(old, (tuple, list)) else old) if old is not None else None
     if isinstance(proj, nn.Conv2d) and hasattr(pe, "set_input_size"):   # linear projection (timm PatchEmbed)
         pe.set_input_size(patch_size=patch)
         return
+    old = getattr(pe, "patch_size", None)
+    old = int(old[0] if isinstance(old, (tuple, list)) else old) if old is not None else None
     if proj is not None and old is not None:                             # convolutional stem (XCiT)
-        strided = _conv_stem_strides(proj)
+        strided = [m for m in proj.modules() if isinstance(m, nn.Conv2d) and m.stride == (2, 2)]
         if patch > old or old % patch or (old // patch) & (old // patch - 1):
             raise RobustvitError(f"a convolutional stem can go from patch {old} to {old}/2^k, not to {patch}")
         k = int(math.log2(old // patch))

@@ -1,10 +1,8 @@
 """Pretrained weights without the network: fail in seconds, not after the hub's retries.
 
-``timm.create_model(name, pretrained=True)`` asks the Hugging Face hub, which without a network retries for
-about a minute and then raises its raw error. :func:`offline_guard` probes the hub first (a TCP connection with
-a short timeout; ``HF_HUB_OFFLINE`` set counts as no network): when it cannot be reached, the weights are taken
-from the local cache only (the hub's offline mode) and a missing file is one line naming ``--weights`` and
-``HF_HUB_OFFLINE``.
+Without a network the Hugging Face hub retries for about a minute, then raises its raw error. :func:`offline_guard`
+probes the hub first (a short TCP connection; ``HF_HUB_OFFLINE`` set counts as no network): when unreachable, weights
+come from the cache only and a missing file is one line naming ``--weights`` and ``HF_HUB_OFFLINE``.
 """
 
 from __future__ import annotations
@@ -23,14 +21,10 @@ PROBE_TIMEOUT = 3.0
 _PROXIES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def hub_reachable(timeout: float = PROBE_TIMEOUT) -> bool:
     """False when ``HF_HUB_OFFLINE`` is set or the hub's host (``HF_ENDPOINT``, default huggingface.co) takes no
     TCP connection within ``timeout`` seconds; True behind a proxy (the proxy decides)."""
-    if _env_true("HF_HUB_OFFLINE"):
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         return False
     if any(os.environ.get(p) for p in _PROXIES):
         return True
@@ -44,7 +38,7 @@ def hub_reachable(timeout: float = PROBE_TIMEOUT) -> bool:
 
 @contextmanager
 def _hub_offline() -> Iterator[None]:
-    """The hub's offline mode (cache only) for the duration, as ``HF_HUB_OFFLINE=1`` at start-up would set it."""
+    """The hub's offline mode (cache only) for the duration, as ``HF_HUB_OFFLINE=1`` at start-up."""
     saved = os.environ.get("HF_HUB_OFFLINE")
     os.environ["HF_HUB_OFFLINE"] = "1"
     patched = [(m, m.HF_HUB_OFFLINE) for name, m in list(sys.modules.items())
@@ -64,8 +58,8 @@ def _hub_offline() -> Iterator[None]:
 
 @contextmanager
 def offline_guard(name: str) -> Iterator[None]:
-    """Around loading ``name``'s pretrained weights: with the hub reachable, nothing; without, the cache only,
-    and a one-line :class:`RobustvitError` when the weights are not there."""
+    """Around loading ``name``'s pretrained weights: without the hub, the cache only, and a one-line error when the
+    weights are not there."""
     if hub_reachable():
         yield
         return

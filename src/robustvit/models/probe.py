@@ -1,56 +1,38 @@
 """The ViT probe: per-block tokens and attention maps, and forwards with parts removed or masked.
 
-``ViTProbe`` runs a ViT block by block itself, with an explicit (non-fused) attention, so the softmax maps
-exist only while probing and the model is untouched; ``run(..., start=(i, h))`` resumes from the input ``h``
-of block ``i`` (reuse of work). It reproduces these timm families exactly (block outputs, attention maps and
-logits within 1e-4 relative in float32), each with the attention map the model really multiplies the values
-by:
+``ViTProbe`` re-runs a ViT block by block with an explicit (non-fused) attention, so the softmax maps exist only
+while probing and the model is untouched; ``run(..., start=(i, h))`` resumes from the input ``h`` of block ``i``.
+It reproduces exactly (1e-4 relative in float32), with the map that really multiplies the values:
 
-* ``VisionTransformer`` (ViT, DeiT, DeiT-III, robustvit's ``vit_cifar_*``, hybrid ViTs) with pre-norm
-  ``Block`` (LayerScale ``ls1``/``ls2``, qk-norm, scale-norm ``attn.norm``, gated attention) or post-norm
-  ``ResPostBlock`` (``x + norm1(attn(x))``); a CLS token or none (``class_token=False``), registers
-  (``reg_tokens``), ``no_embed_class``, ``norm_pre``, any head timm's ``forward_head`` implements
-  (token / average pooling, ``fc_norm``, attention pooling ``global_pool='map'``);
-* ``VisionTransformerDistilled`` (DeiT distilled: CLS + distillation token, the two heads averaged);
-* parallel blocks: ``ParallelScalingBlock`` (ViT-22B style, attention and MLP from one fused input
-  projection; the attention or MLP branch can be removed when their output projections are separate) and
-  ``ParallelThingsBlock`` (several attention and MLP branches; their maps are concatenated along the head
-  axis: ``heads = num_parallel · num_heads``);
-* ``Beit`` (relative position bias per block or shared, q/v biases, LayerScale ``gamma_1``/``gamma_2``);
-* ``Eva`` (EVA-02: rotary position embedding on the patch tokens, SwiGLU, q/v biases, scale-norm,
-  ``EvaBlock`` and ``EvaBlockPostNorm``) with ``EvaAttention``;
-* ``Cait``: its self-attention blocks (talking-heads attention; the reported map is the one after the
-  post-softmax head mixing ``proj_w``, which multiplies the values — its rows need not sum to 1) then the
-  class-attention blocks inside the head; there is no CLS token among the probed tokens, and masks are
+* ``VisionTransformer`` (ViT, DeiT, DeiT-III, ``vit_cifar_*``, hybrids): pre-norm ``Block`` (LayerScale, qk-norm,
+  scale-norm, gated attention) or post-norm ``ResPostBlock``; CLS or none, registers, ``no_embed_class``,
+  ``norm_pre``, any head of timm's ``forward_head`` (token / average / attention pooling, ``fc_norm``);
+* ``VisionTransformerDistilled`` (CLS + distillation token, the two heads averaged);
+* ``ParallelScalingBlock`` (ViT-22B: one fused input projection; attention or MLP removable when their output
+  projections are separate) and ``ParallelThingsBlock`` (maps concatenated: ``heads = num_parallel · num_heads``);
+* ``Beit`` (relative position bias, q/v biases, ``gamma_1``/``gamma_2``); ``Eva`` (EVA-02: rotary embedding on the
+  patch tokens, SwiGLU, ``EvaBlock`` / ``EvaBlockPostNorm``);
+* ``Cait``: self-attention blocks then the class-attention head; the reported map is the one after the
+  post-softmax head mixing ``proj_w`` (rows need not sum to 1), no CLS among the probed tokens, and masks are
   refused (talking heads mix the heads after the softmax, so a mask would not stay a mask);
-* robustvit's ``FAN`` (token mixing through its ``forward_with_attention(x, mask=None) -> (out, attn)``;
-  the model's own forward runs fused attention, so the self-check compares block outputs and logits).
+* robustvit's ``FAN`` (token mixing through ``forward_with_attention(x, mask=None) -> (out, attn)``).
 
-**The probe checks itself**: ``verify(x)`` runs the model's own forward (through the wrapper) with hooks on
-its real blocks and fused attention off (the maps read at ``attn_drop``), and compares block outputs,
-attention maps and logits with the probe's recomputation (relative error ‖a − b‖ / ‖b‖ ≤ 1e-4 in float32);
-a mismatch raises ``RobustvitError`` naming the model, the first differing block and the error. It runs by
-itself on the first batch of each input size the probe sees (one extra forward, once). Anything else —
-other attention or block classes, other model classes (``VisionTransformerRelPos``, XCiT, Swin, …) — is
-refused at construction, and ``make_probe`` falls back to ``BlockProbe``.
+**The probe checks itself**: ``verify(x)`` runs the model's own forward with hooks on its blocks and fused attention
+off (maps read at ``attn_drop``) and compares block outputs, maps and logits (‖a − b‖ / ‖b‖ ≤ 1e-4); a mismatch
+raises ``RobustvitError`` naming the first differing block. It runs once on the first batch of each input size.
+Other block, attention or model classes are refused at construction.
 
-Every probe goes through the wrapper: its logits are ``wrapper(x)`` — normalisation *and* class map.
-``has_class_token``, ``num_prefix_tokens`` (CLS + registers + distillation token), ``num_registers`` and
-``patch_tokens`` (the slice of patch tokens) describe the probed token sequence; ``patch_size`` is pixels
-per token (a hybrid ViT's ``patch_embed.patch_size`` counts cells of its CNN stem's feature map).
+Logits are always ``wrapper(x)`` (normalisation and class map). ``has_class_token``, ``num_prefix_tokens``,
+``num_registers`` and ``patch_tokens`` describe the probed tokens; ``patch_size`` is pixels per token (a hybrid's
+``patch_embed.patch_size`` counts cells of its CNN feature map).
 
 ``BlockProbe`` covers the other families through temporary hooks on the model's own forward (exact by
-construction): XCiT and Swin (blocks with ``attn``/``mlp``; fused attention is switched off only during a
-run and restored), ``VisionTransformerRelPos``, ConViT (patch tokens only: its CLS joins after the local
-blocks), FAN-like models, and CNNs (timm ResNets / ConvNeXt, robustvit's
-``resnet_cifar18``: residual blocks, stage outputs). It refuses in one line what it cannot do: attention maps
-of blocks without one attention module (e.g. parallel-block ViTs, if they reach it), removing a block that
-changes the shape and has no shortcut. ``make_probe(model)`` picks ``ViTProbe`` when it is exact (checked on
-a seeded batch at once), else ``BlockProbe``.
+construction): XCiT, Swin, ``VisionTransformerRelPos``, ConViT (patch tokens only), FAN-like models and CNNs (timm
+ResNets / ConvNeXt, ``resnet_cifar18``). It refuses in one line what it cannot do. ``make_probe(model)`` picks
+``ViTProbe`` when it is exact (checked on a seeded batch at once), else ``BlockProbe``.
 
-Used by the analyses of Bhojanapalli et al. 2021 (arXiv:2103.14586) — layer correlation, lesion study
-(drop a block / its attention / its MLP), restricted attention (masks) — and by attention distance
-(Dosovitskiy et al., arXiv:2010.11929) and attention stability (AFAT).
+Used by Bhojanapalli et al. 2021 (arXiv:2103.14586: layer correlation, lesions, restricted attention), attention
+distance (Dosovitskiy et al., arXiv:2010.11929) and attention stability (AFAT).
 
 >>> probe = ViTProbe(create_model("vit_cifar_tiny"))
 >>> x = torch.rand(2, 3, 32, 32)
@@ -103,7 +85,7 @@ def _classes() -> dict[str, Any]:
                                                            "ParallelScalingBlock", "ParallelThingsBlock")),
                        ("timm.layers", ("Attention",)),
                        ("timm.models.deit", ("VisionTransformerDistilled",)),
-                       ("timm.models.beit", ("Beit",)),
+                       ("timm.models.beit", ("Beit", "Block", "Attention")),
                        ("timm.models.eva", ("Eva", "EvaBlock", "EvaBlockPostNorm", "EvaAttention")),
                        ("timm.models.cait", ("Cait", "LayerScaleBlock", "TalkingHeadAttn"))):
         try:
@@ -113,11 +95,6 @@ def _classes() -> dict[str, Any]:
         for n in names:
             if hasattr(m, n):
                 out[f"{mod.rsplit('.', 1)[-1]}.{n}"] = getattr(m, n)
-    try:
-        import timm.models.beit as beit
-        out["beit.Block"], out["beit.Attention"] = beit.Block, beit.Attention
-    except ImportError:
-        pass
     from robustvit.models import fan
     out["fan.FAN"], out["fan.FANBlock"] = fan.FAN, fan.FANBlock
     return out
@@ -130,6 +107,7 @@ def _is(obj: Any, *keys: str) -> bool:
 
 
 def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """‖a − b‖ / ‖b‖ in float64 (inf for different shapes)."""
     a, b = a.detach().double(), b.detach().double()
     if a.shape != b.shape:
         return float("inf")
@@ -137,10 +115,22 @@ def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 class _Tokens:
-    """The token layout both probes report: ``num_prefix_tokens`` (CLS, registers) then a ``grid_size`` grid."""
+    """What both probes share: the token layout they report (``num_prefix_tokens``, then a ``grid_size`` grid) and
+    the check of ``remove``."""
 
     num_prefix_tokens: int
     grid_size: tuple[int, int] | None
+    num_blocks: int
+    remove_modes: tuple[str, ...]
+
+    def _check_remove(self, remove: dict[int, str] | None) -> dict[int, str]:
+        """``remove`` as a dict, refused in one line when it names an unknown block or mode."""
+        remove = dict(remove or {})
+        for i, mode in remove.items():
+            if not 0 <= i < self.num_blocks or mode not in self.remove_modes:
+                raise RobustvitError(f"remove={{{i}: {mode!r}}} is invalid; blocks are 0..{self.num_blocks - 1} "
+                                     f"and modes {', '.join(self.remove_modes)}")
+        return remove
 
     @property
     def num_tokens(self) -> int:
@@ -161,22 +151,20 @@ class ViTProbe(_Tokens):
     def __init__(self, model: nn.Module, *, check: bool = True) -> None:
         self.wrapper = model if isinstance(model, Normalized) else None
         self.model = model
-        self.net = model.net if isinstance(model, Normalized) else model
-        net = self.net
-        name = type(net).__name__
+        self.net = net = getattr(self.wrapper, "net", model)
         self.arch = ("vit" if _is(net, "vision_transformer.VisionTransformer", "deit.VisionTransformerDistilled")
                      else "beit" if _is(net, "beit.Beit") else "eva" if _is(net, "eva.Eva")
                      else "cait" if _is(net, "cait.Cait") else "fan" if _is(net, "fan.FAN") else None)
         blocks = getattr(net, "blocks", None)
         if self.arch is None or not isinstance(blocks, (nn.Sequential, nn.ModuleList)) or not len(blocks) \
                 or not hasattr(net, "patch_embed"):
-            raise RobustvitError(f"the ViT probe does not support {name}; it supports {SUPPORTED}")
-        if self.arch == "eva" and (getattr(net, "dynamic_img_size", False) or getattr(net, "patch_drop", None) is not None):
-            raise RobustvitError(f"the ViT probe does not support {name} with dynamic_img_size or patch dropout "
-                                 "(their rotary embedding depends on the input); use make_probe")
+            raise RobustvitError(f"the ViT probe does not support {type(net).__name__}; it supports {SUPPORTED}")
+        if self.arch == "eva" and (getattr(net, "dynamic_img_size", False)
+                                   or getattr(net, "patch_drop", None) is not None):
+            raise RobustvitError(f"the ViT probe does not support {type(net).__name__} with dynamic_img_size or patch "
+                                 "dropout (their rotary embedding depends on the input); use make_probe")
         self.kinds = [self._block_kind(b, i) for i, b in enumerate(blocks)]
-        self.blocks = blocks
-        self.num_blocks = len(blocks)
+        self.blocks, self.num_blocks = blocks, len(blocks)
         self.num_heads = self._heads(blocks[0], self.kinds[0])
         self.family = "fan" if self.arch == "fan" else "vit"
         fused_out = any(k == "parallel_scaling" and b.out_proj is not None for k, b in zip(self.kinds, blocks))
@@ -210,7 +198,9 @@ class ViTProbe(_Tokens):
     def _block_kind(self, blk: nn.Module, i: int) -> str:
         def refuse(what: str) -> RobustvitError:
             return RobustvitError(f"the ViT probe does not support {type(self.net).__name__}: block {i} "
-                                  f"({type(blk).__name__}) has {what}; use make_probe (hooks on the model's own forward)")
+                                  f"({type(blk).__name__}) has {what}; use make_probe (hooks on the model's own "
+                                  "forward)")
+
         if "forward" in blk.__dict__:
             raise refuse("a replaced forward")
         if _is(blk, "vision_transformer.ParallelScalingBlock"):
@@ -249,8 +239,8 @@ class ViTProbe(_Tokens):
 
     # ---- embedding and head -----------------------------------------------------------------------
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise (if wrapped), patch-embed, add positions/prefix tokens: (N, T, D). The first batch of
-        each input size is checked against the model's own forward first (see :meth:`verify`)."""
+        """Normalise (if wrapped), patch-embed, add positions/prefix tokens: (N, T, D); the first batch of each input
+        size is verified first."""
         if self.check and (self._failure is not None or tuple(x.shape[2:]) not in self._verified):
             self.verify(x)
         return self._embed(x)
@@ -320,11 +310,7 @@ class ViTProbe(_Tokens):
         the embedding and blocks before ``i``; ``h`` is block ``i``'s input (``tokens`` then lists blocks
         ``i..L-1`` only; ``x`` is ignored and may be None).
         """
-        remove = dict(remove or {})
-        for i, mode in remove.items():
-            if not 0 <= i < self.num_blocks or mode not in self.remove_modes:
-                raise RobustvitError(f"remove={{{i}: {mode!r}}} is invalid; blocks are 0..{self.num_blocks - 1} "
-                                     f"and modes {', '.join(self.remove_modes)}")
+        remove = self._check_remove(remove)
         if attn_mask is not None and not self.maskable:
             raise RobustvitError(f"attention masks are not defined for {type(self.net).__name__} (talking-heads "
                                  "attention mixes heads after the softmax)")
@@ -337,16 +323,14 @@ class ViTProbe(_Tokens):
         out = ProbeOutput(logits=torch.empty(0))
         first, h = (0, self.embed(x)) if start is None else start
         ctx = self._context()
-        for i, blk in enumerate(self.blocks):
-            if i < first:
-                continue
+        for i in range(first, self.num_blocks):
             if self.arch == "eva" and ctx["mixed"] and ctx["rope"] is not None:
                 ctx = {**ctx, "block_rope": ctx["rope"][i]}
             mode = remove.get(i)
             mask = attn_mask.get(i) if isinstance(attn_mask, dict) else attn_mask
             a_map = None
             if mode != "block":
-                h, a_map = self._block(blk, self.kinds[i], h, mask, attentions, mode, ctx)
+                h, a_map = self._block(self.blocks[i], self.kinds[i], h, mask, attentions, mode, ctx)
             if attentions:
                 out.attentions.append(a_map if a_map is not None else
                                       h.new_zeros(h.shape[0], self.num_heads, h.shape[1], h.shape[1]))
@@ -414,8 +398,7 @@ class ViTProbe(_Tokens):
 
     def _attention(self, attn: nn.Module, x: torch.Tensor, mask: Any, keep: bool,
                    ctx: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The attention module's output and its map, with timm's maths (its non-fused path), or the
-        module's own ``forward_with_attention(x, mask=mask)`` when it has one (FAN)."""
+        """The attention's output and map by timm's non-fused maths, or its ``forward_with_attention`` (FAN)."""
         if hasattr(attn, "forward_with_attention"):
             o, a = attn.forward_with_attention(x, mask=mask)
             return o, (a if keep else None)
@@ -430,23 +413,18 @@ class ViTProbe(_Tokens):
             o = (a @ v).transpose(1, 2).reshape(B, N, C)
             return attn.proj_drop(attn.proj(o)), (a if keep else None)
         gate = attn.gate(x).sigmoid() if getattr(attn, "gate", None) is not None else None
-        if self.arch in ("beit", "eva") and getattr(attn, "qkv", None) is not None:
-            if attn.q_bias is None:
-                qkv = attn.qkv(x)
-            else:
-                bias = torch.cat((attn.q_bias, attn.k_bias, attn.v_bias))
-                if attn.qkv_bias_separate:
-                    qkv = attn.qkv(x)
-                    qkv += bias
-                else:
-                    qkv = F.linear(x, weight=attn.qkv.weight, bias=bias)
-            q, k, v = qkv.reshape(B, N, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
-        elif self.arch == "eva":
-            q = attn.q_proj(x).reshape(B, N, heads, -1).transpose(1, 2)
-            k = attn.k_proj(x).reshape(B, N, heads, -1).transpose(1, 2)
-            v = attn.v_proj(x).reshape(B, N, heads, -1).transpose(1, 2)
+        if self.arch == "eva" and getattr(attn, "qkv", None) is None:        # separate q, k, v projections
+            q, k, v = (proj(x).reshape(B, N, heads, -1).transpose(1, 2)
+                       for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
         else:
-            q, k, v = attn.qkv(x).reshape(B, N, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+            q_bias = attn.q_bias if self.arch in ("beit", "eva") else None
+            if q_bias is None:
+                qkv = attn.qkv(x)
+            elif attn.qkv_bias_separate:
+                qkv = attn.qkv(x) + torch.cat((q_bias, attn.k_bias, attn.v_bias))
+            else:
+                qkv = F.linear(x, weight=attn.qkv.weight, bias=torch.cat((q_bias, attn.k_bias, attn.v_bias)))
+            q, k, v = qkv.reshape(B, N, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
         if self.arch != "beit":
             q, k = attn.q_norm(q), attn.k_norm(k)
         if self.arch == "eva":
@@ -472,16 +450,14 @@ class ViTProbe(_Tokens):
 
     # ---- the self-check ---------------------------------------------------------------------------
     def verify(self, x: torch.Tensor) -> dict[str, float]:
-        """:meth:`_verify` with the model computing in float32 whatever its ``precision`` (the self-check's
-        tolerance is float32's)."""
+        """:meth:`_verify` with the model computing in float32 (the tolerance is float32's)."""
         with inference_settings(self.model, precision="fp32"):
             return self._verify(x)
 
     def _verify(self, x: torch.Tensor) -> dict[str, float]:
-        """Compare the probe with the model's own forward on ``x`` (at most 4 images): block outputs,
-        attention maps (where the model exposes them: fused attention off, the input of ``attn_drop``) and
-        logits, in eval mode. Returns the largest relative errors; raises ``RobustvitError`` (one line) on a
-        mismatch. Modes and fused-attention flags are restored."""
+        """Compare block outputs, attention maps (fused attention off, read at ``attn_drop``) and logits with the
+        model's own forward on ``x`` (at most 4 images, eval mode): the largest relative errors, or a one-line
+        ``RobustvitError``. Modes and fused-attention flags are restored."""
         if self._failure is not None:
             raise RobustvitError(self._failure)
         x = x[:4].detach()
@@ -490,6 +466,16 @@ class ViTProbe(_Tokens):
         real_blocks: list[torch.Tensor | None] = [None] * self.num_blocks
         real_maps: dict[int, list[torch.Tensor]] = {}
         handles, fused = [], []
+
+        def release() -> None:
+            """Remove the hooks and restore the fused-attention flags."""
+            for h in handles:
+                h.remove()
+            for src, f in fused:
+                src.fused_attn = f
+            handles.clear()
+            fused.clear()
+
         try:
             self.model.eval()
             for i, blk in enumerate(self.blocks):
@@ -503,18 +489,10 @@ class ViTProbe(_Tokens):
                         lambda m, a, y, i=i: real_maps.setdefault(i, []).append(a[0])))
             with torch.no_grad(), torch.autocast(x.device.type, enabled=False):   # compare in the model's dtype
                 real_logits = self.model(x)
-                for h in handles:
-                    h.remove()
-                handles = []
-                for src, f in fused:
-                    src.fused_attn = f
-                fused = []
+                release()
                 mine = self._run(None, True, True, {}, None, (0, self._embed(x)))
         finally:
-            for h in handles:
-                h.remove()
-            for src, f in fused:
-                src.fused_attn = f
+            release()
             for m, t in modes.items():
                 m.training = t
         dtype = real_logits.dtype if real_logits.is_floating_point() else torch.float32
@@ -523,7 +501,8 @@ class ViTProbe(_Tokens):
         name = type(self.net).__name__
         for i in range(self.num_blocks):
             real = real_blocks[i]
-            err = float("inf") if real is None else _rel_err(mine.tokens[i], real[0] if isinstance(real, tuple) else real)
+            real = real[0] if isinstance(real, tuple) else real
+            err = float("inf") if real is None else _rel_err(mine.tokens[i], real)
             errors["blocks"] = max(errors["blocks"], err)
             if err > tol:
                 self._fail(f"the ViT probe does not reproduce {name}: block {i} ({type(self.blocks[i]).__name__}) "
@@ -585,7 +564,8 @@ BLOCK_PROBE_SUPPORTS = ("XCiT, Swin (v1), VisionTransformerRelPos, FAN (attentio
 def find_blocks(net: nn.Module) -> tuple[str, list[nn.Module], list[list[int]]]:
     """(kind, blocks in order, block indices per stage) of a network; kind is "transformer", "swin" or "cnn"."""
     layers = getattr(net, "layers", None)
-    if isinstance(layers, (nn.Sequential, nn.ModuleList)) and len(layers) and all(hasattr(l, "blocks") for l in layers):
+    if isinstance(layers, (nn.Sequential, nn.ModuleList)) and len(layers) and all(hasattr(x, "blocks")
+                                                                                  for x in layers):
         return "swin", *_stages([list(l.blocks) for l in layers])
     stages = getattr(net, "stages", None)
     if isinstance(stages, (nn.Sequential, nn.ModuleList)) and len(stages):
@@ -620,19 +600,17 @@ def attention_module(blk: nn.Module) -> nn.Module | None:
 class BlockProbe(_Tokens):
     """Per-block outputs, attention maps and removals for models that ``ViTProbe`` does not run itself.
 
-    Representations are (N, T, D): transformer tokens, Swin's (N, H, W, C) and a CNN's (N, C, H, W) as
-    (N, H·W, C). Attention maps: FAN's from ``forward_with_attention`` (N, heads, T, T); others from the
-    input of ``attn.attn_drop`` with fused attention off during the run — XCiT's cross-covariance maps are
-    (N, heads, C/heads, C/heads), Swin's windowed maps (N, heads, windows·w², w²); every row sums to 1.
-    Removal (Bhojanapalli et al., arXiv:2103.14586): a transformer block returns its input, its attention
-    or MLP branch returns zeros (the residual passes through); a CNN residual block keeps only its shortcut
-    and final activation (Veit et al., arXiv:1605.06431). Masks need ``forward_with_attention``.
+    Representations are (N, T, D) (Swin's and CNNs' maps flattened). Attention maps: FAN's from
+    ``forward_with_attention``; others read at ``attn.attn_drop`` with fused attention off — XCiT's (N, heads,
+    C/heads, C/heads), Swin's (N, heads, windows·w², w²). Removal (Bhojanapalli et al., arXiv:2103.14586): a block
+    returns its input, an attention or MLP branch zeros; a CNN residual block keeps its shortcut and final
+    activation (Veit et al., arXiv:1605.06431). Masks need ``forward_with_attention``.
     """
 
     def __init__(self, model: nn.Module) -> None:
         self.wrapper = model if isinstance(model, Normalized) else None
         self.model = model
-        self.net = model.net if isinstance(model, Normalized) else model
+        self.net = getattr(self.wrapper, "net", model)
         self.kind, self.blocks, self.stages = find_blocks(self.net)
         if not self.blocks:
             raise RobustvitError(f"no probe supports {type(self.net).__name__}; supported: {SUPPORTED}, "
@@ -657,7 +635,8 @@ class BlockProbe(_Tokens):
         ps = getattr(getattr(self.net, "patch_embed", None), "patch_size", None) or getattr(spec, "patch_size", None)
         self.patch_size = int(ps[0] if isinstance(ps, (tuple, list)) else ps) if ps else None
         size = spec.image_size if spec is not None else None
-        self.grid_size = (size // self.patch_size,) * 2 if size and self.patch_size and self.kind == "transformer" else None
+        tokens_grid = size and self.patch_size and self.kind == "transformer"
+        self.grid_size = (size // self.patch_size,) * 2 if tokens_grid else None
         # prefix tokens inside the blocks: none where the class token joins after them (XCiT, CaiT, FAN)
         late_cls = any(hasattr(self.net, a) for a in ("cls_attn_blocks", "blocks_token_only"))
         # ConViT: its CLS joins after the local (GPSA) blocks; the probe reports the patch tokens of every block
@@ -665,12 +644,13 @@ class BlockProbe(_Tokens):
                            and getattr(self.net, "cls_token", None) is not None and self.grid_size is not None)
         inside = self.kind == "transformer" and not late_cls and not self._strip_cls
         self.num_prefix_tokens = int(getattr(self.net, "num_prefix_tokens", 0) or 0) if inside else 0
-        self.has_class_token = inside and self.num_prefix_tokens > 0 and getattr(self.net, "cls_token", None) is not None
+        self.has_class_token = (inside and self.num_prefix_tokens > 0
+                                and getattr(self.net, "cls_token", None) is not None)
         reg = getattr(self.net, "reg_token", None)
         self.num_registers = int(reg.shape[1]) if inside and isinstance(reg, torch.Tensor) else 0
 
     def verify(self, x: torch.Tensor) -> dict[str, float]:
-        """The hooks run the model's own forward: exact by construction; only the logits are compared (in float32)."""
+        """The hooks run the model's own forward (exact by construction): only the logits are compared, in float32."""
         with torch.no_grad(), inference_settings(self.model, precision="fp32"):
             err = _rel_err(self.run(x[:8], tokens=False).logits, self.model(x[:8]))
         if err > TOLERANCE:
@@ -690,11 +670,7 @@ class BlockProbe(_Tokens):
             remove: dict[int, str] | None = None,
             attn_mask: torch.Tensor | dict[int, torch.Tensor] | None = None) -> ProbeOutput:
         """The model's own forward with temporary hooks; same arguments as ``ViTProbe.run``."""
-        remove = dict(remove or {})
-        for i, mode in remove.items():
-            if not 0 <= i < self.num_blocks or mode not in self.remove_modes:
-                raise RobustvitError(f"remove={{{i}: {mode!r}}} is invalid; blocks are 0..{self.num_blocks - 1} "
-                                     f"and modes {', '.join(self.remove_modes)}")
+        remove = self._check_remove(remove)
         if attentions and any(a is None for a in self.attn_modules):
             i = next(j for j, a in enumerate(self.attn_modules) if a is None)
             raise RobustvitError(f"{type(self.net).__name__} has no attention map to read in block {i} "
@@ -754,7 +730,8 @@ class BlockProbe(_Tokens):
                 return args[0] if not isinstance(y, tuple) else (args[0], *y[1:])
             return skip
         sc = getattr(blk, "downsample", None) or getattr(blk, "shortcut", None)
-        act = next((getattr(blk, a) for a in ("act3", "act2", "act") if isinstance(getattr(blk, a, None), nn.Module)), None)
+        acts = (getattr(blk, a, None) for a in ("act3", "act2", "act"))
+        act = next((a for a in acts if isinstance(a, nn.Module)), None)
 
         def hook(m: nn.Module, args: tuple, y: torch.Tensor) -> torch.Tensor:
             s = sc(args[0]) if isinstance(sc, nn.Module) else args[0]
@@ -789,8 +766,7 @@ def _override_forward(am: nn.Module, i: int, mask: torch.Tensor | None, maps: di
 
 
 def _capture_attn_drop(am: nn.Module, i: int, maps: dict, handles: list):  # noqa: ANN202
-    """Switch fused attention off (restored by the returned undo) and record the softmax map entering
-    ``attn_drop`` (identity in eval mode)."""
+    """Switch fused attention off and record the map entering ``attn_drop``; returns the undo."""
     drop = getattr(am, "attn_drop", None)
     if drop is None:
         raise RobustvitError(f"cannot read attention maps of {type(am).__name__} (no attn_drop)")
@@ -834,9 +810,7 @@ def _checked_vit_probe(model: nn.Module) -> ViTProbe | None:
 
 
 def make_probe(model: nn.Module) -> ViTProbe | BlockProbe:
-    """``ViTProbe`` where it reproduces the model exactly — checked at once on a seeded probe batch at the
-    model's input size — else ``BlockProbe`` (hooks on the model's own forward: XCiT, Swin, FAN, CNNs, and
-    any ViT whose blocks the ViT probe does not reproduce)."""
+    """``ViTProbe`` where it reproduces the model exactly (checked at once on a seeded batch), else ``BlockProbe``."""
     probe = _checked_vit_probe(model)
     return probe if probe is not None else BlockProbe(model)
 

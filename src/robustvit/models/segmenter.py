@@ -1,15 +1,10 @@
 """Semantic segmentation on any timm backbone: a light head on the last block's features, logits at the input
 resolution.
 
-* ViT family (token outputs): the patch tokens of the last block (prefix tokens dropped) are laid back on their
-  grid; SETR-naive head (Zheng et al., "Rethinking Semantic Segmentation from a Sequence-to-Sequence Perspective",
-  arXiv:2012.15840): 1×1 conv → BatchNorm → ReLU → 1×1 conv to the classes, then bilinear upsampling.
-* CNNs (and Swin-style NHWC maps): the same head on the last stage's feature map (``forward_features``, the map
-  timm's ``features_only`` gives at its last index; it also works for robustvit's own CIFAR ResNet).
-
-``head="linear"`` is a single 1×1 conv (Segmenter's linear decoder, arXiv:2105.05633). The network is registered
-with timm as ``segmentation_net`` so that a checkpoint folder (``spec.json``: ``architecture`` =
-``segmentation_net``, ``kwargs`` = backbone, head, classes) loads with ``robustvit.models.create_model``.
+ViTs: the last block's patch tokens laid back on their grid; CNNs (and NHWC maps): the last stage's feature map
+(``forward_features``). The SETR-naive head (Zheng et al., arXiv:2012.15840): 1×1 conv → BatchNorm → ReLU → 1×1 conv,
+then bilinear upsampling; ``head="linear"`` is one 1×1 conv (Segmenter's linear decoder, arXiv:2105.05633).
+Registered with timm as ``segmentation_net``, so a checkpoint folder loads with ``create_model``.
 
 >>> m = create_segmenter("vit_cifar_micro", num_classes=3)
 >>> m(torch.rand(2, 3, 32, 32)).shape
@@ -28,6 +23,7 @@ from timm.models import register_model
 from torch import nn
 
 from robustvit.errors import RobustvitError
+from robustvit.models.cifar import _drop_timm_cfg
 from robustvit.models.factory import create_model, spec_from_timm
 from robustvit.models.wrapper import Normalized
 
@@ -83,9 +79,9 @@ class SegmentationNet(nn.Module):
 
 @register_model
 def segmentation_net(pretrained: bool = False, **kwargs: Any) -> SegmentationNet:
-    """timm entry point: ``backbone`` (a timm / robustvit name), ``num_classes``, ``head``, ``head_channels``,
-    other keywords to the backbone; ``pretrained`` loads the backbone's pretrained weights."""
-    kwargs = {k: v for k, v in kwargs.items() if k not in ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")}
+    """timm entry point: ``backbone``, ``num_classes``, ``head``, ``head_channels``, other keywords to the backbone;
+    ``pretrained`` loads the backbone's pretrained weights."""
+    kwargs = _drop_timm_cfg(kwargs)
     if "backbone" not in kwargs:
         raise RobustvitError("segmentation_net needs backbone=NAME (a timm model)")
     return SegmentationNet(pretrained=pretrained, **kwargs)
@@ -93,13 +89,12 @@ def segmentation_net(pretrained: bool = False, **kwargs: Any) -> SegmentationNet
 
 def create_segmenter(backbone: str, num_classes: int, *, head: str = "setr_naive", head_channels: int = 256,
                      pretrained: bool = False, **backbone_kwargs: Any) -> Normalized:
-    """A segmentation model on ``backbone`` in robustvit's wrapper: [0, 1] images in, (N, K, H, W) logits out,
-    the backbone's normalisation inside; ``spec`` rebuilds it from a checkpoint."""
+    """A segmentation model on ``backbone`` in robustvit's wrapper: [0, 1] images in, (N, K, H, W) logits out."""
     kwargs = {"backbone": backbone, "num_classes": int(num_classes), "head": head, "head_channels": int(head_channels),
               **backbone_kwargs}
     net = timm.create_model(ARCHITECTURE, pretrained=pretrained, **kwargs)
-    spec = spec_from_timm(backbone, net.backbone, dict(backbone_kwargs))
-    spec = replace(spec, architecture=ARCHITECTURE, num_classes=int(num_classes), kwargs=kwargs)
+    spec = replace(spec_from_timm(backbone, net.backbone, dict(backbone_kwargs)), architecture=ARCHITECTURE,
+                   num_classes=int(num_classes), kwargs=kwargs)
     model = Normalized(net, spec)
     model.weights = {"pretrained": bool(pretrained), "source": f"timm:{backbone} backbone" if pretrained else "random"}
     return model

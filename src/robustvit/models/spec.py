@@ -21,16 +21,12 @@ MAX_INT_KWARG = 100_000
 class ModelSpec:
     """Metadata of a wrapped model.
 
-    ``input_size`` is (C, H, W); ``mean``/``std`` are the normalisation applied *inside* the wrapper;
-    ``crop_pct`` and ``interpolation`` how images are brought to the input (timm's evaluation transform:
-    shorter side to size / crop_pct, centre crop);
-    ``family`` is e.g. "vit", "resnet", "convnext", "swin", "fan" or "other"; ``patch_size`` is set for
-    patch-based models. ``architecture`` and ``kwargs`` rebuild the network (checkpoint ``spec.json``).
-
-    ``adaptations`` is the ordered record of the model surgery done after construction (JSON objects with an
-    ``op`` key: ``reset_head``, ``adapt_input`` with the stem's convolution strides, …; see
-    :mod:`robustvit.models.finetune`). ``load_checkpoint`` re-applies it to the rebuilt network *before* loading the
-    weights, so an adapted model reloads as the same network; a spec.json without it loads as an empty list.
+    ``input_size`` is (C, H, W); ``mean``/``std`` the normalisation applied *inside* the wrapper; ``crop_pct`` and
+    ``interpolation`` timm's evaluation transform (shorter side to size / crop_pct, centre crop); ``family`` e.g.
+    "vit", "resnet", "fan" or "other"; ``patch_size`` set for patch-based models. ``architecture`` and ``kwargs``
+    rebuild the network. ``adaptations``: the ordered record of the surgery done after construction (objects with an
+    ``op``: ``reset_head``, ``adapt_input``, …; :mod:`robustvit.models.finetune`), re-applied by ``load_checkpoint``
+    before the weights load; a spec.json without it loads as an empty list.
     """
 
     architecture: str
@@ -54,12 +50,10 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
-        """The spec stored in a checkpoint's ``spec.json``, its fields type-checked (:func:`check_spec_fields`):
-        a malformed or hostile file is refused with one line; unknown keys are ignored."""
+        """The spec of a ``spec.json``, type-checked by :func:`check_spec_fields`; unknown keys are ignored."""
         if not isinstance(d, dict):
             raise RobustvitError(f"the model spec must be a JSON object, got {type(d).__name__}")
-        known = {f for f in cls.__dataclass_fields__}
-        d = {k: v for k, v in d.items() if k in known}
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         check_spec_fields(d)
         for k in ("input_size", "mean", "std"):
             if k in d:
@@ -86,7 +80,7 @@ def _is_num(v: Any) -> bool:
 
 
 def check_spec_fields(d: dict[str, Any]) -> None:
-    """Refuse (one line) spec fields of the wrong type or range; see :data:`FORBIDDEN_KWARGS`, :data:`MAX_INT_KWARG`."""
+    """Refuse (one line) fields of the wrong type or range; see :data:`FORBIDDEN_KWARGS`, :data:`MAX_INT_KWARG`."""
     def bad(field_: str, want: str) -> RobustvitError:
         return RobustvitError(f"spec field {field_!r} must be {want}, got {json_short(d.get(field_))}")
 

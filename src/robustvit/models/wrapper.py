@@ -26,19 +26,14 @@ class Normalized(nn.Module):
     """Applies ``(x − mean) / std`` then the wrapped network; ``spec`` describes the model.
 
     Input: float (N, 3, H, W) in [0, 1]; output: logits (N, num_classes). ``keep`` (bool (N, H, W), optional): the
-    retained pixels of an ablated image (derandomized smoothing, :mod:`robustvit.certify`): a 3-channel network sees
-    the other pixels as 0 (before normalisation); a network with 6 input channels (timm's ``in_chans=6`` in
-    ``spec.kwargs``) takes Levine & Feizi's ablation input (arXiv:2002.10733, alevine0/patchSmoothing):
-    ``cat(z·keep, (1 − z)·keep)`` of the normalised image z, every pixel kept when ``keep`` is None.
+    retained pixels of an ablated image (:mod:`robustvit.certify`): a 3-channel network sees the others as 0 (before
+    normalisation); a 6-channel network (``in_chans=6`` in ``spec.kwargs``) takes Levine & Feizi's ablation input
+    (arXiv:2002.10733, alevine0/patchSmoothing): ``cat(z·keep, (1 − z)·keep)`` of the normalised image z.
 
-    The input contract is enforced: a batch with values outside [0, 1] (± ``RANGE_TOL``) or NaN raises a one-line
-    :class:`RobustvitError` (values below 0 usually mean the images were normalised already — normalisation happens
-    here, inside the model).
-    On the CPU every call is checked (one ``aminmax`` pass over the input). On an accelerator the check must
-    not synchronise the device on every call: the first call is checked at once, later calls only update a
-    running minimum and maximum on the device, read (one synchronisation) every ``check_every`` calls, and a
-    violation then names the window of calls it happened in. ``model.check_range = False`` turns the check off
-    (e.g. a model deliberately fed unbounded inputs); traced, compiled and CUDA-graph-captured forwards skip it.
+    Values outside [0, 1] (± ``RANGE_TOL``) or NaN raise a one-line :class:`RobustvitError` (below 0 usually means
+    already normalised). The CPU checks every call; an accelerator, not to synchronise on every call, checks the
+    first call, then keeps a running min/max on the device read every ``check_every`` calls (an error names the
+    window). ``model.check_range = False`` turns it off; traced, compiled and graph-captured forwards skip it.
 
     >>> m = create_model("vit_cifar_micro", num_classes=10)          # doctest: +SKIP
     >>> m(imagenet_normalised_batch)                                 # doctest: +SKIP
@@ -51,16 +46,13 @@ class Normalized(nn.Module):
     check_every: int = 64
     #: How the network computes (:data:`PRECISIONS`); applied here only — never to corruption or attack arithmetic.
     precision: str = "fp32"
-    #: Largest number of images one forward takes (None: the whole batch). Larger batches are cut into micro-batches;
-    #: with gradients, each micro-batch is checkpointed (its activations recomputed in the backward pass), so memory is
-    #: that of one micro-batch whatever the batch. Each image's logits do not depend on the cut (up to the float
-    #: rounding of kernels whose summation order follows the batch size).
+    #: Largest number of images one forward takes (None: the whole batch); with gradients each micro-batch is
+    #: checkpointed, so memory is one micro-batch's. Logits do not depend on the cut (up to kernels' rounding).
     micro_batch: int | None = None
 
     def __init__(self, model: nn.Module, spec: ModelSpec) -> None:
         super().__init__()
-        self.model = model
-        self.spec = spec
+        self.model, self.spec = model, spec
         #: where the weights came from: {"pretrained": bool, "source": "random" | "timm:NAME" | "file:PATH" |
         #: "checkpoint:DIR", "sha256": … (files)}; set by ``create_model``
         self.weights: dict[str, Any] = {"pretrained": False, "source": "unknown"}
@@ -109,9 +101,8 @@ class Normalized(nn.Module):
         return z
 
     def _logits(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        z = self.network_input(x, keep)
         with computing_in(self.precision, x.device):
-            logits = self.model(z)
+            logits = self.model(self.network_input(x, keep))
         logits = logits.to(x.dtype)
         if self.class_index is not None:            # a class map: the best logit of each data class's model classes
             logits = logits[:, self.class_index].amax(-1)
@@ -147,8 +138,8 @@ class Normalized(nn.Module):
         if not groups or any(not g or not all(0 <= int(c) < n for c in g) for g in groups):
             raise RobustvitError(f"a class map needs, for every data class, model class indices in 0-{n - 1}")
         width = max(len(g) for g in groups)
-        index = torch.tensor([[int(c) for c in g] + [int(g[0])] * (width - len(g)) for g in groups])   # pad: max unchanged
-        self.class_index = index.to(self.mean.device)
+        index = [[int(c) for c in g] + [int(g[0])] * (width - len(g)) for g in groups]   # pad: max unchanged
+        self.class_index = torch.tensor(index).to(self.mean.device)
         self.spec = replace(self.spec, num_classes=len(groups), class_names=names)
 
     @property
@@ -166,9 +157,8 @@ def check_precision(precision: str) -> str:
 
 @contextmanager
 def computing_in(precision: str, device: torch.device) -> Iterator[None]:
-    """Within the block, float32 work on ``device`` runs in ``precision``: ``bf16`` autocasts to bfloat16 (CUDA and
-    CPU), ``tf32`` lets CUDA's matrix products and convolutions use TF32 (nothing changes on the CPU), ``fp32`` is
-    plain float32 (TF32 off, whatever the global setting)."""
+    """Within the block, float32 work on ``device`` runs in ``precision``: ``bf16`` autocast, ``tf32`` TF32 CUDA
+    matmuls and convolutions (nothing on the CPU), ``fp32`` plain float32 (TF32 off, whatever the global setting)."""
     check_precision(precision)
     if precision == "bf16":
         with torch.autocast(device.type, dtype=torch.bfloat16):
@@ -189,9 +179,8 @@ def computing_in(precision: str, device: torch.device) -> Iterator[None]:
 @contextmanager
 def inference_settings(model: nn.Module, *, precision: str | None = None, micro_batch: int | None | bool = False
                        ) -> Iterator[None]:
-    """Within the block, ``model`` (a ``Normalized`` wrapper; anything else is left alone) computes in ``precision``
-    and cuts batches into ``micro_batch`` images (None: whole batches); an argument not given keeps the model's
-    setting. Attacks re-check their robust points with ``inference_settings(model, precision="fp32")``."""
+    """Within the block, a ``Normalized`` ``model`` computes in ``precision`` and cuts batches into ``micro_batch``
+    images (None: whole batches); an argument not given keeps the model's setting (anything else is left alone)."""
     if not isinstance(model, Normalized):
         yield
         return
@@ -207,8 +196,7 @@ def inference_settings(model: nn.Module, *, precision: str | None = None, micro_
 
 
 def _deferred(device: torch.device) -> bool:
-    """Whether the range of inputs on ``device`` is read lazily (every ``check_every`` calls): all but the CPU,
-    where reading a value costs no synchronisation."""
+    """Whether inputs on ``device`` are range-checked lazily: all but the CPU (no synchronisation to save there)."""
     return device.type != "cpu"
 
 
@@ -238,8 +226,7 @@ def _refuse_outside_unit(lo: float, hi: float, window: int) -> None:
 
 @contextmanager
 def range_check_off(model: nn.Module) -> Iterator[None]:
-    """Within the block, ``model`` (a ``Normalized`` wrapper; anything else is left alone) takes inputs outside
-    [0, 1] — for analyses that perturb the network's normalised input on purpose (FAN's noise decay)."""
+    """Within the block, a ``Normalized`` ``model`` takes inputs outside [0, 1] (analyses that perturb on purpose)."""
     if not isinstance(model, Normalized):
         yield
         return

@@ -1,14 +1,11 @@
 """Model sources: ``--model PREFIX:NAME`` built by the source registered under ``PREFIX``.
 
 A source is a builder ``build(name, *, pretrained, weights, model_dir, num_classes) -> nn.Module`` registered with
-:func:`register_model_source` in a module of this package (imported on the first lookup, so a new file is a new
-source). ``name`` is the text after ``PREFIX:``; ``num_classes`` is a zero-argument function giving the class count of
-the run's data (None without data): models/ sits below data/, so the runner computes it only when a source asks.
-Builders import their optional packages (torchvision's detectors, robustbench, transformers) inside the function.
-
-Sources: ``tv:`` torchvision detectors, ``robustbench:`` RobustBench's model zoo, ``hf:`` Hugging Face
-``transformers`` image classifiers (docs/models.md). A name whose prefix is no source (a timm name, a checkpoint
-folder, timm's own ``hf-hub:``) is not a source spec: :func:`split_source` returns None for it.
+:func:`register_model_source` in a module of this package (a new file is a new source). ``name`` follows
+``PREFIX:``; ``num_classes`` is a zero-argument function giving the data's class count (None without data; models/
+sits below data/). Builders import their optional packages inside. Sources: ``tv:`` torchvision detectors,
+``robustbench:`` RobustBench's zoo, ``hf:`` ``transformers`` classifiers (docs/models.md). Any other prefix (a timm
+name, a checkpoint folder, timm's ``hf-hub:``) is no source spec.
 
 >>> split_source("robustbench:cifar10/Linf/Standard")
 ('robustbench', 'cifar10/Linf/Standard')

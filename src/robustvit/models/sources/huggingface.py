@@ -1,13 +1,10 @@
 """``hf:<repo_or_dir>``: a Hugging Face ``transformers`` image classifier (``AutoModelForImageClassification``), from a
-folder written by ``save_pretrained`` or a hub repository (``hf:google/vit-base-patch16-224``).
+``save_pretrained`` folder or a hub repository (``hf:google/vit-base-patch16-224``).
 
-The model's image processor (``AutoImageProcessor``) gives its preprocessing (:func:`processor_preprocessing`): the
-normalisation (``image_mean``/``image_std``) goes inside robustvit's wrapper and the resize and crop become robustvit's
-evaluation transform (shorter side to size / crop_pct, centre crop). Processors that resize to height × width (ViT,
-DeiT, Swin, ConvNeXt at 384 px) squash a non-square image where robustvit keeps its aspect ratio and crops: the same on
-square images, and recorded in ``weights.processor``. The wrapper returns the model output's ``.logits``; the class
-names are the config's ``id2label``. ``--model-dir`` is the hub cache folder (``cache_dir``); offline
-(``HF_HUB_OFFLINE=1``) a hub name loads from that cache only.
+The image processor gives the preprocessing (:func:`processor_preprocessing`): its normalisation goes inside the
+wrapper, its resize and crop become robustvit's (shorter side to size / crop_pct, centre crop); processors that
+squash to height × width differ only on non-square images (recorded in ``weights.processor``). The wrapper returns
+the output's ``.logits``; class names are the config's ``id2label``; ``--model-dir`` is the hub's ``cache_dir``.
 """
 
 from __future__ import annotations
@@ -46,6 +43,7 @@ class HFClassifier(nn.Module):
 
 
 def _field(d: Any, key: str) -> Any:
+    """``d[key]`` of a dict, else attribute ``key``; None when absent."""
     if d is None:
         return None
     return d.get(key) if isinstance(d, dict) else getattr(d, key, None)
@@ -68,7 +66,8 @@ def _unsupported(what: str) -> Any:
 def processor_preprocessing(proc: Any) -> dict[str, Any]:
     """An image processor's resize, crop and normalisation as robustvit's: ``size``, ``crop_pct``, ``interpolation``,
     ``mean``, ``std``, and ``resize`` (``shorter_side`` or ``height_width``: what the processor does)."""
-    if getattr(proc, "do_rescale", True) is False or abs(float(getattr(proc, "rescale_factor", 1 / 255)) * 255 - 1) > 1e-6:
+    if (getattr(proc, "do_rescale", True) is False
+            or abs(float(getattr(proc, "rescale_factor", 1 / 255)) * 255 - 1) > 1e-6):
         _unsupported("no rescaling by 1/255")
     size, crop = getattr(proc, "size", None), getattr(proc, "crop_size", None)
     crops = bool(getattr(proc, "do_center_crop", False)) and _field(crop, "height") is not None
@@ -85,8 +84,7 @@ def processor_preprocessing(proc: Any) -> dict[str, Any]:
             out, crop_pct = (side, float(crop_pct_attr)) if side < 384 else (side, 1.0)
             mode = "shorter_side" if side < 384 else "height_width"
         elif crops:
-            out = int(_field(crop, "height"))
-            crop_pct = out / side
+            out, crop_pct = int(_field(crop, "height")), int(_field(crop, "height")) / side
         else:
             _unsupported(f"a shortest-edge resize to {side} without a crop (non-square inputs)")
     else:
@@ -101,7 +99,7 @@ def processor_preprocessing(proc: Any) -> dict[str, Any]:
 
 
 def _weights_digest(folder: Path) -> str | None:
-    """SHA-256 of a local folder's weights file (over the files' digests when sharded); None if there is none."""
+    """SHA-256 of a local folder's weights (over the shards' digests); None without one."""
     files = [folder / f for f in WEIGHT_FILES if (folder / f).is_file()]
     if not files:
         files = sorted(folder.glob("model-*.safetensors")) or sorted(folder.glob("pytorch_model-*.bin"))
@@ -144,8 +142,7 @@ def build_hf(name: str, *, pretrained: bool, weights: str | None, model_dir: str
         if bars:
             hf_logging.enable_progress_bar()
     pre = processor_preprocessing(proc)
-    config = net.config
-    k = int(config.num_labels)
+    config, k = net.config, int(net.config.num_labels)
     labels = getattr(config, "id2label", None) or {}
     names = [str(labels.get(i, labels.get(str(i), i))) for i in range(k)]
     patch = getattr(config, "patch_size", None)

@@ -1,22 +1,20 @@
 """``robustbench:<dataset>/<threat_model>/<name>``: a model of RobustBench's zoo (Croce et al. 2021,
-arXiv:2010.09670), e.g. ``robustbench:cifar10/Linf/Carmon2019Unlabeled`` or ``robustbench:imagenet/Linf/Salman2020Do_R50``.
+arXiv:2010.09670), e.g. ``robustbench:cifar10/Linf/Carmon2019Unlabeled``.
 
-The architecture is the zoo's own (``robustbench.model_zoo.models.model_dicts``) and the weights are loaded by
-RobustBench's ``utils.load_model`` from ``<model_dir>/<dataset>/<threat_model>/<name>.pt`` (RobustBench's ``models/``
-layout; default ``./models``); only a missing file is downloaded, by RobustBench's downloader. Preprocessing is the
-zoo's: CIFAR models take the 32 px [0, 1] image as it is (mean 0, std 1 here: the models that normalise do it inside),
-ImageNet models their ``preprocessing`` entry (``Res256Crop224``: resize 256, centre crop 224, …; :data:`IMAGENET_PREP`).
-The model records its published clean and AutoAttack accuracy (``reported``) where a ``model_info`` JSON of
-RobustBench's repository is found (:func:`find_model_info`).
+The architecture is the zoo's (``robustbench.model_zoo.models.model_dicts``), the weights loaded by RobustBench's
+``utils.load_model`` from ``<model_dir>/<dataset>/<threat_model>/<name>.pt`` (default ``./models``; a missing file is
+downloaded by RobustBench). Preprocessing is the zoo's: CIFAR models take the 32 px [0, 1] image as it is (mean 0,
+std 1: models that normalise do it inside), ImageNet models their ``preprocessing`` entry (:data:`IMAGENET_PREP`).
+``reported`` holds the published clean and AutoAttack accuracy where a ``model_info`` JSON is found.
 
-robustbench pins an old timm, so it is installed without its dependencies: ``pip install 'robustvit[robustbench]'``
-then ``pip install --no-deps robustbench`` (docs/models.md). Its package ``__init__`` imports its evaluation code
-(``autoattack`` from GitHub, ``pkg_resources``), which building a model does not need: when that import fails, the zoo
-and ``robustbench.utils`` are imported without it (:func:`robustbench_utils`).
+robustbench pins an old timm, so it is installed with ``pip install --no-deps robustbench`` (docs/models.md); when its
+package ``__init__`` fails on what only its evaluation code needs, the zoo is imported without it
+(:func:`robustbench_utils`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
@@ -35,9 +33,8 @@ from robustvit.models.spec import ModelSpec
 from robustvit.models.wrapper import Normalized
 
 DATASETS = {"cifar10": 32, "cifar100": 32, "imagenet": 224}
-#: RobustBench's ImageNet ``preprocessing`` names (robustbench.data.PREPROCESSINGS) as (input size, crop_pct,
-#: interpolation) of robustvit's evaluation transform (shorter side to size / crop_pct, centre crop). ``Res224``
-#: (a 224 × 224 squash) and ``Crop288`` (a centre crop without resizing) have no such form: refused.
+#: RobustBench's ImageNet ``preprocessing`` names as (input size, crop_pct, interpolation) of robustvit's transform
+#: (shorter side to size / crop_pct, centre crop); ``Res224`` (a squash) and ``Crop288`` (no resize) are refused.
 IMAGENET_PREP: dict[str, tuple[int, float, str]] = {
     "Res256Crop224": (224, 224 / 256, "bilinear"),
     "BicubicRes256Crop224": (224, 224 / 256, "bicubic"),
@@ -47,8 +44,8 @@ _EVAL_ONLY = frozenset({"autoattack", "pkg_resources", "pandas", "tqdm"})
 
 
 def robustbench_utils() -> types.ModuleType:
-    """``robustbench.utils`` (``load_model``, ``all_models``, the enums through it), importing the package without
-    its ``__init__`` when that fails on what only its evaluation code needs."""
+    """``robustbench.utils``, importing the package without its ``__init__`` when that fails on what only its
+    evaluation code needs."""
     cached = sys.modules.get("robustbench.utils")
     if cached is not None and getattr(cached, "all_models", None):
         return cached
@@ -85,8 +82,8 @@ def parse_name(name: str) -> tuple[str, str, str]:
 
 
 def find_model_info(dataset: str, threat: str, name: str, model_dir: Path, package: Path) -> Path | None:
-    """RobustBench's ``model_info/<dataset>/<threat_model>/<name>.json`` (its published numbers): beside the
-    ``models/`` folder (RobustBench's repository layout), or in or beside the installed ``package``."""
+    """RobustBench's ``model_info/<dataset>/<threat_model>/<name>.json``: beside the ``models/`` folder, or in or
+    beside the installed ``package``."""
     for root in (model_dir.parent, package, package.parent):
         f = root / "model_info" / dataset / threat / f"{name}.json"
         if f.is_file():
@@ -95,8 +92,8 @@ def find_model_info(dataset: str, threat: str, name: str, model_dir: Path, packa
 
 
 def reported_numbers(path: Path | None) -> dict[str, Any] | None:
-    """The published accuracies of a ``model_info`` file as fractions: ``clean_acc``, ``autoattack_acc`` (or
-    ``corruptions_acc``), with ``eps`` and the file as ``source``; None without a file or numbers."""
+    """A ``model_info`` file's published accuracies as fractions (``clean_acc``, ``autoattack_acc`` or
+    ``corruptions_acc``), with ``eps`` and ``source``; None without a file or numbers."""
     if path is None:
         return None
     try:
@@ -118,6 +115,7 @@ def reported_numbers(path: Path | None) -> dict[str, Any] | None:
 
 def _preprocessing(dataset: str, entry: dict[str, Any], timm_net: nn.Module | None, name: str
                    ) -> tuple[int, float, str]:
+    """(input size, crop_pct, interpolation) of a zoo model."""
     if dataset != "imagenet":
         return DATASETS[dataset], 1.0, "bilinear"
     if timm_net is not None:                 # timm-hosted zoo models: RobustBench reads timm's pretrained_cfg
@@ -140,15 +138,15 @@ def build_robustbench(name: str, *, pretrained: bool, weights: str | None, model
         raise RobustvitError(f"--weights does not apply to robustbench:{name}; put its checkpoint at "
                              f"DIR/{dataset}/{threat}/{model_name}.pt and give --model-dir DIR")
     utils = robustbench_utils()
-    BenchmarkDataset, ThreatModel = utils.BenchmarkDataset, utils.ThreatModel
     import timm
 
+    form = "robustbench:<dataset>/<threat_model>/<name>"
     if dataset not in DATASETS:
-        raise unknown_name("RobustBench dataset", dataset, list(DATASETS), "robustbench:<dataset>/<threat_model>/<name>")
-    threats = [t.value for t in ThreatModel]
+        raise unknown_name("RobustBench dataset", dataset, list(DATASETS), form)
+    threats = [t.value for t in utils.ThreatModel]
     if threat not in threats:
-        raise unknown_name("RobustBench threat model", threat, threats, "robustbench:<dataset>/<threat_model>/<name>")
-    ds, tm = BenchmarkDataset(dataset), ThreatModel(threat.replace("_3d", ""))
+        raise unknown_name("RobustBench threat model", threat, threats, form)
+    ds, tm = utils.BenchmarkDataset(dataset), utils.ThreatModel(threat.replace("_3d", ""))
     zoo = utils.all_models[ds].get(tm, {})
     if model_name not in zoo:
         raise unknown_name(f"RobustBench {dataset}/{threat} model", model_name, sorted(zoo),
@@ -187,20 +185,14 @@ def build_robustbench(name: str, *, pretrained: bool, weights: str | None, model
         model.weights = {**record, "source": f"timm:{timm_name}"}
     elif all(f.is_file() for f in files):
         shas = [file_sha256(f) for f in files]
-        model.weights = {**record, "source": f"file:{files[0]}", "sha256": shas[0] if len(shas) == 1 else
-                         _combined(shas), **({"files": {str(f): s for f, s in zip(files, shas)}} if ensemble else {})}
+        sha = shas[0] if len(shas) == 1 else hashlib.sha256("".join(shas).encode()).hexdigest()   # over the digests
+        model.weights = {**record, "source": f"file:{files[0]}", "sha256": sha,
+                         **({"files": {str(f): s for f, s in zip(files, shas)}} if ensemble else {})}
     else:                                    # ImageNet "Standard" models: torchvision's weights
         model.weights = {**record, "source": f"robustbench:{name}"}
-    info = find_model_info(dataset, tm.value, model_name, root, Path(utils.__file__).parent)
-    model.reported = reported_numbers(info)
+    model.reported = reported_numbers(find_model_info(dataset, tm.value, model_name, root,
+                                                      Path(utils.__file__).parent))
     return model
-
-
-def _combined(shas: list[str]) -> str:
-    """One SHA-256 over the member files' digests (an ensemble's weights)."""
-    import hashlib
-
-    return hashlib.sha256("".join(shas).encode()).hexdigest()
 
 
 __all__ = ["DATASETS", "IMAGENET_PREP", "build_robustbench", "find_model_info", "parse_name", "reported_numbers",
