@@ -572,8 +572,6 @@ def analysis_protocol(name: str, result: dict[str, Any], run: dict[str, Any]) ->
     if n is not None and paper and n < paper:
         dev.append(f"{int(n)} images (the paper used {int(paper)})")
     dev += [str(x) for x in result.get("notes") or []]
-    if result.get("comparable") is False and not dev:    # written before analyses recorded their facts
-        dev = ["not the paper's setting"]
     dev = list(dict.fromkeys(_common({}, run) + dev))
     return {"name": proto.name if proto is not None else f"{name} (paper setting)", "comparable": not dev,
             "deviations": dev}

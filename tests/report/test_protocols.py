@@ -205,8 +205,6 @@ def test_run_notes_and_analysis_settings_are_decided_from_recorded_facts():
         "unknown occlusion-noise space (noise_space not recorded)"]                    # never assumed
     assert assess("patch_occlusion", {"mode": "drop", "noise_space": None}, run)["deviations"] == [
         "patches zeroed (mode=drop; AFAT: noise)"]
-    legacy = analysis_protocol("attention_maps", {"comparable": False, "notes": []}, run)   # older results.json
-    assert legacy["comparable"] is False and legacy["deviations"] == ["not the paper's setting"]
 
 
 # ---- RobustBench's own code reads the export -----------------------------------------------------------------

@@ -210,8 +210,7 @@ def conv_stem_consistent(net: nn.Module) -> bool:
 def check_structure(model: Normalized, where: str = "checkpoint", conv_stem: bool = True) -> None:
     """Refuse a network whose patch embedding is not the one its spec describes (a checkpoint must never load as
     another network). ``conv_stem``: the fresh stem's strides multiply to its patch size
-    (:func:`conv_stem_consistent`), so they can be checked; without a recorded stride (an older spec.json) such a
-    stem is brought to ``spec.patch_size`` by :func:`adapt_input`'s rule (the first stride-2 convs get stride 1)."""
+    (:func:`conv_stem_consistent`), so they can be checked."""
     pe = getattr(model.net, "patch_embed", None)
     want = model.spec.patch_size
     if pe is None or want is None:
@@ -220,9 +219,6 @@ def check_structure(model: Normalized, where: str = "checkpoint", conv_stem: boo
         if not conv_stem:
             return
         have = stem_patch_size(pe)
-        if have != want and not any(a.get("stem_strides") for a in model.spec.adaptations):   # legacy spec
-            _set_patch_size(pe, int(want))
-            have = stem_patch_size(pe)
     else:
         ps = getattr(pe, "patch_size", None)
         have = int(ps[0] if isinstance(ps, (tuple, list)) else ps) if ps is not None else want
