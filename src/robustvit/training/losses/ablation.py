@@ -26,6 +26,7 @@ class AblationLoss(TrainingLoss):
     name = "ablation"
     soft_targets = True
     smoke: ClassVar[dict[str, Any]] = {"size": 4}
+    counts_calls = True
 
     @dataclass
     class Options:
@@ -40,7 +41,6 @@ class AblationLoss(TrainingLoss):
 
     def __init__(self, options: object = None, **kwargs: object) -> None:
         super().__init__(options, **kwargs)
-        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
         self.band = Ablation(self.options.ablation, self.options.size)
         self._ablated: tuple[int, AblatedModel] | None = None
 

@@ -33,6 +33,7 @@ class SmoothAdv(TrainingLoss):
     name = "smoothadv"
     soft_targets = True
     smoke: ClassVar[dict[str, Any]] = {"steps": 1, "m": 2}
+    counts_calls = True
 
     @dataclass
     class Options:
@@ -44,10 +45,6 @@ class SmoothAdv(TrainingLoss):
         eps_warmup_epochs: float = option(1.0, min=1, help="ε·min(1, (epoch + 1)/W) (the reference's --warmup)")
         label_smoothing: float = option(0.0, min=0, max=1, help="label smoothing of hard targets")
         seed: int = option(0, help="seed of the noise draws")
-
-    def __init__(self, options: object = None, **kwargs: object) -> None:
-        super().__init__(options, **kwargs)
-        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
 
     def eps_for(self, epoch: int) -> float:
         o = self.options
