@@ -2,10 +2,8 @@
 "Improving Robustness of Vision Transformers by Reducing Sensitivity to Patch Corruptions", CVPR 2023;
 reference code guoyongcs/RSPC).
 
-* :class:`PatchCorruptor`: conv (kernel = stride = patch, 3 → 1, no bias) → GELU → Linear(N → N, no bias) over
-  the N patch scores → top-⌈ρN⌉ binarisation with a straight-through estimator (backward: hardtanh of the
-  gradient). The reference thresholds at the ρ-quantile, which can occlude another number on ties; the sign of
-  the scores is learned, so taking the highest or the lowest is the same model.
+* :class:`PatchCorruptor`: conv (kernel = stride = patch, 3 → 1) → GELU → Linear(N → N) over the N patch
+  scores → occlusion of the top ⌈ρN⌉ with a straight-through estimator (:class:`_TopKOcclusion`).
 * Occluded patches get uniform noise δ (:func:`robustvit.corruptions.occlusion.occlusion_noise`, shared with the
   ``patch_occlusion`` suite): U[0, 1) in the model's normalised space as RSPC (``noise_space=normalized``) or in
   pixels (``pixel``); x̂ = (1 − O)·x + O·δ.
@@ -47,8 +45,9 @@ def num_occluded(rho: float, num_patches: int) -> int:
 
 
 class _TopKOcclusion(torch.autograd.Function):
-    """Forward: 1 for the k highest scores per row, else 0. Backward: hardtanh(``scale``·gradient) (STE;
-    ``scale`` emulates the AMP loss scale RSPC's corruption model sees)."""
+    """Forward: 1 for the k highest scores per row, else 0 (RSPC thresholds at the ρ-quantile, which can occlude
+    another number on ties; the scores' sign is learned, so highest or lowest is the same model). Backward:
+    hardtanh(``scale``·gradient) (STE; ``scale`` emulates the AMP loss scale RSPC's corruption model sees)."""
 
     @staticmethod
     def forward(ctx: Any, scores: torch.Tensor, k: int, scale: float = 1.0) -> torch.Tensor:  # noqa: D102

@@ -57,7 +57,7 @@ class TrainingLoss(nn.Module):
         self.options = options if options is not None else parse_options(
             type(self).Options, kwargs, what=f"training loss {self.name!r}")
         if self.counts_calls:
-            self.register_buffer("calls", torch.zeros((), dtype=torch.long))   # seeds random draws; saved with the run
+            self.register_buffer("calls", torch.zeros((), dtype=torch.long))   # saved: a resume replays the draws
 
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:  # noqa: D102
         raise NotImplementedError

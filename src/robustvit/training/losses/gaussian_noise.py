@@ -1,7 +1,5 @@
-"""``gaussian_noise``: training for randomized smoothing — cross-entropy on images plus Gaussian noise of standard
-deviation σ in pixel units, added before the model's normalisation and not clipped (Cohen et al., ICML 2019,
-arXiv:1902.02918; locuslab/smoothing's ``train.py``). The logits it returns for the training accuracy are the noisy
-images'. Noise draws are seeded from ``seed`` and a call counter saved with the loss (a resumed run replays them)."""
+"""``gaussian_noise``: training for randomized smoothing, cross-entropy on images plus unclipped Gaussian noise of
+σ in pixel units, added before the model's normalisation (Cohen et al., arXiv:1902.02918; locuslab/smoothing)."""
 
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ from robustvit.errors import RobustvitError
 from robustvit.models.probe import ViTProbe
 from robustvit.options import option
 from robustvit.training.losses.base import LossOutput, TrainingLoss, register_loss
+from robustvit.utils import eval_mode
 
 KEEP, MASK, RANDOM = 0, 1, 2
 
@@ -103,12 +104,8 @@ def patch_embed_is_local(patch_embed: nn.Module, image_size: tuple[int, int], gr
     r, col = gh // 2, gw // 2
     x2 = x.clone()
     x2[..., r * ph:(r + 1) * ph, col * pw:(col + 1) * pw] += torch.randn(in_chans, ph, pw, generator=g).to(device)
-    was = patch_embed.training
-    patch_embed.eval()
-    try:
+    with eval_mode(patch_embed):
         a, b = (patch_embed(v).reshape(1, gh * gw, -1) for v in (x, x2))
-    finally:
-        patch_embed.train(was)
     moved = (a - b).abs().amax(-1)[0] > 1e-6 * (1 + a.abs().amax())
     moved[r * gw + col] = False
     return not bool(moved.any())
