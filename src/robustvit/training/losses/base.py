@@ -37,13 +37,10 @@ def _rank() -> int:
 
 
 class TrainingLoss(nn.Module):
-    """Base class: subclasses set ``name`` (snake_case), declare ``Options`` and implement ``forward(model, x, y, epoch)``.
-
-    ``after_step()`` is called by the trainer after every optimizer step (AFAT's corruption model steps there);
-    ``metrics()`` returns extra numbers for ``metrics.jsonl`` (averaged over the epoch's steps).
-    ``soft_targets``: whether the loss takes (N, K) soft targets (MixUp/CutMix). ``counts_calls``: whether it
-    counts its calls in a ``calls`` buffer (:meth:`seeded_generator`).
-    """
+    """Base class: subclasses set ``name`` (snake_case), declare ``Options`` and implement ``forward``. The
+    trainer calls ``after_step()`` after every optimizer step (AFAT's corruption model steps there) and logs
+    ``metrics()`` (averaged over the epoch's steps). ``soft_targets``: whether the loss takes (N, K) soft targets
+    (MixUp/CutMix); ``counts_calls``: whether it keeps a ``calls`` buffer (:meth:`seeded_generator`)."""
 
     name = ""
     Options: type = NoOptions
