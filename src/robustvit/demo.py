@@ -1,15 +1,9 @@
-"""``robustvit demo``: the main job on the embedded default, end to end on a CPU.
-
-1. generate ``synthshapes`` (train / test / cue-conflict);
-2. train three small models on it (``DEMO_MODELS``): a ViT, a ResNet and the same ViT trained adversarially;
-3. run them as a study (``robustvit.study``): evaluate each with every registered suite, as planned in
-   each suite's ``demo`` class attribute (including the ViT paper's few-shot linear probe of each model's frozen features,
-   ``fewshot``), and explain each with the internals analyses whose class lists the model's family in ``demo``;
-4. write ``OUT/<model>/results.json`` (the evaluation), ``OUT/<model>/train/`` (the training run: its
-   ``results.json`` of kind train and ``checkpoint/``), ``OUT/<model>/analysis/``, the study's side-by-side
-   ``OUT/report.md`` / ``OUT/report.html`` (scorecard first; training curves from each model's training run) and ``OUT/leaderboard.{md,csv,json}``.
-
-Re-running resumes: finished training, evaluation and analysis units are skipped.
+"""``robustvit demo``: the main job on the embedded default, end to end on a CPU: generate ``synthshapes``,
+train three small models on it (``DEMO_MODELS``: a ViT, a ResNet and the ViT fine-tuned adversarially), then run
+them as a study (:mod:`robustvit.study`): every registered suite as its ``demo`` attribute plans (the few-shot
+linear probe ``fewshot`` included) and the analyses whose class lists the model's family in ``demo``. Writes
+``OUT/<model>/train/`` (the training run), ``OUT/<model>/results.json``, ``OUT/<model>/analysis/``,
+``OUT/report.{md,html}`` and ``OUT/leaderboard.{md,csv,json}``. Re-running resumes every finished unit.
 """
 
 from __future__ import annotations
@@ -75,8 +69,8 @@ PLANS = {
 
 
 def demo_suites(quick: bool) -> tuple[list[str], list[str]]:
-    """The suite specs the demo runs (every registered suite, as its class plans in ``demo``) and the skipped
-    ones with the reason its ``demo_skip`` gives."""
+    """The suite specs the demo runs (as each suite class plans in ``demo``) and the skipped ones with their
+    ``demo_skip`` reason."""
     specs, skipped = [], []
     for name in list_suites():
         if name.startswith("_"):   # private suites (e.g. registered by tests)
@@ -91,9 +85,8 @@ def demo_suites(quick: bool) -> tuple[list[str], list[str]]:
 
 
 def training_seconds(out: Path) -> float:
-    """The demo models' training time: each training run's ``run.training_seconds`` (the wall time of all its
-    sessions, resumed ones included, as the trainer records it), so a resumed demo reports the time its models
-    took, not this command's."""
+    """The demo models' training time: the sum of their runs' ``run.training_seconds`` (every session, so a
+    resumed demo reports the time its models took, not this command's)."""
     runs = [out / name / "train" for name in DEMO_MODELS]
     return sum(float(read_results(run)["run"].get("training_seconds", 0.0)) for run in runs
                if (run / RESULTS_FILE).is_file())
@@ -109,8 +102,7 @@ def run_demo(out: str | Path = "demo-out", quick: bool = False, device: str = "a
     suites, skipped = demo_suites(quick)
     for name, dm in DEMO_MODELS.items():
         mdir = out / name / "train"         # the training run (results.json of kind train); evaluations: out / name
-        ckpt = mdir / "checkpoint"
-        if not (ckpt / "spec.json").is_file():
+        if not (mdir / "checkpoint" / "spec.json").is_file():
             print(f"[demo] training {name} on {train_spec}", flush=True)
             arch = str(out / dm.architecture[1:] / "train" / "checkpoint") if dm.architecture.startswith("@") else dm.architecture
             cfg = TrainConfig(model=arch, data=train_spec, out=str(mdir), epochs=plan.epochs[name],

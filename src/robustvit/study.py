@@ -9,13 +9,11 @@ The spec (YAML; a typed dataclass, one-line errors)::
     analyses: [correlation, lesion]               # or {model name: [analyses]}
     out: study-out
 
-Every model is evaluated with ``run_eval`` into ``OUT/<name>`` and analysed with ``run_analyses`` into
-``OUT/<name>/analysis`` (both resume when re-run); ``transfer`` suites run once on all models together
-(``OUT/transfer``). FLOPs per image are counted with ``torch.utils.flop_counter`` and recorded as
-``model.flops``; each results.json is written once, by its run, under the study's model names. Then
-``OUT/report.html`` / ``report.md`` compare the models (scorecard; robustness against parameters and FLOPs on
-log axes as Bhojanapalli et al. 2021, arXiv:2103.14586, Figs. 4–5; per-corruption bars; accuracy against ε; the
-transfer matrix as a heat map) and ``OUT/leaderboard.{md,csv,json}`` list them.
+Each model is evaluated (``run_eval``) into ``OUT/<name>`` and analysed (``run_analyses``) into
+``OUT/<name>/analysis``, resuming when re-run; ``transfer`` suites run once on all models (``OUT/transfer``).
+FLOPs per image are recorded as ``model.flops``. ``OUT/report.html`` / ``report.md`` compare the models
+(robustness against parameters and FLOPs as Bhojanapalli et al. 2021, arXiv:2103.14586, Figs. 4–5) and
+``OUT/leaderboard.{md,csv,json}`` list them.
 """
 
 from __future__ import annotations
@@ -56,9 +54,8 @@ class Study:
             return {str(k): str(v) for k, v in self.models.items()}
         names: dict[str, str] = {}
         for src in self.models:
-            name = Path(src.rstrip("/")).name
-            if name in ("checkpoint", "best", "last"):
-                name = Path(src.rstrip("/")).parent.name
+            path = Path(src.rstrip("/"))
+            name = path.parent.name if path.name in ("checkpoint", "best", "last") else path.name
             if name in names:
                 raise RobustvitError(f"study: two models are both named {name!r}; give models as a mapping name: source")
             names[name] = src
@@ -105,8 +102,7 @@ def load_study(path: str | Path, **overrides: Any) -> Study:
 def run_study(study: Study, progress: bool = True, command: str | None = None,
               notes: list[str] | None = None) -> dict[str, Any]:
     """Run the study (resumable) and write its report and leaderboard; returns ``{"runs": {name: results},
-    "report": Path, "leaderboard": [Path, …]}``. Each results.json is written once, by its run, with the study's
-    model names (and FLOPs)."""
+    "report": Path, "leaderboard": [Path, …]}``."""
     from robustvit.analysis import run_analyses
     from robustvit.data import dataset_for_model
     from robustvit.evaluation.runner import EvalConfig, build_model, run_eval
@@ -146,12 +142,10 @@ def run_study(study: Study, progress: bool = True, command: str | None = None,
     runs = load_runs(folders)
     _, html = write_report(runs, out, title=study.title, notes=notes)
     rows = table_rows(runs)
-    boards = []
-    for fmt in ("md", "csv", "json"):
-        path = out / f"leaderboard.{fmt}"
+    boards = {fmt: out / f"leaderboard.{fmt}" for fmt in ("md", "csv", "json")}
+    for fmt, path in boards.items():
         path.write_text(format_rows(rows, fmt))
-        boards.append(path)
-    return {"runs": results, "report": html, "leaderboard": boards}
+    return {"runs": results, "report": html, "leaderboard": list(boards.values())}
 
 
 __all__ = ["Study", "count_flops", "load_study", "parse_study", "run_study"]

@@ -1,9 +1,6 @@
-"""Training: the loop (``train``), its config, recipes (typed sets of config fields), pluggable (robust)
-losses (the package :mod:`robustvit.training.losses`), ε schedules, batched augmentation and fine-tuning
-(``finetune``).
-
-The names below load their module on first use, so that the CLI can build ``robustvit train --help`` from
-:class:`TrainConfig` without importing the loop and the losses (torch, timm).
+"""Training: the loop (``train``), its config, recipes, pluggable (robust) losses
+(:mod:`robustvit.training.losses`), ε schedules, batched augmentation and fine-tuning (``finetune``). The names
+below load their module on first use, so that ``robustvit train --help`` imports no torch or timm.
 """
 
 from __future__ import annotations

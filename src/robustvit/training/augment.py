@@ -11,13 +11,11 @@ import torch.nn.functional as F
 
 
 def random_crop_flip(x: torch.Tensor, gen: torch.Generator, padding: int = 4, flip: bool = True) -> torch.Tensor:
-    """Each image is zero-padded by ``padding`` and cropped back at a random offset, then flipped with p=½.
-
-    ``x``: (N, C, H, W); ``gen`` lives on ``x.device``. One gather for the whole batch.
-    """
+    """Each image (N, C, H, W) zero-padded by ``padding``, cropped back at a random offset (one gather for the
+    batch), then flipped with p=½; ``gen`` lives on ``x.device``."""
     n, _, h, w = x.shape
     if padding > 0:
-        xp = torch.nn.functional.pad(x, (padding,) * 4)
+        xp = F.pad(x, (padding,) * 4)
         oy = torch.randint(0, 2 * padding + 1, (n,), generator=gen, device=x.device)
         ox = torch.randint(0, 2 * padding + 1, (n,), generator=gen, device=x.device)
         rows = (oy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
@@ -35,14 +33,13 @@ def random_resized_crop(x: torch.Tensor, gen: torch.Generator, scale: tuple[floa
                         ratio: tuple[float, float] = (3 / 4, 4 / 3), attempts: int = 10) -> torch.Tensor:
     """torchvision's ``RandomResizedCrop`` at the input size, batched: per image, up to 10 draws of an area
     fraction U(scale) and a log-uniform aspect ratio; the first box that fits is cropped at a uniform offset
-    (else the whole image, its ratio clamped to ``ratio``, centred) and resized bilinearly back to H×W
-    (sampled with ``grid_sample``, without antialiasing)."""
+    (else the whole image, its ratio clamped to ``ratio``, centred) and resized bilinearly (``grid_sample``, no
+    antialiasing)."""
     n, _, h, w = x.shape
     dev = x.device
     area = h * w * (scale[0] + (scale[1] - scale[0]) * torch.rand(n, attempts, generator=gen, device=dev))
-    logr = math.log(ratio[0]) + (math.log(ratio[1]) - math.log(ratio[0])) * torch.rand(n, attempts, generator=gen,
-                                                                                        device=dev)
-    ar = torch.exp(logr)
+    ar = torch.exp(math.log(ratio[0]) + (math.log(ratio[1]) - math.log(ratio[0]))
+                   * torch.rand(n, attempts, generator=gen, device=dev))
     cw = torch.sqrt(area * ar).round()
     ch = torch.sqrt(area / ar).round()
     ok = (cw > 0) & (cw <= w) & (ch > 0) & (ch <= h)
@@ -50,25 +47,20 @@ def random_resized_crop(x: torch.Tensor, gen: torch.Generator, scale: tuple[floa
     idx = first.clamp_min(0)[:, None]
     cw, ch = cw.gather(1, idx)[:, 0], ch.gather(1, idx)[:, 0]
     # fallback (no box fits): the whole image with its ratio clamped to the range, centred
-    in_ratio = w / h
-    fw, fh = (float(w), float(h))
-    if in_ratio < ratio[0]:
-        fw, fh = float(w), float(round(w / ratio[0]))
-    elif in_ratio > ratio[1]:
+    fw, fh = float(w), float(h)
+    if w / h < ratio[0]:
+        fh = float(round(w / ratio[0]))
+    elif w / h > ratio[1]:
         fw, fh = float(round(h * ratio[1])), float(h)
     fell = first < 0
-    cw = torch.where(fell, torch.full_like(cw, fw), cw)
-    ch = torch.where(fell, torch.full_like(ch, fh), ch)
+    cw, ch = torch.where(fell, torch.full_like(cw, fw), cw), torch.where(fell, torch.full_like(ch, fh), ch)
     top = torch.floor(torch.rand(n, generator=gen, device=dev) * (h - ch + 1))
     left = torch.floor(torch.rand(n, generator=gen, device=dev) * (w - cw + 1))
-    top = torch.where(fell, torch.round((h - ch) / 2), top)
-    left = torch.where(fell, torch.round((w - cw) / 2), left)
+    top, left = torch.where(fell, torch.round((h - ch) / 2), top), torch.where(fell, torch.round((w - cw) / 2), left)
     # affine grid mapping the output onto the box [left, left + cw) × [top, top + ch) (align_corners=False)
     theta = torch.zeros(n, 2, 3, device=dev, dtype=x.dtype)
-    theta[:, 0, 0] = cw / w
-    theta[:, 0, 2] = (2 * left + cw) / w - 1
-    theta[:, 1, 1] = ch / h
-    theta[:, 1, 2] = (2 * top + ch) / h - 1
+    theta[:, 0, 0], theta[:, 0, 2] = cw / w, (2 * left + cw) / w - 1
+    theta[:, 1, 1], theta[:, 1, 2] = ch / h, (2 * top + ch) / h - 1
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
@@ -95,8 +87,7 @@ def color_jitter(x: torch.Tensor, gen: torch.Generator, strength: float) -> torc
     """torchvision's ``ColorJitter(brightness=s, contrast=s, saturation=s)`` (timm's ``color_jitter`` s): per
     image, factors U(max(0, 1 − s), 1 + s) applied in a random order, each followed by a clip to [0, 1]:
     brightness x·b; contrast blend with the image's mean luma; saturation blend with its luma image."""
-    n = x.shape[0]
-    dev = x.device
+    n, dev = x.shape[0], x.device
     lo, hi = max(0.0, 1 - strength), 1 + strength
     f = (lo + (hi - lo) * torch.rand(n, 3, generator=gen, device=dev)).to(x.dtype).view(n, 3, 1, 1, 1)
     order = torch.rand(n, 3, generator=gen, device=dev).argsort(1)
@@ -112,14 +103,11 @@ def color_jitter(x: torch.Tensor, gen: torch.Generator, strength: float) -> torc
 def augment_batch(x: torch.Tensor, gen: torch.Generator, *, padding: int = 4, flip: bool = True,
                   crop_scale: tuple[float, float] | None = None, crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
                   rotation: float = 0.0, jitter: float = 0.0) -> torch.Tensor:
-    """The geometric then photometric augmentation of a training batch: RandomResizedCrop (``crop_scale``) or
-    pad-and-crop (``padding``), flip, rotation, colour jitter. With only padding and flip it draws exactly what
-    :func:`random_crop_flip` draws."""
+    """RandomResizedCrop (``crop_scale``) or pad-and-crop (``padding``), flip, rotation, colour jitter. With only
+    padding and flip it draws exactly what :func:`random_crop_flip` draws."""
     if crop_scale is not None:
-        x = random_resized_crop(x, gen, crop_scale, crop_ratio)
-        x = random_crop_flip(x, gen, 0, flip)
-    else:
-        x = random_crop_flip(x, gen, padding, flip)
+        x, padding = random_resized_crop(x, gen, crop_scale, crop_ratio), 0
+    x = random_crop_flip(x, gen, padding, flip)
     if rotation > 0:
         x = random_rotation(x, gen, rotation)
     if jitter > 0:
@@ -128,13 +116,10 @@ def augment_batch(x: torch.Tensor, gen: torch.Generator, *, padding: int = 4, fl
 
 
 class TimmAugment:
-    """DeiT-style augmentation with timm's own implementations (Touvron et al., arXiv:2012.12877):
-    RandAugment (``timm.data.rand_augment_transform``, PIL, per image), RandomErasing
-    (``timm.data.random_erasing.RandomErasing``, ``mode="pixel"`` applied in normalised space as in DeiT,
-    then mapped back to [0, 1] and clipped) and MixUp/CutMix (``timm.data.Mixup``, soft targets with label
-    smoothing). timm draws from Python's ``random``, NumPy's and torch's global generators; the trainer
-    seeds them per epoch (``reseed``), so a run replays.
-    """
+    """DeiT's augmentations (Touvron et al., arXiv:2012.12877) with timm's implementations: RandAugment (PIL, per
+    image), RandomErasing (``mode="pixel"`` in normalised space as DeiT, mapped back to [0, 1] and clipped) and
+    MixUp/CutMix (soft targets with label smoothing). timm draws from Python's, NumPy's and torch's global
+    generators; the trainer seeds them per epoch (``reseed``), so a run replays."""
 
     def __init__(self, num_classes: int, mean: tuple[float, ...], std: tuple[float, ...], rand_augment: str | None = None,
                  mixup: float = 0.0, cutmix: float = 0.0, random_erasing: float = 0.0, label_smoothing: float = 0.1,
@@ -180,9 +165,10 @@ class TimmAugment:
         return x, y
 
     def _rand_augment(self, x: torch.Tensor) -> torch.Tensor:
+        import numpy as np
         from PIL import Image
 
         u8 = (x * 255).round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
-        out = [torch.from_numpy(__import__("numpy").asarray(self.rand_augment(Image.fromarray(img))).copy())
+        out = [torch.from_numpy(np.asarray(self.rand_augment(Image.fromarray(img))).copy())
                for img in u8]   # timm's RandAugment works on PIL images, one at a time (as in its data loaders)
         return torch.stack(out).permute(0, 3, 1, 2).float().div_(255)

@@ -13,15 +13,15 @@ from typing import Any, Literal
 import yaml
 
 from robustvit.errors import RobustvitError
-from robustvit.options import option, options_dict, parse_options, parse_spec
+from robustvit.options import NoOptions, option, options_dict, parse_options, parse_spec
 from robustvit.training.recipes import get_recipe
 from robustvit.training.schedules import EpsSchedule
 
 
 @dataclass
 class TrainConfig:
-    """Every setting of a training run. Each field states its help and allowed values (``option`` bounds,
-    ``Literal`` choices); ``robustvit train`` has one flag per field, generated from them."""
+    """Every setting of a training run; ``robustvit train`` has one flag per field, generated from its help,
+    ``option`` bounds and ``Literal`` choices."""
 
     model: str = option(help="timm name, robustvit architecture, or checkpoint folder (fine-tuning)")
     data: str = option(help="data spec, e.g. synthshapes:train or folder:/path/train")
@@ -66,8 +66,7 @@ class TrainConfig:
     eps: str | None = option(None, help="adversarial training budget, e.g. 4/255 (none: the loss's default)")
     attack_steps: int | None = option(None, min=1, help="steps of the inner attack (pgd_at, trades; none: the "
                                       "loss's default)")
-    eps_schedule: EpsSchedule | None = option(None, help="ε warm-up schedule (none: the "
-                                                                "loss's default)")
+    eps_schedule: EpsSchedule | None = option(None, help="ε warm-up schedule (none: the loss's default)")
     eps_warmup_epochs: float | None = option(None, min=0, help="epochs of the linear ε warm-up")
     attack_mode: Literal["eval", "train"] | None = option(None, help="model mode of the inner attack (none: "
                                                           "the loss's, eval)")
@@ -120,13 +119,11 @@ class TrainConfig:
         """Defaults < the recipe named in ``values``/``overrides`` < ``values`` < ``overrides`` (None skipped);
         an unknown key or a bad value is a one-line error naming ``source``."""
         data = {**values, **{k: v for k, v in (overrides or {}).items() if v is not None}}
-        recipe = data.get("recipe")
-        if recipe:
-            r = get_recipe(recipe)
-            data["recipe"] = r.name
-            merged = {**r.settings, **data}
-        else:
-            merged = data
+        merged = data
+        if data.get("recipe"):
+            recipe = get_recipe(data["recipe"])
+            data["recipe"] = recipe.name
+            merged = {**recipe.settings, **data}
         missing = [k for k in ("model", "data", "out") if merged.get(k) is None]
         if missing:
             raise RobustvitError(f"training needs {', '.join('--' + m for m in missing)} (or --config FILE)")
@@ -136,8 +133,8 @@ class TrainConfig:
         return parse_options(cls, merged, what=source)
 
     def loss_kwargs(self) -> dict[str, Any]:
-        """The keywords the loss is built with: the shared fields it takes (ε, steps, schedule, attack mode, label
-        smoothing, seed; unset ones skipped), overridden by ``loss_options``."""
+        """The keywords the loss is built with: the shared fields it takes (unset ones skipped), then
+        ``loss_options``."""
         from robustvit.training.losses import loss_keywords
 
         shared = {"eps": self.eps, "attack_steps": self.attack_steps, "eps_schedule": self.eps_schedule,
@@ -161,11 +158,10 @@ class TrainConfig:
             raise RobustvitError(f"crop_scale must be two numbers 0 < lo <= hi <= 1, got {self.crop_scale}")
         from robustvit.training.losses import LOSSES, parse_loss_options
 
-        from robustvit.options import NoOptions
-
-        if getattr(LOSSES.get(self.loss), "Options", NoOptions) is not NoOptions:
+        loss = LOSSES.get(self.loss)
+        if getattr(loss, "Options", NoOptions) is not NoOptions:
             parse_loss_options(self.loss, self.loss_kwargs())     # one-line errors before any data is read
-        if (self.mixup > 0 or self.cutmix > 0) and not getattr(LOSSES.get(self.loss), "soft_targets", False):
+        if (self.mixup > 0 or self.cutmix > 0) and not getattr(loss, "soft_targets", False):
             takes = ", ".join(n for n, c in LOSSES.items() if getattr(c, "soft_targets", False))
             raise RobustvitError(f"MixUp/CutMix give soft targets, which the {self.loss!r} loss does not take "
                                  f"(losses that do: {takes})")

@@ -1,9 +1,5 @@
-"""``robustvit finetune``: train a model that starts from other weights (a checkpoint folder or, with
-``pretrained``, the architecture's published weights) with model surgery from
-:mod:`robustvit.models.finetune` — a new zero-initialised head when the class count changes, a new input
-resolution (position embeddings resampled, ``pos_embed_interp`` bicubic or linear), a new patch size, the run's
-``drop_path``/``model_kwargs`` on top of a checkpoint's own settings — and
-any training loss (adversarial fine-tuning: ``--loss trades`` or ``--recipe trades_finetune``).
+"""``robustvit finetune``: train from other weights (a checkpoint folder or, with ``pretrained``, published
+weights) with the surgery of :mod:`robustvit.models.finetune` (new head, resolution, patch size) and any loss.
 
 Example::
 

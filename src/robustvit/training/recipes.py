@@ -1,33 +1,16 @@
 """Training recipes: named, typed sets of :class:`~robustvit.training.config.TrainConfig` fields, each equal to
-the configuration its source released (field by field; ``tests/training/test_recipes.py`` holds every recipe
-against a table of the reference; the sources are cited in ``docs/training.md``).
+the configuration its source released (``tests/training/test_recipes.py`` checks every field against the
+reference; sources cited in ``docs/training.md``). ``robustvit train --recipe light_at …`` starts from one; YAML
+and flags override its fields. Hyphenated spellings (``light-at``) are aliases.
 
-``robustvit train --recipe light_at --model … --data … --out …`` starts from the recipe's settings; any field
-can be overridden from a YAML config or the command line, and the resulting TrainConfig (with ``recipe``) is
-saved as ``config.yaml`` with the run. Names are snake_case; the hyphenated spellings (``light-at``,
-``trades-finetune``) are aliases.
-
-* ``light_at`` — Debenedetti, "A Light Recipe to Train Robust Vision Transformers" (arXiv:2209.07399), ImageNet
-  (``configs/xcit-adv-training.yaml`` of dedeswim/vits-robustness-torch): AdamW, lr 5e-4 × batch/512, weight
-  decay 0.5, cosine to 1e-5 after 10 warm-up epochs from 1e-6, 100 epochs + 10 cool-down, drop-path 0.05, label
-  smoothing 0.1, RandomResizedCrop (0.08–1) + flip + colour jitter 0.4, no RandAugment/MixUp/CutMix/erasing,
-  [0, 1] inputs without normalisation, PGD-1 (step 1.5·ε) at ε = 4/255 with a 10-epoch linear ε warm-up.
-* ``light_at_cifar`` — the same optimisation and adversary with CIFAR's pad-4 crop instead of
-  RandomResizedCrop (robustvit's variant for 32-px images; not a released configuration).
-* ``trades_finetune`` — Debenedetti's CIFAR fine-tuning (``configs/xcit-adv-finetuning.yaml``): TRADES β 6,
-  ε 8/255, PGD-10 with step 1.5·ε/10, 20 epochs + 2 cool-down, lr 2e-4·√(batch/512), wd 0.5, 5 warm-up epochs
-  from 1e-6, min lr 5e-6, no label smoothing, drop-path 0.05, pad-4 crop + flip + colour jitter 0.25 +
-  rotation 2°, CIFAR-10 mean/std inside the model.
-* ``afat`` — RSPC's training of AFAT (guoyongcs/RSPC ``RSPC_FAN/train_script.sh``, FAN-T): λ 0.005, ρ 0.1,
-  AdamW lr 20e-4 at batch 2048 (linear), wd 0.05, 5 warm-up epochs from 1e-6, min lr 1e-6, 300 epochs,
-  drop-path 0.1, label smoothing 0.1, RandomResizedCrop (0.08–1) + flip, RandAugment rand-m9-mstd0.5-inc1
-  (timm then skips colour jitter), MixUp 0.8, CutMix 1.0, random erasing
-  0.3, EMA 0.99992; the corruption model's SGD-Nesterov (lr 1e-4, momentum 0.9, wd 0.05, clip 5) with RSPC's
-  AMP-scaled step.
-* ``deit`` — Touvron et al., DeiT (arXiv:2012.12877): RandAugment rand-m9-mstd0.5-inc1, MixUp 0.8, CutMix 1.0,
-  random erasing 0.25, label smoothing 0.1, drop-path 0.1, AdamW lr 5e-4 × batch/512, wd 0.05, 5 warm-up epochs.
-* ``mpp`` — masked patch prediction, the ViT paper's self-supervised pre-training (Dosovitskiy et al.,
-  arXiv:2010.11929, App. B.1.2; :mod:`robustvit.training.losses.mpp`).
+* ``light_at``: Debenedetti, "A Light Recipe to Train Robust Vision Transformers" (arXiv:2209.07399;
+  dedeswim/vits-robustness-torch ``configs/xcit-adv-training.yaml``): PGD-1 at ε = 4/255 on [0, 1] inputs.
+* ``light_at_cifar``: the same with CIFAR's pad-4 crop instead of RandomResizedCrop (not a released config).
+* ``trades_finetune``: Debenedetti's CIFAR fine-tuning (``configs/xcit-adv-finetuning.yaml``), TRADES at 8/255.
+* ``afat``: RSPC's training of AFAT (guoyongcs/RSPC ``RSPC_FAN/train_script.sh``, FAN-T), with the corruption
+  model's AMP-scaled step.
+* ``deit``: Touvron et al., DeiT (arXiv:2012.12877).
+* ``mpp``: masked patch prediction (Dosovitskiy et al., arXiv:2010.11929, App. B.1.2).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""ε schedules for adversarial training, per epoch.
-
-* ``constant``: ε every epoch.
-* ``linear``: ε warm-up as in Debenedetti's light recipe (arXiv:2209.07399, dedeswim/vits-robustness-torch):
-  ε_e = e / period · ε for e < period (so epoch 0 trains on clean images), then ε.
+"""Per-epoch ε schedules for adversarial training: ``constant``, or ``linear`` warm-up as in Debenedetti's light
+recipe (arXiv:2209.07399): ε_e = e / period · ε for e < period (so epoch 0 trains on clean images), then ε.
 
 >>> eps_at(0, 4 / 255, "linear", 4), eps_at(2, 4 / 255, "linear", 4) * 255, eps_at(9, 4 / 255, "linear", 4) * 255
 (0.0, 2.0, 4.0)

@@ -1,17 +1,12 @@
 """What a training run learns (``TrainConfig.task``), as a strategy of the one training loop
-(:mod:`robustvit.training.trainer`): the model it builds, its loss, a batch's targets, their augmentation with
-the images, the training accuracy it logs, and its validation counts and record. Resume, ``results.json``,
-data parallelism and bf16 are the loop's, the same for every task.
+(:mod:`robustvit.training.trainer`): model, loss, targets, their augmentation, training accuracy and validation.
 
-* ``classify`` — image classification with any registered loss (:mod:`robustvit.training.losses`); training
-  accuracy ``train_acc`` (top-1); validation ``val_acc`` and, with ``select_best="robust"``, ``val_robust_acc``
-  (:func:`robustvit.metrics.accuracy.robust_correct`: correct before and after the attack).
-* ``segment`` — semantic segmentation with a :mod:`robustvit.models.segmenter` model: ``--model`` is the
-  backbone (``model_kwargs`` ``head`` / ``head_channels`` choose the head, the rest go to the backbone) or a
-  segmentation checkpoint; ``--data`` a data set with masks. Per-pixel cross-entropy with ``ignore_index`` 255
-  (``label_smoothing`` is not applied); the same random crop (padded mask pixels ignored) and horizontal flip of
-  image and mask; training accuracy ``train_pixel_accuracy``; validation ``val_miou`` and
-  ``val_pixel_accuracy`` (:mod:`robustvit.metrics.dense`). Checkpoints record ``task: segment`` and the head.
+* ``classify``: any registered loss; logs ``train_acc``; validation ``val_acc`` and, with
+  ``select_best="robust"``, ``val_robust_acc`` (:func:`robustvit.metrics.accuracy.robust_correct`).
+* ``segment``: a :mod:`robustvit.models.segmenter` model (``--model`` the backbone, ``model_kwargs`` ``head`` /
+  ``head_channels`` the head; or a segmentation checkpoint) on a data set with masks. Per-pixel cross-entropy
+  ignoring 255 (no label smoothing); the same random crop and flip of image and mask; logs
+  ``train_pixel_accuracy``; validation ``val_miou`` and ``val_pixel_accuracy`` (:mod:`robustvit.metrics.dense`).
 """
 
 from __future__ import annotations
@@ -114,9 +109,8 @@ class Classify(Task):
         return self.cfg.select_best == "robust"
 
     def val_counts(self, model: nn.Module, batches: Batches, device: torch.device) -> torch.Tensor:
-        """[clean hits, images] or, robust, [clean hits, robust hits, images]: clean top-1
-        (:func:`~robustvit.metrics.accuracy.correct`, non-finite rows wrong) and robust accuracy under
-        ``val_attack`` (:func:`~robustvit.metrics.accuracy.robust_correct`); batch b is attacked with the seed
+        """[clean hits, (robust hits,) images]: :func:`~robustvit.metrics.accuracy.correct` and
+        :func:`~robustvit.metrics.accuracy.robust_correct` under ``val_attack``; batch b is attacked with the seed
         (``seed``, b), whichever rank runs it."""
         from robustvit.attacks import create_attack
 
@@ -182,7 +176,6 @@ class Segment(Task):
                                  "(synthshapes:train,masks=1, cityscapes:ROOT, ade20k:ROOT)")
 
     def build_model(self, dataset: Any) -> Normalized:
-        """A segmentation checkpoint, or ``model`` as the backbone of a new one."""
         cfg, k = self.cfg, dataset.num_classes
         if is_checkpoint_dir(cfg.model):
             model = create_model(cfg.model)
@@ -249,9 +242,8 @@ def create_task(cfg: TrainConfig) -> Task:
 
 def crop_flip(x: torch.Tensor, m: torch.Tensor, padding: int, flip: bool, gen: torch.Generator
               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same random crop (after zero padding; padded mask pixels are ``ignore_index``, 255) and horizontal
-    flip of each image (N, 3, H, W) and its mask (N, H, W): :func:`random_crop_flip` of the mask stacked on the
-    image as a fourth channel (mask + 1, so that padding reads 0)."""
+    """The same random crop (padded mask pixels 255, ignored) and flip of images (N, 3, H, W) and masks (N, H, W):
+    :func:`random_crop_flip` of the mask + 1 stacked as a fourth channel (so that padding reads 0)."""
     both = torch.cat([x, (m.to(x.dtype) + 1)[:, None]], dim=1)
     both = random_crop_flip(both, gen, padding, flip)
     mask = both[:, 3].round().long() - 1

@@ -1,36 +1,22 @@
-"""The training loop: AdamW, linear warm-up + cosine schedule, pluggable (robust) losses, batched flip/crop
-(or timm's DeiT augmentations), bf16 autocast on CUDA, channels_last, gradient accumulation, EMA,
-data-parallel training under ``torchrun`` (DistributedDataParallel; gloo on CPU), per-epoch JSONL metrics,
-best-epoch selection on (robust) validation accuracy and an exact ``--resume``.
+"""The training loop: AdamW, linear warm-up + cosine schedule, pluggable (robust) losses, batched augmentation
+(or timm's DeiT augmentations), bf16 autocast on CUDA, channels_last, gradient accumulation, EMA, data-parallel
+training under ``torchrun`` (DDP; gloo on CPU), per-epoch metrics, best-epoch selection and an exact ``--resume``
+(same weights as an uninterrupted run). What is learnt is a :class:`~robustvit.training.tasks.Task`.
 
 Output folder::
 
     OUT/config.yaml        the TrainConfig (with its recipe)
-    OUT/metrics.jsonl      one line per epoch (loss, training accuracy, lr, the task's validation numbers, best,
-                           seconds)
-    OUT/last/              checkpoint after the latest epoch + train_state.pt (optimizer, step, EMA, loss state
-                           such as AFAT's corruption model, RNG states, best score, the epochs' records, start
-                           time), written as one unit: the folder is built as last.tmp/ and swapped in by
-                           renames, so a crash never mixes states
+    OUT/metrics.jsonl      one line per epoch (loss, training accuracy, lr, validation numbers, best, seconds)
+    OUT/last/              checkpoint after the latest epoch + train_state.pt (optimizer, EMA, loss and RNG
+                           states, best score, the epochs' records, start time), built as last.tmp/ and swapped
+                           in by renames, so a crash never mixes states
     OUT/best/              the best epoch so far (with ``select_best``)
     OUT/checkpoint/        the final model: the best epoch with ``select_best``, else the last (EMA weights if on)
     OUT/results.json       kind ``train``: config, epochs, checkpoints, model, data (with ``val_subset``), run
 
-What is learnt is a :class:`~robustvit.training.tasks.Task` (``classify``, ``segment``): the model, loss,
-targets, augmentation, training accuracy and validation; everything else here is shared by every task.
-Validation uses a seeded class-stratified sample of ``val_limit`` validation images.
-
-A resumed run continues from ``last/`` and gives the same weights as an uninterrupted one. A non-finite loss
-stops the run before the optimizer step with a one-line error naming the epoch and step; ``last/`` keeps the
-last completed epoch.
-
-Data parallelism (``torchrun``): every rank draws its own augmentation, drop-path and dropout masks (seeds
-derived from ``seed``, the rank and the epoch); the data order is DistributedSampler's (one shuffled order per
-epoch, padded to a multiple of the world size with its first indices, rank r taking every world-th index).
-Validation is sharded: rank r evaluates every world-th batch of the validation images and the counts are summed
-over ranks, so every rank gets the same numbers as one process (exactly, given deterministic kernels). Every
-collective reduces a tensor on the process group's device (:func:`robustvit.runs.collective_device`: the
-current GPU under NCCL, else the CPU).
+Under ``torchrun`` each rank draws its own augmentation and drop-path masks (seeds from ``seed``, rank and
+epoch) on DistributedSampler's data order; validation is sharded by batch and its counts summed, so every rank
+gets one process's numbers.
 """
 
 from __future__ import annotations
@@ -96,18 +82,16 @@ class TrainStep(nn.Module):
 
 
 def build_loss(cfg: TrainConfig) -> TrainingLoss:
-    """The loss the task trains with: ``cfg.loss`` with :meth:`TrainConfig.loss_kwargs` for classification
-    (shared settings the loss takes, ``loss_options`` overriding them)."""
+    """The loss the task trains with (classification: ``cfg.loss`` with :meth:`TrainConfig.loss_kwargs`)."""
     return create_task(cfg).build_loss()
 
 
 def weight_decay_rule(model: nn.Module):
-    """``decays(name, param)`` for the optimiser's two groups. A network that names its exceptions
-    (``no_weight_decay()``) gets timm's rule, as the reference trainers built on timm (DeiT, NVlabs/FAN,
-    Debenedetti, RSPC): no decay for parameters of ≤ 1 dimension, biases and the names listed (exact match),
-    plus decay for the 1-D parameters it lists in ``weight_decay_vectors()`` (robustvit's FAN keeps its
-    temperature as a vector where NVlabs's is (heads, 1, 1) and decayed). Other networks: no decay on 1-D
-    parameters, position embeddings and tokens."""
+    """``decays(name, param)`` for the optimiser's two groups. A network with ``no_weight_decay()`` gets timm's
+    rule, as the reference trainers (DeiT, NVlabs/FAN, Debenedetti, RSPC): no decay for ≤ 1-D parameters, biases
+    and the names listed, but decay for the 1-D ones in ``weight_decay_vectors()`` (robustvit's FAN keeps as a
+    vector the temperature NVlabs's decays as (heads, 1, 1)). Others: no decay on 1-D parameters, position
+    embeddings and tokens."""
     net = getattr(model, "net", model)
     prefix = next((n + "." for n, m in model.named_modules() if m is net and n), "")
     listed = set(net.no_weight_decay()) if hasattr(net, "no_weight_decay") else None
@@ -115,7 +99,7 @@ def weight_decay_rule(model: nn.Module):
 
     def decays(n: str, p: torch.Tensor) -> bool:
         local = n[len(prefix):] if prefix and n.startswith(prefix) else None
-        if local is not None and local in forced:
+        if local in forced:
             return True
         if listed is not None and local is not None:
             return p.ndim > 1 and not local.endswith(".bias") and local not in listed
@@ -124,8 +108,7 @@ def weight_decay_rule(model: nn.Module):
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, loss: TrainingLoss | None = None) -> torch.optim.AdamW:
-    """AdamW over the model's parameters and the loss's ``optimized_parameters()`` (MPP's [mask] embedding and
-    head), in a decayed and a non-decayed group (:func:`weight_decay_rule`)."""
+    """AdamW over the model's and the loss's ``optimized_parameters()``, decayed or not (:func:`weight_decay_rule`)."""
     decays = weight_decay_rule(model)
     named = list(model.named_parameters()) + (loss.optimized_parameters() if loss is not None else [])
     return torch.optim.AdamW([{"params": [p for n, p in named if decays(n, p)], "weight_decay": cfg.weight_decay},
@@ -139,8 +122,8 @@ Targets = Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]
 
 def _load(dataset: ImageDataset, chunks: list[torch.Tensor], workers: int, targets: Targets | None
           ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-    """The batches of index ``chunks`` as (position in ``chunks``, float images, targets) on the CPU, unreadable
-    files (label −1) dropped and a batch left empty skipped; in-memory data skips the DataLoader."""
+    """(position in ``chunks``, float images, targets) on the CPU per index chunk; unreadable files (label −1)
+    dropped, a batch left empty skipped."""
     if workers == 0:
         loaded: Iterator[tuple[torch.Tensor, torch.Tensor]] = (dataset.get_batch(idx) for idx in chunks)
     else:
@@ -155,9 +138,8 @@ def batches(dataset: ImageDataset, batch_size: int, seed: int, shuffle: bool, wo
             limit: int | None = None, rank: int = 0, world: int = 1, targets: Targets | None = None
             ) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
     """Yield (float images, targets, global batch size) on the CPU. With ``world`` > 1 the order is
-    DistributedSampler's: padded to a multiple of ``world`` with its first indices, rank r taking indices
-    r, r + world, …; step i of every rank together covers the order's i-th global batch of
-    ``batch_size × world``. ``targets`` (default: the labels) gives a batch's targets."""
+    DistributedSampler's (padded to a multiple of ``world`` with its first indices, rank r taking every world-th
+    index), so step i of all ranks covers the i-th global batch of ``batch_size × world``."""
     n = len(dataset) if limit is None else min(limit, len(dataset))
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(dataset), generator=gen)[:n] if shuffle else torch.arange(n)
@@ -171,8 +153,7 @@ def batches(dataset: ImageDataset, batch_size: int, seed: int, shuffle: bool, wo
 
 # ---- collectives ---------------------------------------------------------------------------------------
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
-    """``t`` summed over the ranks, as a tensor on :func:`collective_device` (moved there first: NCCL reduces
-    only CUDA tensors, gloo CPU ones)."""
+    """``t`` summed over the ranks, on :func:`collective_device` (NCCL reduces only CUDA tensors, gloo CPU ones)."""
     t = t.to(collective_device())
     dist.all_reduce(t)
     return t
@@ -180,9 +161,8 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def broadcast_buffers(model: nn.Module) -> None:
-    """Rank 0's buffers (BatchNorm running statistics) on every rank. DDP broadcasts them at the start of each
-    forward, so after an epoch's last step every rank holds statistics updated by its own batch; sharded
-    validation then evaluates rank 0's model on every rank, the model the checkpoints hold."""
+    """Rank 0's buffers (BatchNorm statistics) on every rank: after an epoch's last step each rank's were updated by
+    its own batch, and sharded validation must evaluate rank 0's model, the one the checkpoints hold."""
     comm = collective_device()
     for b in model.buffers():
         t = b.detach().to(comm)          # b itself (shared storage) when it is on that device already
@@ -195,9 +175,8 @@ def broadcast_buffers(model: nn.Module) -> None:
 def shard_batches(dataset: ImageDataset, batch_size: int, limit: int | None = None, rank: int = 0, world: int = 1,
                   workers: int = 0, targets: Targets | None = None
                   ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-    """The first ``limit`` images in order, in batches of ``batch_size``; rank r of ``world`` takes batches
-    r, r + world, …, so the ranks together see every image once, in the batches one process sees. Yields
-    (batch number, float images, targets) on the CPU; unreadable files (label −1) are dropped."""
+    """(batch number, float images, targets) on the CPU of the first ``limit`` images in order; rank r takes
+    every world-th batch from r, so the ranks together see the batches one process sees."""
     n = len(dataset) if limit is None else min(limit, len(dataset))
     numbers = list(range(rank, math.ceil(n / batch_size), world))
     chunks = [torch.arange(b * batch_size, min(n, (b + 1) * batch_size)) for b in numbers]
@@ -208,9 +187,8 @@ def shard_batches(dataset: ImageDataset, batch_size: int, limit: int | None = No
 def validate_model(task: Task, model: nn.Module, dataset: ImageDataset, device: torch.device,
                    batch_size: int = VAL_BATCH_SIZE, limit: int | None = None, rank: int = 0, world: int = 1,
                    workers: int = 0) -> dict[str, Any]:
-    """The task's validation record of ``model`` on ``dataset`` (its first ``limit`` images). Under ``torchrun``
-    (``world`` > 1) every rank calls it: rank r counts every world-th batch (:func:`shard_batches`) and the
-    counts are summed (one collective), so each rank returns the one-process record."""
+    """The task's validation record of ``model`` on the first ``limit`` images. Under ``torchrun`` every rank
+    calls it and counts its shard (:func:`shard_batches`); the counts are summed, giving the one-process record."""
     data = shard_batches(dataset, batch_size, limit, rank, world, workers, task.targets)
     counts = task.val_counts(model, data, device)
     if world > 1:
@@ -261,10 +239,9 @@ class Run:
 
 
 def for_model(spec: str, built: ImageDataset | None, model: Normalized) -> ImageDataset:
-    """The data set ``spec`` as the model sees it (:func:`robustvit.data.dataset_for_model`). ``built`` (read
-    before the model existed, for its classes) is kept when it already is that — images held in memory or
-    generated at the model's input size — so that they are generated or read once (a file data set is listed
-    again, with the model's preprocessing; no image is read before)."""
+    """The data set ``spec`` as the model sees it (:func:`robustvit.data.dataset_for_model`); ``built`` (made
+    before the model, for its classes) is kept when it already holds images at the model's input size, so that
+    they are generated or read once."""
     size = int(model.spec.image_size)
     if isinstance(built, (TensorImageDataset, SynthShapesDataset)) and len(built) and \
             tuple(built.get_batch(torch.tensor([0]))[0].shape[-2:]) == (size, size):
@@ -273,9 +250,8 @@ def for_model(spec: str, built: ImageDataset | None, model: Normalized) -> Image
 
 
 def validation_data(cfg: TrainConfig, model: Normalized, classes: int) -> tuple[ImageDataset | None, dict | None]:
-    """The validation images as the model sees them: a seeded class-stratified sample of ``val_limit`` images
-    (:func:`robustvit.data.subset.make_subset`, as ``eval --limit``), and its ``data.val_subset`` record
-    (None: every image)."""
+    """The validation images as the model sees them, a seeded class-stratified sample of ``val_limit`` (as ``eval
+    --limit``), and its ``data.val_subset`` record (None: every image)."""
     if not cfg.val_data:
         return None, None
     val = dataset_for_model(cfg.val_data, model.spec)
@@ -283,15 +259,11 @@ def validation_data(cfg: TrainConfig, model: Normalized, classes: int) -> tuple[
         raise RobustvitError(f"validation data has {val.num_classes} classes but training data {classes}")
     limit = None if cfg.val_limit is None or cfg.val_limit >= len(val) else cfg.val_limit
     subset = make_subset(val, limit=limit, method="stratified", seed=cfg.seed)
-    if subset.whole:
-        return val, None
-    record = subset.record()
-    return SubsetDataset(val, subset.indices), record
+    return (val, None) if subset.whole else (SubsetDataset(val, subset.indices), subset.record())
 
 
 def training_sample(cfg: TrainConfig, dataset: ImageDataset) -> tuple[ImageDataset, dict[str, Any] | None]:
-    """The training images: with ``limit``, a seeded class-stratified sample of that many (as ``eval --limit``,
-    seeded by ``seed``; the same on resume), and its ``data.subset`` record (None: every image)."""
+    """The training images (with ``limit``, a seeded class-stratified sample) and its ``data.subset`` record."""
     if cfg.limit is None or cfg.limit >= len(dataset):
         return dataset, None
     if cfg.task != "classify":
@@ -302,9 +274,8 @@ def training_sample(cfg: TrainConfig, dataset: ImageDataset) -> tuple[ImageDatas
 
 
 def recover_last(out: Path) -> None:
-    """Finish an interrupted swap of ``last/`` (see :func:`save_state`). Without ``last/``: ``last.tmp/`` is
-    complete when ``last.old/`` exists (it is renamed only after ``last.tmp/`` was written) and becomes
-    ``last/``; else a complete ``last.old/`` does. Then any ``last.tmp/`` (half-written) and ``last.old/`` go."""
+    """Finish an interrupted swap of ``last/`` (:func:`save_state`). Without ``last/``, ``last.tmp/`` becomes it
+    when ``last.old/`` exists (renamed only after ``last.tmp/`` was complete), else a complete ``last.old/``."""
     last, old, tmp = out / "last", out / "last.old", out / "last.tmp"
     if not last.exists() and old.exists() and (tmp / STATE_FILE).is_file():
         tmp.rename(last)
@@ -338,19 +309,18 @@ def setup_run(cfg: TrainConfig, resume: bool) -> Run:
         recover_last(out)
     if world > 1:
         dist.barrier()
-    resuming = check_out_dir(out, resume)
-    built = None if resuming else create_dataset(cfg.data)
-    if built is not None:
-        if len(built) == 0:
+
+    def checked(data: ImageDataset) -> ImageDataset:
+        if len(data) == 0:
             raise RobustvitError(f"data set {cfg.data} is empty")
-        task.check_data(built)
+        task.check_data(data)
+        return data
+
+    resuming = check_out_dir(out, resume)
+    built = None if resuming else checked(create_dataset(cfg.data))
     model = create_model(checkpoint=out / "last") if resuming else task.build_model(built)
     # the images as the model takes them: files with its preprocessing, in-memory images of another size resized
-    dataset = for_model(cfg.data, built, model)
-    if len(dataset) == 0:
-        raise RobustvitError(f"data set {cfg.data} is empty")
-    task.check_data(dataset)
-    dataset, subset = training_sample(cfg, dataset)
+    dataset, subset = training_sample(cfg, checked(for_model(cfg.data, built, model)))
     if model.spec.num_classes != dataset.num_classes:
         raise RobustvitError(f"model has {model.spec.num_classes} classes but {cfg.data} has {dataset.num_classes}")
     val, val_subset = validation_data(cfg, model, dataset.num_classes)
@@ -397,10 +367,8 @@ def _build_augment(cfg: TrainConfig, model: Normalized, dataset: ImageDataset,
 
 # ---- state ---------------------------------------------------------------------------------------------
 def save_state(run: Run, epoch: int) -> None:
-    """``last/``: the weights and everything else a resumed run needs to continue bit-for-bit (with the epochs'
-    records and the run's start and time so far), as one unit: written to ``last.tmp/``, then ``last/`` →
-    ``last.old/``, ``last.tmp/`` → ``last/``, ``last.old/`` removed (:func:`recover_last` completes an
-    interrupted swap)."""
+    """``last/``: everything a resumed run needs to continue bit-for-bit, as one unit: written to ``last.tmp/``,
+    then ``last/`` → ``last.old/``, ``last.tmp/`` → ``last/``, ``last.old/`` removed (see :func:`recover_last`)."""
     tmp, last, old = run.out / "last.tmp", run.out / "last", run.out / "last.old"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -421,8 +389,8 @@ def save_state(run: Run, epoch: int) -> None:
 
 
 def write_metrics(out: Path, history: list[dict[str, Any]]) -> None:
-    """``metrics.jsonl``: one line per epoch of ``history``, rewritten when it holds other lines (a run killed
-    between saving ``last/`` and appending the epoch's line, or after appending a line ``last/`` lacks)."""
+    """``metrics.jsonl`` as one line per epoch of ``history``, rewritten when it differs (a run killed between
+    saving ``last/`` and appending the epoch's line, or after appending a line ``last/`` lacks)."""
     f = out / "metrics.jsonl"
     text = "".join(json.dumps(r) + "\n" for r in history)
     if not f.is_file() or f.read_text() != text:
@@ -448,8 +416,7 @@ def load_state(run: Run) -> None:
 
 # ---- one epoch -----------------------------------------------------------------------------------------
 def train_epoch(run: Run, epoch: int, progress: bool) -> dict[str, float]:
-    """One pass over the training data; returns the summed loss, correct predictions, images and predictions
-    counted (pixels for segmentation), over all processes."""
+    """One pass over the training data: summed loss, hits, images and predictions counted, over all processes."""
     cfg, device = run.cfg, run.device
     aug_gen = torch.Generator(device=device)
     aug_gen.manual_seed(derive_seed(cfg.seed, "augment", epoch, *((run.rank,) if run.world > 1 else ())))
@@ -493,7 +460,7 @@ def check_finite(run: Run, loss: torch.Tensor, epoch: int, step: int) -> None:
 def optimizer_step(run: Run, x: torch.Tensor, y: torch.Tensor, n_global: int, epoch: int,
                    aug_gen: torch.Generator, step: int = 0) -> torch.Tensor:
     """Augment, forward/backward ``accum_steps`` micro-batches (each loss weighted by its share of the global
-    batch, so accumulation and data parallelism give the gradient of the global mean), then one step."""
+    batch, so accumulation and data parallelism give the global mean's gradient), then one step."""
     cfg, device = run.cfg, run.device
     if run.augment is not None:
         x, y = run.augment(x, y)
@@ -504,8 +471,7 @@ def optimizer_step(run: Run, x: torch.Tensor, y: torch.Tensor, n_global: int, ep
     autocast = device.type == "cuda" and cfg.amp
     run.opt.zero_grad(set_to_none=True)
     sums = torch.zeros(4, dtype=torch.float64)
-    micro = list(zip(x.tensor_split(cfg.accum_steps), y.tensor_split(cfg.accum_steps)))
-    micro = [(a, b) for a, b in micro if len(a)]
+    micro = [(a, b) for a, b in zip(x.tensor_split(cfg.accum_steps), y.tensor_split(cfg.accum_steps)) if len(a)]
     for j, (xm, ym) in enumerate(micro):
         sync = j == len(micro) - 1 or run.world == 1
         ctx = run.step.no_sync() if not sync and hasattr(run.step, "no_sync") else contextlib.nullcontext()
@@ -528,9 +494,7 @@ def optimizer_step(run: Run, x: torch.Tensor, y: torch.Tensor, n_global: int, ep
 
 
 def validate(run: Run) -> dict[str, Any]:
-    """The task's validation record of the evaluated (EMA) model on the validation sample. Every rank calls it:
-    the batches are sharded over the ranks and the counts summed, so every rank returns the same record, equal
-    to one process's."""
+    """The task's validation record of the evaluated (EMA) model (every rank calls it: see :func:`validate_model`)."""
     if run.val is None:
         return {}
     model = run.eval_model()
@@ -541,8 +505,7 @@ def validate(run: Run) -> dict[str, Any]:
 
 
 def finish_epoch(run: Run, epoch: int, sums: dict[str, float], t0: float, progress: bool) -> dict[str, Any]:
-    """Validate (every rank, sharded), keep the best epoch, write the checkpoint and the metrics line (main
-    process only); returns the epoch's record."""
+    """Validate, keep the best epoch, write the checkpoint and the metrics line (main process); the epoch's record."""
     if not math.isfinite(sums["loss"]):
         raise RobustvitError(f"training diverged at epoch {epoch + 1} (loss is not finite); lower --lr")
     record: dict[str, Any] = {"epoch": epoch + 1, "lr": sums["lr"], "train_loss": sums["loss"] / sums["n"],
@@ -584,8 +547,7 @@ def final_checkpoint(run: Run) -> Path:
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> Path:
-    """Train ``cfg.model`` on ``cfg.data`` (``cfg.task``: classification or segmentation); returns the path of
-    the final checkpoint folder."""
+    """Train ``cfg.model`` on ``cfg.data`` (``cfg.task``); returns the final checkpoint folder."""
     check_kind(cfg.out, "train")
     run = setup_run(cfg, resume)
     if run.main:
@@ -593,8 +555,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> Path
         cfg.save(run.out / "config.yaml")
     for epoch in range(run.start_epoch, cfg.epochs + cfg.cooldown_epochs):
         t0 = time.time()
-        sums = train_epoch(run, epoch, progress)
-        finish_epoch(run, epoch, sums, t0, progress)
+        finish_epoch(run, epoch, train_epoch(run, epoch, progress), t0, progress)
     path = final_checkpoint(run)
     if run.main:
         write_results(run)
@@ -608,17 +569,14 @@ def train_segmenter(cfg: TrainConfig, resume: bool = False, progress: bool = Tru
 
 def evaluate_segmentation(model: Normalized, dataset: ImageDataset, device: torch.device, batch_size: int = 100,
                           limit: int | None = None) -> dict[str, Any]:
-    """:func:`robustvit.metrics.dense.segmentation_scores` of ``model`` on the first ``limit`` images of a data set
-    with masks."""
+    """:func:`robustvit.metrics.dense.segmentation_scores` of ``model`` on the first ``limit`` images with masks."""
     task, k = Segment(), int(model.spec.num_classes)
     counts = task.val_counts(model, shard_batches(dataset, batch_size, limit, targets=task.targets), device)
     return segmentation_scores(counts.cpu().view(k, k))
 
 
 def write_results(run: Run) -> Path:
-    """``OUT/results.json`` of kind ``train`` (the results schema of :mod:`robustvit.runs`) from what the run
-    holds: the config, the epochs' records, the checkpoints kept, the validation sample, when the run started
-    (its first session) and finished, and ``training_seconds``, the wall time of every session."""
+    """``OUT/results.json`` of kind ``train`` (:mod:`robustvit.runs`); ``training_seconds`` sums every session."""
     kept = [d for d in ("checkpoint", "best", "last") if (run.out / d).is_dir()]
     cfg = run.cfg
     data = data_record(spec=cfg.data, num_images=len(run.dataset), num_classes=run.dataset.num_classes,

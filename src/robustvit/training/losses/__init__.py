@@ -9,12 +9,10 @@
 * ``ablation``: Levine & Feizi (arXiv:2002.10733), Salman et al. (arXiv:2110.07719): column/block ablations.
 * ``mpp``: masked patch prediction, the ViT paper's self-supervised pre-training (:mod:`robustvit.training.losses.mpp`).
 
-The registry imports every module of this package before its first lookup, so
-a new loss module is picked up with no list to edit; hyphenated spellings (``pgd-at``, ``fgsm-rs``) are aliases.
-Options are typed dataclasses (``Options`` of each class) parsed by :mod:`robustvit.options`. ε follows a
-per-epoch schedule (:mod:`robustvit.training.schedules`); at ε = 0 (the first epoch of a linear warm-up) the
-adversarial losses train on clean images. Attack random starts are seeded from ``seed`` and a call counter
-that is part of the loss's ``state_dict`` (so a resumed run replays them).
+The registry imports every module of this package before its first lookup (a new loss module needs no list to
+edit); hyphenated spellings (``pgd-at``) are aliases. ε follows a per-epoch schedule
+(:mod:`robustvit.training.schedules`); at ε = 0 the adversarial losses train on clean images. Random draws are
+seeded from ``seed`` and a call counter in the loss's ``state_dict``, so a resumed run replays them.
 
 >>> model, x, y = create_model("vit_cifar_micro", num_classes=10), torch.rand(4, 3, 32, 32), torch.arange(4)
 >>> loss_fn = create_loss("fgsm_rs", eps="4/255")

@@ -1,10 +1,8 @@
-"""``ablation``: training the base classifier of derandomized smoothing — cross-entropy on images of which only one
-column band (or block) of ``size`` pixels is kept, at a position drawn per batch (Levine & Feizi, NeurIPS 2020,
-arXiv:2002.10733; Salman et al., CVPR 2022, arXiv:2110.07719, whose ViTs also drop the fully ablated tokens while
-training: ``tokens=auto`` does so where :class:`robustvit.certify.AblatedModel` can). A network built with 6 input
-channels (``--model-kwargs '{"in_chans": 6}'``) trains on Levine & Feizi's ablation input (x and 1 − x, 0 where
-ablated; ``encoding``). The logits it returns for the training accuracy are the ablated images'. Positions are seeded
-from ``seed`` and a call counter saved with the loss."""
+"""``ablation``: the base classifier of derandomized smoothing, trained with cross-entropy on images of which one
+column band (or block) of ``size`` pixels is kept, at a position drawn per batch (Levine & Feizi, arXiv:2002.10733;
+Salman et al., arXiv:2110.07719, whose ViTs also drop the fully ablated tokens: ``tokens=auto`` does so where
+:class:`robustvit.certify.AblatedModel` can). A 6-channel network (``--model-kwargs '{"in_chans": 6}'``) trains on
+Levine & Feizi's encoding (x and 1 − x, 0 where ablated)."""
 
 from __future__ import annotations
 
@@ -26,6 +24,7 @@ class AblationLoss(TrainingLoss):
     name = "ablation"
     soft_targets = True
     smoke: ClassVar[dict[str, Any]] = {"size": 4}
+    counts_calls = True
 
     @dataclass
     class Options:
@@ -40,7 +39,6 @@ class AblationLoss(TrainingLoss):
 
     def __init__(self, options: object = None, **kwargs: object) -> None:
         super().__init__(options, **kwargs)
-        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
         self.band = Ablation(self.options.ablation, self.options.size)
         self._ablated: tuple[int, AblatedModel] | None = None
 

@@ -1,15 +1,13 @@
-"""Shared machinery of the adversarial losses (``pgd_at``, ``fgsm_rs``, ``trades``): the ε schedule, the
-attack's step, per-call attack seeds, the mode the model runs the inner attack in, and how the clean logits
-for the ``train_acc`` log are obtained without touching BatchNorm statistics.
+"""Shared machinery of the adversarial losses (``pgd_at``, ``fgsm_rs``, ``trades``): ε schedule, attack step,
+per-call attack seeds, the model's mode during the inner attack and the clean logits of the ``train_acc`` log.
 
-* ``attack_mode="eval"`` (default) runs the inner attack with the model in eval mode (Madry et al.'s and
-  TRADES's code); ``"train"`` keeps it in train mode (dropout/drop-path active, BatchNorm normalising with and
-  updating its batch statistics), as Wong et al.'s FGSM-RS (locuslab/fast_adversarial) did.
-* ``clean_forward``: the training step of ``pgd_at``/``fgsm_rs`` forwards only the adversarial batch in
-  train mode, so BatchNorm's running statistics see what the references' do. The clean logits reported as
-  ``train_acc`` come from an extra no-grad forward in **eval** mode (``"eval"``, default: no BN update), from
-  none (``"none"``: ``train_acc`` is then the accuracy on the adversarial batch, as Wong et al. log it), or from
-  a train-mode forward (``"train"``: updates BN statistics with the clean batch after the adversarial one).
+* ``attack_mode="eval"`` (default) runs the inner attack in eval mode (Madry et al.'s and TRADES's code);
+  ``"train"`` keeps train mode (dropout, drop-path and BatchNorm batch statistics), as Wong et al.'s FGSM-RS
+  (locuslab/fast_adversarial).
+* ``clean_forward``: ``pgd_at``/``fgsm_rs`` train on the adversarial batch only, so that BatchNorm's running
+  statistics see what the references' do; ``train_acc``'s clean logits come from an extra no-grad forward in eval
+  mode (``"eval"``, default), from none (``"none"``: accuracy on the adversarial batch, as Wong et al. log it), or
+  from a train-mode forward (``"train"``: BN statistics also see the clean batch).
 """
 
 from __future__ import annotations
@@ -63,10 +61,7 @@ class AdversarialLoss(TrainingLoss):
     Options = AdversarialOptions
     #: the attack's step at full ε when ``step_size`` is not given, as a multiple of ε
     step_rule: float = 1.5
-
-    def __init__(self, options: Any = None, **kwargs: Any) -> None:
-        super().__init__(options, **kwargs)
-        self.register_buffer("calls", torch.zeros((), dtype=torch.long))   # attack seeds; saved with the run
+    counts_calls = True
 
     def eps_for(self, epoch: int) -> float:
         o = self.options
@@ -92,9 +87,8 @@ class AdversarialLoss(TrainingLoss):
 
     def attack(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, **kw: Any) -> torch.Tensor:
         """PGD (``attack_steps`` steps, uniform random start) from ``robustvit.attacks``."""
-        atk = create_attack("pgd", self.attack_model(model), eps=eps, steps=self.options.attack_steps,
-                            step_size=self.step_for(eps), random_start=True, seed=self.next_seed(), **kw)
-        return atk(x, y)
+        return create_attack("pgd", self.attack_model(model), eps=eps, steps=self.options.attack_steps,
+                             step_size=self.step_for(eps), random_start=True, seed=self.next_seed(), **kw)(x, y)
 
     def clean_logits(self, model: nn.Module, x: torch.Tensor, adv_logits: torch.Tensor) -> torch.Tensor:
         """Logits for the ``train_acc`` log only (no graph), as ``clean_forward`` says."""

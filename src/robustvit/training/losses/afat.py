@@ -2,34 +2,24 @@
 "Improving Robustness of Vision Transformers by Reducing Sensitivity to Patch Corruptions", CVPR 2023;
 reference code guoyongcs/RSPC).
 
-* :class:`PatchCorruptor`: conv (kernel = stride = patch, 3 → 1, no bias) → GELU → Linear(N → N, no bias)
-  over the N patch scores → top-ρ binarisation with a straight-through estimator (forward: occlude exactly
-  ⌈ρN⌉ patches; backward: hardtanh of the incoming gradient). The reference thresholds at the ρ-quantile,
-  which can occlude a different number on ties; we take the top-⌈ρN⌉ scores (the sign of the scores is
-  learned, so occluding the highest or the lowest ones is the same model).
-* Occluded patches are replaced by uniform noise δ, the definition the ``patch_occlusion`` suite and the
-  ``attention_stability`` analysis share (:func:`robustvit.corruptions.occlusion.occlusion_noise`): U[0, 1) in
-  the model's *normalised* input space as RSPC draws it (``noise_space=normalized``, default; in pixels
-  u·std + mean), or U[0, 1) pixels (``pixel``); x̂ = (1 − O)·x + O·δ.
-* Loss (``afat``): CE(clean) + λ·alignment, alignment = mean over blocks of the mean squared distance between
-  the corrupted and the clean tokens (clean and corrupted images in one batch through
-  :class:`robustvit.models.probe.ViTProbe`; the clean target is not detached, as in the reference). Soft
-  targets (MixUp/CutMix) go through the CE part, as RSPC trains it.
-* The corruption model ascends the alignment loss with its own optimiser (SGD-Nesterov, lr 1e-4, momentum 0.9,
-  weight decay 0.05, gradient norm clipped at 5, gradient negated before the step).
+* :class:`PatchCorruptor`: conv (kernel = stride = patch, 3 → 1) → GELU → Linear(N → N) over the N patch
+  scores → occlusion of the top ⌈ρN⌉ with a straight-through estimator (:class:`_TopKOcclusion`).
+* Occluded patches get uniform noise δ (:func:`robustvit.corruptions.occlusion.occlusion_noise`, shared with the
+  ``patch_occlusion`` suite): U[0, 1) in the model's normalised space as RSPC (``noise_space=normalized``) or in
+  pixels (``pixel``); x̂ = (1 − O)·x + O·δ.
+* Loss: CE(clean) + λ·mean over blocks of the MSE between corrupted and clean tokens (both in one batch through
+  :class:`robustvit.models.probe.ViTProbe`; the clean target not detached, as the reference; soft targets go
+  through the CE). The corruption model ascends it with its own SGD-Nesterov (lr 1e-4, momentum 0.9, weight
+  decay 0.05, gradient norm clipped at 5).
 
-**Step rule.** RSPC trains under AMP; timm's ``NativeScaler`` unscales only the classifier's optimiser, so the
-gradient reaching the corruption model's straight-through estimator is λ·∂L_align/∂M multiplied by the loss
-scale (2¹⁶ at the start): the hardtanh saturates to ±1 and the clip at 5 acts on every step.
-``step_rule=rspc`` (default) reproduces this deterministically: the estimator passes hardtanh(``grad_scale``·g)
-with a constant ``grad_scale`` = 65536 (timm's initial scale; its dynamic growth/back-off is not modelled, and
-the saturated sign does not depend on it once |scale·g| ≥ 1). ``step_rule=paper`` is the paper's literal
-Algorithm 1: the plain gradient λ·∂L_align/∂M through the estimator (scale 1).
+**Step rule.** RSPC trains under AMP and timm's ``NativeScaler`` unscales only the classifier's optimiser, so the
+corruption model's estimator sees λ·∂L_align/∂M times the loss scale (2¹⁶): the hardtanh saturates to ±1 and the
+clip at 5 acts on every step. ``step_rule=rspc`` (default) reproduces this with a constant ``grad_scale`` = 65536
+(timm's initial scale; the saturated sign does not depend on its dynamics); ``step_rule=paper`` is Algorithm 1's
+plain gradient (scale 1).
 
-* Ablation variants: ``afat_random`` (⌈ρN⌉ random patches filled with noise, no corruption model) and
-  ``afat_patchdrop`` (⌈ρN⌉ random patches blanked to 0 — the patch content is dropped, not replaced by noise).
-
-Defaults λ = 0.005, ρ = 0.1. Needs a ViT the probe supports (timm ``VisionTransformer``).
+Ablations: ``afat_random`` (⌈ρN⌉ random patches filled with noise, no corruption model) and ``afat_patchdrop``
+(⌈ρN⌉ random patches set to 0). Defaults λ = 0.005, ρ = 0.1. Needs a ViT the probe supports.
 """
 
 from __future__ import annotations
@@ -55,8 +45,9 @@ def num_occluded(rho: float, num_patches: int) -> int:
 
 
 class _TopKOcclusion(torch.autograd.Function):
-    """Forward: 1 for the k highest scores per row, else 0. Backward: hardtanh(``scale``·gradient) (STE;
-    ``scale`` emulates the AMP loss scale RSPC's corruption model sees)."""
+    """Forward: 1 for the k highest scores per row, else 0 (RSPC thresholds at the ρ-quantile, which can occlude
+    another number on ties; the scores' sign is learned, so highest or lowest is the same model). Backward:
+    hardtanh(``scale``·gradient) (STE; ``scale`` emulates the AMP loss scale RSPC's corruption model sees)."""
 
     @staticmethod
     def forward(ctx: Any, scores: torch.Tensor, k: int, scale: float = 1.0) -> torch.Tensor:  # noqa: D102
@@ -135,6 +126,7 @@ class AFAT(TrainingLoss):
     name = "afat"
     mode = "learned"   # learned | random | patchdrop
     soft_targets = True
+    counts_calls = True
     Options = AFATOptions
 
     def __init__(self, options: Any = None, **kwargs: Any) -> None:
@@ -142,33 +134,30 @@ class AFAT(TrainingLoss):
         o = self.options
         if not 0 < o.rho < 1:
             raise RobustvitError(f"afat: rho must be in (0, 1), got {o.rho}")
-        self.lam, self.rho = float(o.lam), float(o.rho)
-        self.label_smoothing, self.seed = float(o.label_smoothing), int(o.seed)
-        self.opt_args = {"lr": float(o.lr), "momentum": float(o.momentum), "weight_decay": float(o.weight_decay)}
         self.grad_clip = float(o.grad_clip)
         self.grad_scale = float(o.grad_scale) if o.step_rule == "rspc" else 1.0
         self.corruptor: PatchCorruptor | None = None
         self.optimizer: torch.optim.Optimizer | None = None
-        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
         self._sums = {"align": 0.0, "n": 0}
 
     def setup(self, model: nn.Module) -> None:
-        """Build the corruption model for ``model``'s patch grid (called by the trainer before training)."""
-        probe = self._probe_for(model)
+        """Build the corruption model for ``model``'s patch grid."""
+        probe, o = self._probe_for(model), self.options
         if probe.grid_size is None or probe.patch_size is None:
             raise RobustvitError("afat needs a ViT with a fixed patch grid")
         self.grid, self.patch = probe.grid_size, probe.patch_size
         self.num_patches = self.grid[0] * self.grid[1]
-        self.k = num_occluded(self.rho, self.num_patches)
+        self.k = num_occluded(o.rho, self.num_patches)
         if self.mode == "learned" and self.corruptor is None:
             device = next(model.parameters()).device
-            self.corruptor = PatchCorruptor(self.patch, self.grid, self.rho, self.grad_scale).to(device)
-            self.optimizer = torch.optim.SGD(self.corruptor.parameters(), nesterov=True, **self.opt_args)
+            self.corruptor = PatchCorruptor(self.patch, self.grid, o.rho, self.grad_scale).to(device)
+            self.optimizer = torch.optim.SGD(self.corruptor.parameters(), nesterov=True, lr=o.lr, momentum=o.momentum,
+                                             weight_decay=o.weight_decay)
 
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
         if not hasattr(self, "grid"):
             self.setup(model)
-        gen = self.seeded_generator(self.seed, "afat", x.device)
+        gen = self.seeded_generator(self.options.seed, "afat", x.device)
         n = x.shape[0]
         if self.corruptor is not None:
             occ = self.corruptor(x)
@@ -181,11 +170,11 @@ class AFAT(TrainingLoss):
         clean, corrupted = out.logits[:n], out.logits[n:]
         self._sums["align"] += float(align.detach()) * n
         self._sums["n"] += n
-        return classification_loss(clean, y, self.label_smoothing) + self.lam * align, clean, corrupted
+        o = self.options
+        return classification_loss(clean, y, o.label_smoothing) + o.lam * align, clean, corrupted
 
     def noise(self, model: nn.Module, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        """The occlusion fill (:func:`robustvit.corruptions.occlusion.occlusion_noise`): U[0, 1) in the model's
-        normalised space as RSPC (u·std + mean in pixels), or in pixels (``noise_space=pixel``)."""
+        """The occlusion fill (:func:`robustvit.corruptions.occlusion.occlusion_noise`) for ``noise_space``."""
         mean, std = model_normalization(model)
         return occlusion_noise(tuple(x.shape), noise_space=self.options.noise_space, mean=mean, std=std,
                                generator=gen, device=x.device, dtype=x.dtype)

@@ -1,10 +1,7 @@
-"""The training-loss base class, its registry and the helpers every loss shares.
-
-A loss module is called as ``loss_fn(model, x, y, epoch) -> (loss, clean_logits, adv_logits_or_None)`` (the
-interface of Debenedetti's light-recipe code, dedeswim/vits-robustness-torch), so adversarial training and
-feature-alignment training plug into the same training loop. Each loss declares its options as a dataclass
-named ``Options`` (:mod:`robustvit.options`); ``create_loss(name, **options)`` parses them (spec strings such
-as ``"4/255"`` or typed values) with one-line errors.
+"""The training-loss base class, its registry and shared helpers. A loss is called as ``loss_fn(model, x, y,
+epoch) -> (loss, clean_logits, adv_logits_or_None)`` (the interface of Debenedetti's light-recipe code,
+dedeswim/vits-robustness-torch); it declares its options as a dataclass ``Options`` (:mod:`robustvit.options`),
+which ``create_loss(name, **options)`` parses with one-line errors.
 """
 
 from __future__ import annotations
@@ -40,16 +37,15 @@ def _rank() -> int:
 
 
 class TrainingLoss(nn.Module):
-    """Base class: subclasses set ``name`` (snake_case), declare ``Options`` and implement ``forward(model, x, y, epoch)``.
-
-    ``after_step()`` is called by the trainer after every optimizer step (AFAT's corruption model steps there);
-    ``metrics()`` returns extra numbers for ``metrics.jsonl`` (averaged over the epoch's steps).
-    ``soft_targets``: whether the loss takes (N, K) soft targets (MixUp/CutMix).
-    """
+    """Base class: subclasses set ``name`` (snake_case), declare ``Options`` and implement ``forward``. The
+    trainer calls ``after_step()`` after every optimizer step (AFAT's corruption model steps there) and logs
+    ``metrics()`` (averaged over the epoch's steps). ``soft_targets``: whether the loss takes (N, K) soft targets
+    (MixUp/CutMix); ``counts_calls``: whether it keeps a ``calls`` buffer (:meth:`seeded_generator`)."""
 
     name = ""
     Options: type = NoOptions
     soft_targets = False
+    counts_calls = False
 
     def __init__(self, options: Any = None, **kwargs: Any) -> None:
         super().__init__()
@@ -57,6 +53,8 @@ class TrainingLoss(nn.Module):
             raise TypeError("pass either an Options instance or keywords, not both")
         self.options = options if options is not None else parse_options(
             type(self).Options, kwargs, what=f"training loss {self.name!r}")
+        if self.counts_calls:
+            self.register_buffer("calls", torch.zeros((), dtype=torch.long))   # saved: a resume replays the draws
 
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:  # noqa: D102
         raise NotImplementedError
@@ -75,9 +73,8 @@ class TrainingLoss(nn.Module):
         return {}
 
     def seeded_generator(self, seed: int, what: str, device: torch.device | str = "cpu") -> torch.Generator:
-        """A generator for this call's random draws, seeded from ``seed``, ``what``, the call counter ``calls`` (a
-        buffer the loss registers: saved with it, so a resumed run replays the draws) and the data-parallel rank;
-        counts the call."""
+        """A generator for this call's random draws, seeded from ``seed``, ``what``, the call counter ``calls``
+        (saved with the loss, so a resumed run replays the draws) and the data-parallel rank; counts the call."""
         gen = torch.Generator(device=device)
         gen.manual_seed(derive_seed(seed, what, int(self.calls), _rank()))
         self.calls += 1

@@ -1,5 +1,4 @@
-"""``ce``: standard training, cross-entropy with label smoothing on clean images (soft MixUp/CutMix targets
-accepted)."""
+"""``ce``: cross-entropy with label smoothing on clean images (soft MixUp/CutMix targets accepted)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """``fgsm_rs``: FGSM with random start (Wong et al., "Fast is better than free", arXiv:2001.03994;
-locuslab/fast_adversarial): x + U(−ε, ε), one signed-gradient step of 1.25·ε, projection onto the ε-ball and
-[0, 1]; cross-entropy on x_adv. Wong et al. ran the attack with the model in train mode
-(``attack_mode=train``); the default is eval mode, as robustvit's other losses."""
+locuslab/fast_adversarial): x + U(−ε, ε), one signed-gradient step of 1.25·ε, projection; cross-entropy on x_adv.
+The references attack in train mode (``attack_mode=train``); the default is eval mode, as the other losses."""
 
 from __future__ import annotations
 

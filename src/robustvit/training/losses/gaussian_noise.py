@@ -1,7 +1,5 @@
-"""``gaussian_noise``: training for randomized smoothing — cross-entropy on images plus Gaussian noise of standard
-deviation σ in pixel units, added before the model's normalisation and not clipped (Cohen et al., ICML 2019,
-arXiv:1902.02918; locuslab/smoothing's ``train.py``). The logits it returns for the training accuracy are the noisy
-images'. Noise draws are seeded from ``seed`` and a call counter saved with the loss (a resumed run replays them)."""
+"""``gaussian_noise``: training for randomized smoothing, cross-entropy on images plus unclipped Gaussian noise of
+σ in pixel units, added before the model's normalisation (Cohen et al., arXiv:1902.02918; locuslab/smoothing)."""
 
 from __future__ import annotations
 
@@ -24,16 +22,13 @@ class GaussianNoise(TrainingLoss):
     name = "gaussian_noise"
     soft_targets = True
     smoke: ClassVar[dict[str, Any]] = {"sigma": 0.25}
+    counts_calls = True
 
     @dataclass
     class Options:
         sigma: float = option(0.25, min=0, help="noise standard deviation in pixel units ([0, 1] images)")
         label_smoothing: float = option(0.0, min=0, max=1, help="label smoothing of hard targets")
         seed: int = option(0, help="seed of the noise draws")
-
-    def __init__(self, options: object = None, **kwargs: object) -> None:
-        super().__init__(options, **kwargs)
-        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
 
     def forward(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, epoch: int) -> LossOutput:
         gen = self.seeded_generator(self.options.seed, "noise", x.device)

@@ -2,28 +2,18 @@
 arXiv:2010.11929, §4.6 and App. B.1.2).
 
 "We corrupt 50 % of patch embeddings by either replacing their embeddings with a learnable [mask] embedding
-(80 %), a random other patch embedding (10 %) or just keeping them as is (10 %)" and predict, from each
-corrupted patch's output representation, its **3-bit mean colour** (512 classes: the patch's mean R, G, B
-in [0, 1], each quantised to 8 levels, index r·64 + g·8 + b). The loss is the cross-entropy over the
-corrupted patches only.
+(80 %), a random other patch embedding (10 %) or just keeping them as is (10 %)" and predict each corrupted
+patch's **3-bit mean colour** (512 classes, index r·64 + g·8 + b) from its output token with a linear head;
+the loss is the cross-entropy over the corrupted patches.
 
-How it plugs into a timm ViT without changing it: a forward hook on ``net.patch_embed`` corrupts the patch
-embeddings (before the position embeddings and prefix tokens are added), and the model's own
-``forward_features`` runs the rest; the output patch tokens go through a linear 512-way head.
+A forward hook on ``net.patch_embed`` corrupts the patch embeddings of an unchanged timm ViT, whose own
+``forward_features`` runs the rest. Where tokens also see neighbouring pixels (a convolutional stem), a masked
+patch's colour would leak through its neighbours, so the corruption is applied to the patches' pixels instead;
+``space="auto"`` checks this on the model's ``patch_embed`` (:func:`patch_embed_is_local`).
 
-Where the patch embedding is not a patchify projection (a convolutional stem, whose tokens see the pixels of
-their neighbours), corrupting embeddings would let every masked patch's colour leak through its neighbours'
-tokens; there the same corruption is applied to the pixels of the patches before ``patch_embed`` (a learnable
-[mask] patch, another patch's pixels, or kept) — ``space="auto"`` decides by checking, on the model's own
-``patch_embed``, whether a change in one patch's pixels moves any other token (:func:`patch_embed_is_local`).
-
-The [mask] embedding and the head belong to this loss module, not to the model: they are trained by the trainer's
-optimizer with the model (:meth:`optimized_parameters`) and saved with the loss state in
-``OUT/last/train_state.pt``; the model checkpoint (``OUT/checkpoint``) stays a plain timm model, which
-``robustvit finetune --model OUT/checkpoint`` fine-tunes (its classification head is untouched by MPP).
-
-Randomness: the corruption of call ``t`` is drawn from a generator seeded with (``seed``, ``"mpp"``, t, rank);
-``t`` is part of the loss state, so a resumed run replays it.
+The [mask] embedding and the head belong to the loss (trained with the model, :meth:`optimized_parameters`;
+saved in ``OUT/last/train_state.pt``), so the checkpoint stays a plain timm model that ``robustvit finetune``
+takes. Call t's corruption is seeded with (``seed``, ``"mpp"``, t, rank); t is saved, so a resume replays it.
 
 >>> from robustvit.training.losses import create_loss
 >>> model, x, y = create_model("vit_cifar_micro", num_classes=10), torch.rand(4, 3, 32, 32), torch.arange(4)
@@ -47,14 +37,15 @@ from robustvit.errors import RobustvitError
 from robustvit.models.probe import ViTProbe
 from robustvit.options import option
 from robustvit.training.losses.base import LossOutput, TrainingLoss, register_loss
+from robustvit.utils import eval_mode
 
 KEEP, MASK, RANDOM = 0, 1, 2
 
 
 @dataclass
 class Corruption:
-    """Sampled corruption of (N, L) patch embeddings: ``action`` KEEP/MASK/RANDOM, ``corrupted`` (the patches
-    to predict, including the kept 10 %), ``source`` (flat index into N·L of the replacing patch, RANDOM only)."""
+    """Sampled corruption of (N, L) patches: what to predict (kept 10 % included), the action, and for RANDOM the
+    flat index into N·L of the replacing patch."""
 
     corrupted: torch.Tensor   # bool (N, L)
     action: torch.Tensor      # long (N, L)
@@ -63,9 +54,9 @@ class Corruption:
 
 def sample_corruption(n: int, length: int, generator: torch.Generator, ratio: float = 0.5, p_mask: float = 0.8,
                       p_random: float = 0.1, device: torch.device | str | None = None) -> Corruption:
-    """Choose ``round(ratio·L)`` patches of every image uniformly at random; each chosen patch is replaced by the
-    [mask] embedding with probability ``p_mask``, by another patch of the batch (uniform over the other N·L − 1)
-    with ``p_random``, else kept."""
+    """``round(ratio·L)`` uniformly random patches per image, each replaced by the [mask] embedding with
+    probability ``p_mask``, by another patch of the batch (uniform over the other N·L − 1) with ``p_random``, else
+    kept."""
     device = device if device is not None else generator.device
     m = int(round(ratio * length))
     order = torch.rand(n, length, generator=generator, device=device).argsort(1)
@@ -102,9 +93,8 @@ def corrupt_pixels(z: torch.Tensor, c: Corruption, mask_patch: torch.Tensor, pat
 @torch.no_grad()
 def patch_embed_is_local(patch_embed: nn.Module, image_size: tuple[int, int], grid: tuple[int, int],
                          in_chans: int = 3) -> bool:
-    """Whether every token of ``patch_embed`` depends on its own patch's pixels only (a patchify projection, as
-    the ViT paper's), checked on the module itself: the pixels of one inner patch are changed and no other token
-    may move. Runs in eval mode (BatchNorm's running statistics act per position)."""
+    """Whether every token of ``patch_embed`` depends on its own patch's pixels only (a patchify projection):
+    changing one inner patch's pixels must move no other token. Eval mode (BatchNorm then acts per position)."""
     (h, w), (gh, gw) = image_size, grid
     ph, pw = h // gh, w // gw
     param = next(patch_embed.parameters(), None)
@@ -114,20 +104,16 @@ def patch_embed_is_local(patch_embed: nn.Module, image_size: tuple[int, int], gr
     r, col = gh // 2, gw // 2
     x2 = x.clone()
     x2[..., r * ph:(r + 1) * ph, col * pw:(col + 1) * pw] += torch.randn(in_chans, ph, pw, generator=g).to(device)
-    was = patch_embed.training
-    patch_embed.eval()
-    try:
+    with eval_mode(patch_embed):
         a, b = (patch_embed(v).reshape(1, gh * gw, -1) for v in (x, x2))
-    finally:
-        patch_embed.train(was)
     moved = (a - b).abs().amax(-1)[0] > 1e-6 * (1 + a.abs().amax())
     moved[r * gw + col] = False
     return not bool(moved.any())
 
 
 def mean_colour_targets(x: torch.Tensor, patch: int, bits: int = 3) -> torch.Tensor:
-    """The ``bits``-bit mean colour class of every patch of images ``x`` (N, 3, H, W) in [0, 1]: (N, L) in
-    [0, 2^(3·bits)), patches in row-major order (timm's token order), index r·4^bits + g·2^bits + b."""
+    """The ``bits``-bit mean colour class (N, L) of every patch of ``x`` (N, 3, H, W) in [0, 1], in timm's
+    row-major token order: r·4^bits + g·2^bits + b."""
     levels = 2 ** bits
     mean = F.avg_pool2d(x.float(), patch)                                   # (N, 3, H/p, W/p)
     q = (mean * levels).floor().clamp(0, levels - 1).long()
@@ -144,6 +130,7 @@ class MaskedPatchPrediction(TrainingLoss):
     model's (untrained) head on the corrupted input."""
 
     name = "mpp"
+    counts_calls = True
 
     @dataclass
     class Options:
@@ -161,7 +148,6 @@ class MaskedPatchPrediction(TrainingLoss):
             raise RobustvitError(f"training loss 'mpp': need mask_ratio > 0 and p_mask + p_random <= 1, got "
                                  f"mask_ratio={o.mask_ratio}, p_mask={o.p_mask}, p_random={o.p_random}")
         self.space = o.space             # "auto" is resolved by setup()
-        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
         self.mask_embedding: nn.Parameter | None = None
         self.head: nn.Linear | None = None
         self._sums = {"correct": 0.0, "n": 0.0}
@@ -191,8 +177,7 @@ class MaskedPatchPrediction(TrainingLoss):
         return [("mpp.mask_token", self.mask_embedding)] + [(f"mpp.head.{n}", p) for n, p in self.head.named_parameters()]
 
     def corrupt_and_encode(self, model: nn.Module, x: torch.Tensor, c: Corruption) -> torch.Tensor:
-        """The model's own ``forward_features`` on normalised ``x`` with its patch embeddings (``space``
-        ``embedding``) or its patches' pixels (``pixels``) corrupted by ``c``: output tokens (N, prefix + L, D)."""
+        """The model's ``forward_features`` (N, prefix + L, D) on ``x`` with its patches corrupted in ``space``."""
         net = model.net
         z = (x - model.mean.to(x.dtype)) / model.std.to(x.dtype)
         if self.space == "pixels":
@@ -226,13 +211,12 @@ class MaskedPatchPrediction(TrainingLoss):
         if self.space == "pixels" and x.shape[-2] // gh != self.patch:
             raise RobustvitError(f"mpp: {tuple(x.shape[-2:])} images, but the model was set up for "
                                  f"{tuple(model.spec.input_size[-2:])}: train at the model's input size")
-        gen = self.seeded_generator(self.options.seed, "mpp", x.device)
         o = self.options
+        gen = self.seeded_generator(o.seed, "mpp", x.device)
         c = sample_corruption(len(x), gh * gw, gen, o.mask_ratio, o.p_mask, o.p_random, x.device)
         feats = self.corrupt_and_encode(model, x, c)
-        patches = feats[:, self.num_prefix:]
-        target = mean_colour_targets(x, x.shape[-2] // gh, self.options.bits)
-        logits = self.head(patches[c.corrupted])
+        target = mean_colour_targets(x, x.shape[-2] // gh, o.bits)
+        logits = self.head(feats[:, self.num_prefix:][c.corrupted])
         loss = F.cross_entropy(logits.float(), target[c.corrupted])
         cls_logits = model.net.forward_head(feats)
         # the classification head takes no part in MPP; 0·sum keeps it in the graph (DistributedDataParallel)

@@ -1,14 +1,12 @@
-"""``smoothadv``: adversarial training of the smoothed classifier — SmoothAdv_PGD (Salman et al., NeurIPS 2019,
-arXiv:1906.04584; Hadisalman/smoothing-adversarial, ``train_pgd.py`` with ``--adv-training --attack PGD``).
+"""``smoothadv``: adversarial training of the smoothed classifier, SmoothAdv_PGD (Salman et al., NeurIPS 2019,
+arXiv:1906.04584; Hadisalman/smoothing-adversarial ``train_pgd.py --adv-training --attack PGD``).
 
-Per batch: ``m`` Gaussian draws δ_1…δ_m (σ, pixel units, unclipped) per image; the attack
-(:func:`robustvit.certify.smoothadv.smoothadv_pgd`, model in eval mode) finds x' within the L2 ball of radius ε that
-raises the cross-entropy of the smoothed soft classifier on those draws; the model then trains (train mode) with
-cross-entropy on x' + δ_i — all m draws (``multi_noise``, the reference's ``--train-multi-noise``, used by its
-published recipes) or the first only. ε warms up as the reference's ``--warmup W``: ε·min(1, (epoch + 1)/W)
-(``eps_warmup_epochs``; 1 = no warm-up). The logits returned for the training accuracy are those of x' + δ_1.
-Deviation: the reference splits each batch into m mini-batches of N/m images so that a step sees N noisy inputs;
-here every image of the batch gets its m draws (N·m inputs per step).
+Per batch: ``m`` Gaussian draws δ_i (σ, pixel units, unclipped) per image; the attack
+(:func:`robustvit.certify.smoothadv.smoothadv_pgd`, eval mode) finds x' in the L2 ball of radius ε that raises the
+smoothed soft classifier's cross-entropy; the model then trains on x' + δ_i, all m draws (``multi_noise``, the
+reference's ``--train-multi-noise``) or the first. ε warms up as ε·min(1, (epoch + 1)/W) (``--warmup W``). The
+training accuracy is x' + δ_1's. Deviation: the reference splits a batch into m mini-batches of N/m images; here
+every image gets its m draws (N·m inputs per step).
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ class SmoothAdv(TrainingLoss):
     name = "smoothadv"
     soft_targets = True
     smoke: ClassVar[dict[str, Any]] = {"steps": 1, "m": 2}
+    counts_calls = True
 
     @dataclass
     class Options:
@@ -44,10 +43,6 @@ class SmoothAdv(TrainingLoss):
         eps_warmup_epochs: float = option(1.0, min=1, help="ε·min(1, (epoch + 1)/W) (the reference's --warmup)")
         label_smoothing: float = option(0.0, min=0, max=1, help="label smoothing of hard targets")
         seed: int = option(0, help="seed of the noise draws")
-
-    def __init__(self, options: object = None, **kwargs: object) -> None:
-        super().__init__(options, **kwargs)
-        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
 
     def eps_for(self, epoch: int) -> float:
         o = self.options

@@ -1,16 +1,11 @@
-"""``trades``: TRADES (Zhang et al., arXiv:1901.08573) as yaodongyu/TRADES (``trades.py``) computes it:
+"""``trades``: TRADES (Zhang et al., arXiv:1901.08573) as yaodongyu/TRADES ``trades.py`` computes it: the inner
+attack in eval mode starts at x + 0.001·N(0, 1) and takes K = 10 steps of 0.007 along sign(∇ KL(p_clean ‖ p_adv))
+(KL summed over the batch) within ε = 0.031 and [0, 1]; loss = CE(f(x), y) + β·KL(f(x) ‖ f(x_adv)) (``batchmean``,
+β = 6, no label smoothing), clean and adversarial images in separate train-mode forwards (``forward=concat``: one).
 
-* inner attack with the model in eval mode: start at x + 0.001·N(0, 1), K = 10 steps of size 0.007 along
-  sign(∇ KL(p_clean ‖ p_adv)) (KL summed over the batch), projection onto the ε-ball (ε = 0.031) and [0, 1];
-* loss = CE(f(x), y) + β·KL(softmax f(x) ‖ softmax f(x_adv)) with ``batchmean``, β = 6, no label smoothing;
-* clean and adversarial images through the model in **separate** train-mode forwards (``forward=separate``);
-  ``forward=concat`` puts them in one batch (one BatchNorm batch).
-
-Deviations: the start is clipped to [0, 1] (the model takes [0, 1] images; the reference clips after the first
-step only); the reference calls ``model(x_natural)`` a second time for the KL target; robustvit reuses the first
-clean forward's logits (the same value without dropout/drop-path; BatchNorm's running statistics see the clean
-batch once, not twice). ``step_size`` given explicitly is the step at full ε and scales with the ε schedule; by
-default the step is 0.007/0.031·ε (0.007 at ε = 0.031).
+Deviations: the start is clipped to [0, 1] (the reference clips after the first step); the KL target reuses the
+first clean forward's logits instead of a second ``model(x_natural)`` (BatchNorm sees the clean batch once). An
+explicit ``step_size`` is the step at full ε, scaled with the ε schedule; by default the step is 0.007/0.031·ε.
 """
 
 from __future__ import annotations
@@ -50,7 +45,7 @@ class TRADES(AdversarialLoss):
         return super().step_for(eps)
 
     def inner_attack(self, model: nn.Module, x: torch.Tensor, eps: float) -> torch.Tensor:
-        """TRADES's PGD on the KL from clip(x + 0.001·N(0, 1)) (model in eval mode unless ``attack_mode=train``)."""
+        """TRADES's PGD on the KL from clip(x + 0.001·N(0, 1)), in eval mode unless ``attack_mode=train``."""
         was = model.training
         model.train(self.options.attack_mode == "train")
         gen = make_generator(self.next_seed(), x.device)
@@ -77,10 +72,8 @@ class TRADES(AdversarialLoss):
             return classification_loss(clean, y, self.options.label_smoothing), clean, clean
         x_adv = self.inner_attack(model, x, eps)
         if self.options.forward == "concat":
-            logits = model(torch.cat([x, x_adv]))
-            clean, adv = logits[: len(x)], logits[len(x):]
+            clean, adv = model(torch.cat([x, x_adv])).split(len(x))
         else:
-            clean = model(x)
-            adv = model(x_adv)
+            clean, adv = model(x), model(x_adv)
         kl = F.kl_div(F.log_softmax(adv, dim=1), F.softmax(clean, dim=1), reduction="batchmean")
         return classification_loss(clean, y, self.options.label_smoothing) + self.options.beta * kl, clean, adv
