@@ -26,11 +26,13 @@ def _write(folder, model, payload):
 
 
 def test_a_folder_keeps_other_analyses_and_refuses_another_kind(tmp_path, model):
-    with RunFolder(tmp_path, "analysis") as folder:
+    folder = RunFolder(tmp_path, "analysis")
+    with folder.store:
         folder.check({"a": 1}, scope="lesion")
         first = _write(folder, model, {"lesion": {"figures": ["lesion.png"]}, "figures": ["lesion.png"]})
     assert first["run"]["started"] <= first["run"]["finished"] and first["run"]["batch_size"] == 2
-    with RunFolder(tmp_path, "analysis") as folder:
+    folder = RunFolder(tmp_path, "analysis")
+    with folder.store:
         with pytest.raises(RobustvitError):
             folder.check({"a": 2}, scope="lesion")           # other settings for stored units: refused
         second = _write(folder, model, {"attention_distance": {"y": 2}, "figures": []})

@@ -84,7 +84,7 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
     subset_record = images.record() if images is not None else None
     results: dict[str, dict[str, Any]] = {}
     weights = weights_id(model, source) if out is not None else None
-    with folder:
+    with folder.store:
         for a, opts in todo:
             ctx.name = a.name
             fp = {"model": model_name, "source": source or model_name, "weights": weights,

@@ -273,7 +273,7 @@ def _evaluate_model(run: _Run, key: str, loaders: "_Loaders") -> dict[str, dict[
         return {key: folder.write(_finalize(ctx, folder, run, plans, chunk, counted))}
     finally:
         model.micro_batch = None
-        folder.close()
+        folder.store.close()
 
 
 #: EvalConfig fields that may differ between the shards of one run (the rest must agree to merge them).
@@ -338,7 +338,7 @@ def merge_shards(dirs: list[str | Path], out: str | Path, *, command: str | None
     for key in run.models:                  # finalised from the joined store: every unit must be there
         ctx = run.context(key)
         folder, chunk = run.open_folder(key, check=False)
-        with folder:
+        with folder.store:
             plans = [suite.plan(ctx) for suite in run.suites]
             passes = _passes(ctx, run.suites, plans, run.dataset(key), run.cfg)
             for p in passes:

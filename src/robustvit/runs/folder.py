@@ -51,14 +51,5 @@ class RunFolder:
             write_results(self.out, doc)
         return doc
 
-    def close(self) -> None:
-        self.store.close()
-
-    def __enter__(self) -> "RunFolder":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 __all__ = ["RunFolder"]
