@@ -38,9 +38,19 @@ def test_the_record_covers_every_perturbation():
     assert names == set(list_perturbations("all")) and len(names) == 14
 
 
+@pytest.fixture
+def one_thread():
+    """The record was made with one intra-op thread; with two, motion_blur's cropped float32 sequence differs by
+    up to 2e-7 (its uint8 frames do not), so the hashes are compared at the count they were made with."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.mark.parametrize("preset", sorted(SIZES))
 @pytest.mark.parametrize("name", list_perturbations("all"))
-def test_sequences_are_bit_identical_to_the_record(name, preset):
+def test_sequences_are_bit_identical_to_the_record(name, preset, one_thread):
     h, w = SIZES[preset]
     x = _images(2, h, w, 5)
     for d in ((1, 2, 3) if "noise" in name else (1,)):
