@@ -40,8 +40,8 @@ def test_the_record_covers_every_perturbation():
 
 @pytest.fixture
 def one_thread():
-    """The record was made with one intra-op thread; with two, motion_blur's cropped float32 sequence differs by
-    up to 2e-7 (its uint8 frames do not), so the hashes are compared at the count they were made with."""
+    """The record was made with one intra-op thread: torch's CPU float32 FFTs (motion_blur's) differ in the last
+    bit with two (≤ 2e-7; the uint8 frames do not), so the hashes are compared at the count they were made with."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
