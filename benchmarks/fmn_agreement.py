@@ -42,7 +42,7 @@ for p in (ROOT / "src", ROOT / "benchmarks"):
 
 from attack_agreement import DEFAULT_DATA, accuracy, get_model, load_data, write_report  # noqa: E402
 from robustvit.attacks import create_attack  # noqa: E402
-from robustvit.attacks.fmn import lp_norm  # noqa: E402
+from robustvit.attacks.base import lp_norm  # noqa: E402
 from robustvit.evaluation.suites.min_norm import accuracy_at, accuracy_curve, quantile  # noqa: E402
 
 P = {"linf": float("inf"), "l2": 2, "l1": 1}

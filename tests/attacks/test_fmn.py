@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from robustvit.attacks import create_attack
-from robustvit.attacks.fmn import lp_norm, project_ball, project_l1_ball
+from robustvit.attacks.base import lp_norm
+from robustvit.attacks.fmn import project_ball, project_l1_ball
 from robustvit.errors import RobustvitError
 
 from attack_helpers import Binary

@@ -131,7 +131,7 @@ def test_l2_start_is_on_the_sphere(tiny_model):
     atk = create_attack("square", tiny_model, eps=0.5, norm="l2")
     start = atk.init_point(x, atk.generator(x.device))
     assert torch.allclose(size(start - x, "l2"), torch.full((4,), 0.5), atol=1e-5)
-    prop = atk.propose_l2(x, start, 5, atk.generator(x.device))
+    prop = atk.propose_lp(x, start, 5, atk.generator(x.device))
     assert torch.allclose(size(prop - x, "l2"), torch.full((4,), 0.5), atol=1e-5)
 
 

@@ -28,13 +28,13 @@ def _write(folder, model, payload):
 def test_a_folder_keeps_other_analyses_and_refuses_another_kind(tmp_path, model):
     folder = RunFolder(tmp_path, "analysis")
     with folder.store:
-        folder.check({"a": 1}, scope="lesion")
+        folder.store.check_fingerprint({"a": 1}, scope="lesion")
         first = _write(folder, model, {"lesion": {"figures": ["lesion.png"]}, "figures": ["lesion.png"]})
     assert first["run"]["started"] <= first["run"]["finished"] and first["run"]["batch_size"] == 2
     folder = RunFolder(tmp_path, "analysis")
     with folder.store:
         with pytest.raises(RobustvitError):
-            folder.check({"a": 2}, scope="lesion")           # other settings for stored units: refused
+            folder.store.check_fingerprint({"a": 2}, scope="lesion")     # other settings for stored units
         second = _write(folder, model, {"attention_distance": {"y": 2}, "figures": []})
     assert set(second["analyses"]) == {"lesion", "attention_distance", "figures"}
     assert second["analyses"]["figures"] == ["lesion.png"]

@@ -96,7 +96,7 @@ def run_analyses(model: nn.Module, dataset: Any, names: list[str] | str, out_dir
                 fp["subset"] = images.fingerprint()
             if class_map is not None:
                 fp["class_map"] = str(class_map)
-            folder.check(fp, scope=a.name)
+            folder.store.check_fingerprint(fp, scope=a.name)
             t0, before = time.time(), ctx.store.seconds(a.name)
             with inference_settings(model, precision=precision):
                 res = a.compute(ctx, **opts)

@@ -262,4 +262,3 @@ class Square(Attack):
         delta[idx1] = (new / (self._mass(new) + 1e-12) * budget).permute(0, 2, 3, 1)
         return self._to_budget(x, delta)
 
-    propose_l2 = propose_lp     # the L2 name the tests call

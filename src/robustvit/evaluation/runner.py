@@ -178,11 +178,11 @@ class _Run:
         cfg, model = self.cfg, self.models[key]
         folder = RunFolder(self.out(key), "eval", rank=self.rank, world=self.world, check=check)
         chunk = chunk_size(cfg, folder.store)
-        folder.check({"model": key, "checkpoint": weights_id(model, self.sources[key]),
-                                 "data": cfg.data, "limit": cfg.limit, "chunk": chunk, "seed": cfg.seed,
-                                 "subset": self.subset.fingerprint(), "device": self.device.type,
-                                 "precision": cfg.precision, "decode": cfg.decode,
-                                 "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
+        folder.store.check_fingerprint({
+            "model": key, "checkpoint": weights_id(model, self.sources[key]), "data": cfg.data, "limit": cfg.limit,
+            "chunk": chunk, "seed": cfg.seed, "subset": self.subset.fingerprint(), "device": self.device.type,
+            "precision": cfg.precision, "decode": cfg.decode,
+            "options": {k: str(v) for k, v in sorted(cfg.options.items()) if v is not None}})
         return folder, chunk
 
 
@@ -579,8 +579,8 @@ def _run_units(ctx: EvalContext, store: UnitStore, suites: list[Suite], plans: l
 
 def retry_out_of_memory(model: nn.Module, attempt: Callable[[], Any], images: int) -> Any:
     """``attempt()`` on a unit of ``images`` images; on CUDA out-of-memory, halve the model's forward micro-batch
-    (``--batch-size``) and try again (the unit's seed is the same, so is its result: a micro-batch cuts batches, never changes a number). Says so
-    once per model; refuses in one line when one image at a time does not fit."""
+    (``--batch-size``) and try again (the unit's seed is the same, so is its result: a micro-batch cuts batches,
+    never changes a number). Says so once per model; refuses in one line when one image at a time does not fit."""
     while True:
         try:
             return attempt()
@@ -645,7 +645,8 @@ def _finalize(ctx: EvalContext, folder: RunFolder, run: _Run, plans: list[Plan],
         stats = {part: sum_stats(items) for part, items in store.stats(key).items()}
         missing = [p for p in plan.parts if p not in stats]
         if missing:
-            raise RobustvitError(f"suite {key}: parts {missing[:3]} have no results (was the run interrupted?); re-run the command")
+            raise RobustvitError(f"suite {key}: parts {missing[:3]} have no results (was the run interrupted?); "
+                                 "re-run the command")
         res = suite.finalize(ctx, stats)
         res.setdefault("seconds", round(store.seconds(key), 3))
         res.setdefault("precision", suite_precision(cfg.precision, ctx.device, suite))

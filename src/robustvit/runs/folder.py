@@ -1,7 +1,7 @@
 """The run skeleton ``robustvit eval`` and ``robustvit analyze`` share: one model's run folder.
 
 A :class:`RunFolder` refuses a folder holding another kind of run, opens its unit store (rank 0 first under
-``torchrun``), checks the settings its units depend on (the fingerprint), and writes ``results.json`` from the
+``torchrun``; the store checks the settings its units depend on), and writes ``results.json`` from the
 run's payload, keeping the results of other suites or analyses an earlier run wrote there
 (:func:`~robustvit.runs.results.keep_finished`). Without a folder (``out=None``: analyses from Python) the units
 live in memory and nothing is written.
@@ -17,7 +17,7 @@ import torch
 from robustvit.runs.distributed import open_shared_store
 from robustvit.runs.header import model_record, run_header
 from robustvit.runs.results import check_kind, keep_finished, results_document, write_results
-from robustvit.runs.store import RUN_SCOPE, MemoryStore, UnitStore
+from robustvit.runs.store import MemoryStore, UnitStore
 
 
 class RunFolder:
@@ -29,10 +29,6 @@ class RunFolder:
         if self.out is not None and check:
             check_kind(self.out, kind)
         self.store: UnitStore = MemoryStore() if self.out is None else open_shared_store(self.out, rank, world)
-
-    def check(self, fingerprint: dict[str, Any], scope: str = RUN_SCOPE) -> None:
-        """Refuse (one line) units stored under other settings than ``fingerprint``."""
-        self.store.check_fingerprint(fingerprint, scope=scope)
 
     def document(self, model: torch.nn.Module, name: str, source: str | None, *, device: torch.device, seed: int,
                  command: str | None, data: dict[str, Any], payload: dict[str, Any], class_map: Any = None,
